@@ -1,0 +1,41 @@
+# One entry point for every routine task. `make help` lists them.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: help install proto proto-check lint test run bench clean
+
+help:
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP) ## create .venv and install XMC with its dev tools
+
+proto: $(STAMP) ## regenerate libs/xmc_api from proto/
+	$(PY) tools/gen_proto.py
+
+proto-check: $(STAMP) ## fail if libs/xmc_api is stale against proto/
+	$(PY) tools/gen_proto.py --check
+
+lint: $(STAMP) ## ruff + mypy
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+test: $(STAMP) ## the whole test suite against the local Postgres and Redis
+	$(VENV)/bin/pytest -n 2 $(PYTEST_ARGS)
+
+run: $(STAMP) ## set up and run XMC locally
+	$(PY) -m xmc.devrun
+
+bench: $(STAMP) ## benchmarks (print figures; not tests)
+	$(PY) bench/store_update.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,1 @@
+"""Shared code of the XMC services: state model, storage, streams, Kubernetes helpers, config."""

@@ -1,0 +1,80 @@
+"""Settings from environment variables (SPEC §11), validated once at load time.
+
+Every service reads the same variables, so one ``.env`` (or one ConfigMap) configures the
+whole system. Each field documents its variable and default; flags may override fields.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from xmc.errors import InvalidArgumentError
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = env.get(name)
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise InvalidArgumentError(f"{name}: expected true or false, got {raw!r}")
+
+
+@dataclass(frozen=True)
+class Settings:
+    #: XMC_DATABASE_URL — Postgres DSN.
+    database_url: str = "postgresql://postgres@127.0.0.1:5432/xmc"
+    #: XMC_REDIS_URL — Redis URL for the task, DLQ and resume streams.
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    #: XMC_ESS_LISTEN — host:port the ESS binds.
+    ess_listen: str = "127.0.0.1:50051"
+    #: XMC_ESS_TARGET — where the Reconciler finds the ESS.
+    ess_target: str = "127.0.0.1:50051"
+    #: XMC_KUBE_URL — API server URL (e.g. kubesim); empty = in-cluster config or kubeconfig.
+    kube_url: str = ""
+    #: XMC_NAMESPACE — namespace of the JobSets.
+    namespace: str = "default"
+    #: XMC_TASK_SIGNING_KEY — HMAC key that signs tasks on the stream.
+    task_signing_key: str = field(default="", repr=False)
+    #: XMC_AUTH_DISABLED — development only: every caller is the admin ``dev@localhost``.
+    auth_disabled: bool = False
+    #: XMC_STREAM_PREFIX — prefix of every Redis key, so tests and tenants never collide.
+    stream_prefix: str = ""
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+        defaults = cls()
+        settings = cls(
+            database_url=env.get("XMC_DATABASE_URL", defaults.database_url),
+            redis_url=env.get("XMC_REDIS_URL", defaults.redis_url),
+            ess_listen=env.get("XMC_ESS_LISTEN", defaults.ess_listen),
+            ess_target=env.get("XMC_ESS_TARGET", defaults.ess_target),
+            kube_url=env.get("XMC_KUBE_URL", defaults.kube_url),
+            namespace=env.get("XMC_NAMESPACE", defaults.namespace),
+            task_signing_key=env.get("XMC_TASK_SIGNING_KEY", defaults.task_signing_key),
+            auth_disabled=_flag(env, "XMC_AUTH_DISABLED", defaults.auth_disabled),
+            stream_prefix=env.get("XMC_STREAM_PREFIX", defaults.stream_prefix),
+        )
+        settings.validate()
+        return settings
+
+    def validate(self) -> None:
+        if not self.database_url.startswith(("postgresql://", "postgres://")):
+            raise InvalidArgumentError(
+                f"XMC_DATABASE_URL: must start with postgresql://, got {self.database_url!r}"
+            )
+        if not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
+            raise InvalidArgumentError(
+                f"XMC_REDIS_URL: must be a redis:// URL, got {self.redis_url!r}"
+            )
+        if not self.namespace:
+            raise InvalidArgumentError("XMC_NAMESPACE: must not be empty")

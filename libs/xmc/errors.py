@@ -1,0 +1,34 @@
+"""Domain errors, classified once.
+
+Every layer raises these; each boundary maps them exactly once (the gRPC interceptor to a
+``StatusCode``, the Actuator to permanent/transient). Messages name the offending field so
+a user can fix the request without reading server logs.
+"""
+
+from __future__ import annotations
+
+
+class XmcError(Exception):
+    """Base of all errors a caller can act on; ``code`` is the gRPC status code name."""
+
+    code = "INTERNAL"
+
+
+class InvalidArgumentError(XmcError, ValueError):
+    code = "INVALID_ARGUMENT"
+
+
+class NotFoundError(XmcError, LookupError):
+    code = "NOT_FOUND"
+
+
+class AlreadyExistsError(XmcError):
+    code = "ALREADY_EXISTS"
+
+
+class FailedPreconditionError(XmcError):
+    code = "FAILED_PRECONDITION"
+
+
+class PermissionDeniedError(XmcError):
+    code = "PERMISSION_DENIED"

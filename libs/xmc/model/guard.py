@@ -1,0 +1,114 @@
+"""State guard of the masked write path (SPEC §5.2, `ShouldUpdateWorkUnitExecutionState`).
+
+Several writers (ESS, Actuator, Reconciler replicas with their own clocks) race to set an
+execution's state. The guard decides, from the stored and proposed states and times alone,
+whether a proposed state may replace the stored one; the checks run in the SPEC's order and
+the first that decides wins.
+"""
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from types import MappingProxyType
+
+from xmc.model.states import (
+    CLUSTER_OBSERVED_STATES,
+    EXECUTION_TERMINAL_STATES,
+    WORK_UNIT_TIME_IGNORED_STATES,
+    WorkUnitState,
+)
+
+UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+"""A zero protobuf Timestamp: set but meaningless, so the state change is dropped."""
+
+# Where a live execution may go next: the cluster's view, a stop, or an end.
+_ONWARD = CLUSTER_OBSERVED_STATES | {WorkUnitState.STOPPING} | EXECUTION_TERMINAL_STATES
+
+ALLOWED_TRANSITIONS: Mapping[WorkUnitState, frozenset[WorkUnitState]] = MappingProxyType(
+    {
+        WorkUnitState.WORK_UNIT_STATE_UNSPECIFIED: frozenset(),
+        WorkUnitState.INITIALIZING: _ONWARD | {WorkUnitState.SCHEDULING_PAUSED},
+        WorkUnitState.RESTARTING: _ONWARD | {WorkUnitState.SCHEDULING_PAUSED},
+        WorkUnitState.SCHEDULING_PAUSED: _ONWARD,
+        # Preemption moves RUNNING or STARTING back to SCHEDULING on the same execution.
+        **{s: _ONWARD - {s} for s in CLUSTER_OBSERVED_STATES},
+        WorkUnitState.STOPPING: EXECUTION_TERMINAL_STATES,
+        **{s: frozenset() for s in EXECUTION_TERMINAL_STATES},
+    }
+)
+"""Step 6 of §5.2: the states each state may move to. Nothing moves into INITIALIZING,
+RESTARTING or UNSPECIFIED here: those are written only when an execution is created."""
+
+
+class GuardReason(enum.StrEnum):
+    """Why the guard decided as it did; low-cardinality, fit for a metric label."""
+
+    ACCEPTED = "accepted"
+    ZERO_TIME = "zero_time"
+    TERMINAL = "terminal"
+    SAME_STATE = "same_state"
+    STALE_TIME = "stale_time"
+    TRANSITION_NOT_ALLOWED = "transition_not_allowed"
+
+
+@dataclass(frozen=True)
+class StateUpdateDecision:
+    """Whether the proposed state replaces the stored one, and why."""
+
+    allowed: bool
+    reason: GuardReason
+
+
+def _as_utc(value: datetime) -> datetime:
+    # Naive datetimes are read as UTC, as protobuf's `Timestamp.ToDatetime()` returns them.
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def decide_state_update(
+    current_state: WorkUnitState,
+    current_state_update_time: datetime | None,
+    new_state: WorkUnitState,
+    new_state_update_time: datetime | None,
+) -> StateUpdateDecision:
+    """Run the §5.2 checks in order and report the first that decides.
+
+    Raises ValueError when the new time is missing: that is a malformed request, and the
+    caller fails the whole batch with INVALID_ARGUMENT rather than dropping one item.
+    """
+    # 1. A missing time is the caller's error, not a rejected transition.
+    if new_state_update_time is None:
+        raise ValueError("status.state_update_time is required when status.state is updated")
+    new_time = _as_utc(new_state_update_time)
+    # 2. A zero timestamp is set but meaningless: drop the state change quietly.
+    if new_time == UNIX_EPOCH:
+        return StateUpdateDecision(allowed=False, reason=GuardReason.ZERO_TIME)
+    # 3. A finished execution is immutable.
+    if current_state in EXECUTION_TERMINAL_STATES:
+        return StateUpdateDecision(allowed=False, reason=GuardReason.TERMINAL)
+    # 4. Same state: nothing changes, not even the time.
+    if new_state == current_state:
+        return StateUpdateDecision(allowed=False, reason=GuardReason.SAME_STATE)
+    # 5. Older news loses, except a user's stop, which must survive a clock running ahead.
+    if (
+        current_state_update_time is not None
+        and _as_utc(current_state_update_time) > new_time
+        and new_state not in WORK_UNIT_TIME_IGNORED_STATES
+    ):
+        return StateUpdateDecision(allowed=False, reason=GuardReason.STALE_TIME)
+    # 6. Only the listed transitions.
+    if new_state not in ALLOWED_TRANSITIONS.get(current_state, frozenset()):
+        return StateUpdateDecision(allowed=False, reason=GuardReason.TRANSITION_NOT_ALLOWED)
+    return StateUpdateDecision(allowed=True, reason=GuardReason.ACCEPTED)
+
+
+def should_update_work_unit_execution_state(
+    current_state: WorkUnitState,
+    current_state_update_time: datetime | None,
+    new_state: WorkUnitState,
+    new_state_update_time: datetime | None,
+) -> bool:
+    """`ShouldUpdateWorkUnitExecutionState`: `decide_state_update` without the reason."""
+    return decide_state_update(
+        current_state, current_state_update_time, new_state, new_state_update_time
+    ).allowed

@@ -1,0 +1,165 @@
+"""JobSet → WorkUnitState mapping (SPEC §8.1), as pure functions of the API object.
+
+The Reconciler passes the JobSet exactly as the API server returns it (a JSON-shaped
+mapping of `jobset.x-k8s.io/v1alpha2`), so these functions read camelCase keys and
+tolerate absent or null fields the way the API omits them.
+"""
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from xmc.model.states import WorkUnitState
+
+_CONDITION_COMPLETED = "Completed"
+_CONDITION_FAILED = "Failed"
+_DEFAULT_REPLICAS = 1
+"""The JobSet API defaults `replicatedJobs[].replicas` to 1 when it is omitted."""
+
+
+@dataclass(frozen=True)
+class JobTotals:
+    """Child-Job counts summed over all replicated jobs of one JobSet."""
+
+    replicas: int
+    ready: int
+    active: int
+    succeeded: int
+    failed: int
+
+
+class MappingRule(enum.StrEnum):
+    """Which §8.1 rule decided the state; low-cardinality, fit for a metric label."""
+
+    R1 = "R1"
+    R2 = "R2"
+    R3 = "R3"
+    R4 = "R4"
+    R5 = "R5"
+    R6 = "R6"
+    R7 = "R7"
+    R8A = "R8a"
+    R8B = "R8b"
+    R9 = "R9"
+
+
+@dataclass(frozen=True)
+class StateDecision:
+    """The derived state together with the rule that fired, so callers can log why."""
+
+    state: WorkUnitState
+    rule: MappingRule
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _sequence(value: Any) -> Sequence[Any]:
+    return value if isinstance(value, list | tuple) else ()
+
+
+def _count(item: Mapping[str, Any], key: str, default: int = 0) -> int:
+    value = item.get(key)
+    return default if value is None else int(value)
+
+
+def job_totals(jobset: Mapping[str, Any]) -> JobTotals:
+    """Sum spec replicas and status counts; a missing spec or status contributes nothing."""
+    replicated_jobs = [
+        _mapping(j) for j in _sequence(_mapping(jobset.get("spec")).get("replicatedJobs"))
+    ]
+    statuses = [
+        _mapping(s) for s in _sequence(_mapping(jobset.get("status")).get("replicatedJobsStatus"))
+    ]
+    return JobTotals(
+        replicas=sum(_count(j, "replicas", _DEFAULT_REPLICAS) for j in replicated_jobs),
+        ready=sum(_count(s, "ready") for s in statuses),
+        active=sum(_count(s, "active") for s in statuses),
+        succeeded=sum(_count(s, "succeeded") for s in statuses),
+        failed=sum(_count(s, "failed") for s in statuses),
+    )
+
+
+def _conditions(jobset: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return [_mapping(c) for c in _sequence(_mapping(jobset.get("status")).get("conditions"))]
+
+
+def _condition_true(jobset: Mapping[str, Any], condition_type: str) -> bool:
+    return any(
+        c.get("type") == condition_type and c.get("status") == "True" for c in _conditions(jobset)
+    )
+
+
+def decide_work_unit_state(jobset: Mapping[str, Any]) -> StateDecision:
+    """Apply rules R1–R9 of SPEC §8.1 in order; the first match wins.
+
+    The order is the point: terminal conditions beat counts (R2/R3 before R4+), and an
+    eviction (R4) beats a partial failure (R5) so a preempted JobSet heads back to
+    SCHEDULING on the same execution.
+    """
+    completed = _condition_true(jobset, _CONDITION_COMPLETED)
+    failed = _condition_true(jobset, _CONDITION_FAILED)
+    # R1: the finalizer path (§8.4); whatever the JobSet reached is final.
+    if _mapping(jobset.get("metadata")).get("deletionTimestamp"):
+        if completed:
+            return StateDecision(WorkUnitState.COMPLETED, MappingRule.R1)
+        if failed:
+            return StateDecision(WorkUnitState.FAILED, MappingRule.R1)
+        return StateDecision(WorkUnitState.STOPPED, MappingRule.R1)
+    if completed:
+        return StateDecision(WorkUnitState.COMPLETED, MappingRule.R2)
+    if failed:
+        return StateDecision(WorkUnitState.FAILED, MappingRule.R3)
+
+    totals = job_totals(jobset)
+    suspended = _mapping(jobset.get("spec")).get("suspend") is True
+    running = totals.active > 0 or totals.ready > 0
+    if suspended and running:
+        return StateDecision(WorkUnitState.DESCHEDULING, MappingRule.R4)
+    if totals.failed > 0 and running:
+        return StateDecision(WorkUnitState.PARTIALLY_FAILED, MappingRule.R5)
+    if totals.ready > 0 and totals.ready + totals.succeeded >= totals.replicas:
+        return StateDecision(WorkUnitState.RUNNING, MappingRule.R6)
+    nothing_yet = not (totals.ready or totals.active or totals.succeeded or totals.failed)
+    if running or (not suspended and nothing_yet):
+        return StateDecision(WorkUnitState.STARTING, MappingRule.R7)
+    if totals.failed > 0:
+        return StateDecision(WorkUnitState.PARTIALLY_FAILED, MappingRule.R8A)
+    if totals.succeeded > 0:
+        return StateDecision(WorkUnitState.RUNNING, MappingRule.R8B)
+    return StateDecision(WorkUnitState.SCHEDULING, MappingRule.R9)
+
+
+def to_work_unit_state(jobset: Mapping[str, Any]) -> WorkUnitState:
+    """`ToWorkUnitState`: the state only, for callers that do not report the rule."""
+    return decide_work_unit_state(jobset).state
+
+
+def _as_utc(value: datetime) -> datetime:
+    # Naive datetimes are read as UTC: Kubernetes and protobuf both speak UTC.
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _parse_rfc3339(value: Any) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return _as_utc(datetime.fromisoformat(value))
+    except ValueError:
+        return None
+
+
+def observation_state_update_time(jobset: Mapping[str, Any], observed_at: datetime) -> datetime:
+    """Newest condition `lastTransitionTime` (tz-aware UTC), else `observed_at`.
+
+    Using the cluster's transition time rather than the observation time keeps a late or
+    replayed observation from looking newer than it is to the §5.2 time-order check.
+    Unparseable timestamps are skipped like absent ones: one malformed field must not
+    stop the Reconciler from reporting the state.
+    """
+    parsed = (_parse_rfc3339(c.get("lastTransitionTime")) for c in _conditions(jobset))
+    times = [t for t in parsed if t is not None]
+    return max(times) if times else _as_utc(observed_at)

@@ -1,0 +1,315 @@
+"""The masked merge of SPEC §5.3 (``MergeWorkUnitExecution``) and its input validation.
+
+Pure: it takes the stored execution and one update item and returns the merged execution
+plus everything the storage layer must do about it (state change for history and rollups,
+messages to append), as data. The repository owns locking, the EID fence and persistence.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Literal
+
+from xmc.errors import InvalidArgumentError
+from xmc.model.guard import GuardReason, decide_state_update
+from xmc.model.states import (
+    EXECUTION_TERMINAL_STATES,
+    WORK_UNIT_STATUS_RETAINING_STATES,
+    Severity,
+    WorkUnitState,
+)
+from xmc_api.cloud.xmanager.v1.status_pb2 import WorkUnitStatus
+from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
+from xmc_api.cloud.xmanager.v1.work_unit_execution_pb2 import (
+    WorkUnitExecution,
+    WorkUnitExecutionMetadata,
+)
+
+STATE_PATH = "status.state"
+SYSTEM_MESSAGE_PATH = "status.system_message"
+USER_MESSAGE_PATH = "status.user_message"
+SCHEDULING_INFORMATION_PATH = "status.scheduling_information"
+DETAILED_STATUS_PATH = "status.detailed_status"
+METADATA_PATH = "metadata"
+
+#: The only paths the masked write accepts (SPEC §4). ``status.state_update_time`` travels
+#: with ``status.state`` and is deliberately not a path of its own.
+MASK_PATHS = frozenset(
+    {
+        STATE_PATH,
+        SYSTEM_MESSAGE_PATH,
+        USER_MESSAGE_PATH,
+        SCHEDULING_INFORMATION_PATH,
+        DETAILED_STATUS_PATH,
+        METADATA_PATH,
+    }
+)
+_SETTABLE_STATES = frozenset(int(s) for s in WorkUnitState) - {0}
+_SEVERITIES = frozenset(int(s) for s in Severity)
+_MESSAGE_PATHS = {
+    SYSTEM_MESSAGE_PATH: "system_message",
+    USER_MESSAGE_PATH: "user_message",
+    SCHEDULING_INFORMATION_PATH: "scheduling_information",
+}
+MessageName = Literal["system_message", "user_message", "scheduling_information"]
+
+
+class MessageField(enum.StrEnum):
+    """The execution messages that are mirrored into the StatusMessages history."""
+
+    SYSTEM = "system_message"
+    USER = "user_message"
+
+
+@dataclass(frozen=True)
+class ExecutionUpdate:
+    """One item of an ``UpdateWorkUnitExecutions`` batch, with its name already parsed."""
+
+    xid: int
+    wid: int
+    eid: int
+    execution: WorkUnitExecution
+    update_mask: tuple[str, ...]
+    force_status_message_update: bool = False
+
+
+@dataclass(frozen=True)
+class MergeResult:
+    """What merging one item did. ``execution`` is a new object; the input is untouched."""
+
+    execution: WorkUnitExecution
+    #: Anything stored changed (and so ``update_time`` moved).
+    changed: bool
+    #: (old, new) when the state change was accepted.
+    state_change: tuple[WorkUnitState, WorkUnitState] | None
+    #: Why a requested state change was dropped; None when accepted or not requested.
+    state_rejection: GuardReason | None
+    #: Messages that became current and must be appended to StatusMessages.
+    new_messages: tuple[tuple[MessageField, StructuredMessage], ...]
+
+
+def validate_update(item: ExecutionUpdate, index: int) -> None:
+    """Reject malformed input before anything is written (fails the whole batch)."""
+    where = f"updates[{index}]"
+    if item.eid < 1:
+        raise InvalidArgumentError(f"{where}.execution_id: must be >= 1, got {item.eid}")
+    if not item.update_mask:
+        raise InvalidArgumentError(f"{where}.update_mask: must name at least one path")
+    for path in item.update_mask:
+        if path == "status.state_update_time":
+            raise InvalidArgumentError(
+                f"{where}.update_mask: 'status.state_update_time' is not a path of its own; "
+                "it is carried by 'status.state'"
+            )
+        if path not in MASK_PATHS:
+            allowed = ", ".join(sorted(MASK_PATHS))
+            raise InvalidArgumentError(
+                f"{where}.update_mask: unknown path {path!r}; allowed: {allowed}"
+            )
+    status = item.execution.status
+    for path, field in _MESSAGE_PATHS.items():
+        if path in item.update_mask and status.HasField(field):  # type: ignore[arg-type]
+            severity = int(getattr(status, field).severity)
+            if severity not in _SEVERITIES:
+                raise InvalidArgumentError(
+                    f"{where}.execution.{path}.severity: {severity} is not a known Severity"
+                )
+    if STATE_PATH in item.update_mask:
+        if int(status.state) not in _SETTABLE_STATES:
+            raise InvalidArgumentError(
+                f"{where}.execution.status.state: {status.state} is not a settable WorkUnitState"
+            )
+        if not status.HasField("state_update_time"):
+            raise InvalidArgumentError(
+                f"{where}.execution.status.state_update_time: required when the mask has "
+                "'status.state'"
+            )
+
+
+def validate_batch(items: Sequence[ExecutionUpdate]) -> None:
+    for index, item in enumerate(items):
+        validate_update(item, index)
+
+
+def defer_to_existing_message(
+    existing: StructuredMessage | None, new: StructuredMessage, *, force: bool
+) -> bool:
+    """``DeferToExistingMessage``: the first ERROR stays unless the writer forces."""
+    return (
+        not force
+        and existing is not None
+        and int(new.severity) == Severity.ERROR
+        and int(existing.severity) == Severity.ERROR
+    )
+
+
+def should_reset_status_message(
+    stored_system_message: StructuredMessage | None,
+    *,
+    item_sets_system_message: bool,
+    new_state: WorkUnitState,
+    force: bool,
+) -> bool:
+    """``ShouldResetStatusMessage``: clear stale text on an accepted state change, except
+    when the item brings its own, a FATAL must survive, or the state keeps diagnostics."""
+    if stored_system_message is None or item_sets_system_message:
+        return False
+    if int(stored_system_message.severity) == Severity.FATAL and not force:
+        return False
+    return new_state not in WORK_UNIT_STATUS_RETAINING_STATES
+
+
+def merge_metadata(
+    stored: WorkUnitExecutionMetadata, new: WorkUnitExecutionMetadata
+) -> WorkUnitExecutionMetadata:
+    """Field-wise merge: every field the writer set wins, the rest is kept.
+
+    JobSet and Workload observations both write ``metadata`` (resource name vs cluster and
+    flavor); replacing the whole message would let each erase the other. A set map or
+    message field is replaced as a whole, so stale node selectors never linger.
+    """
+    merged = WorkUnitExecutionMetadata()
+    merged.CopyFrom(stored)
+    for descriptor, _value in new.ListFields():
+        merged.ClearField(descriptor.name)  # type: ignore[arg-type]
+    merged.MergeFrom(new)
+    return merged
+
+
+def _get_message(status: WorkUnitStatus, field: MessageName) -> StructuredMessage | None:
+    message: StructuredMessage = getattr(status, field)
+    return message if status.HasField(field) else None
+
+
+def _same_message(stored: StructuredMessage, incoming: StructuredMessage) -> bool:
+    """Equal, where an incoming message without ``create_time`` ignores the stored one's
+    (the server stamped it), so a resent observation does not count as a new message."""
+    if incoming.HasField("create_time"):
+        return stored == incoming
+    bare = StructuredMessage()
+    bare.CopyFrom(stored)
+    bare.ClearField("create_time")
+    return bare == incoming
+
+
+def _merge_message(
+    out: WorkUnitStatus,
+    incoming: WorkUnitStatus,
+    field: MessageName,
+    *,
+    force: bool,
+    defer: bool,
+    now: datetime,
+) -> StructuredMessage | None:
+    """Apply one masked message path; returns the message if a new one became current."""
+    existing = _get_message(out, field)
+    new = _get_message(incoming, field)
+    if new is None:
+        if existing is not None:
+            out.ClearField(field)
+        return None
+    if existing is not None and (
+        (defer and defer_to_existing_message(existing, new, force=force))
+        or _same_message(existing, new)
+    ):
+        return None
+    target: StructuredMessage = getattr(out, field)
+    target.CopyFrom(new)
+    if not target.HasField("create_time"):
+        target.create_time.FromDatetime(now)
+    return target
+
+
+def _timestamp(execution: WorkUnitExecution) -> datetime | None:
+    status = execution.status
+    if not status.HasField("state_update_time"):
+        return None
+    return status.state_update_time.ToDatetime(tzinfo=UTC)
+
+
+def merge_work_unit_execution(
+    stored: WorkUnitExecution,
+    new: WorkUnitExecution,
+    update_mask: Sequence[str],
+    *,
+    force_status_message_update: bool,
+    now: datetime,
+) -> MergeResult:
+    """``MergeWorkUnitExecution`` (SPEC §5.2–§5.3) for one validated item."""
+    out = WorkUnitExecution()
+    out.CopyFrom(stored)
+    mask = frozenset(update_mask)
+    current = WorkUnitState(stored.status.state)
+    force = force_status_message_update
+
+    # 1. A finished execution is immutable: only the user's own message still lands.
+    if current in EXECUTION_TERMINAL_STATES:
+        mask &= {USER_MESSAGE_PATH, STATE_PATH}
+
+    # 2. The state guard decides the state; a rejection drops only the state.
+    state_change: tuple[WorkUnitState, WorkUnitState] | None = None
+    rejection: GuardReason | None = None
+    if STATE_PATH in mask:
+        new_state = WorkUnitState(new.status.state)
+        decision = decide_state_update(current, _timestamp(stored), new_state, _timestamp(new))
+        if decision.allowed:
+            state_change = (current, new_state)
+        else:
+            rejection = decision.reason
+
+    # 3. Copy the other masked paths.
+    messages: list[tuple[MessageField, StructuredMessage]] = []
+    message_paths: tuple[tuple[str, MessageField, MessageName], ...] = (
+        (SYSTEM_MESSAGE_PATH, MessageField.SYSTEM, "system_message"),
+        (USER_MESSAGE_PATH, MessageField.USER, "user_message"),
+    )
+    for path, field, name in message_paths:
+        if path in mask:
+            merged = _merge_message(out.status, new.status, name, force=force, defer=True, now=now)
+            if merged is not None:
+                messages.append((field, merged))
+    if SCHEDULING_INFORMATION_PATH in mask:
+        _merge_message(
+            out.status, new.status, "scheduling_information", force=True, defer=False, now=now
+        )
+    if DETAILED_STATUS_PATH in mask:
+        if new.status.HasField("detailed_status"):
+            out.status.detailed_status.CopyFrom(new.status.detailed_status)
+        else:
+            out.status.ClearField("detailed_status")
+    if METADATA_PATH in mask:
+        out.metadata.CopyFrom(merge_metadata(stored.metadata, new.metadata))
+        if not out.metadata.ListFields():
+            out.ClearField("metadata")
+
+    # 4. Apply an accepted state change and its consequences.
+    if state_change is not None:
+        new_state = state_change[1]
+        out.status.state = WorkUnitStatus.WorkUnitState.Value(new_state.name)
+        out.status.state_update_time.CopyFrom(new.status.state_update_time)
+        if should_reset_status_message(
+            _get_message(stored.status, "system_message"),
+            item_sets_system_message=(
+                SYSTEM_MESSAGE_PATH in mask and new.status.HasField("system_message")
+            ),
+            new_state=new_state,
+            force=force,
+        ):
+            out.status.ClearField("system_message")
+        if new_state in EXECUTION_TERMINAL_STATES:
+            out.complete_time.FromDatetime(now)
+
+    changed = out != stored
+    if changed:
+        out.update_time.FromDatetime(now)
+        out.status.update_time.FromDatetime(now)
+    return MergeResult(
+        execution=out,
+        changed=changed,
+        state_change=state_change,
+        state_rejection=rejection,
+        new_messages=tuple(messages),
+    )

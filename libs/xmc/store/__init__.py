@@ -1,0 +1,1 @@
+"""Postgres storage: migrations, row codecs and the repository of SPEC §4–§5."""

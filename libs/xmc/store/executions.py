@@ -1,0 +1,198 @@
+"""``UpdateWorkUnitExecutions`` (SPEC §5): the masked observation write, one batch per
+transaction.
+
+Steps, all inside the caller's transaction:
+1. validate the whole batch (malformed input fails it before any statement runs);
+2. lock the work units in (xid, wid) order — the deterministic order that keeps
+   concurrent batches from deadlocking — and read their current execution;
+3. per item, in request order: EID fence, then the pure ``merge_work_unit_execution``;
+4. write back changed rows, history and messages with one statement each;
+5. apply the experiment rollups (experiment rows locked after the work units).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from xmc.model.guard import GuardReason
+from xmc.model.merge import ExecutionUpdate, merge_work_unit_execution, validate_batch
+from xmc.model.states import Severity, WorkUnitState
+from xmc.store.codec import EXECUTION_COLUMNS, execution_from_row, execution_to_columns, to_datetime
+from xmc.store.experiments import RollupDelta, apply_rollups
+from xmc.store.work_units import best_severity_of, insert_history
+from xmc_api.cloud.xmanager.v1.work_unit_execution_pb2 import WorkUnitExecution
+
+
+class UpdateOutcome(enum.StrEnum):
+    APPLIED = "applied"
+    UNCHANGED = "unchanged"
+    #: EID fence: the item named an execution that is not the current one.
+    STALE_EXECUTION = "stale_execution"
+    NOT_FOUND = "not_found"
+
+
+@dataclass(frozen=True)
+class ItemResult:
+    xid: int
+    wid: int
+    eid: int
+    outcome: UpdateOutcome
+    state_changed: bool = False
+    #: The stored state after the item (UNSPECIFIED when the work unit does not exist).
+    state: WorkUnitState = WorkUnitState.WORK_UNIT_STATE_UNSPECIFIED
+    state_rejection: GuardReason | None = None
+
+
+@dataclass
+class _Slot:
+    """One locked work unit while the batch is being merged."""
+
+    eid: int
+    initial: WorkUnitExecution
+    current: WorkUnitExecution
+    changed: bool = False
+
+
+_SELECT_LOCKED = f"""
+    SELECT w.xid, w.wid, w.eid, {", ".join("w." + c for c in EXECUTION_COLUMNS)}
+    FROM work_units w
+    WHERE (w.xid, w.wid) IN (SELECT * FROM unnest($1::bigint[], $2::bigint[]))
+    ORDER BY w.xid, w.wid
+    FOR UPDATE OF w"""
+
+_COLUMN_TYPES = (
+    "timestamptz",
+    "timestamptz",
+    "timestamptz",
+    "smallint",
+    "timestamptz",
+    "timestamptz",
+    "bytea",
+    "bytea",
+    "bytea",
+    "bytea",
+    "bytea",
+)
+_UPDATE_CHANGED = f"""
+    UPDATE work_units AS w SET {", ".join(f"{c} = u.{c}" for c in EXECUTION_COLUMNS)}
+    FROM unnest($1::bigint[], $2::bigint[],
+                {", ".join(f"${i + 3}::{t}[]" for i, t in enumerate(_COLUMN_TYPES))})
+         AS u(xid, wid, {", ".join(EXECUTION_COLUMNS)})
+    WHERE w.xid = u.xid AND w.wid = u.wid"""
+
+_INSERT_MESSAGES = """
+    INSERT INTO status_messages (xid, wid, eid, field, severity, content, create_time)
+    SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::text[], $5::smallint[],
+                         $6::bytea[], $7::timestamptz[])"""
+
+
+async def _lock_work_units(
+    conn: Any, items: Sequence[ExecutionUpdate]
+) -> dict[tuple[int, int], _Slot]:
+    keys = sorted({(item.xid, item.wid) for item in items})
+    rows = await conn.fetch(_SELECT_LOCKED, [k[0] for k in keys], [k[1] for k in keys])
+    slots = {}
+    for row in rows:
+        execution = execution_from_row(row, xid=row["xid"], wid=row["wid"], eid=row["eid"])
+        slots[(row["xid"], row["wid"])] = _Slot(row["eid"], execution, execution)
+    return slots
+
+
+async def update_work_unit_executions(
+    conn: Any, items: Sequence[ExecutionUpdate], *, writer: str, now: datetime
+) -> list[ItemResult]:
+    """Run one batch; the caller provides the transaction (see module docstring)."""
+    validate_batch(items)
+    if not items:
+        return []
+    slots = await _lock_work_units(conn, items)
+
+    results: list[ItemResult] = []
+    history: list[tuple[Any, ...]] = []
+    messages: list[tuple[Any, ...]] = []
+    for item in items:
+        slot = slots.get((item.xid, item.wid))
+        if slot is None:
+            results.append(ItemResult(item.xid, item.wid, item.eid, UpdateOutcome.NOT_FOUND))
+            continue
+        if item.eid != slot.eid:
+            state = WorkUnitState(slot.current.status.state)
+            results.append(
+                ItemResult(item.xid, item.wid, item.eid, UpdateOutcome.STALE_EXECUTION, state=state)
+            )
+            continue
+        merged = merge_work_unit_execution(
+            slot.current,
+            item.execution,
+            item.update_mask,
+            force_status_message_update=item.force_status_message_update,
+            now=now,
+        )
+        slot.current = merged.execution
+        slot.changed |= merged.changed
+        if merged.state_change is not None:
+            old, new = merged.state_change
+            state_time = to_datetime(merged.execution.status.state_update_time)
+            history.append(
+                (item.xid, item.wid, item.eid, int(old), int(new), state_time, writer, now)
+            )
+        for field, message in merged.new_messages:
+            messages.append(
+                (
+                    item.xid,
+                    item.wid,
+                    item.eid,
+                    field.value,
+                    int(message.severity),
+                    message.SerializeToString(),
+                    to_datetime(message.create_time),
+                )
+            )
+        results.append(
+            ItemResult(
+                item.xid,
+                item.wid,
+                item.eid,
+                UpdateOutcome.APPLIED if merged.changed else UpdateOutcome.UNCHANGED,
+                state_changed=merged.state_change is not None,
+                state=WorkUnitState(merged.execution.status.state),
+                state_rejection=merged.state_rejection,
+            )
+        )
+
+    await _write_changed(conn, slots)
+    await insert_history(conn, history)
+    if messages:
+        await conn.execute(_INSERT_MESSAGES, *zip(*messages, strict=True))
+    await apply_rollups(conn, _rollup_deltas(slots), now=now, execution_update=True)
+    return results
+
+
+async def _write_changed(conn: Any, slots: dict[tuple[int, int], _Slot]) -> None:
+    changed = [(key, slot) for key, slot in slots.items() if slot.changed]
+    if not changed:
+        return
+    rows = [(*key, *execution_to_columns(slot.current)) for key, slot in changed]
+    await conn.execute(_UPDATE_CHANGED, *zip(*rows, strict=True))
+
+
+def _rollup_deltas(slots: dict[tuple[int, int], _Slot]) -> dict[int, RollupDelta]:
+    """Net effect per experiment: only where a work unit started and ended matters."""
+    deltas: dict[int, RollupDelta] = defaultdict(RollupDelta)
+    for (xid, _wid), slot in slots.items():
+        if not slot.changed:
+            continue
+        before = WorkUnitState(slot.initial.status.state)
+        after = WorkUnitState(slot.current.status.state)
+        if before != after:
+            deltas[xid].state_changes.append((before, after))
+        old_best: Severity | None = best_severity_of(slot.initial)
+        new_best: Severity | None = best_severity_of(slot.current)
+        if old_best != new_best:
+            deltas[xid].severity_changes.append((old_best, new_best))
+    return deltas

@@ -1,0 +1,224 @@
+"""Experiment rows and the experiment rollups of SPEC §3.3, applied inside the caller's
+transaction.
+
+Counts live in two arrays on the experiment row (per state, per severity) so a batch that
+touches a thousand work units of one experiment updates that row once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from xmc.errors import NotFoundError
+from xmc.model.rollups import (
+    apply_child_state_change,
+    apply_severity_change,
+    compute_active_state,
+    should_set_complete_time,
+)
+from xmc.model.states import ActiveState, LaunchState, Severity, WorkUnitState
+from xmc.names import experiment_name
+from xmc.store.codec import optional_bytes, set_timestamp
+from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
+from xmc_api.cloud.xmanager.v1.status_pb2 import ExperimentStatus
+
+N_STATES = 13
+N_SEVERITIES = 6
+
+EXPERIMENT_COLUMNS = """xid, title, creator, priority, tags, notes, doc, create_time, update_time,
+    complete_time, launch_state, active_state, launch_id, child_state_counts,
+    message_severity_counts, last_child_status_update_time, status_update_time,
+    structured_status_message"""
+
+
+def _severity_index(severity: Severity) -> int:
+    return int(severity) // 10
+
+
+def state_counts_from_array(values: list[int]) -> dict[WorkUnitState, int]:
+    return {WorkUnitState(i): n for i, n in enumerate(values) if n}
+
+
+def state_counts_to_array(counts: Mapping[WorkUnitState, int]) -> list[int]:
+    values = [0] * N_STATES
+    for state, n in counts.items():
+        values[int(state)] = n
+    return values
+
+
+def severity_counts_from_array(values: list[int]) -> dict[Severity, int]:
+    return {Severity(i * 10): n for i, n in enumerate(values) if n}
+
+
+def severity_counts_to_array(counts: Mapping[Severity, int]) -> list[int]:
+    values = [0] * N_SEVERITIES
+    for severity, n in counts.items():
+        values[_severity_index(severity)] = n
+    return values
+
+
+def experiment_doc(experiment: Experiment) -> bytes:
+    """The parts of an Experiment that are stored as bytes (never filtered on)."""
+    doc = Experiment()
+    doc.acls.CopyFrom(experiment.acls)
+    doc.urls.extend(experiment.urls)
+    doc.resources.extend(experiment.resources)
+    if not experiment.HasField("acls"):
+        doc.ClearField("acls")
+    return doc.SerializeToString()
+
+
+def experiment_from_row(row: Mapping[str, Any]) -> Experiment:
+    experiment = Experiment(
+        name=experiment_name(row["xid"]),
+        title=row["title"],
+        creator=row["creator"],
+        priority=row["priority"],
+        tags=row["tags"],
+        notes=row["notes"],
+    )
+    if row["doc"]:
+        experiment.MergeFromString(row["doc"])
+    set_timestamp(experiment.create_time, row["create_time"])
+    set_timestamp(experiment.update_time, row["update_time"])
+    set_timestamp(experiment.complete_time, row["complete_time"])
+    status = experiment.status
+    status.active_state = row["active_state"]
+    status.launch_state = row["launch_state"]
+    status.launch_id = row["launch_id"]
+    for state, n in sorted(state_counts_from_array(row["child_state_counts"]).items()):
+        status.child_state_counts.add(state=int(state), count=n)
+    for severity, n in sorted(severity_counts_from_array(row["message_severity_counts"]).items()):
+        status.message_severity_counts.add(severity=int(severity), count=n)
+    set_timestamp(status.last_child_status_update_time, row["last_child_status_update_time"])
+    set_timestamp(status.update_time, row["status_update_time"])
+    if row["structured_status_message"] is not None:
+        status.structured_status_message.ParseFromString(row["structured_status_message"])
+    return experiment
+
+
+async def insert_experiment(
+    conn: Any, experiment: Experiment, *, creator: str, now: datetime
+) -> Experiment:
+    launch = LaunchState(experiment.status.launch_state or LaunchState.LAUNCHING)
+    active = compute_active_state(launch, {})
+    row = await conn.fetchrow(
+        f"""INSERT INTO experiments (title, creator, priority, tags, notes, doc, create_time,
+                update_time, launch_state, active_state, launch_id, status_update_time,
+                structured_status_message)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8, $9, $10, $7, $11)
+            RETURNING {EXPERIMENT_COLUMNS}""",
+        experiment.title,
+        creator,
+        int(experiment.priority),
+        list(experiment.tags),
+        experiment.notes,
+        experiment_doc(experiment),
+        now,
+        int(launch),
+        int(active),
+        experiment.status.launch_id,
+        optional_bytes(experiment.status, "structured_status_message"),
+    )
+    return experiment_from_row(row)
+
+
+async def fetch_experiment(conn: Any, xid: int, *, for_update: bool = False) -> Experiment:
+    lock = " FOR UPDATE" if for_update else ""
+    row = await conn.fetchrow(
+        f"SELECT {EXPERIMENT_COLUMNS} FROM experiments WHERE xid = $1{lock}", xid
+    )
+    if row is None:
+        raise NotFoundError(f"name: {experiment_name(xid)} does not exist")
+    return experiment_from_row(row)
+
+
+@dataclass
+class RollupDelta:
+    """What a transaction did to one experiment's work units, folded before the write."""
+
+    #: (state before, state after) per work unit whose state changed; None = new work unit.
+    state_changes: list[tuple[WorkUnitState | None, WorkUnitState]] = field(default_factory=list)
+    #: (best severity before, after) per work unit whose best message changed.
+    severity_changes: list[tuple[Severity | None, Severity | None]] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.state_changes or self.severity_changes)
+
+
+def _fold_state_counts(
+    counts: Mapping[WorkUnitState, int],
+    changes: Iterable[tuple[WorkUnitState | None, WorkUnitState]],
+) -> dict[WorkUnitState, int]:
+    result = dict(counts)
+    for old, new in changes:
+        result = apply_child_state_change(result, old, new)
+    return result
+
+
+async def apply_rollups(
+    conn: Any,
+    deltas: Mapping[int, RollupDelta],
+    *,
+    now: datetime,
+    execution_update: bool,
+) -> None:
+    """Recompute counts, ``active_state`` and ``complete_time`` of the touched experiments.
+
+    Called after the work-unit rows are locked, so the lock order is always work units
+    first, then experiments in xid order. ``complete_time`` is set only when an execution
+    update (``execution_update``) turns the experiment INACTIVE (SPEC §3.3); a restart that
+    reactivates it clears the stale value.
+    """
+    xids = sorted(xid for xid, delta in deltas.items() if delta)
+    if not xids:
+        return
+    rows = await conn.fetch(
+        """SELECT xid, launch_state, active_state, child_state_counts, message_severity_counts,
+                  complete_time, last_child_status_update_time
+           FROM experiments WHERE xid = ANY($1::bigint[]) ORDER BY xid FOR UPDATE""",
+        xids,
+    )
+    updates = []
+    for row in rows:
+        delta = deltas[row["xid"]]
+        states = _fold_state_counts(
+            state_counts_from_array(row["child_state_counts"]), delta.state_changes
+        )
+        severities = severity_counts_from_array(row["message_severity_counts"])
+        for old_severity, new_severity in delta.severity_changes:
+            severities = apply_severity_change(severities, old_severity, new_severity)
+        old_active = ActiveState(row["active_state"])
+        new_active = compute_active_state(LaunchState(row["launch_state"]), states)
+        complete_time = row["complete_time"]
+        if execution_update and should_set_complete_time(old_active, new_active):
+            complete_time = now
+        elif new_active == ActiveState.ACTIVE:
+            complete_time = None
+        child_time = now if delta.state_changes else row["last_child_status_update_time"]
+        updates.append(
+            (
+                row["xid"],
+                state_counts_to_array(states),
+                severity_counts_to_array(severities),
+                int(new_active),
+                complete_time,
+                child_time,
+            )
+        )
+    await conn.executemany(
+        """UPDATE experiments SET child_state_counts = $2, message_severity_counts = $3,
+               active_state = $4, complete_time = $5, last_child_status_update_time = $6,
+               status_update_time = $7
+           WHERE xid = $1""",
+        [(*u, now) for u in updates],
+    )
+
+
+def experiment_status_only(experiment: Experiment) -> ExperimentStatus:
+    status = ExperimentStatus()
+    status.CopyFrom(experiment.status)
+    return status

@@ -1,0 +1,108 @@
+"""``Store``: the pool-owning facade over the store modules.
+
+Each public method is one transaction. The functions it calls take a connection, so a
+caller that needs several steps in one transaction (the ESS writing a work unit and its
+Operation, say) can compose them under ``Store.transaction()``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+import asyncpg
+
+from xmc.model.merge import ExecutionUpdate, validate_batch
+from xmc.store import executions, experiments, work_units
+from xmc.store.executions import ItemResult
+from xmc.store.work_units import StatusHistoryEntry
+from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
+from xmc_api.cloud.xmanager.v1.status_message_pb2 import StatusMessage
+from xmc_api.cloud.xmanager.v1.work_unit_execution_pb2 import WorkUnitExecution
+from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
+
+Clock = Callable[[], datetime]
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Store:
+    """All of XMC's Postgres state behind one pool; ``clock`` is injected for tests."""
+
+    def __init__(self, pool: Any, *, clock: Clock = utc_now) -> None:
+        self._pool = pool
+        self._clock = clock
+
+    @classmethod
+    async def connect(
+        cls, dsn: str, *, min_size: int = 2, max_size: int = 10, clock: Clock = utc_now
+    ) -> Store:
+        pool = await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size)
+        return cls(pool, clock=clock)
+
+    async def close(self) -> None:
+        await self._pool.close()
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Any]:
+        async with self._pool.acquire() as conn, conn.transaction():
+            yield conn
+
+    # Experiments.
+
+    async def create_experiment(self, experiment: Experiment, *, creator: str) -> Experiment:
+        async with self.transaction() as conn:
+            return await experiments.insert_experiment(
+                conn, experiment, creator=creator, now=self._clock()
+            )
+
+    async def get_experiment(self, xid: int) -> Experiment:
+        async with self._pool.acquire() as conn:
+            return await experiments.fetch_experiment(conn, xid)
+
+    # Work units: full-row writes (SPEC §4) and reads.
+
+    async def insert_work_unit(
+        self, xid: int, work_unit: WorkUnit, *, wid: int | None = None, writer: str
+    ) -> WorkUnit:
+        async with self.transaction() as conn:
+            return await work_units.insert_work_unit(
+                conn, xid, work_unit, wid=wid, writer=writer, now=self._clock()
+            )
+
+    async def restart_work_unit(self, xid: int, wid: int, *, writer: str) -> WorkUnit:
+        async with self.transaction() as conn:
+            return await work_units.restart_work_unit(
+                conn, xid, wid, writer=writer, now=self._clock()
+            )
+
+    async def get_work_unit(self, xid: int, wid: int) -> WorkUnit:
+        async with self._pool.acquire() as conn:
+            return await work_units.fetch_work_unit(conn, xid, wid)
+
+    async def list_work_unit_executions(self, xid: int, wid: int) -> list[WorkUnitExecution]:
+        async with self.transaction() as conn:
+            return await work_units.fetch_work_unit_executions(conn, xid, wid)
+
+    async def list_status_history(self, xid: int, wid: int) -> list[StatusHistoryEntry]:
+        async with self._pool.acquire() as conn:
+            return await work_units.fetch_status_history(conn, xid, wid)
+
+    async def list_status_messages(self, xid: int, wid: int | None = None) -> list[StatusMessage]:
+        async with self._pool.acquire() as conn:
+            return await work_units.fetch_status_messages(conn, xid, wid)
+
+    # The masked observation path (SPEC §5).
+
+    async def update_work_unit_executions(
+        self, items: Sequence[ExecutionUpdate], *, writer: str
+    ) -> list[ItemResult]:
+        validate_batch(items)  # before taking a connection: bad input costs nothing
+        async with self.transaction() as conn:
+            return await executions.update_work_unit_executions(
+                conn, items, writer=writer, now=self._clock()
+            )

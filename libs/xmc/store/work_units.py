@@ -1,0 +1,271 @@
+"""Work-unit rows: the full-row writes of SPEC §4 (create, restart) and the readers.
+
+Both writes lock the work unit (or create it) before touching its experiment, the lock
+order every writer of this package follows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from xmc.errors import AlreadyExistsError, NotFoundError
+from xmc.model.rollups import best_severity
+from xmc.model.states import Severity, WorkUnitState
+from xmc.names import status_message_name, work_unit_name
+from xmc.store.codec import EXECUTION_COLUMNS, execution_from_row, set_timestamp
+from xmc.store.experiments import RollupDelta, apply_rollups
+from xmc_api.cloud.xmanager.v1.status_message_pb2 import StatusMessage
+from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
+from xmc_api.cloud.xmanager.v1.work_unit_execution_pb2 import WorkUnitExecution
+from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
+
+_EXEC_SELECT = ", ".join(EXECUTION_COLUMNS)
+WORK_UNIT_COLUMNS = (
+    "xid, wid, work_unit_type, priority, tags, notes, doc, create_time, update_time, eid, "
+    + _EXEC_SELECT
+)
+ACTIVE = WorkUnitExecution.WorkUnitExecutionState.ACTIVE
+INACTIVE = WorkUnitExecution.WorkUnitExecutionState.INACTIVE
+
+
+@dataclass(frozen=True)
+class StatusHistoryEntry:
+    """One row of ``work_unit_status_history``."""
+
+    eid: int
+    old_state: WorkUnitState
+    new_state: WorkUnitState
+    state_update_time: datetime
+    writer: str
+    record_time: datetime
+
+
+def work_unit_doc(work_unit: WorkUnit) -> bytes:
+    doc = WorkUnit()
+    doc.urls.extend(work_unit.urls)
+    if work_unit.HasField("executable"):
+        doc.executable.CopyFrom(work_unit.executable)
+    return doc.SerializeToString()
+
+
+def work_unit_from_row(row: Mapping[str, Any]) -> WorkUnit:
+    xid, wid = row["xid"], row["wid"]
+    work_unit = WorkUnit(
+        name=work_unit_name(xid, wid),
+        work_unit_type=row["work_unit_type"],
+        priority=row["priority"],
+        tags=row["tags"],
+        notes=row["notes"],
+    )
+    if row["doc"]:
+        work_unit.MergeFromString(row["doc"])
+    set_timestamp(work_unit.create_time, row["create_time"])
+    set_timestamp(work_unit.update_time, row["update_time"])
+    execution = execution_from_row(row, xid=xid, wid=wid, eid=row["eid"])
+    execution.state = ACTIVE
+    work_unit.current_work_unit_execution.CopyFrom(execution)
+    return work_unit
+
+
+def best_severity_of(execution: WorkUnitExecution) -> Severity | None:
+    status = execution.status
+    return best_severity(
+        status.system_message if status.HasField("system_message") else None,
+        status.user_message if status.HasField("user_message") else None,
+    )
+
+
+async def insert_history(conn: Any, rows: list[tuple[Any, ...]]) -> None:
+    """Rows of (xid, wid, eid, old, new, state_update_time, writer, record_time)."""
+    if not rows:
+        return
+    columns = list(zip(*rows, strict=True))
+    await conn.execute(
+        """INSERT INTO work_unit_status_history
+               (xid, wid, eid, old_state, new_state, state_update_time, writer, record_time)
+           SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::smallint[],
+               $5::smallint[], $6::timestamptz[], $7::text[], $8::timestamptz[])""",
+        *columns,
+    )
+
+
+async def insert_work_unit(
+    conn: Any,
+    xid: int,
+    work_unit: WorkUnit,
+    *,
+    wid: int | None,
+    writer: str,
+    now: datetime,
+) -> WorkUnit:
+    """Create the work unit with execution eid=1 in INITIALIZING (a full-row write)."""
+    if wid is None:
+        wid = await conn.fetchval(
+            "UPDATE experiments SET next_wid = next_wid + 1 WHERE xid = $1 RETURNING next_wid - 1",
+            xid,
+        )
+    else:
+        wid = await conn.fetchval(
+            """UPDATE experiments SET next_wid = greatest(next_wid, $2::bigint + 1)
+               WHERE xid = $1 RETURNING $2::bigint""",
+            xid,
+            wid,
+        )
+    if wid is None:
+        raise NotFoundError(f"parent: experiments/{xid} does not exist")
+    state = WorkUnitState.INITIALIZING
+    row = await conn.fetchrow(
+        f"""INSERT INTO work_units (xid, wid, work_unit_type, priority, tags, notes, doc,
+                create_time, update_time, eid, exec_create_time, exec_update_time, state,
+                state_update_time, status_update_time)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, 1, $8, $8, $9, $8, $8)
+            ON CONFLICT (xid, wid) DO NOTHING
+            RETURNING {WORK_UNIT_COLUMNS}""",
+        xid,
+        wid,
+        int(work_unit.work_unit_type),
+        int(work_unit.priority),
+        list(work_unit.tags),
+        work_unit.notes,
+        work_unit_doc(work_unit),
+        now,
+        int(state),
+    )
+    if row is None:
+        raise AlreadyExistsError(f"work_unit_id: {work_unit_name(xid, wid)} already exists")
+    await insert_history(
+        conn,
+        [
+            (
+                xid,
+                wid,
+                1,
+                int(WorkUnitState.WORK_UNIT_STATE_UNSPECIFIED),
+                int(state),
+                now,
+                writer,
+                now,
+            )
+        ],
+    )
+    await apply_rollups(
+        conn, {xid: RollupDelta(state_changes=[(None, state)])}, now=now, execution_update=False
+    )
+    return work_unit_from_row(row)
+
+
+async def restart_work_unit(
+    conn: Any, xid: int, wid: int, *, writer: str, now: datetime
+) -> WorkUnit:
+    """Archive execution N (``SaveWorkUnitExecution``) and make N+1 current in RESTARTING
+    (``UpdateCurrentWorkUnitExecution``). Allowed from any state (SPEC §3.1)."""
+    current = await conn.fetchrow(
+        f"SELECT {WORK_UNIT_COLUMNS} FROM work_units WHERE xid = $1 AND wid = $2 FOR UPDATE",
+        xid,
+        wid,
+    )
+    if current is None:
+        raise NotFoundError(f"name: {work_unit_name(xid, wid)} does not exist")
+    await conn.execute(
+        f"""INSERT INTO work_unit_executions (xid, wid, eid, {_EXEC_SELECT})
+            SELECT xid, wid, eid, {_EXEC_SELECT} FROM work_units WHERE xid = $1 AND wid = $2""",
+        xid,
+        wid,
+    )
+    old_state = WorkUnitState(current["state"])
+    new_state = WorkUnitState.RESTARTING
+    new_eid = current["eid"] + 1
+    row = await conn.fetchrow(
+        f"""UPDATE work_units SET eid = $3, exec_create_time = $4, exec_update_time = $4,
+                exec_complete_time = NULL, state = $5, state_update_time = $4,
+                status_update_time = $4, system_message = NULL, user_message = NULL,
+                scheduling_information = NULL, detailed_status = NULL, metadata = NULL
+            WHERE xid = $1 AND wid = $2 RETURNING {WORK_UNIT_COLUMNS}""",
+        xid,
+        wid,
+        new_eid,
+        now,
+        int(new_state),
+    )
+    await insert_history(
+        conn, [(xid, wid, new_eid, int(old_state), int(new_state), now, writer, now)]
+    )
+    old_best = best_severity_of(execution_from_row(current, xid=xid, wid=wid, eid=current["eid"]))
+    delta = RollupDelta(state_changes=[(old_state, new_state)])
+    if old_best is not None:
+        delta.severity_changes.append((old_best, None))
+    await apply_rollups(conn, {xid: delta}, now=now, execution_update=False)
+    return work_unit_from_row(row)
+
+
+async def fetch_work_unit(conn: Any, xid: int, wid: int) -> WorkUnit:
+    row = await conn.fetchrow(
+        f"SELECT {WORK_UNIT_COLUMNS} FROM work_units WHERE xid = $1 AND wid = $2", xid, wid
+    )
+    if row is None:
+        raise NotFoundError(f"name: {work_unit_name(xid, wid)} does not exist")
+    return work_unit_from_row(row)
+
+
+async def fetch_work_unit_executions(conn: Any, xid: int, wid: int) -> list[WorkUnitExecution]:
+    """Every execution, oldest first, the current one last and ACTIVE (SPEC §2.1)."""
+    current = await fetch_work_unit(conn, xid, wid)
+    rows = await conn.fetch(
+        f"""SELECT eid, {_EXEC_SELECT} FROM work_unit_executions
+            WHERE xid = $1 AND wid = $2 ORDER BY eid""",
+        xid,
+        wid,
+    )
+    executions = []
+    for row in rows:
+        execution = execution_from_row(row, xid=xid, wid=wid, eid=row["eid"])
+        execution.state = INACTIVE
+        executions.append(execution)
+    executions.append(current.current_work_unit_execution)
+    return executions
+
+
+async def fetch_status_history(conn: Any, xid: int, wid: int) -> list[StatusHistoryEntry]:
+    rows = await conn.fetch(
+        """SELECT eid, old_state, new_state, state_update_time, writer, record_time
+           FROM work_unit_status_history WHERE xid = $1 AND wid = $2 ORDER BY id""",
+        xid,
+        wid,
+    )
+    return [
+        StatusHistoryEntry(
+            eid=r["eid"],
+            old_state=WorkUnitState(r["old_state"]),
+            new_state=WorkUnitState(r["new_state"]),
+            state_update_time=r["state_update_time"],
+            writer=r["writer"],
+            record_time=r["record_time"],
+        )
+        for r in rows
+    ]
+
+
+async def fetch_status_messages(conn: Any, xid: int, wid: int | None) -> list[StatusMessage]:
+    """The message history of an experiment (all its work units) or of one work unit."""
+    if wid is None:
+        rows = await conn.fetch(
+            "SELECT id, wid, eid, content FROM status_messages WHERE xid = $1 ORDER BY id", xid
+        )
+    else:
+        rows = await conn.fetch(
+            """SELECT id, wid, eid, content FROM status_messages
+               WHERE xid = $1 AND wid = $2 ORDER BY id""",
+            xid,
+            wid,
+        )
+    return [
+        StatusMessage(
+            name=status_message_name(xid, r["wid"], r["id"]),
+            content=StructuredMessage.FromString(r["content"]),
+            execution_id=r["eid"],
+        )
+        for r in rows
+    ]

@@ -1,0 +1,1 @@
+"""The actuator service (issue 5)."""

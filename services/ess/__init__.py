@@ -1,0 +1,1 @@
+"""ESS: the Experiment State Server."""

@@ -1,0 +1,1 @@
+"""The reconciler service (issue 6)."""

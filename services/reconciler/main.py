@@ -1,0 +1,9 @@
+"""Console entry point; the real service lands with issue 6."""
+
+import sys
+
+from xmc.placeholder import not_yet
+
+
+def main() -> None:
+    sys.exit(not_yet("reconciler", 6))

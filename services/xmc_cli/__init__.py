@@ -1,0 +1,1 @@
+"""The xmc_cli service (issue 7)."""

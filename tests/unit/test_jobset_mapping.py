@@ -1,0 +1,456 @@
+"""JobSet → WorkUnitState (SPEC §8.1): a named case per rule and per ordering that matters."""
+
+import copy
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any, Self
+
+import pytest
+
+from xmc.model.jobset import (
+    JobTotals,
+    MappingRule,
+    StateDecision,
+    decide_work_unit_state,
+    job_totals,
+    observation_state_update_time,
+    to_work_unit_state,
+)
+from xmc.model.states import WorkUnitState
+
+S = WorkUnitState
+R = MappingRule
+T0 = "2026-01-02T03:04:05Z"
+OBSERVED_AT = datetime(2026, 1, 2, 12, 0, 0, tzinfo=UTC)
+
+_CONDITION_REASONS = {
+    ("Completed", "True"): ("AllJobsCompleted", "jobset completed successfully"),
+    ("Failed", "True"): ("FailedJobs", "jobset failed due to one or more job failures"),
+}
+
+
+class JobSetBuilder:
+    """Fluent builder of `jobset.x-k8s.io/v1alpha2` objects as the API server returns them."""
+
+    def __init__(self, name: str, namespace: str = "xmc-jobs") -> None:
+        self._obj: dict[str, Any] = {
+            "apiVersion": "jobset.x-k8s.io/v1alpha2",
+            "kind": "JobSet",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "uid": f"uid-{name}",
+                "labels": {"kueue.x-k8s.io/queue-name": "default"},
+                "finalizers": ["xmc.dev/execution-state"],
+            },
+            "spec": {"replicatedJobs": []},
+            "status": {"replicatedJobsStatus": [], "restarts": 0},
+        }
+
+    def replicated_job(self, name: str, *, replicas: int | None = 1) -> Self:
+        """Add a replicated job; `replicas=None` omits the field as a sparse manifest would."""
+        job: dict[str, Any] = {
+            "name": name,
+            "template": {
+                "spec": {
+                    "parallelism": 1,
+                    "completions": 1,
+                    "backoffLimit": 0,
+                    "template": {
+                        "spec": {
+                            "restartPolicy": "Never",
+                            "containers": [{"name": "main", "image": "trainer:latest"}],
+                        }
+                    },
+                }
+            },
+        }
+        if replicas is not None:
+            job["replicas"] = replicas
+        self._obj["spec"]["replicatedJobs"].append(job)
+        return self
+
+    def status_counts(
+        self,
+        name: str,
+        *,
+        ready: int = 0,
+        active: int = 0,
+        succeeded: int = 0,
+        failed: int = 0,
+        suspended: int = 0,
+    ) -> Self:
+        self._obj["status"]["replicatedJobsStatus"].append(
+            {
+                "name": name,
+                "ready": ready,
+                "active": active,
+                "succeeded": succeeded,
+                "failed": failed,
+                "suspended": suspended,
+            }
+        )
+        return self
+
+    def condition(self, type_: str, status: str, last_transition_time: str = T0) -> Self:
+        reason, message = _CONDITION_REASONS.get((type_, status), ("Test", "set by test"))
+        self._obj["status"].setdefault("conditions", []).append(
+            {
+                "type": type_,
+                "status": status,
+                "reason": reason,
+                "message": message,
+                "lastTransitionTime": last_transition_time,
+            }
+        )
+        if status == "True" and type_ in ("Completed", "Failed"):
+            self._obj["status"]["terminalState"] = type_
+        return self
+
+    def suspend(self, value: bool) -> Self:
+        self._obj["spec"]["suspend"] = value
+        return self
+
+    def deleting(self, at: str = T0) -> Self:
+        self._obj["metadata"]["deletionTimestamp"] = at
+        return self
+
+    def without_status(self) -> Self:
+        del self._obj["status"]
+        return self
+
+    def obj(self) -> dict[str, Any]:
+        return copy.deepcopy(self._obj)
+
+
+def make_jobset(name: str = "wu-1-eid-1") -> JobSetBuilder:
+    return JobSetBuilder(name)
+
+
+def two_workers() -> JobSetBuilder:
+    """A JobSet with one replicated job of two Jobs, the usual shape in these cases."""
+    return make_jobset().replicated_job("workers", replicas=2)
+
+
+MAPPING_CASES = [
+    # R1: the finalizer path.
+    pytest.param(
+        two_workers()
+        .status_counts("workers", succeeded=2)
+        .condition("Completed", "True")
+        .deleting()
+        .obj(),
+        StateDecision(S.COMPLETED, R.R1),
+        id="R1 deleting a completed jobset is COMPLETED",
+    ),
+    pytest.param(
+        two_workers()
+        .status_counts("workers", failed=1)
+        .condition("Failed", "True")
+        .deleting()
+        .obj(),
+        StateDecision(S.FAILED, R.R1),
+        id="R1 deleting a failed jobset is FAILED",
+    ),
+    pytest.param(
+        two_workers().status_counts("workers", ready=2).deleting().obj(),
+        StateDecision(S.STOPPED, R.R1),
+        id="R1 deleting a running jobset is STOPPED",
+    ),
+    pytest.param(
+        two_workers().condition("Completed", "False").condition("Failed", "False").deleting().obj(),
+        StateDecision(S.STOPPED, R.R1),
+        id="R1 conditions with status False do not count",
+    ),
+    pytest.param(
+        two_workers().condition("Failed", "True").condition("Completed", "True").deleting().obj(),
+        StateDecision(S.COMPLETED, R.R1),
+        id="R1 Completed wins over Failed when both are True",
+    ),
+    # R2 and R3: terminal conditions beat every count.
+    pytest.param(
+        two_workers().status_counts("workers", succeeded=2).condition("Completed", "True").obj(),
+        StateDecision(S.COMPLETED, R.R2),
+        id="R2 Completed=True is COMPLETED",
+    ),
+    pytest.param(
+        two_workers().condition("Failed", "True").condition("Completed", "True").obj(),
+        StateDecision(S.COMPLETED, R.R2),
+        id="R2 before R3 when Completed and Failed are both True",
+    ),
+    pytest.param(
+        two_workers()
+        .status_counts("workers", active=1, succeeded=1)
+        .suspend(True)
+        .condition("Completed", "True")
+        .obj(),
+        StateDecision(S.COMPLETED, R.R2),
+        id="R2 before R4 Completed while suspended with active jobs",
+    ),
+    pytest.param(
+        two_workers().status_counts("workers", failed=1).condition("Failed", "True").obj(),
+        StateDecision(S.FAILED, R.R3),
+        id="R3 Failed=True is FAILED",
+    ),
+    pytest.param(
+        two_workers()
+        .status_counts("workers", ready=1, active=1, failed=1)
+        .condition("Failed", "True")
+        .obj(),
+        StateDecision(S.FAILED, R.R3),
+        id="R3 before R5 Failed=True with jobs still running is FAILED",
+    ),
+    # R4: eviction while pods still terminate.
+    pytest.param(
+        two_workers().status_counts("workers", ready=2, active=2).suspend(True).obj(),
+        StateDecision(S.DESCHEDULING, R.R4),
+        id="R4 suspended with ready jobs is DESCHEDULING",
+    ),
+    pytest.param(
+        two_workers().status_counts("workers", active=1).suspend(True).obj(),
+        StateDecision(S.DESCHEDULING, R.R4),
+        id="R4 suspended with only active jobs is DESCHEDULING",
+    ),
+    pytest.param(
+        two_workers().status_counts("workers", active=1, failed=1).suspend(True).obj(),
+        StateDecision(S.DESCHEDULING, R.R4),
+        id="R4 before R5 suspended with a failed job and an active one",
+    ),
+    # R5: a job failed while others run.
+    pytest.param(
+        two_workers().status_counts("workers", ready=1, active=1, failed=1).obj(),
+        StateDecision(S.PARTIALLY_FAILED, R.R5),
+        id="R5 one job failed while another is ready",
+    ),
+    pytest.param(
+        two_workers().status_counts("workers", active=1, failed=1).suspend(False).obj(),
+        StateDecision(S.PARTIALLY_FAILED, R.R5),
+        id="R5 one job failed while another is active",
+    ),
+    # R6: everything unfinished is ready.
+    pytest.param(
+        two_workers().status_counts("workers", ready=2, active=2).suspend(False).obj(),
+        StateDecision(S.RUNNING, R.R6),
+        id="R6 all jobs ready is RUNNING",
+    ),
+    pytest.param(
+        two_workers().status_counts("workers", ready=1, active=1, succeeded=1).obj(),
+        StateDecision(S.RUNNING, R.R6),
+        id="R6 one succeeded and the rest ready is RUNNING",
+    ),
+    pytest.param(
+        make_jobset()
+        .replicated_job("leader", replicas=None)
+        .replicated_job("workers", replicas=2)
+        .status_counts("leader", ready=1, active=1)
+        .status_counts("workers", ready=2, active=2)
+        .obj(),
+        StateDecision(S.RUNNING, R.R6),
+        id="R6 missing replicas counts as 1",
+    ),
+    # R7: admitted, not all ready yet.
+    pytest.param(
+        two_workers().status_counts("workers", ready=1, active=2).suspend(False).obj(),
+        StateDecision(S.STARTING, R.R7),
+        id="R7 one of two jobs ready is STARTING",
+    ),
+    pytest.param(
+        two_workers().status_counts("workers", active=2).obj(),
+        StateDecision(S.STARTING, R.R7),
+        id="R7 jobs active but none ready is STARTING",
+    ),
+    pytest.param(
+        two_workers().status_counts("workers").suspend(False).obj(),
+        StateDecision(S.STARTING, R.R7),
+        id="R7 unsuspended with all totals zero is STARTING",
+    ),
+    pytest.param(
+        two_workers().status_counts("workers").obj(),
+        StateDecision(S.STARTING, R.R7),
+        id="R7 suspend missing means false",
+    ),
+    pytest.param(
+        two_workers().without_status().obj(),
+        StateDecision(S.STARTING, R.R7),
+        id="R7 new unsuspended jobset without status is STARTING",
+    ),
+    # R8: nothing running any more, but something finished.
+    pytest.param(
+        two_workers().status_counts("workers", failed=1).suspend(True).obj(),
+        StateDecision(S.PARTIALLY_FAILED, R.R8A),
+        id="R8a suspended with a failed job and nothing running",
+    ),
+    pytest.param(
+        two_workers().status_counts("workers", succeeded=1, failed=1).obj(),
+        StateDecision(S.PARTIALLY_FAILED, R.R8A),
+        id="R8a before R8b failed and succeeded with nothing running",
+    ),
+    pytest.param(
+        two_workers().status_counts("workers", succeeded=1, suspended=1).suspend(True).obj(),
+        StateDecision(S.RUNNING, R.R8B),
+        id="R8b preempted after a job succeeded stays RUNNING",
+    ),
+    pytest.param(
+        two_workers().status_counts("workers", succeeded=1).obj(),
+        StateDecision(S.RUNNING, R.R8B),
+        id="R8b unsuspended with one job succeeded and none running",
+    ),
+    # R9: waiting for resources.
+    pytest.param(
+        two_workers().suspend(True).obj(),
+        StateDecision(S.SCHEDULING, R.R9),
+        id="R9 created suspended and not admitted is SCHEDULING",
+    ),
+    pytest.param(
+        two_workers().status_counts("workers", suspended=2).suspend(True).obj(),
+        StateDecision(S.SCHEDULING, R.R9),
+        id="R9 evicted with pods gone and nothing finished is SCHEDULING",
+    ),
+    pytest.param(
+        two_workers().suspend(True).without_status().obj(),
+        StateDecision(S.SCHEDULING, R.R9),
+        id="R9 suspended without status is SCHEDULING",
+    ),
+]
+
+
+@pytest.mark.parametrize(("jobset", "expected"), MAPPING_CASES)
+def test_decide_work_unit_state(jobset: dict[str, Any], expected: StateDecision) -> None:
+    assert decide_work_unit_state(jobset) == expected
+
+
+@pytest.mark.parametrize(("jobset", "expected"), MAPPING_CASES)
+def test_to_work_unit_state_returns_the_decided_state(
+    jobset: dict[str, Any], expected: StateDecision
+) -> None:
+    assert to_work_unit_state(jobset) == expected.state
+
+
+def test_every_rule_has_a_case() -> None:
+    decisions = [case.values[1] for case in MAPPING_CASES]
+    covered = {d.rule for d in decisions if isinstance(d, StateDecision)}
+    assert covered == set(MappingRule)
+
+
+def test_preemption_goes_running_descheduling_scheduling() -> None:
+    running = two_workers().status_counts("workers", ready=2, active=2).obj()
+    evicted = two_workers().status_counts("workers", ready=1, active=2).suspend(True).obj()
+    drained = two_workers().status_counts("workers", suspended=2).suspend(True).obj()
+
+    path = [decide_work_unit_state(js) for js in (running, evicted, drained)]
+
+    assert path == [
+        StateDecision(S.RUNNING, R.R6),
+        StateDecision(S.DESCHEDULING, R.R4),
+        StateDecision(S.SCHEDULING, R.R9),
+    ]
+
+
+def test_rule_is_a_plain_string_label() -> None:
+    assert decide_work_unit_state(two_workers().suspend(True).obj()).rule == "R9"
+    assert str(MappingRule.R8A) == "R8a"
+
+
+def test_builder_produces_an_api_shaped_object() -> None:
+    jobset = two_workers().status_counts("workers", ready=2).condition("Completed", "True").obj()
+
+    assert jobset["apiVersion"] == "jobset.x-k8s.io/v1alpha2"
+    assert jobset["kind"] == "JobSet"
+    assert jobset["metadata"]["uid"] == "uid-wu-1-eid-1"
+    assert jobset["spec"]["replicatedJobs"][0]["replicas"] == 2
+    assert jobset["status"]["replicatedJobsStatus"][0]["ready"] == 2
+    assert jobset["status"]["conditions"][0]["reason"] == "AllJobsCompleted"
+    assert jobset["status"]["terminalState"] == "Completed"
+
+
+@pytest.mark.parametrize(
+    ("jobset", "expected"),
+    [
+        pytest.param({}, JobTotals(0, 0, 0, 0, 0), id="empty object"),
+        pytest.param(
+            {"spec": None, "status": None}, JobTotals(0, 0, 0, 0, 0), id="null spec and status"
+        ),
+        pytest.param(
+            make_jobset().replicated_job("workers", replicas=None).without_status().obj(),
+            JobTotals(replicas=1, ready=0, active=0, succeeded=0, failed=0),
+            id="missing replicas counts as 1 and missing status as 0",
+        ),
+        pytest.param(
+            make_jobset()
+            .replicated_job("leader", replicas=1)
+            .replicated_job("workers", replicas=3)
+            .status_counts("leader", ready=1, active=1)
+            .status_counts("workers", ready=1, active=2, succeeded=1, failed=0)
+            .obj(),
+            JobTotals(replicas=4, ready=2, active=3, succeeded=1, failed=0),
+            id="sums across replicated jobs",
+        ),
+        pytest.param(
+            {
+                "spec": {"replicatedJobs": [{"name": "w", "replicas": 2}]},
+                "status": {"replicatedJobsStatus": [{"name": "w", "failed": 1}]},
+            },
+            JobTotals(replicas=2, ready=0, active=0, succeeded=0, failed=1),
+            id="missing counts are 0",
+        ),
+    ],
+)
+def test_job_totals(jobset: dict[str, Any], expected: JobTotals) -> None:
+    assert job_totals(jobset) == expected
+
+
+@pytest.mark.parametrize(
+    ("jobset", "observed_at", "expected"),
+    [
+        pytest.param(
+            two_workers().without_status().obj(), OBSERVED_AT, OBSERVED_AT, id="no status"
+        ),
+        pytest.param(two_workers().obj(), OBSERVED_AT, OBSERVED_AT, id="no conditions"),
+        pytest.param(
+            two_workers()
+            .condition("StartupPolicyCompleted", "True", "2026-01-02T03:00:00Z")
+            .condition("Completed", "True", "2026-01-02T04:00:00Z")
+            .condition("Suspended", "False", "2026-01-02T02:00:00Z")
+            .obj(),
+            OBSERVED_AT,
+            datetime(2026, 1, 2, 4, 0, 0, tzinfo=UTC),
+            id="newest condition wins whatever its position",
+        ),
+        pytest.param(
+            two_workers().condition("Completed", "True", "2026-01-02T03:04:05.250Z").obj(),
+            OBSERVED_AT,
+            datetime(2026, 1, 2, 3, 4, 5, 250000, tzinfo=UTC),
+            id="fractional seconds",
+        ),
+        pytest.param(
+            two_workers().condition("Completed", "True", "2026-01-02T05:04:05+02:00").obj(),
+            OBSERVED_AT,
+            datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC),
+            id="offset converted to UTC",
+        ),
+        pytest.param(
+            two_workers().condition("Completed", "True", "").condition("Failed", "x", "bad").obj(),
+            OBSERVED_AT,
+            OBSERVED_AT,
+            id="empty and malformed times are skipped",
+        ),
+        pytest.param(
+            two_workers().without_status().obj(),
+            datetime(2026, 1, 2, 12, 0, 0),
+            OBSERVED_AT,
+            id="naive observation time is read as UTC",
+        ),
+        pytest.param(
+            two_workers().without_status().obj(),
+            datetime(2026, 1, 2, 13, 0, 0, tzinfo=timezone(timedelta(hours=1))),
+            OBSERVED_AT,
+            id="observation time converted to UTC",
+        ),
+    ],
+)
+def test_observation_state_update_time(
+    jobset: dict[str, Any], observed_at: datetime, expected: datetime
+) -> None:
+    got = observation_state_update_time(jobset, observed_at)
+
+    assert got == expected
+    assert got.tzinfo is UTC

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from xmc.errors import NotFoundError
+from xmc.errors import FailedPreconditionError, NotFoundError
 from xmc.model.rollups import (
     apply_child_state_change,
     apply_severity_change,
@@ -23,7 +23,6 @@ from xmc.model.states import ActiveState, LaunchState, Severity, WorkUnitState
 from xmc.names import experiment_name
 from xmc.store.codec import optional_bytes, set_timestamp
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
-from xmc_api.cloud.xmanager.v1.status_pb2 import ExperimentStatus
 
 N_STATES = 13
 N_SEVERITIES = 6
@@ -218,7 +217,35 @@ async def apply_rollups(
     )
 
 
-def experiment_status_only(experiment: Experiment) -> ExperimentStatus:
-    status = ExperimentStatus()
-    status.CopyFrom(experiment.status)
-    return status
+#: ``UpdateExperimentLaunchState`` may only end a launch (SPEC §2.1).
+LAUNCH_TRANSITIONS = {LaunchState.LAUNCHING: {LaunchState.COMPLETED, LaunchState.FAILED}}
+
+
+async def update_launch_state(
+    conn: Any, xid: int, launch_state: LaunchState, *, now: datetime
+) -> Experiment:
+    """Move LAUNCHING → COMPLETED | FAILED and recompute ``active_state`` in the same
+    transaction; a launch-state change alone never sets ``complete_time`` (SPEC §3.3)."""
+    row = await conn.fetchrow(
+        """SELECT launch_state, child_state_counts FROM experiments WHERE xid = $1 FOR UPDATE""",
+        xid,
+    )
+    if row is None:
+        raise NotFoundError(f"name: {experiment_name(xid)} does not exist")
+    current = LaunchState(row["launch_state"])
+    if launch_state not in LAUNCH_TRANSITIONS.get(current, set()):
+        raise FailedPreconditionError(
+            f"launch_state: cannot move {current.name} → {launch_state.name}; "
+            "only LAUNCHING → COMPLETED or FAILED is allowed"
+        )
+    active = compute_active_state(launch_state, state_counts_from_array(row["child_state_counts"]))
+    await conn.execute(
+        """UPDATE experiments SET launch_state = $2, active_state = $3, update_time = $4,
+               status_update_time = $4
+           WHERE xid = $1""",
+        xid,
+        int(launch_state),
+        int(active),
+        now,
+    )
+    return await fetch_experiment(conn, xid)

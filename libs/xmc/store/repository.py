@@ -15,6 +15,7 @@ from typing import Any
 import asyncpg
 
 from xmc.model.merge import ExecutionUpdate, validate_batch
+from xmc.model.states import LaunchState
 from xmc.store import executions, experiments, work_units
 from xmc.store.executions import ItemResult
 from xmc.store.work_units import StatusHistoryEntry
@@ -59,6 +60,12 @@ class Store:
             return await experiments.insert_experiment(
                 conn, experiment, creator=creator, now=self._clock()
             )
+
+    async def update_experiment_launch_state(
+        self, xid: int, launch_state: LaunchState
+    ) -> Experiment:
+        async with self.transaction() as conn:
+            return await experiments.update_launch_state(conn, xid, launch_state, now=self._clock())
 
     async def get_experiment(self, xid: int) -> Experiment:
         async with self._pool.acquire() as conn:

@@ -1,0 +1,102 @@
+"""Builders and probes shared by the store integration tests."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+
+from xmc.model.merge import ExecutionUpdate
+from xmc.model.states import Severity, WorkUnitState
+from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
+from xmc_api.cloud.xmanager.v1.work_unit_execution_pb2 import WorkUnitExecution
+
+T0 = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
+
+
+class FakeClock:
+    """Injected time: every call returns the current value; tests move it explicitly."""
+
+    def __init__(self, start: datetime = T0) -> None:
+        self.now = start
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> datetime:
+        self.now += timedelta(seconds=seconds)
+        return self.now
+
+
+def message(severity: Severity, text: str) -> StructuredMessage:
+    return StructuredMessage(severity=int(severity), user_facing_text=text)  # type: ignore[arg-type]
+
+
+def state_update(
+    xid: int,
+    wid: int,
+    eid: int,
+    state: WorkUnitState,
+    at: datetime | None,
+    *,
+    system: StructuredMessage | None = None,
+) -> ExecutionUpdate:
+    """An observation of ``state`` (``at=None`` builds the malformed nil-time item)."""
+    execution = WorkUnitExecution()
+    execution.status.state = int(state)  # type: ignore[assignment]
+    if at is not None:
+        execution.status.state_update_time.FromDatetime(at)
+    mask: tuple[str, ...] = ("status.state",)
+    if system is not None:
+        execution.status.system_message.CopyFrom(system)
+        mask += ("status.system_message",)
+    return ExecutionUpdate(xid, wid, eid, execution, mask)
+
+
+def message_update(
+    xid: int,
+    wid: int,
+    eid: int,
+    *,
+    system: StructuredMessage | None = None,
+    user: StructuredMessage | None = None,
+) -> ExecutionUpdate:
+    execution = WorkUnitExecution()
+    mask: tuple[str, ...] = ()
+    if system is not None:
+        execution.status.system_message.CopyFrom(system)
+        mask += ("status.system_message",)
+    if user is not None:
+        execution.status.user_message.CopyFrom(user)
+        mask += ("status.user_message",)
+    return ExecutionUpdate(xid, wid, eid, execution, mask)
+
+
+async def snapshot(dsn: str) -> dict[str, list[str]]:
+    """Every row of every table (as text) plus every sequence position: equal snapshots
+    mean the database did not change at all."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        tables = await conn.fetch(
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename"
+        )
+        result: dict[str, list[str]] = {}
+        for t in tables:
+            name = t["tablename"]
+            rows = await conn.fetch(f'SELECT x::text AS r FROM "{name}" x ORDER BY 1')
+            result[name] = [r["r"] for r in rows]
+        sequences = await conn.fetch(
+            "SELECT sequencename, last_value FROM pg_sequences WHERE schemaname = 'public'"
+        )
+        result["<sequences>"] = sorted(f"{s['sequencename']}={s['last_value']}" for s in sequences)
+        return result
+    finally:
+        await conn.close()
+
+
+async def fetch_all(dsn: str, sql: str, *args: object) -> list[asyncpg.Record]:
+    conn = await asyncpg.connect(dsn)
+    try:
+        return await conn.fetch(sql, *args)  # type: ignore[no-any-return]
+    finally:
+        await conn.close()

@@ -75,7 +75,7 @@ async def test_accepted_state_change_writes_row_history_and_rollups(
     ]
     work_unit = await store.get_work_unit(xid, 1)
     status = work_unit.current_work_unit_execution.status
-    assert status.state == S.SCHEDULING
+    assert S(status.state) == S.SCHEDULING
     assert status.state_update_time.ToDatetime().replace(tzinfo=T0.tzinfo) == sec(1)
     history = await store.list_status_history(xid, 1)
     assert [(h.old_state, h.new_state, h.writer) for h in history][-1] == (
@@ -116,9 +116,8 @@ async def test_missing_work_unit_is_reported_and_the_rest_applies(env: tuple[Sto
         writer="r",
     )
     assert [r.outcome for r in results] == [UpdateOutcome.NOT_FOUND, UpdateOutcome.APPLIED]
-    assert (await store.get_work_unit(xid, 2)).current_work_unit_execution.status.state == (
-        S.SCHEDULING
-    )
+    work_unit = await store.get_work_unit(xid, 2)
+    assert S(work_unit.current_work_unit_execution.status.state) == S.SCHEDULING
 
 
 async def test_nil_state_update_time_fails_the_whole_batch_and_writes_nothing(
@@ -161,7 +160,7 @@ async def test_bad_message_severity_is_rejected(env: tuple[Store, int], database
     before = await snapshot(database_url)
     item = message_update(xid, 1, 1, system=message(Severity.INFO, "x"))
     item.execution.status.system_message.severity = 35  # type: ignore[assignment]
-    with pytest.raises(InvalidArgumentError, match="system_message.severity: 35"):
+    with pytest.raises(InvalidArgumentError, match=r"system_message\.severity: 35"):
         await store.update_work_unit_executions([item], writer="r")
     assert await snapshot(database_url) == before
 
@@ -232,13 +231,13 @@ async def test_experiment_turns_inactive_with_complete_time(
         [state_update(xid, w, 1, S.COMPLETED, sec(2)) for w in (1, 2)], writer="r"
     )
     experiment = await store.get_experiment(xid)
-    assert experiment.status.active_state == ActiveState.ACTIVE
+    assert ActiveState(experiment.status.active_state) == ActiveState.ACTIVE
     assert not experiment.HasField("complete_time")
 
     clock.advance(30)
     await store.update_work_unit_executions([state_update(xid, 3, 1, S.FAILED, sec(3))], writer="r")
     experiment = await store.get_experiment(xid)
-    assert experiment.status.active_state == ActiveState.INACTIVE
+    assert ActiveState(experiment.status.active_state) == ActiveState.INACTIVE
     assert experiment.complete_time.ToDatetime().replace(tzinfo=T0.tzinfo) == clock.now
     assert state_counts(experiment) == {S.COMPLETED: 2, S.FAILED: 1}
     work_unit = await store.get_work_unit(xid, 3)
@@ -247,7 +246,7 @@ async def test_experiment_turns_inactive_with_complete_time(
 
     await store.restart_work_unit(xid, 3, writer="ess")
     experiment = await store.get_experiment(xid)
-    assert experiment.status.active_state == ActiveState.ACTIVE
+    assert ActiveState(experiment.status.active_state) == ActiveState.ACTIVE
     assert not experiment.HasField("complete_time"), "a reactivated experiment is not complete"
 
 

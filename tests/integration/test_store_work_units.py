@@ -42,8 +42,8 @@ async def test_create_experiment_round_trips(store: Store) -> None:
     assert fetched.creator == "ada@example.com"
     assert list(fetched.tags) == ["a", "b"]
     assert fetched.urls[0].url == "http://x"
-    assert fetched.status.launch_state == LaunchState.LAUNCHING
-    assert fetched.status.active_state == ActiveState.ACTIVE
+    assert LaunchState(fetched.status.launch_state) == LaunchState.LAUNCHING
+    assert ActiveState(fetched.status.active_state) == ActiveState.ACTIVE
     assert counts(fetched) == {}
 
 
@@ -65,7 +65,7 @@ async def test_insert_work_unit_ids_and_first_execution(store: Store, database_u
     ]
     execution = first.current_work_unit_execution
     assert execution.name == f"experiments/{xid}/workUnits/1/executions/1"
-    assert execution.status.state == S.INITIALIZING
+    assert S(execution.status.state) == S.INITIALIZING
     assert execution.state == ACTIVE
     with pytest.raises(AlreadyExistsError, match="workUnits/10 already exists"):
         await store.insert_work_unit(xid, WorkUnit(), wid=10, writer="ess")
@@ -93,7 +93,7 @@ async def test_restart_archives_and_starts_a_new_execution(
 
     current = restarted.current_work_unit_execution
     assert current.name.endswith("/executions/2")
-    assert current.status.state == S.RESTARTING
+    assert S(current.status.state) == S.RESTARTING
     assert not current.status.HasField("system_message"), "a new execution starts clean"
     assert current.create_time.ToDatetime().replace(tzinfo=clock.now.tzinfo) == clock.now
     executions = await store.list_work_unit_executions(xid, 1)
@@ -128,8 +128,8 @@ async def test_launch_state_changes_only_end_a_launch(
     store, _clock = clocked
     xid = int((await store.create_experiment(Experiment(), creator="a")).name.split("/")[1])
     done = await store.update_experiment_launch_state(xid, LaunchState.COMPLETED)
-    assert done.status.launch_state == LaunchState.COMPLETED
-    assert done.status.active_state == ActiveState.INACTIVE, "no work unit is running"
+    assert LaunchState(done.status.launch_state) == LaunchState.COMPLETED
+    assert ActiveState(done.status.active_state) == ActiveState.INACTIVE, "no work unit is running"
     assert not done.HasField("complete_time"), "a launch-state change alone sets no complete_time"
     with pytest.raises(FailedPreconditionError, match="COMPLETED → FAILED"):
         await store.update_experiment_launch_state(xid, LaunchState.FAILED)

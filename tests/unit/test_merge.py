@@ -11,7 +11,9 @@ from xmc.errors import InvalidArgumentError
 from xmc.model.guard import GuardReason
 from xmc.model.merge import (
     ExecutionUpdate,
+    MergeResult,
     MessageField,
+    StoredExecution,
     defer_to_existing_message,
     merge_metadata,
     merge_work_unit_execution,
@@ -339,17 +341,29 @@ CASES = [
 ]
 
 
+def merge(
+    stored: WorkUnitExecution,
+    new: WorkUnitExecution,
+    mask: tuple[str, ...],
+    *,
+    force: bool = False,
+) -> tuple[MergeResult, WorkUnitExecution]:
+    """Run the merge on the stored form of ``stored``; also return the result as the API
+    would show it."""
+    result = merge_work_unit_execution(
+        StoredExecution.from_proto(stored), new, mask, force_status_message_update=force, now=NOW
+    )
+    return result, result.execution.to_proto(stored.name)
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_merge_work_unit_execution(case: Case) -> None:
-    stored_before = WorkUnitExecution()
-    stored_before.CopyFrom(case.stored)
+    new_before = WorkUnitExecution()
+    new_before.CopyFrom(case.new)
 
-    result = merge_work_unit_execution(
-        case.stored, case.new, case.mask, force_status_message_update=case.force, now=NOW
-    )
+    result, out = merge(case.stored, case.new, case.mask, force=case.force)
 
-    out = result.execution
-    assert case.stored == stored_before, "the stored input must not be mutated"
+    assert case.new == new_before, "the incoming item must not be mutated"
     assert int(out.status.state) == case.want_state
     assert (result.state_change is not None) == case.want_state_change
     assert result.state_rejection == case.want_rejection
@@ -371,32 +385,63 @@ def test_merge_work_unit_execution(case: Case) -> None:
         assert out.update_time.ToDatetime(tzinfo=UTC) == NOW
         assert out.status.update_time.ToDatetime(tzinfo=UTC) == NOW
     else:
-        assert out == case.stored
+        assert result.execution == StoredExecution.from_proto(case.stored)
 
 
 def test_accepted_state_carries_its_state_update_time() -> None:
     later = T0 + timedelta(seconds=42)
-    result = merge_work_unit_execution(
-        execution(S.STARTING),
-        execution(S.RUNNING, at=later),
-        ("status.state",),
-        force_status_message_update=False,
-        now=NOW,
-    )
-    assert result.execution.status.state_update_time.ToDatetime(tzinfo=UTC) == later
+    result, out = merge(execution(S.STARTING), execution(S.RUNNING, at=later), ("status.state",))
+    assert result.execution.state_update_time == later
+    assert out.status.state_update_time.ToDatetime(tzinfo=UTC) == later
 
 
 def test_new_message_without_create_time_is_stamped_with_now() -> None:
-    result = merge_work_unit_execution(
+    result, out = merge(
         execution(S.RUNNING),
         execution(user=msg(Severity.INFO, "epoch 3", stamped=False)),
         ("status.user_message",),
-        force_status_message_update=False,
-        now=NOW,
     )
+    assert out.status.user_message.create_time.ToDatetime(tzinfo=UTC) == NOW
     ((field_name, message),) = result.new_messages
     assert field_name is MessageField.USER
     assert message.create_time.ToDatetime(tzinfo=UTC) == NOW
+
+
+def test_stored_execution_round_trips_through_the_api_form() -> None:
+    original = execution(
+        S.RUNNING,
+        system=msg(Severity.WARNING, "w"),
+        scheduling=msg(Severity.INFO, "q"),
+        metadata=WorkUnitExecutionMetadata(resource_name="xmc-1-1", node_selectors={"a": "b"}),
+    )
+    for timestamp in (original.create_time, original.update_time, original.status.update_time):
+        timestamp.FromDatetime(T0)
+    original.complete_time.FromDatetime(NOW)
+    original.status.detailed_status.SetInParent()
+    stored = StoredExecution.from_proto(original)
+    assert stored.to_proto(original.name) == original
+    assert stored.detailed_status == b"", "a present but empty message keeps its presence"
+
+
+def test_metadata_from_two_sources_coexists_through_the_merge() -> None:
+    jobset = execution(metadata=WorkUnitExecutionMetadata(resource_name="xmc-1-1"))
+    workload = execution(metadata=WorkUnitExecutionMetadata(resource_flavor="a100"))
+    first = merge_work_unit_execution(
+        StoredExecution.from_proto(execution(S.RUNNING)),
+        jobset,
+        ("metadata",),
+        force_status_message_update=False,
+        now=NOW,
+    )
+    second = merge_work_unit_execution(
+        first.execution, workload, ("metadata",), force_status_message_update=False, now=NOW
+    )
+    resent = merge_work_unit_execution(
+        second.execution, jobset, ("metadata",), force_status_message_update=False, now=NOW
+    )
+    out = resent.execution.to_proto("x")
+    assert (out.metadata.resource_name, out.metadata.resource_flavor) == ("xmc-1-1", "a100")
+    assert not resent.changed, "resending known metadata changes nothing"
 
 
 def test_metadata_merges_field_wise_so_two_sources_coexist() -> None:

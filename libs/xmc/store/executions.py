@@ -20,12 +20,17 @@ from datetime import datetime
 from typing import Any
 
 from xmc.model.guard import GuardReason
-from xmc.model.merge import ExecutionUpdate, merge_work_unit_execution, validate_batch
-from xmc.model.states import Severity, WorkUnitState
-from xmc.store.codec import EXECUTION_COLUMNS, execution_from_row, execution_to_columns, to_datetime
+from xmc.model.merge import (
+    ExecutionUpdate,
+    StoredExecution,
+    merge_work_unit_execution,
+    validate_batch,
+)
+from xmc.model.states import WorkUnitState
+from xmc.store.codec import EXECUTION_COLUMNS, stored_from_row, stored_to_columns
 from xmc.store.experiments import RollupDelta, apply_rollups
-from xmc.store.work_units import best_severity_of, insert_history
-from xmc_api.cloud.xmanager.v1.work_unit_execution_pb2 import WorkUnitExecution
+from xmc.store.work_units import insert_history
+from xmc.timestamps import to_datetime
 
 
 class UpdateOutcome(enum.StrEnum):
@@ -53,8 +58,8 @@ class _Slot:
     """One locked work unit while the batch is being merged."""
 
     eid: int
-    initial: WorkUnitExecution
-    current: WorkUnitExecution
+    initial: StoredExecution
+    current: StoredExecution
     changed: bool = False
 
 
@@ -98,8 +103,8 @@ async def _lock_work_units(
     rows = await conn.fetch(_SELECT_LOCKED, [k[0] for k in keys], [k[1] for k in keys])
     slots = {}
     for row in rows:
-        execution = execution_from_row(row, xid=row["xid"], wid=row["wid"], eid=row["eid"])
-        slots[(row["xid"], row["wid"])] = _Slot(row["eid"], execution, execution)
+        stored = stored_from_row(row)
+        slots[(row["xid"], row["wid"])] = _Slot(row["eid"], stored, stored)
     return slots
 
 
@@ -121,7 +126,7 @@ async def update_work_unit_executions(
             results.append(ItemResult(item.xid, item.wid, item.eid, UpdateOutcome.NOT_FOUND))
             continue
         if item.eid != slot.eid:
-            state = WorkUnitState(slot.current.status.state)
+            state = slot.current.state
             results.append(
                 ItemResult(item.xid, item.wid, item.eid, UpdateOutcome.STALE_EXECUTION, state=state)
             )
@@ -137,7 +142,7 @@ async def update_work_unit_executions(
         slot.changed |= merged.changed
         if merged.state_change is not None:
             old, new = merged.state_change
-            state_time = to_datetime(merged.execution.status.state_update_time)
+            state_time = merged.execution.state_update_time
             history.append(
                 (item.xid, item.wid, item.eid, int(old), int(new), state_time, writer, now)
             )
@@ -160,7 +165,7 @@ async def update_work_unit_executions(
                 item.eid,
                 UpdateOutcome.APPLIED if merged.changed else UpdateOutcome.UNCHANGED,
                 state_changed=merged.state_change is not None,
-                state=WorkUnitState(merged.execution.status.state),
+                state=merged.execution.state,
                 state_rejection=merged.state_rejection,
             )
         )
@@ -177,7 +182,7 @@ async def _write_changed(conn: Any, slots: dict[tuple[int, int], _Slot]) -> None
     changed = [(key, slot) for key, slot in slots.items() if slot.changed]
     if not changed:
         return
-    rows = [(*key, *execution_to_columns(slot.current)) for key, slot in changed]
+    rows = [(*key, *stored_to_columns(slot.current)) for key, slot in changed]
     await conn.execute(_UPDATE_CHANGED, *zip(*rows, strict=True))
 
 
@@ -187,12 +192,10 @@ def _rollup_deltas(slots: dict[tuple[int, int], _Slot]) -> dict[int, RollupDelta
     for (xid, _wid), slot in slots.items():
         if not slot.changed:
             continue
-        before = WorkUnitState(slot.initial.status.state)
-        after = WorkUnitState(slot.current.status.state)
+        before, after = slot.initial.state, slot.current.state
         if before != after:
             deltas[xid].state_changes.append((before, after))
-        old_best: Severity | None = best_severity_of(slot.initial)
-        new_best: Severity | None = best_severity_of(slot.current)
+        old_best, new_best = slot.initial.best_severity(), slot.current.best_severity()
         if old_best != new_best:
             deltas[xid].severity_changes.append((old_best, new_best))
     return deltas

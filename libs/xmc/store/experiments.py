@@ -21,7 +21,8 @@ from xmc.model.rollups import (
 )
 from xmc.model.states import ActiveState, LaunchState, Severity, WorkUnitState
 from xmc.names import experiment_name
-from xmc.store.codec import optional_bytes, set_timestamp
+from xmc.store.codec import optional_bytes
+from xmc.timestamps import set_timestamp
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
 
 N_STATES = 13

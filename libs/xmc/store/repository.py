@@ -14,7 +14,7 @@ from typing import Any
 
 import asyncpg
 
-from xmc.model.merge import ExecutionUpdate, validate_batch
+from xmc.model.merge import ExecutionUpdate
 from xmc.model.states import LaunchState
 from xmc.store import executions, experiments, work_units
 from xmc.store.executions import ItemResult
@@ -108,7 +108,6 @@ class Store:
     async def update_work_unit_executions(
         self, items: Sequence[ExecutionUpdate], *, writer: str
     ) -> list[ItemResult]:
-        validate_batch(items)  # before taking a connection: bad input costs nothing
         async with self.transaction() as conn:
             return await executions.update_work_unit_executions(
                 conn, items, writer=writer, now=self._clock()

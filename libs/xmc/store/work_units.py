@@ -12,11 +12,11 @@ from datetime import datetime
 from typing import Any
 
 from xmc.errors import AlreadyExistsError, NotFoundError
-from xmc.model.rollups import best_severity
-from xmc.model.states import Severity, WorkUnitState
+from xmc.model.states import WorkUnitState
 from xmc.names import status_message_name, work_unit_name
-from xmc.store.codec import EXECUTION_COLUMNS, execution_from_row, set_timestamp
+from xmc.store.codec import EXECUTION_COLUMNS, execution_from_row, stored_from_row
 from xmc.store.experiments import RollupDelta, apply_rollups
+from xmc.timestamps import set_timestamp
 from xmc_api.cloud.xmanager.v1.status_message_pb2 import StatusMessage
 from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
 from xmc_api.cloud.xmanager.v1.work_unit_execution_pb2 import WorkUnitExecution
@@ -26,6 +26,16 @@ _EXEC_SELECT = ", ".join(EXECUTION_COLUMNS)
 WORK_UNIT_COLUMNS = (
     "xid, wid, work_unit_type, priority, tags, notes, doc, create_time, update_time, eid, "
     + _EXEC_SELECT
+)
+HISTORY_COLUMNS = (
+    "xid",
+    "wid",
+    "eid",
+    "old_state",
+    "new_state",
+    "state_update_time",
+    "writer",
+    "record_time",
 )
 ACTIVE = WorkUnitExecution.WorkUnitExecutionState.ACTIVE
 INACTIVE = WorkUnitExecution.WorkUnitExecutionState.INACTIVE
@@ -70,25 +80,15 @@ def work_unit_from_row(row: Mapping[str, Any]) -> WorkUnit:
     return work_unit
 
 
-def best_severity_of(execution: WorkUnitExecution) -> Severity | None:
-    status = execution.status
-    return best_severity(
-        status.system_message if status.HasField("system_message") else None,
-        status.user_message if status.HasField("user_message") else None,
-    )
-
-
 async def insert_history(conn: Any, rows: list[tuple[Any, ...]]) -> None:
     """Rows of (xid, wid, eid, old, new, state_update_time, writer, record_time)."""
     if not rows:
         return
-    columns = list(zip(*rows, strict=True))
-    await conn.execute(
-        """INSERT INTO work_unit_status_history
-               (xid, wid, eid, old_state, new_state, state_update_time, writer, record_time)
-           SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::smallint[],
-               $5::smallint[], $6::timestamptz[], $7::text[], $8::timestamptz[])""",
-        *columns,
+    # Binary COPY: about twice as fast as INSERT … SELECT unnest(…) for a full batch.
+    await conn.copy_records_to_table(
+        "work_unit_status_history",
+        records=rows,
+        columns=HISTORY_COLUMNS,
     )
 
 
@@ -193,7 +193,7 @@ async def restart_work_unit(
     await insert_history(
         conn, [(xid, wid, new_eid, int(old_state), int(new_state), now, writer, now)]
     )
-    old_best = best_severity_of(execution_from_row(current, xid=xid, wid=wid, eid=current["eid"]))
+    old_best = stored_from_row(current).best_severity()
     delta = RollupDelta(state_changes=[(old_state, new_state)])
     if old_best is not None:
         delta.severity_changes.append((old_best, None))

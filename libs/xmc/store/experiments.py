@@ -166,7 +166,8 @@ async def apply_rollups(
     now: datetime,
     execution_update: bool,
 ) -> None:
-    """Recompute counts, ``active_state`` and ``complete_time`` of the touched experiments.
+    """Recompute counts, ``active_state`` and ``complete_time`` of the touched experiments
+    (``DenormalizeWorkUnitStatus`` + ``updateExperimentFromExecutions`` of the reference).
 
     Called after the work-unit rows are locked, so the lock order is always work units
     first, then experiments in xid order. ``complete_time`` is set only when an execution

@@ -6,8 +6,20 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from tests.integration.support import T0, FakeClock, fetch_all, message, message_update
-from xmc.errors import AlreadyExistsError, FailedPreconditionError, NotFoundError
+from tests.integration.support import (
+    T0,
+    FakeClock,
+    fetch_all,
+    message,
+    message_update,
+    snapshot,
+)
+from xmc.errors import (
+    AlreadyExistsError,
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotFoundError,
+)
 from xmc.model.states import ActiveState, LaunchState, Severity, WorkUnitState
 from xmc.store.repository import Store
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
@@ -115,6 +127,14 @@ async def test_restart_archives_and_starts_a_new_execution(
     again = await store.restart_work_unit(xid, 1, writer="ess")
     assert again.current_work_unit_execution.name.endswith("/executions/3")
     assert len(await store.list_work_unit_executions(xid, 1)) == 3
+
+
+async def test_a_non_positive_work_unit_id_is_refused(store: Store, database_url: str) -> None:
+    xid = int((await store.create_experiment(Experiment(), creator="a")).name.split("/")[1])
+    before = await snapshot(database_url)
+    with pytest.raises(InvalidArgumentError, match="work_unit_id: must be >= 1, got 0"):
+        await store.insert_work_unit(xid, WorkUnit(), wid=0, writer="ess")
+    assert await snapshot(database_url) == before
 
 
 async def test_restart_of_a_missing_work_unit_is_not_found(store: Store) -> None:

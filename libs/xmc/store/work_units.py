@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from xmc.errors import AlreadyExistsError, NotFoundError
+from xmc.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError
 from xmc.model.states import WorkUnitState
 from xmc.names import status_message_name, work_unit_name
 from xmc.store.codec import EXECUTION_COLUMNS, execution_from_row, stored_from_row
@@ -102,6 +102,8 @@ async def insert_work_unit(
     now: datetime,
 ) -> WorkUnit:
     """Create the work unit with execution eid=1 in INITIALIZING (a full-row write)."""
+    if wid is not None and wid < 1:
+        raise InvalidArgumentError(f"work_unit_id: must be >= 1, got {wid}")
     if wid is None:
         wid = await conn.fetchval(
             "UPDATE experiments SET next_wid = next_wid + 1 WHERE xid = $1 RETURNING next_wid - 1",

@@ -32,3 +32,17 @@ class FailedPreconditionError(XmcError):
 
 class PermissionDeniedError(XmcError):
     code = "PERMISSION_DENIED"
+
+
+class UnauthenticatedError(XmcError):
+    code = "UNAUTHENTICATED"
+
+
+class ResourceExhaustedError(XmcError):
+    code = "RESOURCE_EXHAUSTED"
+
+
+class UnavailableError(XmcError):
+    """A dependency (Redis, Postgres) cannot be reached; the caller may retry."""
+
+    code = "UNAVAILABLE"

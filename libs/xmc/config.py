@@ -6,6 +6,7 @@ whole system. Each field documents its variable and default; flags may override 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -48,6 +49,8 @@ class Settings:
     auth_disabled: bool = False
     #: XMC_STREAM_PREFIX — prefix of every Redis key, so tests and tenants never collide.
     stream_prefix: str = ""
+    #: XMC_METRICS_LISTEN — host:port of the Prometheus /metrics endpoint ('' = off).
+    metrics_listen: str = ""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -63,9 +66,16 @@ class Settings:
             task_signing_key=env.get("XMC_TASK_SIGNING_KEY", defaults.task_signing_key),
             auth_disabled=_flag(env, "XMC_AUTH_DISABLED", defaults.auth_disabled),
             stream_prefix=env.get("XMC_STREAM_PREFIX", defaults.stream_prefix),
+            metrics_listen=env.get("XMC_METRICS_LISTEN", defaults.metrics_listen),
         )
         settings.validate()
         return settings
+
+    def replace(self, **changes: str) -> Settings:
+        """A copy with some fields overridden (command-line flags), validated again."""
+        updated = dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+        updated.validate()
+        return updated
 
     def validate(self) -> None:
         if not self.database_url.startswith(("postgresql://", "postgres://")):
@@ -78,3 +88,7 @@ class Settings:
             )
         if not self.namespace:
             raise InvalidArgumentError("XMC_NAMESPACE: must not be empty")
+        if self.task_signing_key and len(self.task_signing_key.encode()) < 32:
+            raise InvalidArgumentError(
+                "XMC_TASK_SIGNING_KEY: must be at least 32 bytes (HS256 key length)"
+            )

@@ -46,3 +46,7 @@ class UnavailableError(XmcError):
     """A dependency (Redis, Postgres) cannot be reached; the caller may retry."""
 
     code = "UNAVAILABLE"
+
+
+class UnimplementedError(XmcError):
+    code = "UNIMPLEMENTED"

@@ -10,6 +10,7 @@ from xmc.model.merge import ExecutionUpdate
 from xmc.model.states import Severity, WorkUnitState
 from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
 from xmc_api.cloud.xmanager.v1.work_unit_execution_pb2 import WorkUnitExecution
+from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 
 T0 = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 
@@ -100,3 +101,14 @@ async def fetch_all(dsn: str, sql: str, *args: object) -> list[asyncpg.Record]:
         return await conn.fetch(sql, *args)  # type: ignore[no-any-return]
     finally:
         await conn.close()
+
+
+def minimal_work_unit(queue: str = "cpu-queue", image: str = "python:3.11") -> WorkUnit:
+    """The smallest WorkUnit CreateWorkUnit accepts: one job, one container, a queue."""
+    work_unit = WorkUnit()
+    executable = work_unit.executable
+    executable.scheduling_constraints.queue_name = queue
+    job = executable.jobset.jobs.add(name="main", replicas=1)
+    job.spec.docker_image = image
+    job.spec.command.extend(["python", "-c", "print('hi')"])
+    return work_unit

@@ -185,13 +185,13 @@ async def test_messages_are_mirrored_with_their_execution(
         writer="r",
     )
 
-    history = await store.list_status_messages(xid, 1)
+    history, _ = await store.list_status_messages(xid, 1)
     assert [(m.execution_id, m.content.user_facing_text) for m in history] == [
         (1, "slow pull"),
         (2, "epoch 1"),
     ]
     assert history[0].name.startswith(f"experiments/{xid}/workUnits/1/statusMessages/")
-    assert [m.content.user_facing_text for m in await store.list_status_messages(xid)] == [
+    assert [m.content.user_facing_text for m in (await store.list_status_messages(xid))[0]] == [
         "slow pull",
         "epoch 1",
     ]

@@ -77,3 +77,12 @@ class ActiveState(enum.IntEnum):
     ACTIVE_STATE_UNSPECIFIED = 0
     ACTIVE = 1
     INACTIVE = 2
+
+
+class Priority(enum.IntEnum):
+    """``cloud.xmanager.v1.Priority`` of experiments and work units."""
+
+    PRIORITY_UNSPECIFIED = 0
+    LOW = 1
+    NORMAL = 2
+    HIGH = 3

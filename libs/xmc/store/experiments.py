@@ -13,15 +13,18 @@ from datetime import datetime
 from typing import Any
 
 from xmc.errors import FailedPreconditionError, NotFoundError
+from xmc.masks import apply_update_mask
 from xmc.model.rollups import (
     apply_child_state_change,
     apply_severity_change,
     compute_active_state,
     should_set_complete_time,
 )
-from xmc.model.states import ActiveState, LaunchState, Severity, WorkUnitState
+from xmc.model.states import ActiveState, LaunchState, Priority, Severity, WorkUnitState
 from xmc.names import experiment_name
+from xmc.query import FieldKind, FieldSpec, OrderKey
 from xmc.store.codec import optional_bytes
+from xmc.store.listing import ListRequest, ListResource, fetch_page
 from xmc.timestamps import set_timestamp
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
 
@@ -251,3 +254,55 @@ async def update_launch_state(
         now,
     )
     return await fetch_experiment(conn, xid)
+
+
+EXPERIMENT_LISTING = ListResource(
+    source="experiments e",
+    columns=", ".join(f"e.{c.strip()}" for c in EXPERIMENT_COLUMNS.split(",")),
+    fields={
+        "title": FieldSpec("e.title", FieldKind.STRING),
+        "creator": FieldSpec("e.creator", FieldKind.STRING),
+        "notes": FieldSpec("e.notes", FieldKind.STRING, sortable=False),
+        "tags": FieldSpec("e.tags", FieldKind.STRING_LIST, sortable=False),
+        "priority": FieldSpec("e.priority", FieldKind.ENUM, enum=Priority),
+        "create_time": FieldSpec("e.create_time", FieldKind.TIMESTAMP),
+        "update_time": FieldSpec("e.update_time", FieldKind.TIMESTAMP),
+        "active_state": FieldSpec("e.active_state", FieldKind.ENUM, enum=ActiveState),
+        "status.active_state": FieldSpec("e.active_state", FieldKind.ENUM, enum=ActiveState),
+        "launch_state": FieldSpec("e.launch_state", FieldKind.ENUM, enum=LaunchState),
+        "status.launch_state": FieldSpec("e.launch_state", FieldKind.ENUM, enum=LaunchState),
+    },
+    default_order=(OrderKey("create_time", descending=True),),
+    tiebreak=("e.xid",),
+)
+
+#: What ``UpdateExperiment`` may change (everything else is owned by the server).
+EXPERIMENT_UPDATABLE = frozenset(
+    {"title", "tags", "notes", "urls", "acls", "priority", "resources"}
+)
+
+
+async def list_experiments(conn: Any, request: ListRequest) -> tuple[list[Experiment], str]:
+    rows, token = await fetch_page(conn, EXPERIMENT_LISTING, request)
+    return [experiment_from_row(r) for r in rows], token
+
+
+async def update_experiment(
+    conn: Any, xid: int, source: Experiment, paths: tuple[str, ...], *, now: datetime
+) -> Experiment:
+    """Apply a validated update mask to the stored experiment."""
+    experiment = await fetch_experiment(conn, xid, for_update=True)
+    apply_update_mask(experiment, source, paths)
+    row = await conn.fetchrow(
+        f"""UPDATE experiments SET title = $2, tags = $3, notes = $4, priority = $5, doc = $6,
+                update_time = $7
+            WHERE xid = $1 RETURNING {EXPERIMENT_COLUMNS}""",
+        xid,
+        experiment.title,
+        list(experiment.tags),
+        experiment.notes,
+        int(experiment.priority),
+        experiment_doc(experiment),
+        now,
+    )
+    return experiment_from_row(row)

@@ -18,6 +18,7 @@ from xmc.model.merge import ExecutionUpdate
 from xmc.model.states import LaunchState
 from xmc.store import executions, experiments, work_units
 from xmc.store.executions import ItemResult
+from xmc.store.listing import ListRequest
 from xmc.store.work_units import StatusHistoryEntry
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
 from xmc_api.cloud.xmanager.v1.status_message_pb2 import StatusMessage
@@ -99,9 +100,11 @@ class Store:
         async with self._pool.acquire() as conn:
             return await work_units.fetch_status_history(conn, xid, wid)
 
-    async def list_status_messages(self, xid: int, wid: int | None = None) -> list[StatusMessage]:
+    async def list_status_messages(
+        self, xid: int, wid: int | None = None, request: ListRequest | None = None
+    ) -> tuple[list[StatusMessage], str]:
         async with self._pool.acquire() as conn:
-            return await work_units.fetch_status_messages(conn, xid, wid)
+            return await work_units.list_status_messages(conn, xid, wid, request or ListRequest())
 
     # The masked observation path (SPEC §5).
 

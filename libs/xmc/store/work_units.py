@@ -12,10 +12,13 @@ from datetime import datetime
 from typing import Any
 
 from xmc.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError
-from xmc.model.states import WorkUnitState
+from xmc.masks import apply_update_mask
+from xmc.model.states import Priority, Severity, WorkUnitState
 from xmc.names import status_message_name, work_unit_name
+from xmc.query import FieldKind, FieldSpec, OrderKey, compile_filter
 from xmc.store.codec import EXECUTION_COLUMNS, execution_from_row, stored_from_row
 from xmc.store.experiments import RollupDelta, apply_rollups
+from xmc.store.listing import ListRequest, ListResource, fetch_page
 from xmc.timestamps import set_timestamp
 from xmc_api.cloud.xmanager.v1.status_message_pb2 import StatusMessage
 from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
@@ -250,24 +253,115 @@ async def fetch_status_history(conn: Any, xid: int, wid: int) -> list[StatusHist
     ]
 
 
-async def fetch_status_messages(conn: Any, xid: int, wid: int | None) -> list[StatusMessage]:
-    """The message history of an experiment (all its work units) or of one work unit."""
+def _work_unit_listing(alias: str) -> ListResource:
+    a = alias
+    state = FieldSpec(f"{a}.state", FieldKind.ENUM, enum=WorkUnitState)
+    return ListResource(
+        source=f"work_units {a}",
+        columns=", ".join(f"{a}.{c.strip()}" for c in WORK_UNIT_COLUMNS.split(",")),
+        fields={
+            "wid": FieldSpec(f"{a}.wid", FieldKind.INT),
+            "state": state,
+            "status.state": state,
+            "current_work_unit_execution.status.state": state,
+            "execution_id": FieldSpec(f"{a}.eid", FieldKind.INT),
+            "tags": FieldSpec(f"{a}.tags", FieldKind.STRING_LIST, sortable=False),
+            "notes": FieldSpec(f"{a}.notes", FieldKind.STRING, sortable=False),
+            "priority": FieldSpec(f"{a}.priority", FieldKind.ENUM, enum=Priority),
+            "work_unit_type": FieldSpec(f"{a}.work_unit_type", FieldKind.INT),
+            "create_time": FieldSpec(f"{a}.create_time", FieldKind.TIMESTAMP),
+            "update_time": FieldSpec(f"{a}.update_time", FieldKind.TIMESTAMP),
+            "state_update_time": FieldSpec(f"{a}.state_update_time", FieldKind.TIMESTAMP),
+        },
+        default_order=(OrderKey("wid"),),
+        tiebreak=(f"{a}.xid", f"{a}.wid"),
+    )
+
+
+WORK_UNIT_LISTING = _work_unit_listing("w")
+
+#: What ``UpdateWorkUnit`` may change (SPEC §2.1).
+WORK_UNIT_UPDATABLE = frozenset({"priority", "urls", "tags", "notes"})
+
+
+async def list_work_units(conn: Any, xid: int, request: ListRequest) -> tuple[list[WorkUnit], str]:
+    rows, token = await fetch_page(
+        conn, WORK_UNIT_LISTING, request, where="w.xid = $1", params=[xid], scope=str(xid)
+    )
+    return [work_unit_from_row(r) for r in rows], token
+
+
+async def select_work_unit_ids(conn: Any, xid: int, filter_text: str) -> list[int]:
+    """Every work unit of the experiment matching ``filter_text`` (batch stop/restart)."""
+    where, params = compile_filter(filter_text, WORK_UNIT_LISTING.fields, first_param=2)
+    rows = await conn.fetch(
+        f"SELECT w.wid FROM work_units w WHERE w.xid = $1 AND ({where}) ORDER BY w.wid",
+        xid,
+        *params,
+    )
+    return [r["wid"] for r in rows]
+
+
+async def update_work_unit(
+    conn: Any, xid: int, wid: int, source: WorkUnit, paths: tuple[str, ...], *, now: datetime
+) -> WorkUnit:
+    """Apply a validated update mask (user fields only; the execution is untouched)."""
+    row = await conn.fetchrow(
+        f"SELECT {WORK_UNIT_COLUMNS} FROM work_units WHERE xid = $1 AND wid = $2 FOR UPDATE",
+        xid,
+        wid,
+    )
+    if row is None:
+        raise NotFoundError(f"name: {work_unit_name(xid, wid)} does not exist")
+    work_unit = work_unit_from_row(row)
+    apply_update_mask(work_unit, source, paths)
+    row = await conn.fetchrow(
+        f"""UPDATE work_units SET priority = $3, tags = $4, notes = $5, doc = $6, update_time = $7
+            WHERE xid = $1 AND wid = $2 RETURNING {WORK_UNIT_COLUMNS}""",
+        xid,
+        wid,
+        int(work_unit.priority),
+        list(work_unit.tags),
+        work_unit.notes,
+        work_unit_doc(work_unit),
+        now,
+    )
+    return work_unit_from_row(row)
+
+
+STATUS_MESSAGE_LISTING = ListResource(
+    source="status_messages m",
+    columns="m.id, m.xid, m.wid, m.eid, m.content",
+    fields={
+        "severity": FieldSpec("m.severity", FieldKind.ENUM, enum=Severity),
+        "content.severity": FieldSpec("m.severity", FieldKind.ENUM, enum=Severity),
+        "execution_id": FieldSpec("m.eid", FieldKind.INT),
+        "create_time": FieldSpec("m.create_time", FieldKind.TIMESTAMP),
+        "content.create_time": FieldSpec("m.create_time", FieldKind.TIMESTAMP),
+        "wid": FieldSpec("m.wid", FieldKind.INT),
+    },
+    default_order=(),
+    tiebreak=("m.id",),
+)
+
+
+def _status_message_from_row(row: Mapping[str, Any]) -> StatusMessage:
+    return StatusMessage(
+        name=status_message_name(row["xid"], row["wid"], row["id"]),
+        content=StructuredMessage.FromString(row["content"]),
+        execution_id=row["eid"],
+    )
+
+
+async def list_status_messages(
+    conn: Any, xid: int, wid: int | None, request: ListRequest
+) -> tuple[list[StatusMessage], str]:
+    """One page of an experiment's (all work units) or one work unit's message history."""
     if wid is None:
-        rows = await conn.fetch(
-            "SELECT id, wid, eid, content FROM status_messages WHERE xid = $1 ORDER BY id", xid
-        )
+        where, params = "m.xid = $1", [xid]
     else:
-        rows = await conn.fetch(
-            """SELECT id, wid, eid, content FROM status_messages
-               WHERE xid = $1 AND wid = $2 ORDER BY id""",
-            xid,
-            wid,
-        )
-    return [
-        StatusMessage(
-            name=status_message_name(xid, r["wid"], r["id"]),
-            content=StructuredMessage.FromString(r["content"]),
-            execution_id=r["eid"],
-        )
-        for r in rows
-    ]
+        where, params = "m.xid = $1 AND m.wid = $2", [xid, wid]
+    rows, token = await fetch_page(
+        conn, STATUS_MESSAGE_LISTING, request, where=where, params=params, scope=str(params)
+    )
+    return [_status_message_from_row(r) for r in rows], token

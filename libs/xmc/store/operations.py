@@ -1,0 +1,190 @@
+"""Operations (SPEC §2.2): one row per long-running request, read back as
+``google.longrunning.Operation`` with ``cloud.xmanager.v1.OperationMetadata``.
+
+A batch operation covers many tasks; ``pending_tasks`` counts those not finished yet and
+the last ``finish_operation_task`` closes the operation, so a batch is done only when every
+work unit it touched is.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from google.longrunning.operations_proto_pb2 import Operation
+from google.protobuf.any_pb2 import Any as AnyProto
+from google.protobuf.message import Message
+from google.rpc.status_pb2 import Status
+
+from xmc.errors import NotFoundError
+from xmc.names import experiment_name, work_unit_name
+from xmc.query import FieldKind, FieldSpec, OrderKey
+from xmc.store.listing import ListRequest, ListResource, fetch_page
+from xmc.timestamps import set_timestamp
+from xmc_api.cloud.xmanager.v1.operations_pb2 import OperationMetadata
+
+#: How long operations are kept (SPEC §2.2).
+OPERATION_RETENTION = timedelta(days=90)
+
+_COLUMNS = """name, xid, wid, action_type, target, original_requester, done, pending_tasks,
+    response, error_code, error_message, create_time, end_time"""
+
+
+class ActionType(enum.IntEnum):
+    """``OperationMetadata.ActionType``, with the contract's numbers."""
+
+    ACTION_TYPE_UNSPECIFIED = 0
+    CREATE = 1
+    STOP = 2
+    RESTART = 3
+
+
+@dataclass(frozen=True)
+class NewOperation:
+    xid: int
+    wid: int | None
+    action_type: ActionType
+    original_requester: str
+    pending_tasks: int = 1
+
+    @property
+    def target(self) -> str:
+        if self.wid is None:
+            return experiment_name(self.xid)
+        return work_unit_name(self.xid, self.wid)
+
+    def new_name(self) -> str:
+        return f"{self.target}/operations/{uuid.uuid4().hex}"
+
+
+def pack(message: Message) -> bytes:
+    any_message = AnyProto()
+    any_message.Pack(message)
+    return any_message.SerializeToString()
+
+
+def operation_from_row(row: Mapping[str, Any]) -> Operation:
+    metadata = OperationMetadata(
+        target=row["target"],
+        action_type=row["action_type"],
+        original_requester=row["original_requester"],
+    )
+    set_timestamp(metadata.create_time, row["create_time"])
+    set_timestamp(metadata.end_time, row["end_time"])
+    operation = Operation(name=row["name"], done=row["done"])
+    operation.metadata.Pack(metadata)
+    if row["error_code"] is not None:
+        operation.error.CopyFrom(Status(code=row["error_code"], message=row["error_message"] or ""))
+    elif row["response"] is not None:
+        operation.response.ParseFromString(row["response"])
+    return operation
+
+
+async def insert_operation(
+    conn: Any, new: NewOperation, *, now: datetime, done: bool = False
+) -> Operation:
+    row = await conn.fetchrow(
+        f"""INSERT INTO operations (name, xid, wid, action_type, target, original_requester,
+                done, pending_tasks, create_time, end_time)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::timestamptz,
+                    CASE WHEN $7 THEN $9::timestamptz END)
+            RETURNING {_COLUMNS}""",
+        new.new_name(),
+        new.xid,
+        new.wid,
+        int(new.action_type),
+        new.target,
+        new.original_requester,
+        done,
+        0 if done else new.pending_tasks,
+        now,
+    )
+    return operation_from_row(row)
+
+
+async def fetch_operation(conn: Any, name: str) -> Operation:
+    row = await conn.fetchrow(f"SELECT {_COLUMNS} FROM operations WHERE name = $1", name)
+    if row is None:
+        raise NotFoundError(f"name: operation {name!r} does not exist")
+    return operation_from_row(row)
+
+
+async def fetch_create_operation(conn: Any, xid: int, wid: int) -> Operation | None:
+    """The operation of a work unit's creation: what a repeated CreateWorkUnit returns."""
+    row = await conn.fetchrow(
+        f"SELECT {_COLUMNS} FROM operations WHERE xid = $1 AND wid = $2 AND action_type = $3",
+        xid,
+        wid,
+        int(ActionType.CREATE),
+    )
+    return None if row is None else operation_from_row(row)
+
+
+async def finish_operation_task(
+    conn: Any,
+    name: str,
+    *,
+    now: datetime,
+    response: Message | None = None,
+    error: tuple[int, str] | None = None,
+) -> Operation:
+    """``updateOperation``: one task of the operation finished. The first error sticks;
+    the operation is done when no task is pending (or on an error)."""
+    row = await conn.fetchrow(
+        f"""UPDATE operations SET
+                pending_tasks = greatest(pending_tasks - 1, 0),
+                error_code = coalesce(error_code, $3),
+                error_message = CASE WHEN error_code IS NULL THEN $4 ELSE error_message END,
+                response = coalesce($2, response),
+                done = done OR $3::integer IS NOT NULL OR pending_tasks <= 1,
+                end_time = CASE
+                    WHEN done THEN end_time
+                    WHEN $3::integer IS NOT NULL OR pending_tasks <= 1 THEN $5
+                END
+            WHERE name = $1
+            RETURNING {_COLUMNS}""",
+        name,
+        None if response is None else pack(response),
+        None if error is None else error[0],
+        None if error is None else error[1],
+        now,
+    )
+    if row is None:
+        raise NotFoundError(f"name: operation {name!r} does not exist")
+    return operation_from_row(row)
+
+
+async def delete_expired_operations(conn: Any, *, now: datetime) -> int:
+    """TTL: drop operations created more than ``OPERATION_RETENTION`` ago."""
+    status: str = await conn.execute(
+        "DELETE FROM operations WHERE create_time < $1", now - OPERATION_RETENTION
+    )
+    return int(status.split()[-1])
+
+
+OPERATION_LISTING = ListResource(
+    source="operations o",
+    columns=", ".join(f"o.{c.strip()}" for c in _COLUMNS.split(",")),
+    fields={
+        "done": FieldSpec("o.done", FieldKind.BOOL),
+        "action_type": FieldSpec("o.action_type", FieldKind.ENUM, enum=ActionType),
+        "metadata.action_type": FieldSpec("o.action_type", FieldKind.ENUM, enum=ActionType),
+        "target": FieldSpec("o.target", FieldKind.STRING),
+        "metadata.target": FieldSpec("o.target", FieldKind.STRING),
+        "create_time": FieldSpec("o.create_time", FieldKind.TIMESTAMP),
+        "metadata.create_time": FieldSpec("o.create_time", FieldKind.TIMESTAMP),
+    },
+    default_order=(OrderKey("create_time"),),
+    tiebreak=(FieldSpec("o.name", FieldKind.STRING),),
+)
+
+
+async def list_operations(conn: Any, xid: int, request: ListRequest) -> tuple[list[Operation], str]:
+    rows, token = await fetch_page(
+        conn, OPERATION_LISTING, request, where="o.xid = $1", params=[xid], scope=str(xid)
+    )
+    return [operation_from_row(r) for r in rows], token

@@ -1,0 +1,310 @@
+"""Signed tasks on the ``xmc-tasks-stream`` (SPEC §6).
+
+Anyone who can ``XADD`` to Redis could otherwise make the Actuator create or delete
+JobSets, so every entry carries a JWT (HS256, key ``XMC_TASK_SIGNING_KEY``) next to the
+serialized ``Task``. The token does not embed the task: it signs the SHA-256 ``digest`` of
+the exact bytes in the entry, so verification never re-serializes (protobuf serialization
+is not canonical across versions) and a flipped bit anywhere in the task is caught.
+
+Entry layout (a Redis stream field map)::
+
+    {"task": <Task bytes>, "token": <JWT>}
+
+Other fields are ignored, so the stream can grow metadata without breaking verification.
+
+Verification is ordered from "who made this" to "is it still current": signature,
+issuer, audience, digest, then time. A task that fails is reported as :class:`TaskRejected`
+with a low-cardinality :class:`TaskRejectReason` (a metric label and the DLQ reason) and,
+when the bytes parse, the task itself, so the Actuator can still close its Operation.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
+
+import jwt
+from google.protobuf.message import DecodeError
+
+from xmc_api.internal.v1.tasks_pb2 import Task
+
+TASK_FIELD: Final = "task"
+TOKEN_FIELD: Final = "token"
+
+DEFAULT_ISSUER: Final = "xmc-ess"
+DEFAULT_AUDIENCE: Final = "xmc-actuator"
+DEFAULT_TTL: Final = timedelta(hours=24)
+DEFAULT_LEEWAY: Final = timedelta(seconds=30)
+
+#: A stream entry as redis-py returns it: bytes keys and values by default, str with
+#: ``decode_responses=True``. A union because ``Mapping`` is invariant in its key type.
+StreamFields = (
+    Mapping[bytes, bytes | str] | Mapping[str, bytes | str] | Mapping[bytes | str, bytes | str]
+)
+
+_ALGORITHM: Final = "HS256"
+_REQUIRED_CLAIMS: Final = ("iss", "aud", "iat", "exp", "digest")
+
+
+class TaskRejectReason(enum.StrEnum):
+    """Why a stream entry was refused; low-cardinality, fit for a metric label and the DLQ."""
+
+    MISSING_FIELD = "missing_field"
+    UNDECODABLE = "undecodable"
+    BAD_SIGNATURE = "bad_signature"
+    EXPIRED = "expired"
+    WRONG_ISSUER = "wrong_issuer"
+    WRONG_AUDIENCE = "wrong_audience"
+    DIGEST_MISMATCH = "digest_mismatch"
+    NOT_YET_VALID = "not_yet_valid"
+
+
+class TaskRejected(Exception):
+    """A stream entry that must not be executed; always permanent (DLQ, never retry).
+
+    ``task`` is the parsed task when its bytes parse, even though it is not trusted: the
+    Actuator needs its ``operation`` to close the Operation with an error.
+    """
+
+    def __init__(self, reason: TaskRejectReason, detail: str, task: Task | None = None) -> None:
+        super().__init__(f"{reason.value}: {detail}")
+        self.reason = reason
+        self.detail = detail
+        self.task = task
+
+
+def sign_task(
+    task: Task,
+    *,
+    key: str,
+    now: datetime,
+    ttl: timedelta = DEFAULT_TTL,
+    issuer: str = DEFAULT_ISSUER,
+    audience: str = DEFAULT_AUDIENCE,
+) -> dict[str, bytes | str]:
+    """Serialize ``task`` and sign it; the result is the field map to ``XADD``."""
+    task_bytes = task.SerializeToString(deterministic=True)
+    token = _issue(
+        task.task_id, task_bytes, key=key, now=now, ttl=ttl, issuer=issuer, audience=audience
+    )
+    return {TASK_FIELD: task_bytes, TOKEN_FIELD: token}
+
+
+def verify_task(
+    fields: StreamFields,
+    *,
+    key: str,
+    now: datetime,
+    issuer: str = DEFAULT_ISSUER,
+    audience: str = DEFAULT_AUDIENCE,
+    leeway: timedelta = DEFAULT_LEEWAY,
+) -> Task:
+    """Return the task of a stream entry, or raise :class:`TaskRejected`.
+
+    ``fields`` is the entry as redis-py returns it (bytes keys and values unless
+    ``decode_responses=True``). Expiry is judged against ``now``, not the host clock.
+    """
+    verified = _authenticate(fields, key=key, issuer=issuer, audience=audience)
+    _check_time(verified, now=now, leeway=leeway)
+    return verified.parsed()
+
+
+def resign_task(
+    fields: StreamFields,
+    *,
+    key: str,
+    now: datetime,
+    ttl: timedelta = DEFAULT_TTL,
+    issuer: str = DEFAULT_ISSUER,
+    audience: str = DEFAULT_AUDIENCE,
+) -> dict[str, bytes | str]:
+    """Give a parked task a fresh token, for the scheduling-resume worker (SPEC §9).
+
+    A task parked while scheduling is paused waits in Postgres for as long as the pause
+    lasts, so its token is routinely past ``exp``; expiry is therefore not checked. The
+    signature and digest still are: they prove ESS produced these exact bytes, so
+    re-signing cannot launder a forged or tampered entry. Expiry exists to bound replay of
+    stale entries on the stream; the resume worker re-decides freshness itself
+    (``ShouldSkipTask``) before it calls this. The task bytes are reused verbatim.
+    """
+    verified = _authenticate(fields, key=key, issuer=issuer, audience=audience)
+    task = verified.parsed()
+    token = _issue(
+        task.task_id,
+        verified.task_bytes,
+        key=key,
+        now=now,
+        ttl=ttl,
+        issuer=issuer,
+        audience=audience,
+    )
+    return {TASK_FIELD: verified.task_bytes, TOKEN_FIELD: token}
+
+
+def task_digest(task_bytes: bytes) -> str:
+    """Hex SHA-256 of the serialized task: what the token vouches for."""
+    return hashlib.sha256(task_bytes).hexdigest()
+
+
+# --- internals -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Verified:
+    """An entry whose signature, issuer, audience and digest checked out (time not yet)."""
+
+    task_bytes: bytes
+    task: Task | None
+    claims: Mapping[str, Any]
+
+    def reject(self, reason: TaskRejectReason, detail: str) -> TaskRejected:
+        return TaskRejected(reason, detail, self.task)
+
+    def parsed(self) -> Task:
+        if self.task is None:
+            raise self.reject(TaskRejectReason.UNDECODABLE, "task bytes are not a Task message")
+        return self.task
+
+
+def _issue(
+    task_id: str,
+    task_bytes: bytes,
+    *,
+    key: str,
+    now: datetime,
+    ttl: timedelta,
+    issuer: str,
+    audience: str,
+) -> str:
+    _require_key(key)
+    issued_at = int(_aware(now).timestamp())
+    claims = {
+        "iss": issuer,
+        "aud": audience,
+        "iat": issued_at,
+        "exp": issued_at + int(ttl.total_seconds()),
+        "sub": task_id,
+        "jti": task_id,
+        "digest": task_digest(task_bytes),
+    }
+    return jwt.encode(claims, key, algorithm=_ALGORITHM)
+
+
+def _authenticate(fields: StreamFields, *, key: str, issuer: str, audience: str) -> _Verified:
+    """Check everything but time; attach the (untrusted) task to any rejection."""
+    _require_key(key)
+    task_bytes, token = _read_fields(fields)
+    task = _parse(task_bytes)
+    try:
+        claims: dict[str, Any] = jwt.decode(
+            token,
+            key,
+            algorithms=[_ALGORITHM],
+            issuer=issuer,
+            audience=audience,
+            # Time is checked against the injected ``now`` in _check_time, never the host clock.
+            options={
+                "verify_exp": False,
+                "verify_iat": False,
+                "verify_nbf": False,
+                "require": list(_REQUIRED_CLAIMS),
+            },
+        )
+    except jwt.PyJWTError as exc:
+        reason, detail = _classify_jwt_error(exc)
+        raise TaskRejected(reason, detail, task) from exc
+    verified = _Verified(task_bytes=task_bytes, task=task, claims=claims)
+    if claims["digest"] != task_digest(task_bytes):
+        raise verified.reject(TaskRejectReason.DIGEST_MISMATCH, "task bytes do not match the token")
+    return verified
+
+
+def _check_time(verified: _Verified, *, now: datetime, leeway: timedelta) -> None:
+    claims = verified.claims
+    times = {name: claims[name] for name in ("exp", "iat", "nbf") if name in claims}
+    if not all(_is_number(value) for value in times.values()):
+        raise verified.reject(TaskRejectReason.UNDECODABLE, "exp, iat and nbf must be numbers")
+    now_s = _aware(now).timestamp()
+    slack = leeway.total_seconds()
+    # RFC 7519 §4.1.4: exp is the first instant at which the token is no longer accepted.
+    if now_s >= times["exp"] + slack:
+        raise verified.reject(TaskRejectReason.EXPIRED, f"token expired at {times['exp']}")
+    for name in ("iat", "nbf"):
+        if name in times and times[name] > now_s + slack:
+            raise verified.reject(TaskRejectReason.NOT_YET_VALID, f"{name} is in the future")
+
+
+def _read_fields(fields: StreamFields) -> tuple[bytes, str]:
+    by_name: dict[str, bytes | str] = {}
+    for name, value in fields.items():
+        try:
+            by_name[name.decode() if isinstance(name, bytes) else name] = value
+        except UnicodeDecodeError:
+            continue  # not one of ours
+    raw_task, raw_token = by_name.get(TASK_FIELD), by_name.get(TOKEN_FIELD)
+    if raw_task is None:
+        raise TaskRejected(TaskRejectReason.MISSING_FIELD, f"entry lacks {TASK_FIELD!r}")
+    task_bytes = raw_task.encode() if isinstance(raw_task, str) else raw_task
+    if raw_token is None:
+        # An unsigned entry: still hand back the task so its Operation can be closed.
+        raise TaskRejected(
+            TaskRejectReason.MISSING_FIELD, f"entry lacks {TOKEN_FIELD!r}", _parse(task_bytes)
+        )
+    try:
+        token = raw_token.decode("ascii") if isinstance(raw_token, bytes) else raw_token
+    except UnicodeDecodeError:
+        raise TaskRejected(
+            TaskRejectReason.UNDECODABLE, "token is not ASCII", _parse(task_bytes)
+        ) from None
+    return task_bytes, token
+
+
+def _parse(task_bytes: bytes) -> Task | None:
+    try:
+        return Task.FromString(task_bytes)
+    except DecodeError:
+        return None
+
+
+# Order matters: InvalidSignatureError is a DecodeError, and every class is an InvalidTokenError.
+_JWT_ERRORS: Final[tuple[tuple[type[jwt.PyJWTError], TaskRejectReason, str], ...]] = (
+    (jwt.InvalidSignatureError, TaskRejectReason.BAD_SIGNATURE, "signature does not verify"),
+    (jwt.InvalidAlgorithmError, TaskRejectReason.BAD_SIGNATURE, "algorithm is not HS256"),
+    (jwt.DecodeError, TaskRejectReason.UNDECODABLE, "token is not a well-formed JWT"),
+    (jwt.InvalidIssuerError, TaskRejectReason.WRONG_ISSUER, "issuer is not accepted"),
+    (jwt.InvalidAudienceError, TaskRejectReason.WRONG_AUDIENCE, "audience is not accepted"),
+)
+_MISSING_CLAIM: Final[Mapping[str, TaskRejectReason]] = {
+    "iss": TaskRejectReason.WRONG_ISSUER,
+    "aud": TaskRejectReason.WRONG_AUDIENCE,
+    "digest": TaskRejectReason.DIGEST_MISMATCH,
+}
+
+
+def _classify_jwt_error(exc: jwt.PyJWTError) -> tuple[TaskRejectReason, str]:
+    if isinstance(exc, jwt.MissingRequiredClaimError):
+        reason = _MISSING_CLAIM.get(exc.claim, TaskRejectReason.UNDECODABLE)
+        return reason, f"token lacks the {exc.claim!r} claim"
+    for error_type, reason, detail in _JWT_ERRORS:
+        if isinstance(exc, error_type):
+            return reason, detail
+    return TaskRejectReason.UNDECODABLE, f"invalid token ({type(exc).__name__})"
+
+
+def _require_key(key: str) -> None:
+    # An empty HMAC key is a misconfiguration; accepting it would let anyone forge tasks.
+    if not key:
+        raise ValueError("task signing key is empty (set XMC_TASK_SIGNING_KEY)")
+
+
+def _aware(now: datetime) -> datetime:
+    """A naive datetime is taken as UTC, as elsewhere in xmc (never as host-local time)."""
+    return now.replace(tzinfo=UTC) if now.tzinfo is None else now
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)

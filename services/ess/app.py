@@ -1,0 +1,216 @@
+"""Wiring of the ESS process: stores, services, background workers, lifecycle.
+
+``EssServer`` is what ``xmc-ess serve`` runs and what the integration tests start on a
+free port: the same code path either way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import grpc
+import redis.asyncio as aioredis
+import structlog
+from google.longrunning import operations_grpc_pb2
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from ess.auth import Authenticator, AuthSettings
+from ess.intents import Intents
+from ess.interceptor import EssInterceptor
+from ess.internal import SchedulingService, WorkUnitExecutionService
+from ess.operations_service import OperationsService
+from ess.resume import ResumeWorker
+from ess.service import ExperimentStateService
+from xmc.config import Settings
+from xmc.store import operations, scheduling
+from xmc.store.migrate import migrate
+from xmc.store.repository import Store, utc_now
+from xmc.streams import StreamNames, TaskPublisher
+from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
+from xmc_api.internal.v1 import (
+    executions_pb2,
+    executions_pb2_grpc,
+    scheduling_pb2,
+    scheduling_pb2_grpc,
+)
+
+log = structlog.get_logger()
+
+#: Names that reflection lists (so ``grpcurl`` works) and health reports on.
+SERVICE_NAMES = (
+    api_pb2.DESCRIPTOR.services_by_name["ExperimentStateService"].full_name,
+    "google.longrunning.Operations",
+    executions_pb2.DESCRIPTOR.services_by_name["WorkUnitExecutionService"].full_name,
+    scheduling_pb2.DESCRIPTOR.services_by_name["SchedulingService"].full_name,
+)
+
+
+@dataclass(frozen=True)
+class EssOptions:
+    """ESS-only settings on top of the shared ``Settings``."""
+
+    #: XMC_TLS_CERT_FILE / XMC_TLS_KEY_FILE: serve TLS when both are set.
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    #: Largest request accepted; bigger ones get RESOURCE_EXHAUSTED from gRPC itself.
+    max_message_bytes: int = 16 * 1024 * 1024
+    #: How often the janitor drops expired operations and parked tasks.
+    janitor_interval: timedelta = timedelta(hours=1)
+    resume_sweep_seconds: float = 30.0
+    pool_size: int = 10
+    run_migrations: bool = True
+    auth: AuthSettings = field(default_factory=AuthSettings)
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> EssOptions:
+        env = dict(os.environ) if env is None else env
+        return cls(
+            tls_cert_file=env.get("XMC_TLS_CERT_FILE", ""),
+            tls_key_file=env.get("XMC_TLS_KEY_FILE", ""),
+            auth=AuthSettings.from_env(env),
+        )
+
+
+class EssServer:
+    """One ESS process: gRPC server, resume worker and janitor over shared clients."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        options: EssOptions,
+        *,
+        clock: Callable[[], datetime] = utc_now,
+    ) -> None:
+        self.settings = settings
+        self.options = options
+        self.clock = clock
+        self.port: int = 0
+        self._stop = asyncio.Event()
+        self._background: list[asyncio.Task[None]] = []
+        self._server: Any = None
+        self.store: Store | None = None
+        self.redis: Any = None
+
+    async def start(self) -> int:
+        """Bind, start serving and the workers; returns the bound port."""
+        settings, options = self.settings, self.options
+        if options.run_migrations:
+            await migrate(settings.database_url)
+        self.store = await Store.connect(
+            settings.database_url, max_size=options.pool_size, clock=self.clock
+        )
+        self.redis = aioredis.Redis.from_url(
+            settings.redis_url, socket_timeout=5, socket_connect_timeout=2
+        )
+        names = StreamNames.with_prefix(settings.stream_prefix)
+        publisher = TaskPublisher(
+            self.redis, names, signing_key=settings.task_signing_key, clock=self.clock
+        )
+        intents = Intents(self.store, publisher, clock=self.clock)
+
+        server = grpc.aio.server(
+            interceptors=[EssInterceptor(Authenticator(options.auth, clock=self.clock))],
+            options=[
+                ("grpc.max_receive_message_length", options.max_message_bytes),
+                ("grpc.max_send_message_length", options.max_message_bytes),
+                ("grpc.so_reuseport", 1),
+            ],
+        )
+        api_pb2_grpc.add_ExperimentStateServiceServicer_to_server(
+            ExperimentStateService(self.store, intents, clock=self.clock), server
+        )
+        operations_grpc_pb2.add_OperationsServicer_to_server(
+            OperationsService(self.store, clock=self.clock), server
+        )
+        executions_pb2_grpc.add_WorkUnitExecutionServiceServicer_to_server(
+            WorkUnitExecutionService(self.store), server
+        )
+        scheduling_pb2_grpc.add_SchedulingServiceServicer_to_server(
+            SchedulingService(self.store, self.redis, names, clock=self.clock), server
+        )
+        health_servicer = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        reflection.enable_server_reflection(
+            (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+        )
+        self.port = self._bind(server, settings.ess_listen)
+        await server.start()
+        self._server = server
+        for name in (*SERVICE_NAMES, ""):
+            await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+
+        worker = ResumeWorker(
+            self.store,
+            self.redis,
+            names,
+            publisher,
+            clock=self.clock,
+            consumer=f"{socket.gethostname()}-{os.getpid()}",
+            sweep_interval=options.resume_sweep_seconds,
+        )
+        self._background = [
+            asyncio.create_task(worker.run(self._stop), name="resume-worker"),
+            asyncio.create_task(self._janitor(), name="janitor"),
+        ]
+        if options.auth.disabled:
+            log.warning("authentication is DISABLED: every caller is the admin dev@localhost")
+        log.info("ess serving", port=self.port, tls=bool(options.tls_cert_file))
+        return self.port
+
+    def _bind(self, server: Any, listen: str) -> int:
+        options = self.options
+        if options.tls_cert_file and options.tls_key_file:
+            with open(options.tls_cert_file, "rb") as cert, open(options.tls_key_file, "rb") as key:
+                credentials = grpc.ssl_server_credentials([(key.read(), cert.read())])
+            return int(server.add_secure_port(listen, credentials))
+        log.warning("serving plaintext gRPC: set XMC_TLS_CERT_FILE and XMC_TLS_KEY_FILE for TLS")
+        return int(server.add_insecure_port(listen))
+
+    async def _janitor(self) -> None:
+        """TTL cleanup (SPEC §11): operations after 90 days, processed parked tasks 7 days
+        after ``processed_time``."""
+        assert self.store is not None
+        interval = self.options.janitor_interval.total_seconds()
+        while not self._stop.is_set():
+            try:
+                async with self.store.transaction() as conn:
+                    now = self.clock()
+                    dropped_ops = await operations.delete_expired_operations(conn, now=now)
+                    dropped_tasks = await scheduling.delete_expired_paused_tasks(conn, now=now)
+                if dropped_ops or dropped_tasks:
+                    log.info(
+                        "expired rows dropped", operations=dropped_ops, paused_tasks=dropped_tasks
+                    )
+            except OSError as exc:
+                log.warning("janitor could not reach postgres", error=str(exc))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), timeout=interval)
+
+    async def stop(self, grace: float = 10.0) -> None:
+        """Graceful: refuse new RPCs, let in-flight ones finish (``grace`` s), stop the
+        workers, close the clients."""
+        self._stop.set()
+        if self._server is not None:
+            await self._server.stop(grace)
+        for task in self._background:
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                await asyncio.wait_for(task, timeout=grace)
+        if self.redis is not None:
+            await self.redis.aclose()
+        if self.store is not None:
+            await self.store.close()
+        log.info("ess stopped")
+
+    async def wait(self) -> None:
+        await self._stop.wait()
+
+    def request_stop(self) -> None:
+        self._stop.set()

@@ -1,0 +1,400 @@
+"""Who is calling ESS, and what they may change (SPEC §2.4).
+
+The published client sends ``authorization: Bearer <OIDC ID token>`` and
+``x-goog-user-email``. Only the token is evidence: its ``email`` claim becomes the caller
+(``Experiment.creator``, ``original_requester``). The header is a claim the client makes
+about itself, so it is never trusted alone, only cross-checked against the token.
+
+Verifiers, chosen by settings rather than by the token:
+
+* ``HS256`` with ``XMC_AUTH_HS256_SECRET`` (local runs mint their own tokens);
+* ``RS256`` or ``ES256`` with the public key in ``XMC_AUTH_PUBLIC_KEY_FILE`` (production
+  OIDC); the key's type fixes the one accepted algorithm, so an attacker cannot pick
+  the algorithm (``alg: none``, or HS256 keyed with the public key);
+* ``XMC_AUTH_STATIC_TOKENS``, opaque tokens mapped to emails, for local runs and CI.
+
+Time checks use an injected clock (30 s leeway), never pyjwt's host clock, so tests can
+pin time. Error messages say what is wrong but never echo the token.
+
+Emails are lowercased: the creator stored from one call must match the ACL entry or the
+admin list typed in another case.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Final
+
+import jwt
+from jwt.algorithms import get_default_algorithms, has_crypto
+
+from xmc.errors import InvalidArgumentError, PermissionDeniedError, UnauthenticatedError
+from xmc_api.cloud.xmanager.v1.xid_pb2 import XidAcls
+
+AUTHORIZATION: Final = "authorization"
+USER_EMAIL_HEADER: Final = "x-goog-user-email"
+CLOCK_LEEWAY: Final = timedelta(seconds=30)
+MIN_HS256_SECRET_BYTES: Final = 32  # RFC 7518 §3.2: at least the hash output size
+
+#: Stands in a writer list for ``Role.all_authenticated_users``; the IAM member name.
+#: Emails are lowercased, so no ``Role.user`` entry can ever produce this exact string.
+ALL_AUTHENTICATED_USERS: Final = "allAuthenticatedUsers"
+
+Metadata = Iterable[tuple[str, str | bytes]] | Mapping[str, str] | None
+
+
+@dataclass(frozen=True)
+class Identity:
+    email: str
+    is_admin: bool = False
+    #: An internal service (Reconciler, Actuator, jobs posting user messages).
+    is_service: bool = False
+
+
+DEV_IDENTITY: Final = Identity("dev@localhost", is_admin=True, is_service=True)
+
+
+@dataclass(frozen=True)
+class AuthSettings:
+    #: XMC_AUTH_DISABLED — development only: every caller is the admin ``dev@localhost``.
+    disabled: bool = False
+    #: XMC_AUTH_HS256_SECRET — verifies HS256 ID tokens (local runs); >= 32 bytes.
+    hs256_secret: str = field(default="", repr=False)
+    #: Contents of XMC_AUTH_PUBLIC_KEY_FILE — an RSA or P-256 public key (PEM) for OIDC tokens.
+    public_key_pem: str = ""
+    #: XMC_AUTH_ISSUER — required ``iss`` when non-empty.
+    issuer: str = ""
+    #: XMC_AUTH_AUDIENCE — required ``aud`` when non-empty.
+    audience: str = ""
+    #: XMC_AUTH_STATIC_TOKENS — ``token=email,token2=email2``, for local runs and CI.
+    static_tokens: Mapping[str, str] = field(default_factory=dict, repr=False)
+    #: XMC_AUTH_ADMINS — comma-separated emails allowed to change any experiment.
+    admins: frozenset[str] = frozenset()
+    #: XMC_AUTH_SERVICE_ACCOUNTS — comma-separated emails allowed on internal RPCs.
+    service_accounts: frozenset[str] = frozenset()
+
+    @classmethod
+    def from_env(
+        cls, env: Mapping[str, str], *, read_file: Callable[[str], str] | None = None
+    ) -> AuthSettings:
+        """Parse and validate; a malformed value raises InvalidArgumentError naming it.
+
+        ``read_file`` reads XMC_AUTH_PUBLIC_KEY_FILE (injected by tests).
+        """
+        key_path = env.get("XMC_AUTH_PUBLIC_KEY_FILE", "").strip()
+        settings = cls(
+            disabled=_flag(env, "XMC_AUTH_DISABLED"),
+            hs256_secret=env.get("XMC_AUTH_HS256_SECRET", ""),
+            public_key_pem=_read_key_file(key_path, read_file or _read_text) if key_path else "",
+            issuer=env.get("XMC_AUTH_ISSUER", "").strip(),
+            audience=env.get("XMC_AUTH_AUDIENCE", "").strip(),
+            static_tokens=_static_tokens(env, "XMC_AUTH_STATIC_TOKENS"),
+            admins=_emails(env, "XMC_AUTH_ADMINS"),
+            service_accounts=_emails(env, "XMC_AUTH_SERVICE_ACCOUNTS"),
+        )
+        settings.validate()
+        return settings
+
+    def validate(self) -> None:
+        """Fail at startup rather than reject every call at run time."""
+        if not (self.disabled or self.hs256_secret or self.public_key_pem or self.static_tokens):
+            raise InvalidArgumentError(
+                "XMC_AUTH_*: no way to authenticate callers; set XMC_AUTH_HS256_SECRET, "
+                "XMC_AUTH_PUBLIC_KEY_FILE or XMC_AUTH_STATIC_TOKENS "
+                "(or XMC_AUTH_DISABLED=true for development)"
+            )
+        if self.hs256_secret and len(self.hs256_secret.encode()) < MIN_HS256_SECRET_BYTES:
+            raise InvalidArgumentError(
+                f"XMC_AUTH_HS256_SECRET: must be at least {MIN_HS256_SECRET_BYTES} bytes "
+                "(RFC 7518 §3.2)"
+            )
+        if self.public_key_pem:
+            _load_public_key(self.public_key_pem)
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Authenticator:
+    """Turns gRPC invocation metadata into an :class:`Identity` or UnauthenticatedError."""
+
+    def __init__(self, settings: AuthSettings, *, clock: Callable[[], datetime] = _utc_now) -> None:
+        self._settings = settings
+        self._clock = clock
+        # Lowercased again here so settings built in code (not from_env) behave the same.
+        self._admins = frozenset(email.lower() for email in settings.admins)
+        self._services = self._admins | {email.lower() for email in settings.service_accounts}
+        self._static = {token: email.lower() for token, email in settings.static_tokens.items()}
+        # Algorithm -> verification key. Only what is configured is accepted.
+        self._keys: dict[str, Any] = {}
+        if settings.hs256_secret:
+            self._keys["HS256"] = settings.hs256_secret
+        if settings.public_key_pem:
+            algorithm, key = _load_public_key(settings.public_key_pem)
+            self._keys[algorithm] = key
+
+    def authenticate(self, metadata: Metadata) -> Identity:
+        if self._settings.disabled:
+            return DEV_IDENTITY
+        headers = _headers(metadata)
+        token = _bearer_token(headers)
+        email = self._static_email(token) or self._token_email(token)
+        claimed = _single(headers, USER_EMAIL_HEADER)
+        if claimed is not None and claimed.strip().lower() != email:
+            raise UnauthenticatedError(f"{USER_EMAIL_HEADER} does not match the token")
+        return Identity(email, is_admin=email in self._admins, is_service=email in self._services)
+
+    def _static_email(self, token: str) -> str | None:
+        # Compare every entry in constant time, so response timing does not leak a prefix.
+        found = None
+        for candidate, email in self._static.items():
+            if hmac.compare_digest(candidate.encode(), token.encode()):
+                found = email
+        return found
+
+    def _token_email(self, token: str) -> str:
+        if token.count(".") != 2:
+            raise UnauthenticatedError("bearer token is neither a known static token nor a JWT")
+        claims = self._decode(token)
+        _check_time(claims, now=self._clock())
+        return _email_claim(claims)
+
+    def _decode(self, token: str) -> dict[str, Any]:
+        settings = self._settings
+        try:
+            algorithm, key = self._key_for(jwt.get_unverified_header(token))
+            claims: dict[str, Any] = jwt.decode(
+                token,
+                key,
+                algorithms=[algorithm],
+                issuer=settings.issuer or None,
+                audience=settings.audience or None,
+                options={
+                    # Time is checked against the injected clock in _check_time.
+                    "verify_exp": False,
+                    "verify_iat": False,
+                    "verify_nbf": False,
+                    "verify_iss": bool(settings.issuer),
+                    "verify_aud": bool(settings.audience),
+                    "require": ["exp"],
+                },
+            )
+        except jwt.PyJWTError as exc:
+            raise UnauthenticatedError(_jwt_error_message(exc)) from None
+        return claims
+
+    def _key_for(self, header: Mapping[str, Any]) -> tuple[str, Any]:
+        """The header only selects among configured keys; it never introduces an algorithm."""
+        algorithm = header.get("alg")
+        if not isinstance(algorithm, str) or algorithm not in self._keys:
+            raise jwt.InvalidAlgorithmError("algorithm not configured")
+        return algorithm, self._keys[algorithm]
+
+
+# --- authorization (pure) --------------------------------------------------------------
+
+
+def require_service(identity: Identity, rpc: str) -> None:
+    """Internal RPCs (UpdateWorkUnitExecutions, SchedulingService) are for our services only."""
+    if not identity.is_service:
+        raise PermissionDeniedError(f"{rpc}: {identity.email} is not a service identity")
+
+
+def acl_writer_emails(acls: XidAcls) -> list[str]:
+    """Emails that may change an experiment according to its ACL: owners and writers.
+
+    ``user`` and ``service_account`` principals are emails. ``all_authenticated_users``
+    becomes :data:`ALL_AUTHENTICATED_USERS`. Groups and domains grant nothing: ESS has no
+    directory to resolve them, and guessing would widen access.
+    """
+    emails: list[str] = []
+    for role in (*acls.owners, *acls.writers):
+        principal = role.WhichOneof("principal")
+        if principal in ("user", "service_account"):
+            emails.append(getattr(role, principal).strip().lower())
+        elif principal == "all_authenticated_users" and role.all_authenticated_users:
+            emails.append(ALL_AUTHENTICATED_USERS)
+    return emails
+
+
+def can_write_experiment(identity: Identity, *, creator: str, writers: Sequence[str]) -> bool:
+    """Admin, creator, or a listed writer; :data:`ALL_AUTHENTICATED_USERS` admits anyone."""
+    email = identity.email.lower()
+    return (
+        identity.is_admin
+        or email == creator.lower()
+        or ALL_AUTHENTICATED_USERS in writers
+        or email in (writer.lower() for writer in writers)
+    )
+
+
+def require_experiment_writer(
+    identity: Identity, *, experiment_name: str, creator: str, writers: Sequence[str]
+) -> None:
+    if not can_write_experiment(identity, creator=creator, writers=writers):
+        raise PermissionDeniedError(
+            f"{experiment_name}: {identity.email} may not change this experiment "
+            "(only its creator, an ACL owner or writer, or an admin)"
+        )
+
+
+# --- token checks ----------------------------------------------------------------------
+
+# Order matters: InvalidSignatureError is a DecodeError, and every class is an InvalidTokenError.
+_JWT_ERRORS: Final[tuple[tuple[type[jwt.PyJWTError], str], ...]] = (
+    (jwt.InvalidSignatureError, "token signature is invalid"),
+    (jwt.InvalidAlgorithmError, "token algorithm is not accepted"),
+    (jwt.DecodeError, "malformed bearer token"),
+    (jwt.InvalidIssuerError, "token issuer is not accepted"),
+    (jwt.InvalidAudienceError, "token audience is not accepted"),
+    (jwt.InvalidKeyError, "token algorithm does not fit the configured key"),
+)
+
+
+def _jwt_error_message(exc: jwt.PyJWTError) -> str:
+    if isinstance(exc, jwt.MissingRequiredClaimError):
+        return f"token lacks the {exc.claim!r} claim"
+    for error_type, message in _JWT_ERRORS:
+        if isinstance(exc, error_type):
+            return message
+    return "invalid bearer token"
+
+
+def _check_time(claims: Mapping[str, Any], *, now: datetime) -> None:
+    times = {name: claims[name] for name in ("exp", "iat", "nbf") if name in claims}
+    if not all(_is_number(value) for value in times.values()):
+        raise UnauthenticatedError("token exp, iat and nbf must be numbers")
+    now_s = now.timestamp()
+    slack = CLOCK_LEEWAY.total_seconds()
+    if now_s >= times["exp"] + slack:
+        raise UnauthenticatedError("token has expired")
+    if any(times[name] > now_s + slack for name in ("iat", "nbf") if name in times):
+        raise UnauthenticatedError("token is not yet valid")
+
+
+def _email_claim(claims: Mapping[str, Any]) -> str:
+    email = claims.get("email")
+    if not isinstance(email, str) or "@" not in email:
+        raise UnauthenticatedError("token has no email claim")
+    # Some providers send the flag as a string; absent means the provider vouches for it.
+    if claims.get("email_verified") in (False, "false"):
+        raise UnauthenticatedError("token email is not verified")
+    return email.strip().lower()
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _load_public_key(pem: str) -> tuple[str, Any]:
+    """The accepted algorithm and the parsed key; the key's type decides the algorithm."""
+    name = "XMC_AUTH_PUBLIC_KEY_FILE"
+    if not has_crypto:
+        raise InvalidArgumentError(
+            f"{name}: RS256/ES256 verification needs the cryptography package "
+            "(install pyjwt[crypto])"
+        )
+    if "PRIVATE KEY" in pem:
+        raise InvalidArgumentError(f"{name}: holds a private key; give the public key")
+    algorithms = get_default_algorithms()
+    for algorithm in ("RS256", "ES256"):
+        try:
+            return algorithm, algorithms[algorithm].prepare_key(pem)
+        except (jwt.InvalidKeyError, ValueError, TypeError):
+            continue
+    raise InvalidArgumentError(f"{name}: not an RSA or P-256 EC public key in PEM form")
+
+
+# --- metadata --------------------------------------------------------------------------
+
+
+def _headers(metadata: Metadata) -> dict[str, list[str]]:
+    """gRPC metadata as lowercase name -> values; a name may repeat."""
+    if metadata is None:
+        return {}
+    pairs = metadata.items() if isinstance(metadata, Mapping) else metadata
+    headers: dict[str, list[str]] = {}
+    for name, value in pairs:
+        if isinstance(value, bytes):
+            try:
+                value = value.decode()
+            except UnicodeDecodeError:
+                raise UnauthenticatedError(f"{name.lower()} header is not text") from None
+        headers.setdefault(name.lower(), []).append(value)
+    return headers
+
+
+def _single(headers: Mapping[str, list[str]], name: str) -> str | None:
+    values = headers.get(name, [])
+    if len(values) > 1:
+        # Two answers to "who is this" is an ambiguity a proxy could exploit; refuse it.
+        raise UnauthenticatedError(f"more than one {name} header")
+    return values[0] if values else None
+
+
+def _bearer_token(headers: Mapping[str, list[str]]) -> str:
+    value = (_single(headers, AUTHORIZATION) or "").strip()
+    if not value:
+        raise UnauthenticatedError("missing bearer token")
+    scheme, _, token = value.partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token or " " in token:
+        raise UnauthenticatedError("malformed authorization header: expected 'Bearer <token>'")
+    return token
+
+
+# --- settings parsing ------------------------------------------------------------------
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    raw = env.get(name, "")
+    value = raw.strip().lower()
+    if value in _TRUE or value in _FALSE:
+        return value in _TRUE
+    raise InvalidArgumentError(f"{name}: expected true or false, got {raw!r}")
+
+
+def _items(raw: str) -> list[str]:
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def _emails(env: Mapping[str, str], name: str) -> frozenset[str]:
+    emails = _items(env.get(name, ""))
+    bad = [email for email in emails if "@" not in email]
+    if bad:
+        raise InvalidArgumentError(f"{name}: not an email: {bad[0]!r}")
+    return frozenset(email.lower() for email in emails)
+
+
+def _static_tokens(env: Mapping[str, str], name: str) -> dict[str, str]:
+    """Parse ``token=email,…``; messages name the entry by position, never by its token."""
+    tokens: dict[str, str] = {}
+    for position, item in enumerate(_items(env.get(name, "")), start=1):
+        token, sep, email = (part.strip() for part in item.partition("="))
+        if not sep or not token or "@" not in email:
+            raise InvalidArgumentError(f"{name}: entry {position} must be token=email")
+        if token in tokens:
+            raise InvalidArgumentError(f"{name}: entry {position} repeats an earlier token")
+        tokens[token] = email.lower()
+    return tokens
+
+
+def _read_text(path: str) -> str:
+    return Path(path).read_text()
+
+
+def _read_key_file(path: str, read_file: Callable[[str], str]) -> str:
+    try:
+        return read_file(path)
+    except OSError as exc:
+        raise InvalidArgumentError(
+            f"XMC_AUTH_PUBLIC_KEY_FILE: cannot read {path!r}: {exc.strerror or exc}"
+        ) from None

@@ -1,0 +1,162 @@
+"""Internal API (SPEC §2.3): observation writes and the global scheduling switch.
+
+Only service identities (Reconciler, Actuator, operators' tools) may call these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+import structlog
+from google.protobuf.message import Message
+
+from ess.auth import require_service
+from ess.interceptor import caller
+from xmc.errors import InvalidArgumentError, ResourceExhaustedError, UnavailableError
+from xmc.model.merge import ExecutionUpdate
+from xmc.names import parse_work_unit_name
+from xmc.store import scheduling
+from xmc.store.executions import ItemResult, UpdateOutcome
+from xmc.store.repository import Store
+from xmc.streams import REDIS_UNAVAILABLE, StreamNames
+from xmc.timestamps import set_timestamp
+from xmc_api.internal.v1 import (
+    executions_pb2,
+    executions_pb2_grpc,
+    scheduling_pb2,
+    scheduling_pb2_grpc,
+)
+
+log = structlog.get_logger()
+
+#: Largest batch one UpdateWorkUnitExecutions call may carry.
+MAX_BATCH = 10_000
+
+_OUTCOMES = {
+    UpdateOutcome.APPLIED: executions_pb2.UpdateWorkUnitExecutionResult.APPLIED,
+    UpdateOutcome.UNCHANGED: executions_pb2.UpdateWorkUnitExecutionResult.UNCHANGED,
+    UpdateOutcome.STALE_EXECUTION: executions_pb2.UpdateWorkUnitExecutionResult.STALE_EXECUTION,
+    UpdateOutcome.NOT_FOUND: executions_pb2.UpdateWorkUnitExecutionResult.NOT_FOUND,
+}
+
+
+def parse_updates(
+    request: executions_pb2.UpdateWorkUnitExecutionsRequest,
+) -> list[ExecutionUpdate]:
+    if len(request.updates) > MAX_BATCH:
+        raise ResourceExhaustedError(
+            f"updates: {len(request.updates)} items; at most {MAX_BATCH} per call"
+        )
+    items = []
+    for i, update in enumerate(request.updates):
+        xid, wid = parse_work_unit_name(update.work_unit, field=f"updates[{i}].work_unit")
+        items.append(
+            ExecutionUpdate(
+                xid=xid,
+                wid=wid,
+                eid=update.execution_id,
+                execution=update.execution,
+                update_mask=tuple(update.update_mask.paths),
+                force_status_message_update=update.force_status_message_update,
+            )
+        )
+    return items
+
+
+def result_to_proto(
+    update: executions_pb2.WorkUnitExecutionUpdate, result: ItemResult
+) -> executions_pb2.UpdateWorkUnitExecutionResult:
+    return executions_pb2.UpdateWorkUnitExecutionResult(
+        work_unit=update.work_unit,
+        execution_id=update.execution_id,
+        outcome=_OUTCOMES[result.outcome],
+        state_changed=result.state_changed,
+        state=int(result.state),  # type: ignore[arg-type]
+        state_rejection=result.state_rejection.value if result.state_rejection else "",
+    )
+
+
+class WorkUnitExecutionService(executions_pb2_grpc.WorkUnitExecutionServiceServicer):
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    async def UpdateWorkUnitExecutions(
+        self, request: executions_pb2.UpdateWorkUnitExecutionsRequest, context: Any
+    ) -> executions_pb2.UpdateWorkUnitExecutionsResponse:
+        identity = caller()
+        require_service(identity, "UpdateWorkUnitExecutions")
+        if len(request.writer) > 200:
+            raise InvalidArgumentError("writer: at most 200 characters")
+        writer = f"{identity.email}/{request.writer}" if request.writer else identity.email
+        results = await self._store.update_work_unit_executions(
+            parse_updates(request), writer=writer
+        )
+        return executions_pb2.UpdateWorkUnitExecutionsResponse(
+            results=[
+                result_to_proto(update, result)
+                for update, result in zip(request.updates, results, strict=True)
+            ]
+        )
+
+
+def _state_to_proto(control: scheduling.SchedulingControl) -> scheduling_pb2.SchedulingState:
+    state = scheduling_pb2.SchedulingState(
+        paused=control.paused,
+        updated_by=control.updated_by,
+        reason=control.reason,
+        paused_task_count=control.paused_task_count,
+    )
+    set_timestamp(state.update_time, control.update_time)
+    return state
+
+
+class SchedulingService(scheduling_pb2_grpc.SchedulingServiceServicer):
+    """Pause and resume global scheduling (SPEC §9)."""
+
+    def __init__(
+        self, store: Store, redis: Any, names: StreamNames, *, clock: Callable[[], datetime]
+    ) -> None:
+        self._store = store
+        self._redis = redis
+        self._names = names
+        self._clock = clock
+
+    async def _set(self, *, paused: bool, reason: str, rpc: str) -> scheduling.SchedulingControl:
+        identity = caller()
+        require_service(identity, rpc)
+        if len(reason) > 1000:
+            raise InvalidArgumentError("reason: at most 1000 characters")
+        async with self._store.transaction() as conn:
+            return await scheduling.set_paused(
+                conn, paused=paused, reason=reason, updated_by=identity.email, now=self._clock()
+            )
+
+    async def PauseScheduling(
+        self, request: scheduling_pb2.PauseSchedulingRequest, context: Any
+    ) -> scheduling_pb2.SchedulingState:
+        control = await self._set(paused=True, reason=request.reason, rpc="PauseScheduling")
+        log.warning("scheduling paused", reason=request.reason, by=control.updated_by)
+        return _state_to_proto(control)
+
+    async def ResumeScheduling(
+        self, request: scheduling_pb2.ResumeSchedulingRequest, context: Any
+    ) -> scheduling_pb2.SchedulingState:
+        control = await self._set(paused=False, reason="", rpc="ResumeScheduling")
+        try:
+            await self._redis.xadd(self._names.resume, {"by": control.updated_by})
+        except REDIS_UNAVAILABLE as exc:
+            # The flag is durable; the resume worker's periodic sweep picks the tasks up.
+            raise UnavailableError(
+                f"scheduling resumed, but the resume trigger could not be queued ({exc}); "
+                "parked tasks are re-enqueued by the next periodic sweep"
+            ) from exc
+        log.warning("scheduling resumed", by=control.updated_by)
+        return _state_to_proto(control)
+
+    async def GetSchedulingState(
+        self, request: Message, context: Any
+    ) -> scheduling_pb2.SchedulingState:
+        async with self._store.transaction() as conn:
+            return _state_to_proto(await scheduling.fetch_scheduling_control(conn))

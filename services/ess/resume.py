@@ -1,0 +1,165 @@
+"""The scheduling-resume worker (SPEC §9).
+
+Triggered by entries on ``xmc-scheduling-resume-stream`` (``ResumeScheduling`` writes
+one) and by a periodic sweep, so a lost trigger or a crash mid-run only delays a resume.
+Each run claims unprocessed parked tasks in batches (joined with their work units;
+``SKIP LOCKED`` keeps concurrent runs apart), decides each with ``should_skip_task``,
+re-signs and publishes the survivors, and soft-marks every task it read
+(``MarkProcessed``) in the same transaction. Publishing is deduplicated by task id in
+Redis, so a run that crashes between publishing and committing cannot enqueue a task
+twice when it is retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import structlog
+from redis.exceptions import ResponseError
+
+from ess.metrics import TASKS_RESUMED
+from xmc.errors import UnavailableError
+from xmc.model.resume import TaskKind, should_skip_task
+from xmc.store import scheduling, work_units
+from xmc.store.repository import Store
+from xmc.store.scheduling import ParkedTask, Resolution
+from xmc.streams import REDIS_UNAVAILABLE, RESUME_GROUP, StreamNames, TaskPublisher
+from xmc_api.internal.v1.tasks_pb2 import Task
+
+log = structlog.get_logger()
+
+
+@dataclass(frozen=True)
+class ResumeReport:
+    run_id: str
+    resumed: int
+    skipped: int
+    #: False when scheduling was paused, so nothing was done.
+    ran: bool = True
+
+
+def _newest_updates(tasks: list[ParkedTask]) -> set[int]:
+    """Ids of the newest parked UPDATE per work unit in this batch; older ones are stale."""
+    newest: dict[tuple[int, int], int] = {}
+    for task in tasks:
+        if task.kind == TaskKind.UPDATE:
+            key = (task.xid, task.wid)
+            newest[key] = max(newest.get(key, 0), task.id)
+    return set(newest.values())
+
+
+class ResumeWorker:
+    def __init__(
+        self,
+        store: Store,
+        redis: Any,
+        names: StreamNames,
+        publisher: TaskPublisher,
+        *,
+        clock: Callable[[], datetime],
+        consumer: str,
+        batch_size: int = 500,
+        sweep_interval: float = 30.0,
+    ) -> None:
+        self._store = store
+        self._redis = redis
+        self._names = names
+        self._publisher = publisher
+        self._clock = clock
+        self._consumer = consumer
+        self._batch_size = batch_size
+        self._sweep_interval = sweep_interval
+
+    async def resume_once(self, run_id: str | None = None) -> ResumeReport:
+        """One resume run over every unprocessed parked task."""
+        run_id = run_id or uuid.uuid4().hex
+        resumed = skipped = 0
+        while True:
+            async with self._store.transaction() as conn:
+                control = await scheduling.fetch_scheduling_control(conn)
+                if control.paused:
+                    return ResumeReport(run_id, resumed, skipped, ran=resumed + skipped > 0)
+                await scheduling.mark_orphaned_parked_tasks(conn, run_id=run_id, now=self._clock())
+                tasks = await scheduling.claim_parked_tasks(conn, limit=self._batch_size)
+                if not tasks:
+                    return ResumeReport(run_id, resumed, skipped)
+                newest_updates = _newest_updates(tasks)
+                marks: list[tuple[int, Resolution, str]] = []
+                for parked in tasks:
+                    decision = should_skip_task(
+                        kind=TaskKind(parked.kind),
+                        task_eid=parked.eid,
+                        work_unit_eid=parked.work_unit_eid,
+                        work_unit_state=parked.work_unit_state,
+                        newer_update_parked=(
+                            parked.kind == TaskKind.UPDATE and parked.id not in newest_updates
+                        ),
+                    )
+                    if decision.skip:
+                        marks.append((parked.id, Resolution.SKIPPED, decision.reason.value))
+                        continue
+                    task = Task.FromString(parked.task)
+                    # Re-read the work unit: the resumed task builds the JobSet from it,
+                    # so edits made while paused (priority, say) are not lost.
+                    current = await work_units.fetch_work_unit(conn, parked.xid, parked.wid)
+                    task.payload.work_unit.CopyFrom(current)
+                    await self._publisher.publish_once(task)
+                    marks.append((parked.id, Resolution.RESUMED, decision.reason.value))
+                await scheduling.mark_processed(conn, marks, run_id=run_id, now=self._clock())
+            batch_resumed = sum(1 for _, r, _ in marks if r == Resolution.RESUMED)
+            resumed += batch_resumed
+            skipped += len(marks) - batch_resumed
+            TASKS_RESUMED.labels("resumed").inc(batch_resumed)
+            TASKS_RESUMED.labels("skipped").inc(len(marks) - batch_resumed)
+
+    async def _ensure_group(self) -> None:
+        with contextlib.suppress(ResponseError):  # BUSYGROUP: it exists already
+            await self._redis.xgroup_create(self._names.resume, RESUME_GROUP, id="0", mkstream=True)
+
+    async def _next_triggers(self, block_ms: int) -> list[tuple[bytes, Any]]:
+        # Our own unacked triggers first (a crash mid-run), then new ones.
+        for start in ("0", ">"):
+            reply = await self._redis.xreadgroup(
+                RESUME_GROUP,
+                self._consumer,
+                {self._names.resume: start},
+                count=16,
+                block=None if start == "0" else block_ms,
+            )
+            entries = [entry for _stream, items in reply or [] for entry in items]
+            if entries:
+                return entries
+        return []
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Serve triggers and sweep periodically until ``stop`` is set."""
+        loop = asyncio.get_running_loop()
+        next_sweep = loop.time()
+        while not stop.is_set():
+            try:
+                await self._ensure_group()
+                triggers = await self._next_triggers(block_ms=500)
+                if triggers or loop.time() >= next_sweep:
+                    report = await self.resume_once()
+                    if report.resumed or report.skipped:
+                        log.info(
+                            "parked tasks processed",
+                            run_id=report.run_id,
+                            resumed=report.resumed,
+                            skipped=report.skipped,
+                        )
+                    next_sweep = loop.time() + self._sweep_interval
+                if triggers:
+                    await self._redis.xack(
+                        self._names.resume, RESUME_GROUP, *[entry_id for entry_id, _ in triggers]
+                    )
+            except (UnavailableError, *REDIS_UNAVAILABLE) as exc:
+                log.warning("resume worker waiting for redis", error=str(exc))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=1.0)

@@ -1,0 +1,272 @@
+"""``cloud.xmanager.v1.ExperimentStateService``: the public API, wire-compatible with the
+published ``xmanager`` XMC client.
+
+Each method parses and validates its request, checks who may do it, and delegates: reads
+go to the store, intent writes to ``Intents``. Errors are raised as ``XmcError``s and
+classified once by the interceptor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from google.longrunning.operations_proto_pb2 import Operation
+from google.protobuf.empty_pb2 import Empty
+
+from ess.auth import acl_writer_emails, require_experiment_writer
+from ess.intents import Intents
+from ess.interceptor import caller
+from ess.validation import validate_experiment, validate_new_work_unit, validate_work_unit_update
+from xmc.errors import InvalidArgumentError
+from xmc.masks import validate_update_mask
+from xmc.model.states import LaunchState
+from xmc.names import parse_experiment_name, parse_work_unit_name
+from xmc.store import artifacts, experiments, work_units
+from xmc.store.listing import ListRequest
+from xmc.store.repository import Store
+from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
+from xmc_api.cloud.xmanager.v1.artifact_pb2 import Artifact
+from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
+from xmc_api.cloud.xmanager.v1.status_pb2 import ExperimentStatus
+from xmc_api.cloud.xmanager.v1.work_unit_execution_pb2 import WorkUnitExecution
+from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
+
+_MAX_PAGE_SIZE = 1000
+
+
+def list_request(request: Any) -> ListRequest:
+    """The common List parameters; bad values are rejected by the query builder."""
+    return ListRequest(
+        filter=request.filter,
+        order_by=request.order_by,
+        page_size=request.page_size,
+        page_token=request.page_token,
+    )
+
+
+def parse_parent(parent: str) -> tuple[int, int | None]:
+    """An experiment or a work unit as the parent of messages and artifacts."""
+    if "/workUnits/" in parent:
+        return parse_work_unit_name(parent, field="parent")
+    return parse_experiment_name(parent, field="parent"), None
+
+
+def parse_artifact_name(name: str) -> int:
+    prefix, _, number = name.partition("/")
+    if prefix != "artifacts" or not number.isdigit() or int(number) < 1:
+        raise InvalidArgumentError(f"name: {name!r} is not of the form artifacts/{{aid}}")
+    return int(number)
+
+
+class ExperimentStateService(api_pb2_grpc.ExperimentStateServiceServicer):
+    def __init__(self, store: Store, intents: Intents, *, clock: Callable[[], datetime]) -> None:
+        self._store = store
+        self._intents = intents
+        self._clock = clock
+
+    async def _check_writer(self, xid: int) -> Experiment:
+        experiment = await self._store.get_experiment(xid)
+        require_experiment_writer(
+            caller(),
+            experiment_name=experiment.name,
+            creator=experiment.creator,
+            writers=acl_writer_emails(experiment.acls),
+        )
+        return experiment
+
+    # --- experiments -------------------------------------------------------------------
+
+    async def CreateExperiment(
+        self, request: api_pb2.CreateExperimentRequest, context: Any
+    ) -> Experiment:
+        validate_experiment(request.experiment)
+        return await self._store.create_experiment(request.experiment, creator=caller().email)
+
+    async def GetExperiment(
+        self, request: api_pb2.GetExperimentRequest, context: Any
+    ) -> Experiment:
+        return await self._store.get_experiment(parse_experiment_name(request.name))
+
+    async def GetExperimentStatus(
+        self, request: api_pb2.GetExperimentStatusRequest, context: Any
+    ) -> ExperimentStatus:
+        experiment = await self._store.get_experiment(parse_experiment_name(request.name))
+        return experiment.status
+
+    async def ListExperiments(
+        self, request: api_pb2.ListExperimentsRequest, context: Any
+    ) -> api_pb2.ListExperimentsResponse:
+        async with self._store.transaction() as conn:
+            found, token = await experiments.list_experiments(conn, list_request(request))
+        return api_pb2.ListExperimentsResponse(experiments=found, next_page_token=token)
+
+    SearchExperiments = ListExperiments
+
+    async def UpdateExperiment(
+        self, request: api_pb2.UpdateExperimentRequest, context: Any
+    ) -> Experiment:
+        xid = parse_experiment_name(request.experiment.name, field="experiment.name")
+        paths = validate_update_mask(request.update_mask.paths, experiments.EXPERIMENT_UPDATABLE)
+        validate_experiment(request.experiment)
+        return await self._intents.update_experiment(caller(), xid, request.experiment, paths)
+
+    async def UpdateExperimentLaunchState(
+        self, request: api_pb2.UpdateExperimentLaunchStateRequest, context: Any
+    ) -> Experiment:
+        xid = parse_experiment_name(request.name)
+        if int(request.launch_state) not in (LaunchState.COMPLETED, LaunchState.FAILED):
+            raise InvalidArgumentError(
+                f"launch_state: must be COMPLETED or FAILED, got {request.launch_state}"
+            )
+        await self._check_writer(xid)
+        return await self._store.update_experiment_launch_state(
+            xid, LaunchState(request.launch_state)
+        )
+
+    # --- work units --------------------------------------------------------------------
+
+    async def CreateWorkUnit(
+        self, request: api_pb2.CreateWorkUnitRequest, context: Any
+    ) -> Operation:
+        xid = parse_experiment_name(request.parent, field="parent")
+        if request.work_unit_id < 0:
+            raise InvalidArgumentError(f"work_unit_id: must be >= 0, got {request.work_unit_id}")
+        validate_new_work_unit(request.work_unit)
+        return await self._intents.create_work_unit(
+            caller(), xid, request.work_unit, wid=request.work_unit_id or None
+        )
+
+    async def GetWorkUnit(self, request: api_pb2.GetWorkUnitRequest, context: Any) -> WorkUnit:
+        return await self._store.get_work_unit(*parse_work_unit_name(request.name))
+
+    async def GetCurrentWorkUnitExecution(
+        self, request: api_pb2.GetCurrentWorkUnitExecutionRequest, context: Any
+    ) -> WorkUnitExecution:
+        work_unit = await self._store.get_work_unit(*parse_work_unit_name(request.name))
+        return work_unit.current_work_unit_execution
+
+    async def ListWorkUnitExecutions(
+        self, request: api_pb2.ListWorkUnitExecutionsRequest, context: Any
+    ) -> api_pb2.ListWorkUnitExecutionsResponse:
+        xid, wid = parse_work_unit_name(request.parent, field="parent")
+        found = await self._store.list_work_unit_executions(xid, wid)
+        return api_pb2.ListWorkUnitExecutionsResponse(work_unit_executions=found)
+
+    async def ListWorkUnits(
+        self, request: api_pb2.ListWorkUnitsRequest, context: Any
+    ) -> api_pb2.ListWorkUnitsResponse:
+        xid = parse_experiment_name(request.parent, field="parent")
+        async with self._store.transaction() as conn:
+            await experiments.fetch_experiment(conn, xid)
+            found, token = await work_units.list_work_units(conn, xid, list_request(request))
+        return api_pb2.ListWorkUnitsResponse(work_units=found, next_page_token=token)
+
+    SearchWorkUnits = ListWorkUnits
+
+    async def StopWorkUnit(self, request: api_pb2.StopWorkUnitRequest, context: Any) -> Operation:
+        xid, wid = parse_work_unit_name(request.name)
+        return await self._intents.stop_work_units(caller(), xid, [wid])
+
+    async def BatchStopWorkUnits(
+        self, request: api_pb2.BatchStopWorkUnitsRequest, context: Any
+    ) -> Operation:
+        xid = parse_experiment_name(request.parent, field="parent")
+        return await self._intents.stop_work_units(caller(), xid, None, filter_text=request.filter)
+
+    async def RestartWorkUnit(
+        self, request: api_pb2.RestartWorkUnitRequest, context: Any
+    ) -> Operation:
+        xid, wid = parse_work_unit_name(request.name)
+        return await self._intents.restart_work_units(caller(), xid, [wid])
+
+    async def BatchRestartWorkUnits(
+        self, request: api_pb2.BatchRestartWorkUnitsRequest, context: Any
+    ) -> Operation:
+        xid = parse_experiment_name(request.parent, field="parent")
+        return await self._intents.restart_work_units(
+            caller(), xid, None, filter_text=request.filter
+        )
+
+    async def UpdateWorkUnit(
+        self, request: api_pb2.UpdateWorkUnitRequest, context: Any
+    ) -> WorkUnit:
+        xid, wid = parse_work_unit_name(request.work_unit.name, field="work_unit.name")
+        paths = validate_update_mask(request.update_mask.paths, work_units.WORK_UNIT_UPDATABLE)
+        validate_work_unit_update(request.work_unit, paths)
+        return await self._intents.update_work_unit(caller(), xid, wid, request.work_unit, paths)
+
+    # --- artifacts ---------------------------------------------------------------------
+
+    async def CreateArtifact(
+        self, request: api_pb2.CreateArtifactRequest, context: Any
+    ) -> Artifact:
+        xid, wid = parse_parent(request.parent)
+        await self._check_writer(xid)
+        artifact = Artifact()
+        artifact.CopyFrom(request.artifact)
+        artifact.parent = request.parent
+        async with self._store.transaction() as conn:
+            if wid is not None:
+                await work_units.fetch_work_unit(conn, xid, wid)
+            return await artifacts.insert_artifact(conn, artifact, now=self._clock())
+
+    async def GetArtifact(self, request: api_pb2.GetArtifactRequest, context: Any) -> Artifact:
+        async with self._store.transaction() as conn:
+            return await artifacts.fetch_artifact(conn, parse_artifact_name(request.name))
+
+    async def ListArtifacts(
+        self, request: api_pb2.ListArtifactsRequest, context: Any
+    ) -> api_pb2.ListArtifactsResponse:
+        xid, _wid = parse_parent(request.parent)
+        async with self._store.transaction() as conn:
+            await experiments.fetch_experiment(conn, xid)
+            found, token = await artifacts.list_artifacts(
+                conn, request.parent, list_request(request)
+            )
+        return api_pb2.ListArtifactsResponse(artifacts=found, next_page_token=token)
+
+    SearchArtifacts = ListArtifacts
+
+    async def _writable_artifact(self, name: str) -> int:
+        aid = parse_artifact_name(name)
+        async with self._store.transaction() as conn:
+            artifact = await artifacts.fetch_artifact(conn, aid)
+        xid, _wid = parse_parent(artifact.parent)
+        await self._check_writer(xid)
+        return aid
+
+    async def UpdateArtifact(
+        self, request: api_pb2.UpdateArtifactRequest, context: Any
+    ) -> Artifact:
+        paths = validate_update_mask(request.update_mask.paths, artifacts.ARTIFACT_UPDATABLE)
+        aid = await self._writable_artifact(request.artifact.name)
+        async with self._store.transaction() as conn:
+            return await artifacts.update_artifact(
+                conn, aid, request.artifact, paths, now=self._clock()
+            )
+
+    async def DeleteArtifact(self, request: api_pb2.DeleteArtifactRequest, context: Any) -> Empty:
+        aid = await self._writable_artifact(request.name)
+        async with self._store.transaction() as conn:
+            await artifacts.delete_artifact(conn, aid)
+        return Empty()
+
+    # --- status messages ---------------------------------------------------------------
+
+    async def ListStatusMessages(
+        self, request: api_pb2.ListStatusMessagesRequest, context: Any
+    ) -> api_pb2.ListStatusMessagesResponse:
+        xid, wid = parse_parent(request.parent)
+        async with self._store.transaction() as conn:
+            if wid is None:
+                await experiments.fetch_experiment(conn, xid)
+            else:
+                await work_units.fetch_work_unit(conn, xid, wid)
+            found, token = await work_units.list_status_messages(
+                conn, xid, wid, list_request(request)
+            )
+        return api_pb2.ListStatusMessagesResponse(status_messages=found, next_page_token=token)
+
+    SearchStatusMessages = ListStatusMessages

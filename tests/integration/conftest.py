@@ -1,0 +1,119 @@
+"""Fixtures that start a real ESS on a free port against the test's own database and a
+private Redis key prefix, and talk to it over a real gRPC channel."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+import pytest
+import redis.asyncio as aioredis
+
+from ess.app import EssOptions, EssServer
+from ess.auth import AuthSettings
+from tests.integration.support import FakeClock
+from xmc.config import Settings
+from xmc.streams import StreamNames
+from xmc_api.cloud.xmanager.v1 import api_pb2_grpc
+from xmc_api.internal.v1 import executions_pb2_grpc, scheduling_pb2_grpc
+
+REDIS_URL = os.environ.get("XMC_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+SIGNING_KEY = "test-signing-key-of-at-least-32-bytes!!"
+
+#: Bearer tokens of the test callers (static tokens: no clock games with JWT expiry).
+TOKENS = {
+    "alice": "alice@example.com",
+    "bob": "bob@example.com",
+    "root": "root@example.com",
+    "reconciler": "reconciler@xmc.internal",
+}
+
+
+def auth_settings() -> AuthSettings:
+    return AuthSettings(
+        static_tokens={f"token-{who}": email for who, email in TOKENS.items()},
+        admins=frozenset({"root@example.com"}),
+        service_accounts=frozenset({"reconciler@xmc.internal"}),
+    )
+
+
+def metadata(who: str) -> tuple[tuple[str, str], ...]:
+    return (("authorization", f"Bearer token-{who}"),)
+
+
+@dataclass
+class Ess:
+    """A running ESS and typed clients for it."""
+
+    server: EssServer
+    channel: grpc.aio.Channel
+    api: api_pb2_grpc.ExperimentStateServiceStub
+    executions: executions_pb2_grpc.WorkUnitExecutionServiceStub
+    scheduling: scheduling_pb2_grpc.SchedulingServiceStub
+    redis: Any
+    names: StreamNames
+    clock: FakeClock
+    database_url: str
+
+    async def stream(self, name: str) -> list[tuple[bytes, dict[bytes, bytes]]]:
+        entries: list[tuple[bytes, dict[bytes, bytes]]] = await self.redis.xrange(name)
+        return entries
+
+
+EssFactory = Callable[..., Any]
+
+
+@pytest.fixture
+async def ess_factory(database_url: str) -> AsyncIterator[EssFactory]:
+    """Start ESS instances (``redis_url`` and options overridable); all stopped at the end."""
+    started: list[tuple[EssServer, grpc.aio.Channel]] = []
+    prefix = f"test-{uuid.uuid4().hex[:10]}:"
+    redis = aioredis.Redis.from_url(REDIS_URL)
+
+    async def start(*, redis_url: str = REDIS_URL, **option_overrides: Any) -> Ess:
+        clock = FakeClock()
+        settings = Settings(
+            database_url=database_url,
+            redis_url=redis_url,
+            ess_listen="127.0.0.1:0",
+            task_signing_key=SIGNING_KEY,
+            stream_prefix=prefix,
+        )
+        options = dataclasses.replace(
+            EssOptions(auth=auth_settings(), resume_sweep_seconds=3600), **option_overrides
+        )
+        server = EssServer(settings, options, clock=clock)
+        port = await server.start()
+        channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+        started.append((server, channel))
+        return Ess(
+            server=server,
+            channel=channel,
+            api=api_pb2_grpc.ExperimentStateServiceStub(channel),
+            executions=executions_pb2_grpc.WorkUnitExecutionServiceStub(channel),
+            scheduling=scheduling_pb2_grpc.SchedulingServiceStub(channel),
+            redis=redis,
+            names=StreamNames.with_prefix(prefix),
+            clock=clock,
+            database_url=database_url,
+        )
+
+    yield start
+    for server, channel in started:
+        await channel.close()
+        await server.stop(grace=1)
+    keys = [key async for key in redis.scan_iter(match=f"{prefix}*")]
+    if keys:
+        await redis.delete(*keys)
+    await redis.aclose()
+
+
+@pytest.fixture
+async def ess(ess_factory: EssFactory) -> Ess:
+    started: Ess = await ess_factory()
+    return started

@@ -13,7 +13,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import grpc
@@ -32,7 +32,7 @@ from xmc.store.executions import update_work_unit_executions
 from xmc.store.operations import ActionType, NewOperation
 from xmc.store.repository import Store
 from xmc.streams import TaskPublisher
-from xmc.timestamps import set_timestamp
+from xmc.timestamps import set_timestamp, to_datetime
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
 from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
 from xmc_api.cloud.xmanager.v1.work_unit_execution_pb2 import WorkUnitExecution
@@ -232,7 +232,12 @@ class Intents:
             )
             execution = WorkUnitExecution()
             execution.status.state = int(new_state)  # type: ignore[assignment]
-            set_timestamp(execution.status.state_update_time, now)
+            # A user's stop must not lose to a writer whose clock runs ahead of ours.
+            stored_time = to_datetime(current.status.state_update_time)
+            set_timestamp(
+                execution.status.state_update_time,
+                max(now, stored_time + timedelta(microseconds=1)),
+            )
             updates.append(ExecutionUpdate(xid, wid, eid, execution, ("status.state",)))
             targets.append((work_unit, eid))
         results = await update_work_unit_executions(conn, updates, writer=WRITER, now=now)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
+from typing import TypeVar
 
 import asyncpg
 
@@ -13,6 +16,7 @@ from xmc_api.cloud.xmanager.v1.work_unit_execution_pb2 import WorkUnitExecution
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 
 T0 = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
+T = TypeVar("T")
 
 
 class FakeClock:
@@ -112,3 +116,17 @@ def minimal_work_unit(queue: str = "cpu-queue", image: str = "python:3.11") -> W
     job.spec.docker_image = image
     job.spec.command.extend(["python", "-c", "print('hi')"])
     return work_unit
+
+
+async def wait_until(probe: Callable[[], Awaitable[T]], want: T, *, within: float = 10.0) -> None:
+    """Poll ``probe`` until it returns ``want`` or ``within`` seconds pass (then fail with
+    the last value): a condition with a deadline, never a bare sleep."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while True:
+        got = await probe()
+        if got == want:
+            return
+        if loop.time() > deadline:
+            raise AssertionError(f"waited {within}s for {want!r}, last saw {got!r}")
+        await asyncio.sleep(0.02)

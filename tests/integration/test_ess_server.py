@@ -1,0 +1,180 @@
+"""The ESS as a server: reflection, health, TLS, and the enqueue-failure paths with Redis
+unreachable (SPEC §4)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+from google.longrunning import operations_grpc_pb2
+from google.longrunning.operations_proto_pb2 import GetOperationRequest
+from google.protobuf.descriptor_pb2 import FileDescriptorProto
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from tests.integration.conftest import Ess, metadata
+from tests.integration.support import minimal_work_unit
+from xmc.model.states import Severity, WorkUnitState
+from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
+from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
+from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
+
+ALICE = metadata("alice")
+
+
+async def _reflect(channel: grpc.aio.Channel, request: Any) -> Any:
+    stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+    async for response in stub.ServerReflectionInfo(iter([request])):
+        return response
+    raise AssertionError("no reflection response")
+
+
+async def test_reflection_lists_every_service_and_all_26_methods(ess: Ess) -> None:
+    listed = await _reflect(ess.channel, reflection_pb2.ServerReflectionRequest(list_services=""))
+    names = {s.name for s in listed.list_services_response.service}
+    assert names >= {
+        "cloud.xmanager.v1.ExperimentStateService",
+        "google.longrunning.Operations",
+        "xmc.internal.v1.WorkUnitExecutionService",
+        "xmc.internal.v1.SchedulingService",
+        "grpc.health.v1.Health",
+    }
+    found = await _reflect(
+        ess.channel,
+        reflection_pb2.ServerReflectionRequest(
+            file_containing_symbol="cloud.xmanager.v1.ExperimentStateService"
+        ),
+    )
+    files = [
+        FileDescriptorProto.FromString(raw)
+        for raw in found.file_descriptor_response.file_descriptor_proto
+    ]
+    (service,) = [s for f in files for s in f.service if s.name == "ExperimentStateService"]
+    assert len(service.method) == 26
+
+
+async def test_health_answers_without_a_token(ess: Ess) -> None:
+    stub = health_pb2_grpc.HealthStub(ess.channel)
+    for service in ("", "cloud.xmanager.v1.ExperimentStateService"):
+        response = await stub.Check(health_pb2.HealthCheckRequest(service=service))
+        assert response.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def _self_signed(directory: Path) -> tuple[Path, Path]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=1))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+            ),
+            critical=False,
+        )
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = directory / "tls.crt", directory / "tls.key"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_file, key_file
+
+
+async def test_tls_when_a_certificate_is_configured(ess_factory: Any, tmp_path: Path) -> None:
+    cert_file, key_file = _self_signed(tmp_path)
+    ess: Ess = await ess_factory(tls_cert_file=str(cert_file), tls_key_file=str(key_file))
+    credentials = grpc.ssl_channel_credentials(root_certificates=cert_file.read_bytes())
+    async with grpc.aio.secure_channel(f"localhost:{ess.server.port}", credentials) as channel:
+        api = api_pb2_grpc.ExperimentStateServiceStub(channel)
+        created = await api.CreateExperiment(
+            api_pb2.CreateExperimentRequest(experiment=Experiment(title="tls")), metadata=ALICE
+        )
+        assert created.title == "tls"
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{ess.server.port}") as plain:
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await api_pb2_grpc.ExperimentStateServiceStub(plain).ListExperiments(
+                api_pb2.ListExperimentsRequest(), metadata=ALICE, timeout=2
+            )
+        assert refused.value.code() == grpc.StatusCode.UNAVAILABLE, "plaintext cannot reach TLS"
+
+
+def _system_message(work_unit: Any) -> StructuredMessage:
+    message: StructuredMessage = work_unit.current_work_unit_execution.status.system_message
+    return message
+
+
+async def test_enqueue_failures_leave_the_specified_messages(ess_factory: Any) -> None:
+    ess: Ess = await ess_factory(redis_url="redis://127.0.0.1:1/0")
+    parent = (
+        await ess.api.CreateExperiment(
+            api_pb2.CreateExperimentRequest(experiment=Experiment()), metadata=ALICE
+        )
+    ).name
+    operations = operations_grpc_pb2.OperationsStub(ess.channel)
+
+    # Create: the intent and the Operation are durable; the failure is a FATAL message.
+    created = await ess.api.CreateWorkUnit(
+        api_pb2.CreateWorkUnitRequest(parent=parent, work_unit=minimal_work_unit()),
+        metadata=ALICE,
+    )
+    name = f"{parent}/workUnits/1"
+    work_unit = await ess.api.GetWorkUnit(api_pb2.GetWorkUnitRequest(name=name), metadata=ALICE)
+    message = _system_message(work_unit)
+    assert WorkUnitState(work_unit.current_work_unit_execution.status.state) == (
+        WorkUnitState.INITIALIZING
+    ), "the enqueue-failure write touches only the system message"
+    assert Severity(message.severity) == Severity.FATAL
+    assert message.source == StructuredMessage.XMANAGER_BACKEND
+    assert message.user_facing_text.startswith("XMC could not queue the create request (")
+    closed = await operations.GetOperation(GetOperationRequest(name=created.name), metadata=ALICE)
+    assert closed.done
+    assert closed.error.code == grpc.StatusCode.UNAVAILABLE.value[0]
+
+    # Stop: handleEnqueueActionError writes an ERROR message; the state is STOPPING.
+    await ess.api.StopWorkUnit(api_pb2.StopWorkUnitRequest(name=name), metadata=ALICE)
+    work_unit = await ess.api.GetWorkUnit(api_pb2.GetWorkUnitRequest(name=name), metadata=ALICE)
+    assert WorkUnitState(work_unit.current_work_unit_execution.status.state) == (
+        WorkUnitState.STOPPING
+    )
+    message = _system_message(work_unit)
+    assert Severity(message.severity) == Severity.ERROR
+    assert message.user_facing_text.startswith("XMC could not queue the delete request (")
+
+    # BatchRestart: a FATAL message on each new execution.
+    await ess.api.CreateWorkUnit(
+        api_pb2.CreateWorkUnitRequest(parent=parent, work_unit=minimal_work_unit()),
+        metadata=ALICE,
+    )
+    await ess.api.BatchRestartWorkUnits(
+        api_pb2.BatchRestartWorkUnitsRequest(parent=parent), metadata=ALICE
+    )
+    listed = await ess.api.ListWorkUnits(
+        api_pb2.ListWorkUnitsRequest(parent=parent), metadata=ALICE
+    )
+    for restarted in listed.work_units:
+        execution = restarted.current_work_unit_execution
+        assert execution.name.endswith("/executions/2")
+        assert Severity(execution.status.system_message.severity) == Severity.FATAL
+        assert execution.status.system_message.user_facing_text.startswith(
+            "XMC could not queue the restart request ("
+        )

@@ -6,7 +6,7 @@ one Redis never see each other's entries.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -88,6 +88,17 @@ class TaskPublisher:
         except REDIS_UNAVAILABLE as exc:
             raise UnavailableError(f"task stream unavailable: {exc}") from exc
         return entry_id
+
+    async def publish_many(self, tasks: Sequence[Task]) -> list[bytes]:
+        """XADD several signed tasks in one round trip; returns their entry ids."""
+        try:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for task in tasks:
+                    pipe.xadd(self._names.tasks, self._entry(task))
+                ids: list[bytes] = await pipe.execute()
+        except REDIS_UNAVAILABLE as exc:
+            raise UnavailableError(f"task stream unavailable: {exc}") from exc
+        return ids
 
     async def publish_once(
         self, task: Task, *, remember_for: timedelta = timedelta(days=8)

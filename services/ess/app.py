@@ -30,6 +30,7 @@ from ess.operations_service import OperationsService
 from ess.resume import ResumeWorker
 from ess.service import ExperimentStateService
 from xmc.config import Settings
+from xmc.errors import InvalidArgumentError
 from xmc.store import operations, scheduling
 from xmc.store.migrate import migrate
 from xmc.store.repository import Store, utc_now
@@ -97,11 +98,14 @@ class EssServer:
         self._background: list[asyncio.Task[None]] = []
         self._server: Any = None
         self.store: Store | None = None
+        self._intents: Intents | None = None
         self.redis: Any = None
 
     async def start(self) -> int:
         """Bind, start serving and the workers; returns the bound port."""
         settings, options = self.settings, self.options
+        if not settings.task_signing_key:
+            raise InvalidArgumentError("XMC_TASK_SIGNING_KEY: required to sign tasks")
         if options.run_migrations:
             await migrate(settings.database_url)
         self.store = await Store.connect(
@@ -114,7 +118,7 @@ class EssServer:
         publisher = TaskPublisher(
             self.redis, names, signing_key=settings.task_signing_key, clock=self.clock
         )
-        intents = Intents(self.store, publisher, clock=self.clock)
+        intents = self._intents = Intents(self.store, publisher, clock=self.clock)
 
         server = grpc.aio.server(
             interceptors=[EssInterceptor(Authenticator(options.auth, clock=self.clock))],
@@ -200,6 +204,8 @@ class EssServer:
         self._stop.set()
         if self._server is not None:
             await self._server.stop(grace)
+        if self._intents is not None:
+            await self._intents.drain()
         for task in self._background:
             with contextlib.suppress(asyncio.CancelledError, TimeoutError):
                 await asyncio.wait_for(task, timeout=grace)

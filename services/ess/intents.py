@@ -21,13 +21,15 @@ import structlog
 from google.longrunning.operations_proto_pb2 import Operation
 
 from ess.auth import Identity, acl_writer_emails, require_experiment_writer
+from ess.creates import CreateCoalescer
 from ess.metrics import ENQUEUE_FAILURES, TASKS_ENQUEUED
-from xmc.errors import AlreadyExistsError, FailedPreconditionError, UnavailableError
+from xmc.errors import FailedPreconditionError, UnavailableError
 from xmc.model.merge import ExecutionUpdate
 from xmc.model.resume import TaskKind
 from xmc.model.states import EXECUTION_TERMINAL_STATES, Severity, WorkUnitState
-from xmc.names import work_unit_name
+from xmc.names import parse_work_unit_name, work_unit_name
 from xmc.store import experiments, operations, work_units
+from xmc.store.creation import Created
 from xmc.store.executions import update_work_unit_executions
 from xmc.store.operations import ActionType, NewOperation
 from xmc.store.repository import Store
@@ -72,6 +74,11 @@ class Intents:
         self._store = store
         self._publisher = publisher
         self._clock = clock
+        self._creates = CreateCoalescer(store, self, clock=clock, writer=WRITER)
+
+    async def drain(self) -> None:
+        """Finish the creates still queued (graceful shutdown)."""
+        await self._creates.drain()
 
     # --- building blocks ---------------------------------------------------------------
 
@@ -85,7 +92,7 @@ class Intents:
         operation: str,
         work_unit: WorkUnit,
         eid: int,
-        experiment: Experiment,
+        experiment_priority: int,
     ) -> Task:
         task = Task(
             task_id=uuid.uuid4().hex,
@@ -95,7 +102,9 @@ class Intents:
             target_eid=target_eid,
             operation=operation,
             payload=TaskPayload(
-                work_unit=work_unit, eid=eid, experiment_priority=experiment.priority
+                work_unit=work_unit,
+                eid=eid,
+                experiment_priority=experiment_priority,  # type: ignore[arg-type]
             ),
         )
         set_timestamp(task.operation_time, self._clock())
@@ -162,47 +171,28 @@ class Intents:
     async def create_work_unit(
         self, identity: Identity, xid: int, work_unit: WorkUnit, *, wid: int | None
     ) -> Operation:
-        """CreateWorkUnit; with a client-chosen ``wid`` a repeat returns the first
-        Operation and creates nothing."""
-        if wid is not None:
-            async with self._store.transaction() as conn:
-                await self._writable_experiment(conn, identity, xid)
-                existing = await operations.fetch_create_operation(conn, xid, wid)
-            if existing is not None:
-                return existing
-        try:
-            async with self._store.transaction() as conn:
-                experiment = await self._writable_experiment(conn, identity, xid)
-                now = self._clock()
-                created = await work_units.insert_work_unit(
-                    conn, xid, work_unit, wid=wid, writer=WRITER, now=now
-                )
-                new_wid = int(created.name.rsplit("/", 1)[1])
-                operation = await operations.insert_operation(
-                    conn,
-                    NewOperation(xid, new_wid, ActionType.CREATE, identity.email),
-                    now=now,
-                )
-        except AlreadyExistsError:
-            if wid is None:
-                raise
-            async with self._store.transaction() as conn:
-                existing = await operations.fetch_create_operation(conn, xid, wid)
-            if existing is None:
-                raise
-            return existing
-        task = self._task(
-            TaskKind.CREATE,
-            xid=xid,
-            wid=new_wid,
-            target_eid=1,
-            operation=operation.name,
-            work_unit=created,
-            eid=1,
-            experiment=experiment,
-        )
-        await self._publish([_Planned(task, Severity.FATAL)])
-        return operation
+        """CreateWorkUnit (grouped with concurrent ones into one transaction); with a
+        client-chosen ``wid`` a repeat returns the first Operation and creates nothing."""
+        return await self._creates.submit(identity, xid, work_unit, wid)
+
+    async def publish_creates(self, created: Sequence[Created]) -> None:
+        """Enqueue the CREATE tasks of freshly created work units (after their commit)."""
+        planned = []
+        for outcome in created:
+            assert outcome.work_unit is not None
+            xid, wid = parse_work_unit_name(outcome.work_unit.name)
+            task = self._task(
+                TaskKind.CREATE,
+                xid=xid,
+                wid=wid,
+                target_eid=1,
+                operation=outcome.operation.name,
+                work_unit=outcome.work_unit,
+                eid=1,
+                experiment_priority=outcome.experiment_priority,
+            )
+            planned.append(_Planned(task, Severity.FATAL))
+        await self._publish(planned)
 
     # --- stop --------------------------------------------------------------------------
 
@@ -287,7 +277,7 @@ class Intents:
                         operation=operation.name,
                         work_unit=work_unit,
                         eid=eid,
-                        experiment=experiment,
+                        experiment_priority=experiment.priority,
                     ),
                     Severity.ERROR,
                 )
@@ -339,7 +329,7 @@ class Intents:
                         operation=operation.name,
                         work_unit=work_unit,
                         eid=new_eid,
-                        experiment=experiment,
+                        experiment_priority=experiment.priority,
                     ),
                     Severity.FATAL,
                 )
@@ -374,7 +364,7 @@ class Intents:
                 operation="",
                 work_unit=updated,
                 eid=eid,
-                experiment=experiment,
+                experiment_priority=experiment.priority,
             )
             await self._publish([_Planned(task, Severity.ERROR)])
         return updated

@@ -27,6 +27,7 @@ from xmc.store.codec import optional_bytes
 from xmc.store.listing import ListRequest, ListResource, fetch_page
 from xmc.timestamps import set_timestamp
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
+from xmc_api.cloud.xmanager.v1.xid_pb2 import XidAcls
 
 N_STATES = 13
 N_SEVERITIES = 6
@@ -72,6 +73,11 @@ def experiment_doc(experiment: Experiment) -> bytes:
     if not experiment.HasField("acls"):
         doc.ClearField("acls")
     return doc.SerializeToString()
+
+
+def experiment_doc_acls(doc: bytes | None) -> XidAcls:
+    """The ACL stored in an experiment's ``doc`` column."""
+    return Experiment.FromString(doc or b"").acls
 
 
 def experiment_from_row(row: Mapping[str, Any]) -> Experiment:
@@ -147,9 +153,11 @@ class RollupDelta:
     state_changes: list[tuple[WorkUnitState | None, WorkUnitState]] = field(default_factory=list)
     #: (best severity before, after) per work unit whose best message changed.
     severity_changes: list[tuple[Severity | None, Severity | None]] = field(default_factory=list)
+    #: The experiment's next free work-unit id must be at least this (creates).
+    min_next_wid: int | None = None
 
     def __bool__(self) -> bool:
-        return bool(self.state_changes or self.severity_changes)
+        return bool(self.state_changes or self.severity_changes or self.min_next_wid)
 
 
 def _fold_state_counts(
@@ -211,14 +219,16 @@ async def apply_rollups(
                 int(new_active),
                 complete_time,
                 child_time,
+                now,
+                delta.min_next_wid,
             )
         )
     await conn.executemany(
         """UPDATE experiments SET child_state_counts = $2, message_severity_counts = $3,
                active_state = $4, complete_time = $5, last_child_status_update_time = $6,
-               status_update_time = $7
+               status_update_time = $7, next_wid = greatest(next_wid, $8::bigint)
            WHERE xid = $1""",
-        [(*u, now) for u in updates],
+        updates,
     )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -84,26 +84,59 @@ def operation_from_row(row: Mapping[str, Any]) -> Operation:
     return operation
 
 
+async def insert_operations(
+    conn: Any, news: Sequence[NewOperation], *, now: datetime, done: bool = False
+) -> list[Operation]:
+    """Insert Operations (``done`` ones are closed at once, with nothing pending)."""
+    if not news:
+        return []
+    names = [new.new_name() for new in news]
+    rows = await conn.fetch(
+        f"""INSERT INTO operations (name, xid, wid, action_type, target, original_requester,
+                done, pending_tasks, create_time, end_time)
+            SELECT n.name, n.xid, n.wid, n.action_type, n.target, n.original_requester,
+                   $7::boolean, CASE WHEN $7 THEN 0 ELSE n.pending END, $8::timestamptz,
+                   CASE WHEN $7 THEN $8::timestamptz END
+            FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::smallint[], $5::text[],
+                        $6::text[], $9::integer[])
+                 AS n(name, xid, wid, action_type, target, original_requester, pending)
+            RETURNING {_COLUMNS}""",
+        names,
+        [new.xid for new in news],
+        [new.wid for new in news],
+        [int(new.action_type) for new in news],
+        [new.target for new in news],
+        [new.original_requester for new in news],
+        done,
+        now,
+        [new.pending_tasks for new in news],
+    )
+    by_name = {row["name"]: operation_from_row(row) for row in rows}
+    return [by_name[name] for name in names]
+
+
 async def insert_operation(
     conn: Any, new: NewOperation, *, now: datetime, done: bool = False
 ) -> Operation:
-    row = await conn.fetchrow(
-        f"""INSERT INTO operations (name, xid, wid, action_type, target, original_requester,
-                done, pending_tasks, create_time, end_time)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::timestamptz,
-                    CASE WHEN $7 THEN $9::timestamptz END)
-            RETURNING {_COLUMNS}""",
-        new.new_name(),
-        new.xid,
-        new.wid,
-        int(new.action_type),
-        new.target,
-        new.original_requester,
-        done,
-        0 if done else new.pending_tasks,
-        now,
+    (operation,) = await insert_operations(conn, [new], now=now, done=done)
+    return operation
+
+
+async def operations_by_key(
+    conn: Any, keys: Sequence[tuple[int, int | None]], action: ActionType
+) -> dict[tuple[int, int], Operation]:
+    """The ``action`` Operations of the given work units (at most one CREATE each)."""
+    if not keys:
+        return {}
+    rows = await conn.fetch(
+        f"""SELECT {_COLUMNS} FROM operations
+            WHERE action_type = $3 AND (xid, wid) IN (
+                SELECT * FROM unnest($1::bigint[], $2::bigint[]))""",
+        [k[0] for k in keys],
+        [k[1] for k in keys],
+        int(action),
     )
-    return operation_from_row(row)
+    return {(r["xid"], r["wid"]): operation_from_row(r) for r in rows}
 
 
 async def fetch_operation(conn: Any, name: str) -> Operation:
@@ -111,17 +144,6 @@ async def fetch_operation(conn: Any, name: str) -> Operation:
     if row is None:
         raise NotFoundError(f"name: operation {name!r} does not exist")
     return operation_from_row(row)
-
-
-async def fetch_create_operation(conn: Any, xid: int, wid: int) -> Operation | None:
-    """The operation of a work unit's creation: what a repeated CreateWorkUnit returns."""
-    row = await conn.fetchrow(
-        f"SELECT {_COLUMNS} FROM operations WHERE xid = $1 AND wid = $2 AND action_type = $3",
-        xid,
-        wid,
-        int(ActionType.CREATE),
-    )
-    return None if row is None else operation_from_row(row)
 
 
 async def finish_operation_task(

@@ -14,9 +14,11 @@ from typing import Any
 
 import asyncpg
 
+from xmc.errors import AlreadyExistsError, XmcError
 from xmc.model.merge import ExecutionUpdate
 from xmc.model.states import LaunchState
 from xmc.store import executions, experiments, work_units
+from xmc.store.creation import CreateOutcome, NewWorkUnit, create_work_units
 from xmc.store.executions import ItemResult
 from xmc.store.listing import ListRequest
 from xmc.store.work_units import StatusHistoryEntry
@@ -74,13 +76,30 @@ class Store:
 
     # Work units: full-row writes (SPEC §4) and reads.
 
-    async def insert_work_unit(
-        self, xid: int, work_unit: WorkUnit, *, wid: int | None = None, writer: str
-    ) -> WorkUnit:
+    async def create_work_units(
+        self, items: Sequence[NewWorkUnit], *, writer: str
+    ) -> list[CreateOutcome]:
         async with self.transaction() as conn:
-            return await work_units.insert_work_unit(
-                conn, xid, work_unit, wid=wid, writer=writer, now=self._clock()
-            )
+            return await create_work_units(conn, items, writer=writer, now=self._clock())
+
+    async def insert_work_unit(
+        self,
+        xid: int,
+        work_unit: WorkUnit,
+        *,
+        wid: int | None = None,
+        writer: str,
+        requester: str = "",
+    ) -> WorkUnit:
+        """Create one work unit (and its CREATE Operation); errors are raised."""
+        (outcome,) = await self.create_work_units(
+            [NewWorkUnit(xid, wid, work_unit, requester)], writer=writer
+        )
+        if isinstance(outcome, XmcError):
+            raise outcome
+        if outcome.work_unit is None:
+            raise AlreadyExistsError(f"work_unit_id: workUnits/{wid} already exists")
+        return outcome.work_unit
 
     async def restart_work_unit(self, xid: int, wid: int, *, writer: str) -> WorkUnit:
         async with self.transaction() as conn:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from xmc.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError
+from xmc.errors import NotFoundError
 from xmc.masks import apply_update_mask
 from xmc.model.states import Priority, Severity, WorkUnitState
 from xmc.names import status_message_name, work_unit_name
@@ -40,6 +40,7 @@ HISTORY_COLUMNS = (
     "writer",
     "record_time",
 )
+_COPY_THRESHOLD = 64
 ACTIVE = WorkUnitExecution.WorkUnitExecutionState.ACTIVE
 INACTIVE = WorkUnitExecution.WorkUnitExecutionState.INACTIVE
 
@@ -87,79 +88,20 @@ async def insert_history(conn: Any, rows: list[tuple[Any, ...]]) -> None:
     """Rows of (xid, wid, eid, old, new, state_update_time, writer, record_time)."""
     if not rows:
         return
-    # Binary COPY: about twice as fast as INSERT … SELECT unnest(…) for a full batch.
-    await conn.copy_records_to_table(
-        "work_unit_status_history",
-        records=rows,
-        columns=HISTORY_COLUMNS,
-    )
-
-
-async def insert_work_unit(
-    conn: Any,
-    xid: int,
-    work_unit: WorkUnit,
-    *,
-    wid: int | None,
-    writer: str,
-    now: datetime,
-) -> WorkUnit:
-    """Create the work unit with execution eid=1 in INITIALIZING (a full-row write)."""
-    if wid is not None and wid < 1:
-        raise InvalidArgumentError(f"work_unit_id: must be >= 1, got {wid}")
-    if wid is None:
-        wid = await conn.fetchval(
-            "UPDATE experiments SET next_wid = next_wid + 1 WHERE xid = $1 RETURNING next_wid - 1",
-            xid,
+    if len(rows) >= _COPY_THRESHOLD:
+        # Binary COPY: about twice as fast as INSERT … unnest(…) for a full batch, but
+        # its extra round trips cost more than they save for a handful of rows.
+        await conn.copy_records_to_table(
+            "work_unit_status_history", records=rows, columns=HISTORY_COLUMNS
         )
-    else:
-        wid = await conn.fetchval(
-            """UPDATE experiments SET next_wid = greatest(next_wid, $2::bigint + 1)
-               WHERE xid = $1 RETURNING $2::bigint""",
-            xid,
-            wid,
-        )
-    if wid is None:
-        raise NotFoundError(f"parent: experiments/{xid} does not exist")
-    state = WorkUnitState.INITIALIZING
-    row = await conn.fetchrow(
-        f"""INSERT INTO work_units (xid, wid, work_unit_type, priority, tags, notes, doc,
-                create_time, update_time, eid, exec_create_time, exec_update_time, state,
-                state_update_time, status_update_time)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, 1, $8, $8, $9, $8, $8)
-            ON CONFLICT (xid, wid) DO NOTHING
-            RETURNING {WORK_UNIT_COLUMNS}""",
-        xid,
-        wid,
-        int(work_unit.work_unit_type),
-        int(work_unit.priority),
-        list(work_unit.tags),
-        work_unit.notes,
-        work_unit_doc(work_unit),
-        now,
-        int(state),
+        return
+    await conn.execute(
+        """INSERT INTO work_unit_status_history
+               (xid, wid, eid, old_state, new_state, state_update_time, writer, record_time)
+           SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::smallint[],
+               $5::smallint[], $6::timestamptz[], $7::text[], $8::timestamptz[])""",
+        *zip(*rows, strict=True),
     )
-    if row is None:
-        raise AlreadyExistsError(f"work_unit_id: {work_unit_name(xid, wid)} already exists")
-    await insert_history(
-        conn,
-        [
-            (
-                xid,
-                wid,
-                1,
-                int(WorkUnitState.WORK_UNIT_STATE_UNSPECIFIED),
-                int(state),
-                now,
-                writer,
-                now,
-            )
-        ],
-    )
-    await apply_rollups(
-        conn, {xid: RollupDelta(state_changes=[(None, state)])}, now=now, execution_update=False
-    )
-    return work_unit_from_row(row)
 
 
 async def restart_work_unit(

@@ -1,0 +1,178 @@
+"""Benchmark: ``CreateWorkUnit`` into one experiment through a real ESS (issue 3).
+
+The ESS runs as its own process(es) (``xmc-ess serve``), against a fresh database and a
+private Redis prefix; a gRPC client drives it with 1, 16 and 64 concurrent callers.
+Printed beside the raw baseline measured in the same run at the same concurrency: one
+asyncpg transaction that inserts a row and updates one hot counter row, plus one XADD.
+Figures only: this is not a test and asserts nothing.
+
+    .venv/bin/python bench/ess_create.py [--seconds 5] [--processes 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+import grpc
+import redis.asyncio as aioredis
+
+from xmc.store.migrate import migrate
+from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
+from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
+from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
+
+ADMIN_DSN = os.environ.get("XMC_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+REDIS_URL = os.environ.get("XMC_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+TOKEN = "bench-token"
+METADATA = (("authorization", f"Bearer {TOKEN}"),)
+CONCURRENCY = (1, 16, 64)
+
+
+def work_unit() -> WorkUnit:
+    unit = WorkUnit()
+    unit.executable.scheduling_constraints.queue_name = "cpu-queue"
+    job = unit.executable.jobset.jobs.add(name="main", replicas=1)
+    job.spec.docker_image = "python:3.11"
+    job.spec.command.extend(["python", "train.py"])
+    job.spec.args["learning_rate"] = "0.01"
+    return unit
+
+
+async def measure(
+    call: Callable[[], Awaitable[object]], *, clients: int, seconds: float
+) -> tuple[float, float, float]:
+    """Throughput (calls/s), p50 and p99 latency (ms) of ``clients`` concurrent loops."""
+    latencies: list[float] = []
+    loop = asyncio.get_running_loop()
+    end = loop.time() + seconds
+
+    async def client() -> None:
+        while loop.time() < end:
+            began = time.perf_counter()
+            await call()
+            latencies.append(time.perf_counter() - began)
+
+    began = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(clients)))
+    elapsed = time.perf_counter() - began
+    cuts = statistics.quantiles(latencies, n=100) if len(latencies) > 1 else latencies * 99
+    return len(latencies) / elapsed, cuts[49] * 1000, cuts[98] * 1000
+
+
+async def raw_baseline(dsn: str, clients: int, seconds: float, stream: str) -> tuple[float, float, float]:
+    pool = await asyncpg.create_pool(dsn, min_size=clients, max_size=clients)
+    redis = aioredis.Redis.from_url(REDIS_URL)
+    async with pool.acquire() as conn:
+        await conn.execute(
+            """CREATE TABLE IF NOT EXISTS bench_rows (id bigserial PRIMARY KEY, payload bytea);
+               CREATE TABLE IF NOT EXISTS bench_counter (id int PRIMARY KEY, n bigint);
+               INSERT INTO bench_counter VALUES (1, 0) ON CONFLICT DO NOTHING"""
+        )
+    payload = work_unit().SerializeToString()
+
+    async def call() -> None:
+        async with pool.acquire() as conn, conn.transaction():
+            await conn.execute("INSERT INTO bench_rows (payload) VALUES ($1)", payload)
+            await conn.execute("UPDATE bench_counter SET n = n + 1 WHERE id = 1")
+        await redis.xadd(stream, {"task": payload})
+
+    try:
+        return await measure(call, clients=clients, seconds=seconds)
+    finally:
+        await pool.close()
+        await redis.aclose()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def start_ess(dsn: str, prefix: str, port: int, processes: int) -> list[asyncio.subprocess.Process]:
+    env = {
+        **os.environ,
+        "XMC_DATABASE_URL": dsn,
+        "XMC_REDIS_URL": REDIS_URL,
+        "XMC_ESS_LISTEN": f"127.0.0.1:{port}",
+        "XMC_TASK_SIGNING_KEY": "bench-signing-key-of-at-least-32-bytes",
+        "XMC_AUTH_STATIC_TOKENS": f"{TOKEN}=bench@example.com",
+        "XMC_STREAM_PREFIX": prefix,
+    }
+    exe = str(Path(sys.executable).with_name("xmc-ess"))
+    procs = [
+        await asyncio.create_subprocess_exec(
+            exe, "serve", env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
+        )
+        for _ in range(processes)
+    ]
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    await asyncio.wait_for(channel.channel_ready(), timeout=30)
+    await channel.close()
+    await asyncio.sleep(0.5)  # let every process of the group finish binding
+    return procs
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--processes", type=int, default=1, help="ESS processes on one port")
+    args = parser.parse_args()
+
+    name = f"xmc_bench_{uuid.uuid4().hex[:8]}"
+    admin = await asyncpg.connect(ADMIN_DSN)
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    dsn = urlunsplit(urlsplit(ADMIN_DSN)._replace(path=f"/{name}"))
+    prefix = f"bench-{uuid.uuid4().hex[:8]}:"
+    redis = aioredis.Redis.from_url(REDIS_URL)
+    procs: list[asyncio.subprocess.Process] = []
+    try:
+        await migrate(dsn)
+        port = free_port()
+        procs = await start_ess(dsn, prefix, port, args.processes)
+        channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+        api = api_pb2_grpc.ExperimentStateServiceStub(channel)
+        experiment = await api.CreateExperiment(
+            api_pb2.CreateExperimentRequest(experiment=Experiment(title="bench")), metadata=METADATA
+        )
+        request = api_pb2.CreateWorkUnitRequest(parent=experiment.name, work_unit=work_unit())
+
+        async def create() -> None:
+            await api.CreateWorkUnit(request, metadata=METADATA)
+
+        print(f"ESS processes: {args.processes}; {args.seconds:.0f} s per point; one experiment")
+        print(f"{'clients':>8} {'ESS/s':>9} {'p50 ms':>8} {'p99 ms':>8} | {'raw/s':>9} {'p50 ms':>8} {'p99 ms':>8} | ratio")
+        for clients in CONCURRENCY:
+            rate, p50, p99 = await measure(create, clients=clients, seconds=args.seconds)
+            raw, raw50, raw99 = await raw_baseline(dsn, clients, args.seconds, f"{prefix}raw")
+            print(
+                f"{clients:>8} {rate:>9,.0f} {p50:>8.1f} {p99:>8.1f} | {raw:>9,.0f} {raw50:>8.1f}"
+                f" {raw99:>8.1f} | {rate / raw:5.2f}x"
+            )
+        await channel.close()
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            await proc.wait()
+        keys = [key async for key in redis.scan_iter(match=f"{prefix}*")]
+        if keys:
+            await redis.delete(*keys)
+        await redis.aclose()
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -36,6 +36,7 @@ run: $(STAMP) ## set up and run XMC locally
 
 bench: $(STAMP) ## benchmarks (print figures; not tests)
 	$(PY) bench/store_update.py
+	$(PY) bench/ess_create.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -4,6 +4,7 @@ nothing written."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
@@ -117,6 +118,27 @@ async def test_only_writers_may_change_an_experiment(ess: Ess) -> None:
     shared = await new_experiment(ess, acls=XidAcls(writers=[XidAcls.Role(user="bob@example.com")]))
     request.parent = shared.name
     assert (await ess.api.CreateWorkUnit(request, metadata=BOB)).name, "ACL writers may"
+
+
+async def test_grouped_creates_keep_each_callers_outcome(ess: Ess) -> None:
+    """Concurrent creates are committed together, but each caller is judged alone."""
+    created = await new_experiment(ess)
+    request = api_pb2.CreateWorkUnitRequest(parent=created.name, work_unit=minimal_work_unit())
+    callers = [ALICE, BOB] * 8
+    results = await asyncio.gather(
+        *(ess.api.CreateWorkUnit(request, metadata=who) for who in callers),
+        return_exceptions=True,
+    )
+    for who, result in zip(callers, results, strict=True):
+        if who is ALICE:
+            assert not isinstance(result, BaseException), result
+        else:
+            assert isinstance(result, grpc.aio.AioRpcError)
+            assert result.code() == grpc.StatusCode.PERMISSION_DENIED
+    listed = await ess.api.ListWorkUnits(
+        api_pb2.ListWorkUnitsRequest(parent=created.name), metadata=ALICE
+    )
+    assert [w.name.rsplit("/", 1)[1] for w in listed.work_units] == [str(i) for i in range(1, 9)]
 
 
 async def test_unauthenticated_calls_are_refused(ess: Ess) -> None:
@@ -293,6 +315,11 @@ async def test_artifacts_crud(ess: Ess) -> None:
         metadata=ALICE,
     )
     assert [a.name for a in listed.artifacts] == [created.name]
+    searched = await ess.api.SearchArtifacts(
+        api_pb2.ListArtifactsRequest(parent=f"{parent}/workUnits/1", filter="tags:ckpt"),
+        metadata=ALICE,
+    )
+    assert [a.name for a in searched.artifacts] == [created.name]
     updated = await ess.api.UpdateArtifact(
         api_pb2.UpdateArtifactRequest(
             artifact=Artifact(name=created.name, notes="step 20"),

@@ -70,7 +70,9 @@ async def measure(
     return len(latencies) / elapsed, cuts[49] * 1000, cuts[98] * 1000
 
 
-async def raw_baseline(dsn: str, clients: int, seconds: float, stream: str) -> tuple[float, float, float]:
+async def raw_baseline(
+    dsn: str, clients: int, seconds: float, stream: str
+) -> tuple[float, float, float]:
     pool = await asyncpg.create_pool(dsn, min_size=clients, max_size=clients)
     redis = aioredis.Redis.from_url(REDIS_URL)
     async with pool.acquire() as conn:
@@ -100,7 +102,9 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-async def start_ess(dsn: str, prefix: str, port: int, processes: int) -> list[asyncio.subprocess.Process]:
+async def start_ess(
+    dsn: str, prefix: str, port: int, processes: int
+) -> list[asyncio.subprocess.Process]:
     env = {
         **os.environ,
         "XMC_DATABASE_URL": dsn,
@@ -113,7 +117,11 @@ async def start_ess(dsn: str, prefix: str, port: int, processes: int) -> list[as
     exe = str(Path(sys.executable).with_name("xmc-ess"))
     procs = [
         await asyncio.create_subprocess_exec(
-            exe, "serve", env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
+            exe,
+            "serve",
+            env=env,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
         )
         for _ in range(processes)
     ]
@@ -152,7 +160,8 @@ async def main() -> None:
             await api.CreateWorkUnit(request, metadata=METADATA)
 
         print(f"ESS processes: {args.processes}; {args.seconds:.0f} s per point; one experiment")
-        print(f"{'clients':>8} {'ESS/s':>9} {'p50 ms':>8} {'p99 ms':>8} | {'raw/s':>9} {'p50 ms':>8} {'p99 ms':>8} | ratio")
+        header = ("clients", "ESS/s", "p50 ms", "p99 ms", "raw/s", "p50 ms", "p99 ms")
+        print("{:>8} {:>9} {:>8} {:>8} | {:>9} {:>8} {:>8} | ratio".format(*header))
         for clients in CONCURRENCY:
             rate, p50, p99 = await measure(create, clients=clients, seconds=args.seconds)
             raw, raw50, raw99 = await raw_baseline(dsn, clients, args.seconds, f"{prefix}raw")

@@ -80,6 +80,17 @@ class EssOptions:
         )
 
 
+async def run_janitor_once(store: Store, *, now: datetime) -> tuple[int, int]:
+    """TTL cleanup (SPEC §11): operations after 90 days, processed parked tasks 7 days
+    after ``processed_time``. Returns how many of each were dropped."""
+    async with store.transaction() as conn:
+        dropped_ops = await operations.delete_expired_operations(conn, now=now)
+        dropped_tasks = await scheduling.delete_expired_paused_tasks(conn, now=now)
+    if dropped_ops or dropped_tasks:
+        log.info("expired rows dropped", operations=dropped_ops, paused_tasks=dropped_tasks)
+    return dropped_ops, dropped_tasks
+
+
 class EssServer:
     """One ESS process: gRPC server, resume worker and janitor over shared clients."""
 
@@ -179,20 +190,11 @@ class EssServer:
         return int(server.add_insecure_port(listen))
 
     async def _janitor(self) -> None:
-        """TTL cleanup (SPEC §11): operations after 90 days, processed parked tasks 7 days
-        after ``processed_time``."""
         assert self.store is not None
         interval = self.options.janitor_interval.total_seconds()
         while not self._stop.is_set():
             try:
-                async with self.store.transaction() as conn:
-                    now = self.clock()
-                    dropped_ops = await operations.delete_expired_operations(conn, now=now)
-                    dropped_tasks = await scheduling.delete_expired_paused_tasks(conn, now=now)
-                if dropped_ops or dropped_tasks:
-                    log.info(
-                        "expired rows dropped", operations=dropped_ops, paused_tasks=dropped_tasks
-                    )
+                await run_janitor_once(self.store, now=self.clock())
             except OSError as exc:
                 log.warning("janitor could not reach postgres", error=str(exc))
             with contextlib.suppress(TimeoutError):

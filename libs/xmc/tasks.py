@@ -113,38 +113,6 @@ def verify_task(
     return verified.parsed()
 
 
-def resign_task(
-    fields: StreamFields,
-    *,
-    key: str,
-    now: datetime,
-    ttl: timedelta = DEFAULT_TTL,
-    issuer: str = DEFAULT_ISSUER,
-    audience: str = DEFAULT_AUDIENCE,
-) -> dict[str, bytes | str]:
-    """Give a parked task a fresh token, for the scheduling-resume worker (SPEC §9).
-
-    A task parked while scheduling is paused waits in Postgres for as long as the pause
-    lasts, so its token is routinely past ``exp``; expiry is therefore not checked. The
-    signature and digest still are: they prove ESS produced these exact bytes, so
-    re-signing cannot launder a forged or tampered entry. Expiry exists to bound replay of
-    stale entries on the stream; the resume worker re-decides freshness itself
-    (``ShouldSkipTask``) before it calls this. The task bytes are reused verbatim.
-    """
-    verified = _authenticate(fields, key=key, issuer=issuer, audience=audience)
-    task = verified.parsed()
-    token = _issue(
-        task.task_id,
-        verified.task_bytes,
-        key=key,
-        now=now,
-        ttl=ttl,
-        issuer=issuer,
-        audience=audience,
-    )
-    return {TASK_FIELD: verified.task_bytes, TOKEN_FIELD: token}
-
-
 def task_digest(task_bytes: bytes) -> str:
     """Hex SHA-256 of the serialized task: what the token vouches for."""
     return hashlib.sha256(task_bytes).hexdigest()

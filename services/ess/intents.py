@@ -194,6 +194,32 @@ class Intents:
             planned.append(_Planned(task, Severity.FATAL))
         await self._publish(planned)
 
+    def _planned(
+        self,
+        kind: TaskKind,
+        operation: Operation,
+        experiment: Experiment,
+        targets: Sequence[tuple[WorkUnit, int, int]],
+        failure_severity: Severity,
+    ) -> list[_Planned]:
+        """One task per (work unit, target eid, payload eid) of an Operation."""
+        return [
+            _Planned(
+                self._task(
+                    kind,
+                    xid=parse_work_unit_name(work_unit.name)[0],
+                    wid=parse_work_unit_name(work_unit.name)[1],
+                    target_eid=target_eid,
+                    operation=operation.name,
+                    work_unit=work_unit,
+                    eid=eid,
+                    experiment_priority=experiment.priority,
+                ),
+                failure_severity,
+            )
+            for work_unit, target_eid, eid in targets
+        ]
+
     # --- stop --------------------------------------------------------------------------
 
     async def _stop_in_transaction(
@@ -267,22 +293,13 @@ class Intents:
                 done=not targets,
             )
         await self._publish(
-            [
-                _Planned(
-                    self._task(
-                        TaskKind.DELETE,
-                        xid=xid,
-                        wid=int(work_unit.name.rsplit("/", 1)[1]),
-                        target_eid=eid,
-                        operation=operation.name,
-                        work_unit=work_unit,
-                        eid=eid,
-                        experiment_priority=experiment.priority,
-                    ),
-                    Severity.ERROR,
-                )
-                for work_unit, eid in targets
-            ]
+            self._planned(
+                TaskKind.DELETE,
+                operation,
+                experiment,
+                [(work_unit, eid, eid) for work_unit, eid in targets],
+                Severity.ERROR,
+            )
         )
         return operation
 
@@ -319,22 +336,13 @@ class Intents:
                 done=not planned,
             )
         await self._publish(
-            [
-                _Planned(
-                    self._task(
-                        TaskKind.RESTART,
-                        xid=xid,
-                        wid=int(work_unit.name.rsplit("/", 1)[1]),
-                        target_eid=new_eid - 1,
-                        operation=operation.name,
-                        work_unit=work_unit,
-                        eid=new_eid,
-                        experiment_priority=experiment.priority,
-                    ),
-                    Severity.FATAL,
-                )
-                for work_unit, new_eid in planned
-            ]
+            self._planned(
+                TaskKind.RESTART,
+                operation,
+                experiment,
+                [(work_unit, eid - 1, eid) for work_unit, eid in planned],
+                Severity.FATAL,
+            )
         )
         return operation
 

@@ -18,7 +18,6 @@ from xmc.tasks import (
     TOKEN_FIELD,
     TaskRejected,
     TaskRejectReason,
-    resign_task,
     sign_task,
     task_digest,
     verify_task,
@@ -302,50 +301,11 @@ def test_custom_issuer_and_audience_must_match_on_both_sides() -> None:
         verify_task(fields, key=KEY, now=T0, audience="actuator-b")
 
 
-def test_resign_revives_an_expired_parked_task() -> None:
-    parked = signed()
-    later = T0 + timedelta(days=30)
-    with pytest.raises(TaskRejected, match="expired"):
-        verify_task(parked, key=KEY, now=later)
-
-    fresh = resign_task(parked, key=KEY, now=later)
-
-    assert fresh[TASK_FIELD] == parked[b"task"], "the signed bytes are reused verbatim"
-    assert verify_task(as_redis(fresh), key=KEY, now=later) == make_task()
-
-
-@pytest.mark.parametrize(
-    ("mutate", "reason"),
-    [
-        pytest.param(tampered, TaskRejectReason.DIGEST_MISMATCH, id="tampered task"),
-        pytest.param(
-            with_claims(lambda c: None, key=OTHER_KEY),
-            TaskRejectReason.BAD_SIGNATURE,
-            id="forged token",
-        ),
-        pytest.param(without(b"token"), TaskRejectReason.MISSING_FIELD, id="unsigned task"),
-        pytest.param(
-            garbage_task_signed, TaskRejectReason.UNDECODABLE, id="signed bytes that do not parse"
-        ),
-    ],
-)
-def test_resign_refuses_what_ess_did_not_sign(
-    mutate: Callable[[Fields], Fields], reason: TaskRejectReason
-) -> None:
-    fields = mutate(signed())
-
-    with pytest.raises(TaskRejected) as caught:
-        resign_task(fields, key=KEY, now=T0 + timedelta(days=30))
-
-    assert caught.value.reason is reason
-
-
 @pytest.mark.parametrize(
     "call",
     [
         pytest.param(lambda: sign_task(make_task(), key="", now=T0), id="sign"),
         pytest.param(lambda: verify_task(signed(), key="", now=T0), id="verify"),
-        pytest.param(lambda: resign_task(signed(), key="", now=T0), id="resign"),
     ],
 )
 def test_an_empty_key_is_a_misconfiguration(call: Callable[[], object]) -> None:

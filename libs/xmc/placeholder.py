@@ -10,7 +10,3 @@ import sys
 def not_yet(component: str, issue: int) -> int:
     print(f"{component}: not implemented yet (tracked in issue {issue})", file=sys.stderr)
     return 2
-
-
-def kubesim_main() -> None:
-    sys.exit(not_yet("xmc-kubesim", 4))

@@ -1,0 +1,91 @@
+"""Names XMC writes on JobSets (SPEC §7.1), kept in one place.
+
+The Reconciler selects on :data:`MANAGED_BY`, the guards of SPEC §7.2 read
+:data:`EXECUTION_ID` and :data:`LAST_EDIT`, and Kueue reads the two ``kueue.x-k8s.io``
+labels; a typo in any of them would silently break a loop, so every module imports the
+constants from here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Final
+
+EXPERIMENT_ID: Final = "xmc.google.com/experiment-id"
+WORK_UNIT_ID: Final = "xmc.google.com/work-unit-id"
+EXECUTION_ID: Final = "xmc.google.com/execution-id"
+LAST_EDIT: Final = "xmc.google.com/last-edit"
+QUEUE_NAME: Final = "kueue.x-k8s.io/queue-name"
+PRIORITY_CLASS: Final = "kueue.x-k8s.io/priority-class"
+
+MANAGED_BY: Final = "app.kubernetes.io/managed-by"
+MANAGED_BY_VALUE: Final = "xmc"
+#: The label selector the Reconciler watches JobSets with.
+MANAGED_BY_SELECTOR: Final = f"{MANAGED_BY}={MANAGED_BY_VALUE}"
+
+FINALIZER: Final = "jobset.xmanager.cloud/finalizer"
+EXCLUSIVE_TOPOLOGY: Final = "alpha.jobset.sigs.k8s.io/exclusive-topology"
+
+JOBSET_API_VERSION: Final = "jobset.x-k8s.io/v1alpha2"
+JOBSET_KIND: Final = "JobSet"
+
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+# int64 microseconds never need more than 19 digits; a fixed width keeps the string
+# order equal to the time order, so even a lexical comparison of two labels is right.
+_LAST_EDIT_WIDTH: Final = 19
+
+
+def jobset_name(xid: int, wid: int) -> str:
+    """Deterministic, so a redelivered Create meets ``AlreadyExists`` instead of a twin."""
+    return f"xmc-{xid}-{wid}"
+
+
+def last_edit_label(operation_time: datetime) -> str:
+    """Microseconds since the epoch, zero-padded: label-safe and ordering-preserving.
+
+    A naive datetime is taken as UTC, as everywhere in xmc. Times before the epoch have
+    no label form (they would need a sign) and are refused.
+    """
+    aware = operation_time if operation_time.tzinfo else operation_time.replace(tzinfo=UTC)
+    micros = (aware - _EPOCH) // timedelta(microseconds=1)
+    if micros < 0:
+        raise ValueError(f"operation time {operation_time.isoformat()} is before the epoch")
+    return str(micros).zfill(_LAST_EDIT_WIDTH)
+
+
+def parse_last_edit_label(value: str) -> datetime:
+    """Inverse of :func:`last_edit_label`; raises ``ValueError`` on anything else."""
+    if not value.isascii() or not value.isdigit():
+        raise ValueError(f"last-edit label {value!r} is not a decimal number")
+    return _EPOCH + timedelta(microseconds=int(value))
+
+
+_PRIORITY_WORDS: Final[Mapping[int, str]] = {1: "low", 2: "normal", 3: "high"}
+_DEFAULT_PRIORITY_WORD: Final = "normal"
+_WORDS_LOW_TO_HIGH: Final = ("low", "normal", "high")
+
+#: The nine Kueue WorkloadPriorityClass names, lowest first (experiment × work unit).
+PRIORITY_CLASSES: Final[tuple[str, ...]] = tuple(
+    f"xmc-priority-{experiment}-{work_unit}"
+    for experiment in _WORDS_LOW_TO_HIGH
+    for work_unit in _WORDS_LOW_TO_HIGH
+)
+
+#: WorkloadPriorityClass values: 100 for low-low up to 900 for high-high. The experiment
+#: priority dominates, so a high work unit never outranks a more important experiment.
+PRIORITY_CLASS_VALUES: Final[Mapping[str, int]] = {
+    name: 100 * (rank + 1) for rank, name in enumerate(PRIORITY_CLASSES)
+}
+
+
+def _priority_word(priority: int) -> str:
+    # UNSPECIFIED (and any value newer than this code) is scheduled like NORMAL.
+    return _PRIORITY_WORDS.get(priority, _DEFAULT_PRIORITY_WORD)
+
+
+def priority_class_name(experiment_priority: int, work_unit_priority: int) -> str:
+    """The WorkloadPriorityClass of a work unit: one of :data:`PRIORITY_CLASSES`."""
+    return (
+        f"xmc-priority-{_priority_word(experiment_priority)}-{_priority_word(work_unit_priority)}"
+    )

@@ -1,0 +1,163 @@
+"""Kubernetes error classification and retry decisions (SPEC §6): tables, whole results."""
+
+from __future__ import annotations
+
+import pytest
+
+from actuator.errors import (
+    ErrorClass,
+    RetryAction,
+    RetryDecision,
+    RetryPolicy,
+    classify_kubernetes_error,
+    decide_retry,
+    parse_retry_after,
+)
+
+
+@pytest.mark.parametrize(
+    ("status", "reason", "retry_after", "expected"),
+    [
+        pytest.param(400, "BadRequest", None, ErrorClass("INVALID_ARGUMENT", True), id="400"),
+        pytest.param(422, "Invalid", None, ErrorClass("INVALID_ARGUMENT", True), id="422"),
+        pytest.param(401, "Unauthorized", None, ErrorClass("UNAUTHENTICATED", True), id="401"),
+        pytest.param(403, "Forbidden", None, ErrorClass("PERMISSION_DENIED", True), id="403"),
+        pytest.param(404, "NotFound", None, ErrorClass("NOT_FOUND", True), id="404"),
+        pytest.param(
+            409, "Conflict", None, ErrorClass("FAILED_PRECONDITION", True), id="409 uid conflict"
+        ),
+        pytest.param(
+            409, None, None, ErrorClass("FAILED_PRECONDITION", True), id="409 without a reason"
+        ),
+        pytest.param(
+            409,
+            "AlreadyExists",
+            None,
+            ErrorClass("ALREADY_EXISTS", True),
+            id="409 AlreadyExists for the duplicate check",
+        ),
+        pytest.param(
+            403,
+            "Forbidden",
+            5.0,
+            ErrorClass("PERMISSION_DENIED", True),
+            id="permanent ignores retry-after",
+        ),
+        pytest.param(
+            413, "RequestEntityTooLarge", None, ErrorClass("INVALID_ARGUMENT", True), id="other 4xx"
+        ),
+        pytest.param(
+            408, "Timeout", None, ErrorClass("DEADLINE_EXCEEDED", False), id="408 request timeout"
+        ),
+        pytest.param(410, "Expired", None, ErrorClass("ABORTED", False), id="410 gone: re-read"),
+        pytest.param(
+            429,
+            "TooManyRequests",
+            3.0,
+            ErrorClass("UNAVAILABLE", False, 3.0),
+            id="429 with retry-after",
+        ),
+        pytest.param(
+            429, "TooManyRequests", None, ErrorClass("UNAVAILABLE", False), id="429 without"
+        ),
+        pytest.param(500, "InternalError", None, ErrorClass("UNAVAILABLE", False), id="500"),
+        pytest.param(
+            503, "ServiceUnavailable", 1.0, ErrorClass("UNAVAILABLE", False, 1.0), id="503"
+        ),
+        pytest.param(504, "Timeout", None, ErrorClass("UNAVAILABLE", False), id="504"),
+        pytest.param(None, None, None, ErrorClass("UNAVAILABLE", False), id="connection lost"),
+        pytest.param(0, None, None, ErrorClass("UNAVAILABLE", False), id="status 0: no response"),
+        pytest.param(302, None, None, ErrorClass("UNKNOWN", False), id="unexpected redirect"),
+    ],
+)
+def test_classify_kubernetes_error(
+    status: int | None, reason: str | None, retry_after: float | None, expected: ErrorClass
+) -> None:
+    assert classify_kubernetes_error(status, reason, retry_after=retry_after) == expected
+
+
+@pytest.mark.parametrize(
+    ("header", "expected"),
+    [
+        pytest.param(None, None, id="absent"),
+        pytest.param("7", 7.0, id="seconds"),
+        pytest.param(" 2.5 ", 2.5, id="fractional with spaces"),
+        pytest.param("-1", None, id="negative"),
+        pytest.param("Wed, 21 Oct 2015 07:28:00 GMT", None, id="HTTP date is ignored"),
+        pytest.param("nan", None, id="not a number"),
+    ],
+)
+def test_parse_retry_after(header: str | None, expected: float | None) -> None:
+    assert parse_retry_after(header) == expected
+
+
+POLICY = RetryPolicy(max_attempts=5, base=1.0, cap=8.0, max_retry_after=60.0)
+UNAVAILABLE = ErrorClass("UNAVAILABLE", False)
+
+
+@pytest.mark.parametrize(
+    ("attempt", "jitter", "expected"),
+    [
+        pytest.param(1, 0.0, 0.5, id="first retry, no jitter: half the base"),
+        pytest.param(1, 0.999, 0.9995, id="first retry, full jitter: almost the base"),
+        pytest.param(2, 0.5, 1.5, id="second retry doubles"),
+        pytest.param(3, 0.0, 2.0, id="third retry"),
+        pytest.param(5, 1.0, 8.0, id="capped"),
+        pytest.param(500, 0.0, 4.0, id="huge attempt stays capped"),
+    ],
+)
+def test_backoff(attempt: int, jitter: float, expected: float) -> None:
+    assert POLICY.backoff(attempt, lambda: jitter) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("error", "attempt", "expected"),
+    [
+        pytest.param(
+            ErrorClass("NOT_FOUND", True),
+            1,
+            RetryDecision(RetryAction.GIVE_UP_PERMANENT, 0.0, "NOT_FOUND is permanent"),
+            id="permanent: never retried",
+        ),
+        pytest.param(
+            UNAVAILABLE,
+            1,
+            RetryDecision(RetryAction.RETRY, 0.5, "UNAVAILABLE: attempt #1/5 failed; will retry"),
+            id="first transient failure",
+        ),
+        pytest.param(
+            UNAVAILABLE,
+            4,
+            RetryDecision(RetryAction.RETRY, 4.0, "UNAVAILABLE: attempt #4/5 failed; will retry"),
+            id="last retry",
+        ),
+        pytest.param(
+            UNAVAILABLE,
+            5,
+            RetryDecision(
+                RetryAction.GIVE_UP_EXHAUSTED, 0.0, "UNAVAILABLE: attempt #5/5 failed; giving up"
+            ),
+            id="attempts exhausted",
+        ),
+        pytest.param(
+            ErrorClass("UNAVAILABLE", False, 30.0),
+            1,
+            RetryDecision(RetryAction.RETRY, 30.0, "UNAVAILABLE: attempt #1/5 failed; will retry"),
+            id="retry-after longer than the backoff is honoured",
+        ),
+        pytest.param(
+            ErrorClass("UNAVAILABLE", False, 0.1),
+            3,
+            RetryDecision(RetryAction.RETRY, 2.0, "UNAVAILABLE: attempt #3/5 failed; will retry"),
+            id="retry-after shorter than the backoff is a floor only",
+        ),
+        pytest.param(
+            ErrorClass("UNAVAILABLE", False, 3600.0),
+            1,
+            RetryDecision(RetryAction.RETRY, 60.0, "UNAVAILABLE: attempt #1/5 failed; will retry"),
+            id="retry-after is bounded",
+        ),
+    ],
+)
+def test_decide_retry(error: ErrorClass, attempt: int, expected: RetryDecision) -> None:
+    assert decide_retry(error, attempt, policy=POLICY, jitter=lambda: 0.0) == expected

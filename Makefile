@@ -37,6 +37,7 @@ run: $(STAMP) ## set up and run XMC locally
 bench: $(STAMP) ## benchmarks (print figures; not tests)
 	$(PY) bench/store_update.py
 	$(PY) bench/ess_create.py
+	$(PY) bench/kubesim_bench.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

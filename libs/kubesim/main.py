@@ -1,9 +1,66 @@
-"""``xmc-kubesim`` (being built: issue 4)."""
+"""``xmc-kubesim``: serve the emulated Kubernetes API (and, unless ``--no-controllers``, the
+JobSet, Kueue and kubelet simulators) until SIGTERM or SIGINT, then stop cleanly (exit 0)."""
 
-import sys
+from __future__ import annotations
 
-from xmc.placeholder import not_yet
+import argparse
+import asyncio
+import signal
+
+import structlog
+
+from kubesim.server import KubeSim
+from xmc.logging import configure_logging
 
 
-def main() -> None:
-    sys.exit(not_yet("xmc-kubesim", 4))
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="xmc-kubesim", description="Kubernetes API emulator with JobSet/Kueue simulators"
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind")
+    parser.add_argument("--port", type=int, default=8001, help="port to bind (0 = any free)")
+    parser.add_argument(
+        "--no-controllers", action="store_true", help="serve the API alone (no simulators)"
+    )
+    parser.add_argument(
+        "--watch-history",
+        type=int,
+        default=10_000,
+        help="events a watch can resume across; older resourceVersions get 410 Expired",
+    )
+    parser.add_argument(
+        "--time-scale", type=float, default=1.0, help="simulated seconds per real second"
+    )
+    parser.add_argument(
+        "--bookmark-interval",
+        type=float,
+        default=1.0,
+        help="seconds between BOOKMARK events on watches that allow them",
+    )
+    parser.add_argument("--log-level", default="INFO")
+    return parser.parse_args(argv)
+
+
+async def serve(args: argparse.Namespace) -> None:
+    sim = KubeSim(
+        controllers=not args.no_controllers,
+        watch_history=args.watch_history,
+        time_scale=args.time_scale,
+        bookmark_interval=args.bookmark_interval,
+    )
+    url = await sim.start(args.host, args.port)
+    log = structlog.get_logger()
+    log.info("kubesim serving", url=url, controllers=not args.no_controllers)
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopping.set)
+    await stopping.wait()
+    await sim.stop()
+    log.info("kubesim stopped")
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    configure_logging(service="kubesim", level=args.log_level)
+    asyncio.run(serve(args))

@@ -19,23 +19,39 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import copy
 import re
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from kubesim.errors import ApiError, already_exists, conflict, gone, invalid, not_found
 from kubesim.resources import NAMESPACE, RESOURCES, Resource
 from kubesim.selectors import Requirement, fields_match, labels_match
 
 Obj = dict[str, Any]
+_T = TypeVar("_T")
 Clock = Callable[[], datetime]
 
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+
+
+def clone(value: _T) -> _T:
+    """A deep copy of JSON-shaped data (dicts, lists, tuples, scalars): about three times
+    faster than ``copy.deepcopy``, which matters because every read and write copies."""
+    return cast(_T, _clone(value))
+
+
+def _clone(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _clone(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_clone(item) for item in value]
+    if isinstance(value, tuple):
+        return tuple(_clone(item) for item in value)
+    return value
 
 
 def utc_now() -> datetime:
@@ -67,7 +83,7 @@ class Subscription:
 
 
 def _key(resource: Resource, namespace: str | None, name: str) -> tuple[str, str, str]:
-    return (resource.key, namespace or "" if resource.namespaced else "", name)
+    return (resource.key, (namespace or "") if resource.namespaced else "", name)
 
 
 class ObjectStore:
@@ -90,11 +106,11 @@ class ObjectStore:
         obj = self._objects.get(_key(resource, namespace, name))
         if obj is None:
             raise not_found(resource.plural, name, resource.group)
-        return copy.deepcopy(obj)
+        return clone(obj)
 
     def find(self, resource: Resource, namespace: str | None, name: str) -> Obj | None:
         obj = self._objects.get(_key(resource, namespace, name))
-        return None if obj is None else copy.deepcopy(obj)
+        return None if obj is None else clone(obj)
 
     def list(
         self,
@@ -112,17 +128,24 @@ class ObjectStore:
             ):
                 continue
             if labels_match(labels, obj) and fields_match(fields, obj):
-                found.append(copy.deepcopy(obj))
+                found.append(clone(obj))
         return found
 
     def events_since(self, resource_version: int) -> builtins.list[Event]:
         """Retained events newer than ``resource_version``; 410 when some were dropped."""
         if resource_version >= self._rv:
             return []
+        self.check_resumable(resource_version)
+        return [e for e in self._history if e.resource_version > resource_version]
+
+    def check_resumable(self, resource_version: int) -> None:
+        """410 Expired unless every event after ``resource_version`` is still retained (a
+        watch or a paginated list can only resume from there)."""
+        if resource_version >= self._rv:
+            return
         oldest = self._history[0].resource_version if self._history else self._rv + 1
         if resource_version < oldest - 1:
             raise gone(f"too old resource version: {resource_version} ({oldest - 1})")
-        return [e for e in self._history if e.resource_version > resource_version]
 
     def subscribe(self, resource: Resource | None = None) -> Subscription:
         subscription = Subscription(resource)
@@ -142,7 +165,7 @@ class ObjectStore:
     # --- writing -----------------------------------------------------------------------
 
     def _emit(self, type_: str, resource: Resource, obj: Obj, old: Obj | None) -> None:
-        event = Event(type_, resource, copy.deepcopy(obj), old, self._rv)
+        event = Event(type_, resource, clone(obj), old, self._rv)
         self._history.append(event)
         for subscription in self._subscriptions:
             if subscription.resource is None or subscription.resource.key == resource.key:
@@ -169,7 +192,7 @@ class ObjectStore:
         return namespace
 
     def create(self, resource: Resource, obj: Obj, namespace: str | None = None) -> Obj:
-        obj = copy.deepcopy(obj)
+        obj = clone(obj)
         meta = obj.setdefault("metadata", {})
         namespace = self._namespace_of(resource, namespace, obj)
         name = meta.get("name") or ""
@@ -201,7 +224,7 @@ class ObjectStore:
             obj.pop("status", None)
         self._objects[key] = obj
         self._emit("ADDED", resource, obj, None)
-        return copy.deepcopy(obj)
+        return clone(obj)
 
     def replace(
         self,
@@ -229,7 +252,7 @@ class ObjectStore:
                 "version and try again",
                 resource.group,
             )
-        return self._write(resource, key, current, copy.deepcopy(obj), subresource)
+        return self._write(resource, key, current, clone(obj), subresource)
 
     def _write(
         self,
@@ -241,9 +264,9 @@ class ObjectStore:
     ) -> Obj:
         """``subresource`` is None (spec and metadata), "status", or "metadata" (the
         store's own writes, which may set ``deletionTimestamp``)."""
-        old = copy.deepcopy(current)
+        old = clone(current)
         if subresource == "status":
-            updated = copy.deepcopy(current)
+            updated = clone(current)
             updated["status"] = proposed.get("status", {})
         else:
             updated = proposed
@@ -267,7 +290,7 @@ class ObjectStore:
             updated["apiVersion"] = resource.api_version()
             updated["kind"] = resource.kind
         if updated == current:
-            return copy.deepcopy(current)  # a no-op write does not bump resourceVersion
+            return clone(current)  # a no-op write does not bump resourceVersion
         updated["metadata"]["resourceVersion"] = self._next_rv()
         if updated["metadata"].get("deletionTimestamp") and not updated["metadata"].get(
             "finalizers"
@@ -275,7 +298,7 @@ class ObjectStore:
             return self._remove(resource, key, updated)
         self._objects[key] = updated
         self._emit("MODIFIED", resource, updated, old)
-        return copy.deepcopy(updated)
+        return clone(updated)
 
     def update(
         self,
@@ -291,7 +314,7 @@ class ObjectStore:
         current = self._objects.get(key)
         if current is None:
             raise not_found(resource.plural, name, resource.group)
-        proposed = copy.deepcopy(current)
+        proposed = clone(current)
         mutate(proposed)
         return self._write(resource, key, current, proposed, subresource)
 
@@ -328,7 +351,7 @@ class ObjectStore:
             )
         if meta.get("finalizers"):
             if meta.get("deletionTimestamp"):
-                return copy.deepcopy(current)
+                return clone(current)
             return self.update(
                 resource,
                 namespace,
@@ -339,7 +362,7 @@ class ObjectStore:
                 subresource="metadata",
             )
         self._rv += 1
-        deleted = copy.deepcopy(current)
+        deleted = clone(current)
         deleted["metadata"]["resourceVersion"] = str(self._rv)
         return self._remove(resource, key, deleted, propagation=propagation)
 
@@ -354,7 +377,7 @@ class ObjectStore:
         old = self._objects.pop(key, None)
         self._emit("DELETED", resource, obj, old)
         self._collect_dependents(obj["metadata"]["uid"], orphan=propagation == "Orphan")
-        return copy.deepcopy(obj)
+        return clone(obj)
 
     def _collect_dependents(self, owner_uid: str, *, orphan: bool) -> None:
         """Garbage collection of objects owned by a deleted one (background policy)."""

@@ -1,0 +1,656 @@
+"""A simulated JobSet controller (``jobset.x-k8s.io/v1alpha2``), together with the slice
+of the batch/v1 Job controller it needs (a Job's pods and status).
+
+One reconcile pass per JobSet, level-triggered: list its Jobs and Pods, then
+1. per Job, ``job_status`` recomputes the Job's status and ``plan_job_pods`` says which
+   pods to create (while not suspended) or delete (suspended or finished);
+2. ``plan_jobset`` decides the JobSet's status and which Jobs to create, delete, suspend
+   or resume: failure policy (restart all Jobs up to ``maxRestarts``), success policy
+   (``All``/``Any`` of ``targetReplicatedJobs``), suspend/resume (Kueue's lever) and
+   ``dependsOn`` (a replicated job's Jobs are created once its dependency is Ready or
+   Complete).
+The shell applies the plan; the writes it makes come back as events and trigger the next
+pass, which converges because every write of an unchanged object is a no-op.
+
+Shapes follow upstream: child Job ``{jobset}-{rjob}-{index}`` with the
+``jobset.sigs.k8s.io/*`` labels, pods ``{job}-{index}-{random5}`` of an Indexed Job, the
+``Completed``/``Failed``/``Suspended`` conditions with upstream reasons and messages, and
+``status.replicatedJobsStatus`` counting Jobs (not pods). A JobSet being deleted (held by
+a foreign finalizer such as XMC's) has its Jobs, and so its pods, deleted at once; its
+finalizers are never touched.
+"""
+
+from __future__ import annotations
+
+import copy
+import enum
+import hashlib
+import logging
+import random
+from collections import defaultdict
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kubesim.clock import SimClock
+from kubesim.errors import ApiError
+from kubesim.resources import JOB, JOBSET, POD, Resource
+from kubesim.selectors import Requirement
+from kubesim.store import Event, ObjectStore, rfc3339
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+JOBSET_UID_LABEL = "jobset.sigs.k8s.io/jobset-uid"
+REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
+REPLICATED_JOB_REPLICAS_LABEL = "jobset.sigs.k8s.io/replicatedjob-replicas"
+JOB_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
+JOB_GLOBAL_INDEX_LABEL = "jobset.sigs.k8s.io/job-global-index"
+JOB_KEY_LABEL = "jobset.sigs.k8s.io/job-key"
+RESTART_ATTEMPT_LABEL = "jobset.sigs.k8s.io/restart-attempt"
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+CONTROLLER_UID_LABEL = "batch.kubernetes.io/controller-uid"
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
+NODE_NAME = "kubesim-node"
+DEFAULT_BACKOFF_LIMIT = 6
+"""batch/v1 defaults ``spec.backoffLimit`` to 6."""
+
+_POD_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+_TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+# --- conditions and references (shared with the Kueue simulator) ---------------------
+
+
+def condition(obj: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
+    for item in (obj.get("status") or {}).get("conditions") or []:
+        if item.get("type") == type_:
+            return item  # type: ignore[no-any-return]
+    return None
+
+
+def condition_true(obj: Mapping[str, Any], type_: str) -> bool:
+    found = condition(obj, type_)
+    return found is not None and found.get("status") == "True"
+
+
+def set_condition(
+    conditions: Sequence[Mapping[str, Any]],
+    type_: str,
+    status: bool,
+    reason: str,
+    message: str,
+    now: str,
+) -> list[dict[str, Any]]:
+    """metav1.Condition semantics: ``lastTransitionTime`` moves only when status flips."""
+    wanted = "True" if status else "False"
+    result = [dict(c) for c in conditions]
+    for item in result:
+        if item.get("type") == type_:
+            if item.get("status") != wanted:
+                item["lastTransitionTime"] = now
+            item.update(status=wanted, reason=reason, message=message)
+            return result
+    result.append(
+        {
+            "type": type_,
+            "status": wanted,
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": now,
+        }
+    )
+    return result
+
+
+def controller_ref(owner: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": owner["apiVersion"],
+        "kind": owner["kind"],
+        "name": owner["metadata"]["name"],
+        "uid": owner["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def controlled_by(obj: Mapping[str, Any], owner_uid: str) -> bool:
+    return any(
+        ref.get("uid") == owner_uid and ref.get("controller")
+        for ref in obj["metadata"].get("ownerReferences") or []
+    )
+
+
+def jobset_finished(jobset: Mapping[str, Any]) -> bool:
+    return condition_true(jobset, "Completed") or condition_true(jobset, "Failed")
+
+
+def _labels(obj: Mapping[str, Any]) -> dict[str, str]:
+    return dict((obj.get("metadata") or {}).get("labels") or {})
+
+
+def _annotations(obj: Mapping[str, Any]) -> dict[str, str]:
+    return dict((obj.get("metadata") or {}).get("annotations") or {})
+
+
+# --- batch/v1 Job: pure ---------------------------------------------------------------
+
+
+def job_shape(job_spec: Mapping[str, Any]) -> tuple[int, int]:
+    """(completions, parallelism) with batch/v1 defaulting (each defaults to the other, then 1)."""
+    parallelism = job_spec.get("parallelism")
+    completions = job_spec.get("completions")
+    parallelism = 1 if parallelism is None else int(parallelism)
+    completions = parallelism if completions is None else int(completions)
+    return completions, parallelism
+
+
+def pods_per_job(job_spec: Mapping[str, Any]) -> int:
+    """Pods a Job runs at once: min(parallelism, completions) — what Kueue counts."""
+    completions, parallelism = job_shape(job_spec)
+    return min(completions, parallelism)
+
+
+def job_finished(job: Mapping[str, Any]) -> str | None:
+    """ "Complete", "Failed" or None."""
+    for type_ in ("Complete", "Failed"):
+        if condition_true(job, type_):
+            return type_
+    return None
+
+
+def _pod_index(pod: Mapping[str, Any]) -> int | None:
+    value = _labels(pod).get(COMPLETION_INDEX) or _annotations(pod).get(COMPLETION_INDEX)
+    return int(value) if value is not None and value.isdigit() else None
+
+
+def _phase(pod: Mapping[str, Any]) -> str:
+    return str((pod.get("status") or {}).get("phase") or "Pending")
+
+
+def _live(pods: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+
+
+def _active(pods: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    return [p for p in _live(pods) if _phase(p) not in _TERMINAL_PHASES]
+
+
+def format_indexes(indexes: Iterable[int]) -> str:
+    """batch/v1 ``completedIndexes`` notation: ``0,2-4``."""
+    ranges: list[list[int]] = []
+    for index in sorted(set(indexes)):
+        if ranges and index == ranges[-1][1] + 1:
+            ranges[-1][1] = index
+        else:
+            ranges.append([index, index])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in ranges)
+
+
+def job_status(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], now: str) -> Obj:
+    """The Job's status from its pods; a finished Job keeps its conditions."""
+    status: Obj = copy.deepcopy(dict(job.get("status") or {}))
+    spec = job.get("spec") or {}
+    completions, _ = job_shape(spec)
+    backoff_limit = spec.get("backoffLimit", DEFAULT_BACKOFF_LIMIT)
+    live = _live(pods)
+    active = _active(pods)
+    succeeded = [p for p in live if _phase(p) == "Succeeded"]
+    failed = sum(1 for p in live if _phase(p) == "Failed")
+    done = {i for p in succeeded if (i := _pod_index(p)) is not None}
+    status.update(
+        active=len(active),
+        ready=sum(1 for p in active if condition_true(p, "Ready")),
+        succeeded=len(succeeded),
+        failed=failed,
+    )
+    if spec.get("completionMode", "Indexed") == "Indexed" and done:
+        status["completedIndexes"] = format_indexes(done)
+    if job_finished(job):
+        return status
+    conditions = status.get("conditions") or []
+    if failed > backoff_limit:
+        conditions = set_condition(
+            conditions,
+            "Failed",
+            True,
+            "BackoffLimitExceeded",
+            "Job has reached the specified backoff limit",
+            now,
+        )
+    elif len(done) >= completions:
+        conditions = set_condition(
+            conditions,
+            "Complete",
+            True,
+            "CompletionsReached",
+            "Reached expected number of succeeded pods",
+            now,
+        )
+        status["completionTime"] = now
+    elif spec.get("suspend"):
+        conditions = set_condition(
+            conditions, "Suspended", True, "JobSuspended", "Job suspended", now
+        )
+    elif any(c.get("type") == "Suspended" for c in conditions):
+        conditions = set_condition(conditions, "Suspended", False, "JobResumed", "Job resumed", now)
+    if not spec.get("suspend") and "startTime" not in status:
+        status["startTime"] = now
+    if conditions:
+        status["conditions"] = conditions
+    return status
+
+
+@dataclass(frozen=True)
+class JobPodPlan:
+    create_indexes: tuple[int, ...] = ()
+    delete_pods: tuple[str, ...] = ()
+
+
+def plan_job_pods(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> JobPodPlan:
+    """Pods to create (missing completion indexes, up to parallelism) or delete."""
+    spec = job.get("spec") or {}
+    active = _active(pods)
+    if job_finished(job) or spec.get("suspend"):
+        return JobPodPlan(delete_pods=tuple(p["metadata"]["name"] for p in active))
+    completions, parallelism = job_shape(spec)
+    done = {_pod_index(p) for p in _live(pods) if _phase(p) == "Succeeded"}
+    running = {_pod_index(p) for p in active}
+    budget = parallelism - len(active)
+    missing = [i for i in range(completions) if i not in done and i not in running]
+    return JobPodPlan(create_indexes=tuple(missing[: max(budget, 0)]))
+
+
+def build_pod(job: Mapping[str, Any], index: int, suffix: str) -> Obj:
+    """An Indexed Job's pod ``{job}-{index}-{suffix}``, bound to the simulated node."""
+    name = job["metadata"]["name"]
+    uid = job["metadata"]["uid"]
+    template = copy.deepcopy((job.get("spec") or {}).get("template") or {})
+    meta = template.get("metadata") or {}
+    jobset_labels = {k: v for k, v in _labels(job).items() if k.startswith("jobset.sigs.k8s.io/")}
+    labels = {
+        **(meta.get("labels") or {}),
+        **jobset_labels,
+        JOB_NAME_LABEL: name,
+        "job-name": name,
+        CONTROLLER_UID_LABEL: uid,
+        "controller-uid": uid,
+        COMPLETION_INDEX: str(index),
+    }
+    annotations = {**(meta.get("annotations") or {}), COMPLETION_INDEX: str(index)}
+    spec = template.get("spec") or {}
+    spec["nodeName"] = NODE_NAME
+    spec.setdefault("hostname", f"{name}-{index}")
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{name}-{index}-{suffix}",
+            "namespace": job["metadata"]["namespace"],
+            "labels": labels,
+            "annotations": annotations,
+            "ownerReferences": [controller_ref(job)],
+        },
+        "spec": spec,
+    }
+
+
+# --- JobSet: pure ---------------------------------------------------------------------
+
+
+def _replicas(rjob: Mapping[str, Any]) -> int:
+    value = rjob.get("replicas")
+    return 1 if value is None else int(value)
+
+
+def _attempt(job: Mapping[str, Any]) -> int:
+    value = _labels(job).get(RESTART_ATTEMPT_LABEL, "0")
+    return int(value) if value.isdigit() else 0
+
+
+def _rjob_of(job: Mapping[str, Any]) -> str:
+    return _labels(job).get(REPLICATED_JOB_LABEL, "")
+
+
+def job_name(jobset_name: str, rjob_name: str, index: int) -> str:
+    return f"{jobset_name}-{rjob_name}-{index}"
+
+
+def build_job(
+    jobset: Mapping[str, Any], rjob: Mapping[str, Any], index: int, global_index: int
+) -> Obj:
+    """Child Job of one replicated job: labels (and annotations) as upstream sets them."""
+    meta = jobset["metadata"]
+    namespace, name = meta["namespace"], job_name(meta["name"], rjob["name"], index)
+    template = copy.deepcopy(rjob.get("template") or {})
+    job_meta = template.get("metadata") or {}
+    spec = template.get("spec") or {}
+    pod_template = spec.setdefault("template", {})
+    pod_meta = pod_template.setdefault("metadata", {})
+    restarts = int((jobset.get("status") or {}).get("restarts") or 0)
+    jobset_labels = {
+        JOBSET_NAME_LABEL: meta["name"],
+        JOBSET_UID_LABEL: meta["uid"],
+        REPLICATED_JOB_LABEL: rjob["name"],
+        REPLICATED_JOB_REPLICAS_LABEL: str(_replicas(rjob)),
+        JOB_INDEX_LABEL: str(index),
+        JOB_GLOBAL_INDEX_LABEL: str(global_index),
+        JOB_KEY_LABEL: hashlib.sha256(f"{namespace}/{name}".encode()).hexdigest(),
+        RESTART_ATTEMPT_LABEL: str(restarts),
+    }
+    pod_labels = {**(pod_meta.get("labels") or {}), **jobset_labels}
+    pod_meta["labels"] = pod_labels
+    pod_meta["annotations"] = {**(pod_meta.get("annotations") or {}), **jobset_labels}
+    completions, parallelism = job_shape(spec)
+    spec.update(
+        parallelism=parallelism,
+        completions=completions,
+        suspend=bool((jobset.get("spec") or {}).get("suspend")),
+    )
+    spec.setdefault("completionMode", "Indexed")
+    spec.setdefault("backoffLimit", DEFAULT_BACKOFF_LIMIT)
+    network = (jobset.get("spec") or {}).get("network") or {}
+    if network.get("enableDNSHostnames", True):
+        pod_spec = pod_template.setdefault("spec", {})
+        pod_spec.setdefault("subdomain", network.get("subdomain") or meta["name"])
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {**(job_meta.get("labels") or {}), **pod_labels},
+            "annotations": {**(job_meta.get("annotations") or {}), **jobset_labels},
+            "ownerReferences": [controller_ref(jobset)],
+        },
+        "spec": spec,
+    }
+
+
+def replicated_job_statuses(
+    jobset: Mapping[str, Any], jobs: Sequence[Mapping[str, Any]]
+) -> list[Obj]:
+    """Counts of Jobs per replicated job, in spec order (upstream's semantics: ``ready``
+    when ready + succeeded pods cover the Job's pod count, ``active`` when it has an
+    unfinished pod, ``suspended`` when its spec says so; the last three only for
+    unfinished Jobs)."""
+    zero = {"ready": 0, "succeeded": 0, "failed": 0, "active": 0, "suspended": 0}
+    counts: dict[str, Obj] = {
+        r["name"]: {"name": r["name"], **zero}
+        for r in (jobset.get("spec") or {}).get("replicatedJobs") or []
+    }
+    for job in jobs:
+        entry = counts.get(_rjob_of(job))
+        if entry is None:
+            continue
+        finished = job_finished(job)
+        status = job.get("status") or {}
+        if finished == "Complete":
+            entry["succeeded"] += 1
+        elif finished == "Failed":
+            entry["failed"] += 1
+        else:
+            pods = pods_per_job(job.get("spec") or {})
+            if int(status.get("ready") or 0) + int(status.get("succeeded") or 0) >= pods:
+                entry["ready"] += 1
+            if int(status.get("active") or 0) > 0:
+                entry["active"] += 1
+            if (job.get("spec") or {}).get("suspend"):
+                entry["suspended"] += 1
+    return list(counts.values())
+
+
+def success_policy_met(jobset: Mapping[str, Any], jobs: Sequence[Mapping[str, Any]]) -> bool:
+    spec = jobset.get("spec") or {}
+    rjobs = spec.get("replicatedJobs") or []
+    policy = spec.get("successPolicy") or {}
+    targets = set(policy.get("targetReplicatedJobs") or [r["name"] for r in rjobs])
+    succeeded: dict[str, int] = defaultdict(int)
+    for job in jobs:
+        if job_finished(job) == "Complete":
+            succeeded[_rjob_of(job)] += 1
+    if policy.get("operator") == "Any":
+        return any(succeeded[name] > 0 for name in targets)
+    return bool(targets) and all(
+        succeeded[r["name"]] >= _replicas(r) for r in rjobs if r["name"] in targets
+    )
+
+
+def _dependencies_reached(
+    rjob: Mapping[str, Any], statuses: Mapping[str, Mapping[str, int]], replicas: Mapping[str, int]
+) -> bool:
+    for dependency in rjob.get("dependsOn") or []:
+        counts = statuses.get(dependency.get("name", ""), {})
+        expected = replicas.get(dependency.get("name", ""), 0)
+        if dependency.get("status") == "Complete":
+            reached = counts.get("succeeded", 0) >= expected
+        else:
+            done = counts.get("ready", 0) + counts.get("succeeded", 0) + counts.get("failed", 0)
+            reached = done >= expected
+        if not reached:
+            return False
+    return True
+
+
+class JobSetStep(enum.StrEnum):
+    """What a pass decided; low-cardinality, for logs and tests."""
+
+    DELETING = "Deleting"
+    FINISHED = "Finished"
+    FAILED = "Failed"
+    RESTARTING = "Restarting"
+    COMPLETED = "Completed"
+    SUSPENDED = "Suspended"
+    RUNNING = "Running"
+
+
+@dataclass(frozen=True)
+class JobSetPlan:
+    step: JobSetStep
+    status: Obj
+    delete_jobs: tuple[str, ...] = ()
+    create_jobs: tuple[Obj, ...] = ()
+    suspend_jobs: tuple[str, ...] = ()
+    resume_jobs: tuple[str, ...] = ()
+
+
+def _names(jobs: Iterable[Mapping[str, Any]]) -> tuple[str, ...]:
+    return tuple(j["metadata"]["name"] for j in jobs)
+
+
+def _jobs_to_create(
+    jobset: Mapping[str, Any], existing: set[str], statuses: Sequence[Mapping[str, Any]]
+) -> tuple[Obj, ...]:
+    rjobs = (jobset.get("spec") or {}).get("replicatedJobs") or []
+    by_name = {s["name"]: s for s in statuses}
+    replicas = {r["name"]: _replicas(r) for r in rjobs}
+    created: list[Obj] = []
+    global_index = 0
+    for rjob in rjobs:
+        reached = _dependencies_reached(rjob, by_name, replicas)
+        for index in range(_replicas(rjob)):
+            name = job_name(jobset["metadata"]["name"], rjob["name"], index)
+            if reached and name not in existing:
+                created.append(build_job(jobset, rjob, index, global_index))
+            global_index += 1
+    return tuple(created)
+
+
+def _terminal(status: Obj, type_: str, reason: str, message: str, now: str) -> Obj:
+    status = dict(status)
+    status["conditions"] = set_condition(
+        status.get("conditions") or [], type_, True, reason, message, now
+    )
+    status["terminalState"] = type_
+    return status
+
+
+def plan_jobset(
+    jobset: Mapping[str, Any], jobs: Sequence[Mapping[str, Any]], now: str
+) -> JobSetPlan:
+    """The JobSet's next status and child-Job actions, from the JobSet and its Jobs
+    (whose statuses are already current)."""
+    spec = jobset.get("spec") or {}
+    status: Obj = copy.deepcopy(dict(jobset.get("status") or {}))
+    restarts = int(status.get("restarts") or 0)
+    status["restarts"] = restarts
+    current = [j for j in jobs if _attempt(j) >= restarts]
+    previous = [j for j in jobs if _attempt(j) < restarts]
+    unfinished = [j for j in current if not job_finished(j)]
+    status["replicatedJobsStatus"] = replicated_job_statuses(jobset, current)
+
+    # 1. Being deleted (held by a finalizer): stop everything, keep the conditions.
+    if jobset["metadata"].get("deletionTimestamp"):
+        return JobSetPlan(JobSetStep.DELETING, status, delete_jobs=_names(jobs))
+    # 2. Already finished: clean up Jobs that are still running.
+    if jobset_finished(jobset):
+        return JobSetPlan(JobSetStep.FINISHED, status, delete_jobs=_names(unfinished))
+    stale = _names(previous)
+    # 3. A Job failed: restart everything while restarts remain, else fail.
+    if any(job_finished(j) == "Failed" for j in current):
+        policy = spec.get("failurePolicy")
+        max_restarts = int((policy or {}).get("maxRestarts") or 0)
+        if restarts >= max_restarts:
+            reason, message = ("FailedJobs", "jobset failed due to one or more job failures")
+            if policy is not None and max_restarts > 0:
+                reason, message = (
+                    "ReachedMaxRestarts",
+                    "jobset failed due to reaching max number of restarts",
+                )
+            status = _terminal(status, "Failed", reason, message, now)
+            return JobSetPlan(JobSetStep.FAILED, status, delete_jobs=stale + _names(unfinished))
+        status["restarts"] = restarts + 1
+        status["restartsCountTowardsMax"] = int(status.get("restartsCountTowardsMax") or 0) + 1
+        restarted = {**jobset, "status": status}
+        empty = replicated_job_statuses(jobset, [])
+        status["replicatedJobsStatus"] = empty
+        return JobSetPlan(
+            JobSetStep.RESTARTING,
+            status,
+            delete_jobs=_names(jobs),
+            create_jobs=_jobs_to_create(restarted, set(), empty),
+        )
+    # 4. The success policy is met.
+    if success_policy_met(jobset, current):
+        status = _terminal(
+            status, "Completed", "AllJobsCompleted", "jobset completed successfully", now
+        )
+        return JobSetPlan(JobSetStep.COMPLETED, status, delete_jobs=stale + _names(unfinished))
+    # 5. Create missing Jobs, then suspend or resume the unfinished ones.
+    create = _jobs_to_create(jobset, set(_names(current)), status["replicatedJobsStatus"])
+    conditions = status.get("conditions") or []
+    if spec.get("suspend"):
+        status["conditions"] = set_condition(
+            conditions, "Suspended", True, "SuspendedJobs", "jobset is suspended", now
+        )
+        suspend = _names(j for j in unfinished if not (j.get("spec") or {}).get("suspend"))
+        return JobSetPlan(JobSetStep.SUSPENDED, status, stale, create, suspend_jobs=suspend)
+    # Kueue's webhook suspends a queued JobSet at creation, so a queued JobSet never seen
+    # suspended was resumed before this controller first looked: record the resume.
+    if condition(jobset, "Suspended") is not None or (
+        not conditions and QUEUE_NAME_LABEL in _labels(jobset)
+    ):
+        status["conditions"] = set_condition(
+            conditions, "Suspended", False, "ResumeJobs", "jobset is resumed", now
+        )
+    resume = _names(j for j in unfinished if (j.get("spec") or {}).get("suspend"))
+    return JobSetPlan(JobSetStep.RUNNING, status, stale, create, resume_jobs=resume)
+
+
+# --- the shell ------------------------------------------------------------------------
+
+
+def _set_status(status: Obj) -> Callable[[Obj], None]:
+    def mutate(obj: Obj) -> None:
+        obj["status"] = status
+
+    return mutate
+
+
+def _set_suspend(value: bool) -> Callable[[Obj], None]:
+    def mutate(obj: Obj) -> None:
+        obj.setdefault("spec", {})["suspend"] = value
+
+    return mutate
+
+
+class JobSetController:
+    name = "jobset"
+    watches: tuple[Resource, ...] = (JOBSET, JOB, POD)
+
+    def __init__(
+        self, store: ObjectStore, clock: SimClock, *, rng: random.Random | None = None
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._rng = rng or random.Random()
+
+    def keys_for(self, event: Event) -> Iterable[Hashable]:
+        meta = event.object.get("metadata", {})
+        if event.resource.key == JOBSET.key:
+            return [(meta.get("namespace", ""), meta.get("name", ""))]
+        jobset_name = (meta.get("labels") or {}).get(JOBSET_NAME_LABEL)
+        return [(meta.get("namespace", ""), jobset_name)] if jobset_name else []
+
+    def initial_keys(self) -> Iterable[Hashable]:
+        return [
+            (j["metadata"]["namespace"], j["metadata"]["name"]) for j in self._store.list(JOBSET)
+        ]
+
+    async def close(self) -> None:
+        return None
+
+    def reconcile(self, key: Hashable) -> None:
+        assert isinstance(key, tuple)
+        namespace, name = key
+        jobset = self._store.find(JOBSET, namespace, name)
+        if jobset is None:
+            return  # its Jobs and pods go by garbage collection
+        uid = jobset["metadata"]["uid"]
+        selector = (Requirement(JOBSET_NAME_LABEL, "=", frozenset({name})),)
+        jobs = [
+            j for j in self._store.list(JOB, namespace, labels=selector) if controlled_by(j, uid)
+        ]
+        pods_by_job: dict[str, list[Obj]] = defaultdict(list)
+        for pod in self._store.list(POD, namespace, labels=selector):
+            for ref in pod["metadata"].get("ownerReferences") or []:
+                if ref.get("controller"):
+                    pods_by_job[ref.get("uid", "")].append(pod)
+        now = rfc3339(self._clock.now())
+        jobs = [self._sync_job(job, pods_by_job[job["metadata"]["uid"]], now) for job in jobs]
+        self._apply(namespace, name, plan_jobset(jobset, jobs, now))
+
+    def _sync_job(self, job: Obj, pods: list[Obj], now: str) -> Obj:
+        """The Job controller's part: status from pods, then create/delete pods."""
+        namespace, name = job["metadata"]["namespace"], job["metadata"]["name"]
+        job = self._store.update(
+            JOB, namespace, name, _set_status(job_status(job, pods, now)), subresource="status"
+        )
+        plan = plan_job_pods(job, pods)
+        for pod_name in plan.delete_pods:
+            self._delete(POD, namespace, pod_name)
+        for index in plan.create_indexes:
+            suffix = "".join(self._rng.choices(_POD_SUFFIX_ALPHABET, k=5))
+            self._store.create(POD, build_pod(job, index, suffix))
+        return job
+
+    def _apply(self, namespace: str, name: str, plan: JobSetPlan) -> None:
+        for job_name_ in plan.delete_jobs:
+            self._delete(JOB, namespace, job_name_)
+        for job in plan.create_jobs:
+            self._store.create(JOB, job)
+        for job_name_ in plan.suspend_jobs:
+            self._store.update(JOB, namespace, job_name_, _set_suspend(True))
+        for job_name_ in plan.resume_jobs:
+            self._store.update(JOB, namespace, job_name_, _set_suspend(False))
+        self._store.update(JOBSET, namespace, name, _set_status(plan.status), subresource="status")
+
+    def _delete(self, resource: Resource, namespace: str, name: str) -> None:
+        try:
+            self._store.delete(resource, namespace, name)
+        except ApiError as error:
+            if error.code != 404:
+                raise

@@ -1,0 +1,119 @@
+"""``KubeSim``: the API server, the object store and (optionally) the simulated controllers
+in one embeddable object, so a test or ``xmc-kubesim`` gets a whole "cluster" with one
+``await sim.start()``.
+
+The controllers are imported only when enabled, so the API alone never depends on them.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from kubesim.api import ApiContext, build_app
+from kubesim.clock import SimClock
+from kubesim.faults import Faults
+from kubesim.store import ObjectStore
+from kubesim.watch import WatchHub
+
+if TYPE_CHECKING:
+    from kubesim.controllers import Controllers, ControllerSettings
+
+
+class KubeSim:
+    def __init__(
+        self,
+        *,
+        controllers: bool = True,
+        controller_settings: ControllerSettings | None = None,
+        watch_history: int = 10_000,
+        time_scale: float = 1.0,
+        bookmark_interval: float = 1.0,
+    ) -> None:
+        """``watch_history`` is how many events a watch can resume across (older → 410);
+        ``time_scale`` is simulated seconds per real second (``controller_settings``, when
+        given, carries its own); ``bookmark_interval`` is the real seconds between BOOKMARK
+        events on watches that allow them."""
+        self._with_controllers = controllers
+        self._controller_settings = controller_settings
+        scale = controller_settings.time_scale if controller_settings else time_scale
+        self.clock = SimClock(scale)
+        self._store = ObjectStore(clock=self.clock, history=watch_history)
+        self._watches = WatchHub(self._store)
+        self._faults = Faults(self._watches.close_all)
+        self._context = ApiContext(self._store, self._faults, self._watches, bookmark_interval)
+        self._runner: web.AppRunner | None = None
+        self._controllers: Controllers | None = None
+        self._url: str | None = None
+
+    @property
+    def store(self) -> ObjectStore:
+        return self._store
+
+    @property
+    def faults(self) -> Faults:
+        return self._faults
+
+    @property
+    def watches(self) -> WatchHub:
+        return self._watches
+
+    @property
+    def url(self) -> str:
+        if self._url is None:
+            raise RuntimeError("kubesim is not started")
+        return self._url
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
+        """Serve on ``host:port`` (0 = any free port); returns the base URL."""
+        if self._runner is not None:
+            raise RuntimeError("kubesim is already started")
+        if self._with_controllers:
+            await self._start_controllers()
+        runner = web.AppRunner(
+            build_app(self._context),
+            handler_cancellation=True,  # a client disconnect ends its watch at once
+            access_log=None,
+            shutdown_timeout=1.0,
+        )
+        await runner.setup()
+        await web.TCPSite(runner, host, port).start()
+        self._runner = runner
+        bound_port = runner.addresses[0][1]
+        shown_host = f"[{host}]" if ":" in host else host
+        self._url = f"http://{shown_host}:{bound_port}"
+        return self._url
+
+    async def _start_controllers(self) -> None:
+        from kubesim.controllers import Controllers, ControllerSettings
+        from kubesim.defaults import install_defaults
+
+        settings = self._controller_settings or ControllerSettings(time_scale=self.clock.scale)
+        install_defaults(self._store)
+        self._controllers = Controllers(self._store, self.clock, settings)
+        await self._controllers.start()
+
+    async def stop(self) -> None:
+        """End every watch, stop the controllers, then the HTTP server."""
+        self._watches.close_all()
+        if self._controllers is not None:
+            await self._controllers.stop()
+            self._controllers = None
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        self._url = None
+
+    async def __aenter__(self) -> KubeSim:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.stop()

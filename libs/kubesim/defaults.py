@@ -22,8 +22,9 @@ from kubesim.resources import (
     Resource,
 )
 from kubesim.store import ObjectStore
+from xmc.priority_classes import PRIORITY_CLASS_VALUES
+from xmc.priority_classes import PRIORITY_LEVELS as PRIORITY_LEVELS
 
-PRIORITY_LEVELS: Final = ("low", "normal", "high")
 DEFAULT_NAMESPACE: Final = "default"
 DEFAULT_FLAVOR: Final = "default-flavor"
 DEFAULT_CLUSTER_QUEUE: Final = "cluster-queue"
@@ -34,17 +35,14 @@ GPU_QUEUE: Final = "gpu-queue"
 
 def priority_class_name(experiment: str, work_unit: str) -> str:
     """``xmc-priority-{experiment}-{work_unit}``, each one of ``PRIORITY_LEVELS``."""
-    if experiment not in PRIORITY_LEVELS or work_unit not in PRIORITY_LEVELS:
+    name = f"xmc-priority-{experiment}-{work_unit}"
+    if name not in XMC_PRIORITY_CLASSES:
         raise ValueError(f"unknown priority {experiment!r} × {work_unit!r}")
-    return f"xmc-priority-{experiment}-{work_unit}"
+    return name
 
 
-XMC_PRIORITY_CLASSES: Final[Mapping[str, int]] = {
-    priority_class_name(experiment, work_unit): 100 * (3 * i + j + 1)
-    for i, experiment in enumerate(PRIORITY_LEVELS)
-    for j, work_unit in enumerate(PRIORITY_LEVELS)
-}
-"""Name → value, 100 (low × low) … 900 (high × high); experiment priority dominates."""
+#: Name → value, 100 (low × low) … 900 (high × high): XMC's shared list.
+XMC_PRIORITY_CLASSES: Final[Mapping[str, int]] = PRIORITY_CLASS_VALUES
 
 _QUOTA: Final = {
     "cpu": "64",

@@ -8,9 +8,13 @@ constants from here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Final
+
+# Re-exported: the priority classes are part of the Actuator's labelling vocabulary.
+from xmc.priority_classes import PRIORITY_CLASS_VALUES as PRIORITY_CLASS_VALUES
+from xmc.priority_classes import PRIORITY_CLASSES as PRIORITY_CLASSES
+from xmc.priority_classes import priority_class_name as priority_class_name
 
 EXPERIMENT_ID: Final = "xmc.google.com/experiment-id"
 WORK_UNIT_ID: Final = "xmc.google.com/work-unit-id"
@@ -59,33 +63,3 @@ def parse_last_edit_label(value: str) -> datetime:
     if not value.isascii() or not value.isdigit():
         raise ValueError(f"last-edit label {value!r} is not a decimal number")
     return _EPOCH + timedelta(microseconds=int(value))
-
-
-_PRIORITY_WORDS: Final[Mapping[int, str]] = {1: "low", 2: "normal", 3: "high"}
-_DEFAULT_PRIORITY_WORD: Final = "normal"
-_WORDS_LOW_TO_HIGH: Final = ("low", "normal", "high")
-
-#: The nine Kueue WorkloadPriorityClass names, lowest first (experiment × work unit).
-PRIORITY_CLASSES: Final[tuple[str, ...]] = tuple(
-    f"xmc-priority-{experiment}-{work_unit}"
-    for experiment in _WORDS_LOW_TO_HIGH
-    for work_unit in _WORDS_LOW_TO_HIGH
-)
-
-#: WorkloadPriorityClass values: 100 for low-low up to 900 for high-high. The experiment
-#: priority dominates, so a high work unit never outranks a more important experiment.
-PRIORITY_CLASS_VALUES: Final[Mapping[str, int]] = {
-    name: 100 * (rank + 1) for rank, name in enumerate(PRIORITY_CLASSES)
-}
-
-
-def _priority_word(priority: int) -> str:
-    # UNSPECIFIED (and any value newer than this code) is scheduled like NORMAL.
-    return _PRIORITY_WORDS.get(priority, _DEFAULT_PRIORITY_WORD)
-
-
-def priority_class_name(experiment_priority: int, work_unit_priority: int) -> str:
-    """The WorkloadPriorityClass of a work unit: one of :data:`PRIORITY_CLASSES`."""
-    return (
-        f"xmc-priority-{_priority_word(experiment_priority)}-{_priority_word(work_unit_priority)}"
-    )

@@ -28,11 +28,12 @@ import hashlib
 import logging
 import random
 from collections import defaultdict
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from kubesim.clock import SimClock
+from kubesim.controllers.mutate import set_status, set_suspend
 from kubesim.errors import ApiError
 from kubesim.resources import JOB, JOBSET, POD, Resource
 from kubesim.selectors import Requirement
@@ -563,20 +564,6 @@ def plan_jobset(
 # --- the shell ------------------------------------------------------------------------
 
 
-def _set_status(status: Obj) -> Callable[[Obj], None]:
-    def mutate(obj: Obj) -> None:
-        obj["status"] = status
-
-    return mutate
-
-
-def _set_suspend(value: bool) -> Callable[[Obj], None]:
-    def mutate(obj: Obj) -> None:
-        obj.setdefault("spec", {})["suspend"] = value
-
-    return mutate
-
-
 class JobSetController:
     name = "jobset"
     watches: tuple[Resource, ...] = (JOBSET, JOB, POD)
@@ -627,7 +614,7 @@ class JobSetController:
         """The Job controller's part: status from pods, then create/delete pods."""
         namespace, name = job["metadata"]["namespace"], job["metadata"]["name"]
         job = self._store.update(
-            JOB, namespace, name, _set_status(job_status(job, pods, now)), subresource="status"
+            JOB, namespace, name, set_status(job_status(job, pods, now)), subresource="status"
         )
         plan = plan_job_pods(job, pods)
         for pod_name in plan.delete_pods:
@@ -643,10 +630,10 @@ class JobSetController:
         for job in plan.create_jobs:
             self._store.create(JOB, job)
         for job_name_ in plan.suspend_jobs:
-            self._store.update(JOB, namespace, job_name_, _set_suspend(True))
+            self._store.update(JOB, namespace, job_name_, set_suspend(True))
         for job_name_ in plan.resume_jobs:
-            self._store.update(JOB, namespace, job_name_, _set_suspend(False))
-        self._store.update(JOBSET, namespace, name, _set_status(plan.status), subresource="status")
+            self._store.update(JOB, namespace, job_name_, set_suspend(False))
+        self._store.update(JOBSET, namespace, name, set_status(plan.status), subresource="status")
 
     def _delete(self, resource: Resource, namespace: str, name: str) -> None:
         try:

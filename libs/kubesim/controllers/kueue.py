@@ -33,6 +33,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from kubesim.clock import SimClock
+from kubesim.controllers.mutate import set_status, set_suspend
 from kubesim.errors import ApiError
 from kubesim.resources import (
     CLUSTER_QUEUE,
@@ -813,20 +814,6 @@ def local_queue_status(
 # --- the shell ------------------------------------------------------------------------
 
 
-def _set_status(status: Obj) -> Callable[[Obj], None]:
-    def mutate(obj: Obj) -> None:
-        obj["status"] = status
-
-    return mutate
-
-
-def _set_suspend(value: bool) -> Callable[[Obj], None]:
-    def mutate(obj: Obj) -> None:
-        obj.setdefault("spec", {})["suspend"] = value
-
-    return mutate
-
-
 class KueueController:
     name = "kueue"
     watches: tuple[Resource, ...] = (
@@ -918,7 +905,7 @@ class KueueController:
                 )
                 new_status = {**status, "conditions": conditions}
                 self._store.update(
-                    WORKLOAD, namespace, wl_name, _set_status(new_status), subresource="status"
+                    WORKLOAD, namespace, wl_name, set_status(new_status), subresource="status"
                 )
             return
         # 4. The JobSet runs exactly while its Workload is admitted.
@@ -933,7 +920,7 @@ class KueueController:
         if suspended == (not admitted):
             return
         meta = jobset["metadata"]
-        self._store.update(JOBSET, meta["namespace"], meta["name"], _set_suspend(not admitted))
+        self._store.update(JOBSET, meta["namespace"], meta["name"], set_suspend(not admitted))
 
     def _sync_workload_spec(self, jobset: Mapping[str, Any], workload: Mapping[str, Any]) -> None:
         labels = jobset["metadata"].get("labels") or {}
@@ -995,7 +982,7 @@ class KueueController:
         self, resource: Resource, namespace: str | None, name: str, status: Obj
     ) -> None:
         try:
-            self._store.update(resource, namespace, name, _set_status(status), subresource="status")
+            self._store.update(resource, namespace, name, set_status(status), subresource="status")
         except ApiError as error:
             if error.code != 404:
                 raise

@@ -46,6 +46,11 @@ log = structlog.get_logger()
 #: Writer label of the ESS in the status history.
 WRITER = "ess"
 
+#: States in which a priority change patches nothing: the JobSet is going or gone, and an
+#: UPDATE would move its last-edit label past the pending Delete (which would then be
+#: rejected as stale, stranding the stop).
+_NO_UPDATE_STATES = EXECUTION_TERMINAL_STATES | {WorkUnitState.STOPPING}
+
 
 @dataclass(frozen=True)
 class _Planned:
@@ -159,6 +164,7 @@ class Intents:
                         grpc.StatusCode.UNAVAILABLE.value[0],
                         f"could not queue the task: {error}",
                     ),
+                    task_id=task.task_id,
                 )
 
     async def _writable_experiment(self, conn: Any, identity: Identity, xid: int) -> Experiment:
@@ -359,10 +365,7 @@ class Intents:
                 conn, xid, wid, source, paths, now=self._clock()
             )
         current = updated.current_work_unit_execution
-        if (
-            "priority" in paths
-            and WorkUnitState(current.status.state) not in EXECUTION_TERMINAL_STATES
-        ):
+        if "priority" in paths and WorkUnitState(current.status.state) not in _NO_UPDATE_STATES:
             eid = int(current.name.rsplit("/", 1)[1])
             task = self._task(
                 TaskKind.UPDATE,

@@ -47,3 +47,16 @@ async def test_janitor_drops_only_what_expired(store: Store, database_url: str) 
     assert old.name not in names
     left = {r["task_id"] for r in await fetch_all(database_url, "SELECT task_id FROM paused_tasks")}
     assert left == {"processed-recently", "never-processed"}
+
+
+async def test_a_redelivered_task_is_counted_once(store: Store) -> None:
+    async with store.transaction() as conn:
+        batch = await operations.insert_operation(
+            conn, NewOperation(1, None, ActionType.STOP, "a", pending_tasks=2), now=T0
+        )
+        once = await operations.finish_operation_task(conn, batch.name, now=T0, task_id="t1")
+        again = await operations.finish_operation_task(conn, batch.name, now=T0, task_id="t1")
+        assert not once.done
+        assert not again.done, "a redelivery of t1 must not stand in for t2"
+        done = await operations.finish_operation_task(conn, batch.name, now=T0, task_id="t2")
+        assert done.done

@@ -237,3 +237,20 @@ async def test_list_work_units_filters_orders_and_pages(ess: Ess) -> None:
         if not token:
             break
     assert seen == ["5", "4", "3", "2", "1"]
+
+
+async def test_a_priority_change_of_a_stopping_work_unit_enqueues_no_update(ess: Ess) -> None:
+    """An UPDATE would move the JobSet's last-edit past the pending Delete, which the
+    Actuator would then reject as stale, stranding the stop."""
+    name = await create(ess, await new_experiment(ess))
+    await ess.api.StopWorkUnit(api_pb2.StopWorkUnitRequest(name=name), metadata=ALICE)
+    before = len(await tasks(ess))
+    updated = await ess.api.UpdateWorkUnit(
+        api_pb2.UpdateWorkUnitRequest(
+            work_unit=WorkUnit(name=name, priority=Priority.HIGH),
+            update_mask=FieldMask(paths=["priority"]),
+        ),
+        metadata=ALICE,
+    )
+    assert updated.priority == Priority.HIGH
+    assert len(await tasks(ess)) == before

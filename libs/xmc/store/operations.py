@@ -153,12 +153,16 @@ async def finish_operation_task(
     now: datetime,
     response: Message | None = None,
     error: tuple[int, str] | None = None,
+    task_id: str | None = None,
 ) -> Operation:
     """``updateOperation``: one task of the operation finished. The first error sticks;
-    the operation is done when no task is pending (or on an error)."""
+    the operation is done when no task is pending (or on an error). With ``task_id``, a
+    redelivered task that already finished is not counted again."""
     row = await conn.fetchrow(
         f"""UPDATE operations SET
                 pending_tasks = greatest(pending_tasks - 1, 0),
+                finished_tasks = CASE WHEN $6::text IS NULL THEN finished_tasks
+                                      ELSE array_append(finished_tasks, $6::text) END,
                 error_code = coalesce(error_code, $3),
                 error_message = CASE WHEN error_code IS NULL THEN $4 ELSE error_message END,
                 response = coalesce($2, response),
@@ -167,16 +171,17 @@ async def finish_operation_task(
                     WHEN done THEN end_time
                     WHEN $3::integer IS NOT NULL OR pending_tasks <= 1 THEN $5
                 END
-            WHERE name = $1
+            WHERE name = $1 AND ($6::text IS NULL OR NOT $6::text = ANY(finished_tasks))
             RETURNING {_COLUMNS}""",
         name,
         None if response is None else pack(response),
         None if error is None else error[0],
         None if error is None else error[1],
         now,
+        task_id,
     )
     if row is None:
-        raise NotFoundError(f"name: operation {name!r} does not exist")
+        return await fetch_operation(conn, name)  # counted before (or NOT_FOUND)
     return operation_from_row(row)
 
 

@@ -129,6 +129,8 @@ CREATE TABLE operations (
     done               boolean     NOT NULL DEFAULT false,
     -- Tasks still to finish; the last one to finish closes the operation (batches).
     pending_tasks      integer     NOT NULL DEFAULT 1 CHECK (pending_tasks >= 0),
+    -- Ids of the tasks already counted, so a redelivered task is not counted twice.
+    finished_tasks     text[]      NOT NULL DEFAULT '{}',
     -- google.protobuf.Any of the response (the WorkUnit), serialized.
     response           bytea,
     error_code         integer,

@@ -1,0 +1,389 @@
+"""The Actuator's task handlers (SPEC §7.2): Create, Delete, Restart and Update of JobSets.
+
+Each handler is the thin shell around a pure decision of :mod:`actuator.guards`: read the
+live JobSet, ask the decider, act on Kubernetes, record the result in Postgres, and return
+a :class:`~actuator.outcome.TaskResult` for the consumer. Redelivery is the normal case,
+not an edge case (at-least-once stream, reclaimed tasks, several consumers), so every path
+is idempotent: a second run meets what the first one left and decides SKIPPED or DONE
+without touching anything again.
+
+Decisions recorded here rather than in the guards:
+
+* A :class:`~actuator.kube.KubeError` is classified once, in :meth:`JobSetHandlers.handle`:
+  transient → RETRY (Operation left open), permanent → PERMANENT (Operation closed with
+  the classified code).
+* A Create or Restart task that ends PERMANENT also moves its execution to FAILED with a
+  FATAL system message, in the same transaction that closes the Operation: nothing else
+  would ever move it out of INITIALIZING or RESTARTING. The storage EID fence keeps this
+  write off any newer execution.
+* Deletes carry a UID precondition; a 409 on it (or a 404) means the JobSet changed since
+  the read, so the handler re-reads and decides again, a bounded number of times. Patches
+  carry the read's ``resourceVersion`` for the same reason: the guards judged exactly the
+  version that gets patched.
+* The actuator's own state writes (STOPPED, FAILED) are stamped no earlier than the stored
+  ``state_update_time`` plus 1 µs, so a clock behind the ESS's cannot get them rejected
+  by the time-order guard and leave the execution hanging in STOPPING or RESTARTING.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Final
+
+import structlog
+from google.rpc import code_pb2
+
+from actuator import labels
+from actuator.guards import (
+    DeleteAction,
+    DuplicateAction,
+    RestartAction,
+    UpdateAction,
+    decide_delete,
+    decide_restart,
+    decide_update,
+    verify_duplicate_jobset,
+)
+from actuator.kube import JobSetClient, KubeError
+from actuator.manifest import build_base_jobset, execution_id
+from actuator.outcome import Outcome, TaskResult
+from actuator.validation import validate_jobset_manifest
+from xmc.errors import NotFoundError
+from xmc.model.merge import STATE_PATH, SYSTEM_MESSAGE_PATH, ExecutionUpdate
+from xmc.model.states import Severity, WorkUnitState
+from xmc.names import work_unit_name
+from xmc.store import executions, operations, work_units
+from xmc.store.repository import Store
+from xmc.timestamps import set_timestamp, to_datetime
+from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
+from xmc_api.cloud.xmanager.v1.work_unit_execution_pb2 import WorkUnitExecution
+from xmc_api.internal.v1.tasks_pb2 import Task
+
+log = structlog.get_logger()
+
+Clock = Callable[[], datetime]
+
+#: Reads (and decisions) per task while the JobSet keeps changing under a UID or
+#: resourceVersion precondition; past it the task is retried later.
+PRECONDITION_ATTEMPTS: Final = 3
+
+#: Kubernetes codes of a precondition that no longer holds: re-read and decide again.
+_CHANGED_UNDER_US: Final = frozenset({"NOT_FOUND", "FAILED_PRECONDITION"})
+_FAILS_EXECUTION: Final = frozenset({Task.CREATE, Task.RESTART})
+_ONE_MICROSECOND: Final = timedelta(microseconds=1)
+
+
+@dataclass(frozen=True)
+class _StateWrite:
+    """A masked write of ``state`` (and a system message, if any) for execution ``eid``."""
+
+    eid: int
+    state: WorkUnitState
+    message: StructuredMessage | None = None
+
+
+class JobSetHandlers:
+    """:class:`~actuator.outcome.TaskHandler` for Create, Delete, Restart and Update tasks."""
+
+    def __init__(
+        self,
+        kube: JobSetClient,
+        store: Store,
+        *,
+        namespace: str,
+        clock: Clock,
+        restart_wait_seconds: float = 60.0,
+        restart_poll_seconds: float = 0.25,
+        writer: str = "actuator",
+    ) -> None:
+        self._kube = kube
+        self._store = store
+        self._namespace = namespace
+        self._clock = clock
+        #: How long a Restart waits for the old JobSet to disappear (the Reconciler removes
+        #: its finalizer after writing the old execution's terminal state).
+        self._restart_wait = restart_wait_seconds
+        self._restart_poll = restart_poll_seconds
+        self._writer = writer
+        self._actions: Mapping[int, Callable[[Task], Awaitable[TaskResult]]] = {
+            Task.CREATE: self._create,
+            Task.DELETE: self._delete,
+            Task.RESTART: self._restart,
+            Task.UPDATE: self._update,
+        }
+
+    async def handle(self, task: Task) -> TaskResult:
+        kind = Task.Kind.Name(task.kind) if task.kind in Task.Kind.values() else str(task.kind)
+        with structlog.contextvars.bound_contextvars(
+            task_id=task.task_id, xid=task.xid, wid=task.wid, eid=execution_id(task)
+        ):
+            action = self._actions.get(task.kind)
+            try:
+                if action is None:
+                    result = await self._finish(
+                        task, _permanent(f"task kind {kind} is not handled", "INVALID_ARGUMENT")
+                    )
+                else:
+                    result = await action(task)
+            except KubeError as error:
+                result = await self._kube_failed(task, error)
+            log.info(
+                "task handled",
+                task_kind=kind,
+                outcome=result.outcome.value,
+                code=result.code,
+                reason=result.reason,
+            )
+            return result
+
+    # --- the four handlers -------------------------------------------------------------
+
+    async def _create(self, task: Task) -> TaskResult:
+        """Create the JobSet of ``execution_id(task)``; Restart's second half too."""
+        manifest = build_base_jobset(task, namespace=self._namespace)
+        if problems := validate_jobset_manifest(manifest):
+            reason = "invalid JobSet: " + "; ".join(problems)
+            return await self._finish(task, _permanent(reason, "INVALID_ARGUMENT"))
+        try:
+            created = await self._kube.create_jobset(self._namespace, manifest)
+        except KubeError as error:
+            if error.classify().code != "ALREADY_EXISTS":
+                raise
+            return await self._verify_duplicate(task)
+        uid = created.get("metadata", {}).get("uid")
+        reason = f"created JobSet {self._name(task)} (uid {uid}) for execution {execution_id(task)}"
+        return await self._finish(task, TaskResult(Outcome.DONE, reason))
+
+    async def _delete(self, task: Task) -> TaskResult:
+        """Stop: delete the JobSet of ``target_eid``, unless a newer one replaced it."""
+        name = self._name(task)
+        for _ in range(PRECONDITION_ATTEMPTS):
+            decision = decide_delete(await self._kube.get_jobset(self._namespace, name), task)
+            match decision.action:
+                case DeleteAction.DELETE:
+                    if await self._delete_exactly(name, decision.uid):
+                        return await self._finish(task, TaskResult(Outcome.DONE, decision.reason))
+                case DeleteAction.NOTHING_TO_DELETE:
+                    # No JobSet, so no finalizer will ever write the terminal state.
+                    stopped = _StateWrite(task.target_eid, WorkUnitState.STOPPED)
+                    skipped = TaskResult(Outcome.SKIPPED, decision.reason)
+                    return await self._finish(task, skipped, write=stopped)
+                case DeleteAction.SUPERSEDED | DeleteAction.ALREADY_DELETING:
+                    return await self._finish(task, TaskResult(Outcome.SKIPPED, decision.reason))
+                case DeleteAction.STALE_REQUEST:
+                    return await self._finish(
+                        task, _permanent(decision.reason, "FAILED_PRECONDITION")
+                    )
+        return _changing(name)
+
+    async def _restart(self, task: Task) -> TaskResult:
+        """Replace execution ``target_eid = N`` by the payload's ``N+1``."""
+        name = self._name(task)
+        for _ in range(PRECONDITION_ATTEMPTS):
+            decision = decide_restart(await self._kube.get_jobset(self._namespace, name), task)
+            match decision.action:
+                case RestartAction.CREATE:
+                    return await self._create(task)
+                case RestartAction.ALREADY_DONE | RestartAction.SUPERSEDED:
+                    return await self._finish(task, TaskResult(Outcome.SKIPPED, decision.reason))
+                case RestartAction.STALE_REQUEST:
+                    return await self._finish(
+                        task, _permanent(decision.reason, "FAILED_PRECONDITION")
+                    )
+                case RestartAction.DELETE_THEN_CREATE:
+                    if not await self._delete_exactly(name, decision.uid):
+                        continue
+                    if not await self._wait_until_gone(name, decision.uid):
+                        return TaskResult(
+                            Outcome.RETRY,
+                            f"JobSet {name} of execution {task.target_eid} is still there after "
+                            f"{self._restart_wait:g}s: its finalizer has not been removed yet",
+                            "DEADLINE_EXCEEDED",
+                        )
+                    return await self._create(task)
+        return _changing(name)
+
+    async def _update(self, task: Task) -> TaskResult:
+        """Patch the mutable labels; Update tasks carry no Operation."""
+        name = self._name(task)
+        for _ in range(PRECONDITION_ATTEMPTS):
+            jobset = await self._kube.get_jobset(self._namespace, name)
+            decision = decide_update(jobset, task)
+            match decision.action:
+                case UpdateAction.PATCH:
+                    if await self._patch_exactly(name, decision.patch or {}, jobset or {}):
+                        return await self._finish(task, TaskResult(Outcome.DONE, decision.reason))
+                case UpdateAction.NOTHING | UpdateAction.SUPERSEDED:
+                    return await self._finish(task, TaskResult(Outcome.SKIPPED, decision.reason))
+                case UpdateAction.STALE_REQUEST:
+                    return await self._finish(
+                        task, _permanent(decision.reason, "FAILED_PRECONDITION")
+                    )
+        return _changing(name)
+
+    # --- Kubernetes steps --------------------------------------------------------------
+
+    async def _verify_duplicate(self, task: Task) -> TaskResult:
+        """``verifyDuplicateJobSet`` after AlreadyExists: ours (redelivery) or a conflict."""
+        name = self._name(task)
+        existing = await self._kube.get_jobset(self._namespace, name)
+        if existing is None:
+            return TaskResult(
+                Outcome.RETRY, f"JobSet {name} was deleted right after AlreadyExists", "ABORTED"
+            )
+        decision = verify_duplicate_jobset(existing, task)
+        if decision.action is DuplicateAction.SAME_EXECUTION:
+            return await self._finish(task, TaskResult(Outcome.DONE, decision.reason))
+        return await self._finish(task, _permanent(decision.reason, "ALREADY_EXISTS"))
+
+    async def _delete_exactly(self, name: str, uid: str | None) -> bool:
+        """Delete the JobSet with ``uid`` only; False when it changed since the read (gone,
+        or replaced by a newer JobSet of the same name), so the caller decides again."""
+        try:
+            # An API server always sets a uid; "" would still fail the precondition safely.
+            await self._kube.delete_jobset(self._namespace, name, uid=uid or "")
+        except KubeError as error:
+            if error.classify().code not in _CHANGED_UNDER_US:
+                raise
+            log.info("JobSet changed before the delete; reading it again", error=str(error))
+            return False
+        return True
+
+    async def _patch_exactly(
+        self, name: str, patch: Mapping[str, Any], judged: Mapping[str, Any]
+    ) -> bool:
+        """Patch only the version the guards judged; False when it changed since the read."""
+        try:
+            await self._kube.patch_jobset(
+                self._namespace, name, _at_resource_version(patch, judged)
+            )
+        except KubeError as error:
+            if error.classify().code not in _CHANGED_UNDER_US:
+                raise
+            log.info("JobSet changed before the patch; reading it again", error=str(error))
+            return False
+        return True
+
+    async def _wait_until_gone(self, name: str, uid: str | None) -> bool:
+        """Poll until the JobSet with ``uid`` no longer exists (or another one took its
+        name), at most ``restart_wait_seconds``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._restart_wait
+        while True:
+            jobset = await self._kube.get_jobset(self._namespace, name)
+            if jobset is None or jobset.get("metadata", {}).get("uid") != uid:
+                return True
+            if loop.time() >= deadline:
+                return False
+            await asyncio.sleep(self._restart_poll)
+
+    async def _kube_failed(self, task: Task, error: KubeError) -> TaskResult:
+        classified = error.classify()
+        reason = f"Kubernetes API: {error}"
+        if not classified.permanent:
+            return TaskResult(Outcome.RETRY, reason, classified.code, classified.retry_after)
+        return await self._finish(task, _permanent(reason, classified.code))
+
+    # --- Postgres ----------------------------------------------------------------------
+
+    async def _finish(
+        self, task: Task, result: TaskResult, *, write: _StateWrite | None = None
+    ) -> TaskResult:
+        """``updateOperation`` and the execution write that goes with the result, in one
+        transaction so a task never half-finishes."""
+        if write is None:
+            write = _failed_execution(task, result)
+        if not task.operation and write is None:
+            return result
+        now = self._clock()
+        async with self._store.transaction() as conn:
+            if write is not None:
+                await self._write_state(conn, task, write, now=now)
+            if task.operation:
+                if result.outcome is Outcome.PERMANENT:
+                    error = (code_pb2.Code.Value(result.code), result.reason)
+                    await operations.finish_operation_task(
+                        conn, task.operation, now=now, error=error, task_id=task.task_id
+                    )
+                else:
+                    await operations.finish_operation_task(
+                        conn,
+                        task.operation,
+                        now=now,
+                        response=task.payload.work_unit,
+                        task_id=task.task_id,
+                    )
+        return result
+
+    async def _write_state(
+        self, conn: Any, task: Task, write: _StateWrite, *, now: datetime
+    ) -> None:
+        """The masked write, stamped after the stored state time (see the module docstring);
+        the storage guards still decide (a terminal execution stays as it is)."""
+        try:
+            stored = await work_units.fetch_work_unit(conn, task.xid, task.wid)
+        except NotFoundError:
+            log.warning("work unit not found; execution state not written", state=write.state.name)
+            return
+        stored_time = to_datetime(stored.current_work_unit_execution.status.state_update_time)
+        execution = WorkUnitExecution()
+        execution.status.state = int(write.state)  # type: ignore[assignment]
+        set_timestamp(execution.status.state_update_time, max(now, stored_time + _ONE_MICROSECOND))
+        mask: tuple[str, ...] = (STATE_PATH,)
+        if write.message is not None:
+            execution.status.system_message.CopyFrom(write.message)
+            mask += (SYSTEM_MESSAGE_PATH,)
+        update = ExecutionUpdate(task.xid, task.wid, write.eid, execution, mask)
+        (result,) = await executions.update_work_unit_executions(
+            conn, [update], writer=self._writer, now=now
+        )
+        log.info(
+            "execution state written",
+            state=write.state.name,
+            outcome=str(result.outcome),
+            stored_state=result.state.name,
+        )
+
+    def _name(self, task: Task) -> str:
+        return labels.jobset_name(task.xid, task.wid)
+
+
+def _permanent(reason: str, code: str) -> TaskResult:
+    return TaskResult(Outcome.PERMANENT, reason, code)
+
+
+def _changing(name: str) -> TaskResult:
+    return TaskResult(
+        Outcome.RETRY,
+        f"JobSet {name} changed under the precondition {PRECONDITION_ATTEMPTS} times in a row",
+        "ABORTED",
+    )
+
+
+def _at_resource_version(patch: Mapping[str, Any], jobset: Mapping[str, Any]) -> dict[str, Any]:
+    """``patch`` that applies only to the version the guards judged (409 otherwise)."""
+    metadata = {**patch.get("metadata", {})}
+    resource_version = jobset.get("metadata", {}).get("resourceVersion")
+    if resource_version:
+        metadata["resourceVersion"] = resource_version
+    return {**patch, "metadata": metadata}
+
+
+def _failed_execution(task: Task, result: TaskResult) -> _StateWrite | None:
+    """A Create or Restart that can never succeed fails its execution, FATAL, so the work
+    unit does not hang in INITIALIZING or RESTARTING."""
+    if result.outcome is not Outcome.PERMANENT or task.kind not in _FAILS_EXECUTION:
+        return None
+    eid = execution_id(task)
+    message = StructuredMessage(
+        severity=int(Severity.FATAL),  # type: ignore[arg-type]
+        source=StructuredMessage.XMANAGER_BACKEND,
+        parent=work_unit_name(task.xid, task.wid),
+        user_facing_text=(
+            f"XMC could not start execution {eid} on Kubernetes ({result.code}): {result.reason}"
+        ),
+    )
+    return _StateWrite(eid, WorkUnitState.FAILED, message)

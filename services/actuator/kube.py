@@ -1,0 +1,238 @@
+"""The Actuator's JobSet client: four verbs over kubernetes-asyncio's ``CustomObjectsApi``.
+
+Every failure of a call — an HTTP error answer, a dropped connection, a timeout — leaves
+this module as one exception type, :class:`KubeError`, carrying what
+:func:`actuator.errors.classify_kubernetes_error` needs (status, ``Status.reason``,
+``Retry-After``). Handlers therefore classify in exactly one place and never see
+kubernetes-asyncio's or aiohttp's exception zoo.
+
+Two kubernetes-asyncio traps are handled here rather than at every call site
+(docs/kubesim.md): a dict patch body is sent as a JSON patch unless the merge-patch content
+type is forced, and the client's aiohttp session is built with ``trust_env=True``, which
+costs two thread hops per request (netrc and proxy look-ups), so it is swapped for one
+without.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+from collections.abc import Awaitable, Mapping
+from typing import Any, Final, Self
+
+import aiohttp
+from kubernetes_asyncio import config
+from kubernetes_asyncio.client import (
+    ApiClient,
+    Configuration,
+    CustomObjectsApi,
+    V1DeleteOptions,
+    V1Preconditions,
+)
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from actuator.errors import ErrorClass, classify_kubernetes_error, parse_retry_after
+from xmc.config import Settings
+
+GROUP: Final = "jobset.x-k8s.io"
+VERSION: Final = "v1alpha2"
+PLURAL: Final = "jobsets"
+
+#: Seconds one API call may take before it counts as a (transient) failure.
+DEFAULT_REQUEST_TIMEOUT: Final = 30.0
+
+_MERGE_PATCH: Final[dict[str, Any]] = {"_content_type": "application/merge-patch+json"}
+# kubernetes-asyncio's own read buffer: watch events of large objects exceed aiohttp's default.
+_READ_BUFSIZE: Final = 2**21
+
+
+class KubeError(Exception):
+    """A failed Kubernetes call. ``status`` None means no HTTP answer at all (connection
+    loss, timeout); ``reason`` is the ``Status.reason`` of the answer's body (the only way
+    to tell AlreadyExists from Conflict); ``retry_after`` the server's ``Retry-After``."""
+
+    def __init__(
+        self,
+        status: int | None,
+        reason: str | None,
+        message: str,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.retry_after = retry_after
+
+    def classify(self) -> ErrorClass:
+        return classify_kubernetes_error(self.status, self.reason, retry_after=self.retry_after)
+
+    def __str__(self) -> str:
+        where = "no response" if self.status is None else f"{self.status} {self.reason or ''}"
+        return f"{where.strip()}: {self.message}"
+
+
+class JobSetClient:
+    """JobSets in any namespace; owns its ``ApiClient`` (close it with :meth:`close`)."""
+
+    def __init__(self, api: ApiClient, *, request_timeout: float = DEFAULT_REQUEST_TIMEOUT):
+        self._api = api
+        self._custom = CustomObjectsApi(api)
+        self._timeout = request_timeout
+
+    @classmethod
+    async def from_settings(
+        cls, settings: Settings, *, request_timeout: float = DEFAULT_REQUEST_TIMEOUT
+    ) -> Self:
+        """``XMC_KUBE_URL`` when set (kubesim, ``kubectl proxy``), else the pod's service
+        account (in-cluster), else the current context of ``~/.kube/config``."""
+        configuration = Configuration()
+        if settings.kube_url:
+            configuration.host = settings.kube_url
+        else:
+            try:
+                config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+            except config.ConfigException:
+                await config.load_kube_config(client_configuration=configuration)
+        return await cls.for_configuration(configuration, request_timeout=request_timeout)
+
+    @classmethod
+    async def for_configuration(
+        cls, configuration: Configuration, *, request_timeout: float = DEFAULT_REQUEST_TIMEOUT
+    ) -> Self:
+        api = ApiClient(configuration)
+        await _without_trust_env(api, configuration)
+        return cls(api, request_timeout=request_timeout)
+
+    async def close(self) -> None:
+        await self._api.close()
+
+    async def get_jobset(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The JobSet, or None when there is none (404)."""
+        try:
+            return await self._call(
+                self._custom.get_namespaced_custom_object(
+                    GROUP, VERSION, namespace, PLURAL, name, _request_timeout=self._timeout
+                )
+            )
+        except KubeError as error:
+            if error.status == 404:
+                return None
+            raise
+
+    async def create_jobset(self, namespace: str, manifest: Mapping[str, Any]) -> dict[str, Any]:
+        created = await self._call(
+            self._custom.create_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, dict(manifest), _request_timeout=self._timeout
+            )
+        )
+        if created is not None:
+            return created
+        # kubernetes-asyncio drops the body of any success but 201 (a proxy answering 200).
+        name = str(manifest["metadata"]["name"])
+        found = await self.get_jobset(namespace, name)
+        if found is None:
+            raise KubeError(None, None, f"JobSet {namespace}/{name} not found after its create")
+        return found
+
+    async def delete_jobset(self, namespace: str, name: str, *, uid: str) -> None:
+        """Delete only the JobSet with ``uid`` (a newer one of the same name answers 409
+        Conflict); children go in the background, the finalizer holds the JobSet itself."""
+        options = V1DeleteOptions(
+            preconditions=V1Preconditions(uid=uid), propagation_policy="Background"
+        )
+        await self._call(
+            self._custom.delete_namespaced_custom_object(
+                GROUP,
+                VERSION,
+                namespace,
+                PLURAL,
+                name,
+                body=options,
+                _request_timeout=self._timeout,
+            )
+        )
+
+    async def patch_jobset(
+        self, namespace: str, name: str, patch: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """A JSON merge patch (RFC 7386), never kubernetes-asyncio's default JSON patch."""
+        patched = await self._call(
+            self._custom.patch_namespaced_custom_object(
+                GROUP,
+                VERSION,
+                namespace,
+                PLURAL,
+                name,
+                dict(patch),
+                _request_timeout=self._timeout,
+                **_MERGE_PATCH,
+            )
+        )
+        if patched is None:
+            raise KubeError(None, None, f"patching JobSet {namespace}/{name} returned no object")
+        return patched
+
+    async def _call(self, call: Awaitable[Any]) -> dict[str, Any] | None:
+        """Await one API call; every failure becomes a :class:`KubeError`."""
+        try:
+            result = await call
+        except ApiException as error:
+            raise kube_error_from_api_exception(error) from error
+        except (aiohttp.ClientError, TimeoutError) as error:
+            raise KubeError(None, None, f"{type(error).__name__}: {error}") from error
+        return result if isinstance(result, dict) else None
+
+
+def kube_error_from_api_exception(error: ApiException) -> KubeError:
+    """Status, ``Status.reason`` and ``Retry-After`` of an error answer. The ``Retry-After``
+    header wins; ``details.retryAfterSeconds`` of the body is the fallback."""
+    status = error.status or None  # kubernetes-asyncio uses 0 for "no request was sent"
+    body = _status_body(error.body)
+    reason = body.get("reason")
+    message = body.get("message") or error.reason or "Kubernetes API error"
+    headers = error.headers
+    retry_after = parse_retry_after(headers.get("Retry-After") if headers else None)
+    if retry_after is None:
+        details = body.get("details")
+        if isinstance(details, dict) and isinstance(details.get("retryAfterSeconds"), int):
+            retry_after = float(details["retryAfterSeconds"])
+    return KubeError(status, reason if isinstance(reason, str) else None, str(message), retry_after)
+
+
+def _status_body(body: bytes | str | None) -> dict[str, Any]:
+    if not body:
+        return {}
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
+
+
+async def _without_trust_env(api: ApiClient, configuration: Configuration) -> None:
+    """Swap the client's aiohttp session for one with ``trust_env=False`` and the same TLS
+    settings, connection limit and read buffer as kubernetes-asyncio's own."""
+    rest = api.rest_client
+    stock: aiohttp.ClientSession = rest.pool_manager
+    rest.pool_manager = aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(
+            limit=configuration.connection_pool_maxsize, ssl=_ssl_context(configuration)
+        ),
+        trust_env=False,
+        read_bufsize=_READ_BUFSIZE,
+    )
+    await stock.close()
+
+
+def _ssl_context(configuration: Configuration) -> ssl.SSLContext:
+    """What kubernetes-asyncio's ``RESTClientObject`` builds: CA, client cert, verification."""
+    context = ssl.create_default_context(cafile=configuration.ssl_ca_cert)
+    if configuration.cert_file:
+        context.load_cert_chain(configuration.cert_file, keyfile=configuration.key_file)
+    if not configuration.verify_ssl:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    if configuration.disable_strict_ssl_verification:
+        context.verify_flags &= ~ssl.VERIFY_X509_STRICT
+    return context

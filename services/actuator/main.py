@@ -1,9 +1,61 @@
-"""Console entry point; the real service lands with issue 5."""
+"""``xmc-actuator``: turns signed tasks into guarded JobSet actions (SPEC §6–§7)."""
 
-import sys
+from __future__ import annotations
 
-from xmc.placeholder import not_yet
+import argparse
+import asyncio
+import contextlib
+import signal
+
+import structlog
+
+from actuator.app import Actuator
+from actuator.consumer import ConsumerSettings
+from xmc.config import Settings
+from xmc.logging import configure_logging
+from xmc.metrics import serve_metrics
 
 
-def main() -> None:
-    sys.exit(not_yet("actuator", 5))
+async def _serve(actuator: Actuator) -> None:
+    await actuator.start()
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopping.set)
+    runner = asyncio.create_task(actuator.run())
+    await asyncio.wait(
+        {runner, asyncio.create_task(stopping.wait())}, return_when="FIRST_COMPLETED"
+    )
+    await actuator.stop()
+    with contextlib.suppress(asyncio.CancelledError):
+        await runner
+
+
+def main(argv: list[str] | None = None) -> None:
+    defaults = ConsumerSettings()
+    parser = argparse.ArgumentParser(prog="xmc-actuator", description="XMC Actuator")
+    parser.add_argument("--concurrency", type=int, default=defaults.concurrency)
+    parser.add_argument(
+        "--claim-idle",
+        type=float,
+        default=defaults.claim_idle,
+        help="seconds before another Actuator may claim an unacked task",
+    )
+    parser.add_argument("--max-deliveries", type=int, default=defaults.max_deliveries)
+    parser.add_argument("--consumer-name", default=None, help="default: host-pid-random")
+    parser.add_argument("--metrics-listen", default=None, help="overrides XMC_METRICS_LISTEN")
+    args = parser.parse_args(argv)
+
+    configure_logging(service="actuator")
+    settings = Settings.from_env()
+    port = serve_metrics(
+        args.metrics_listen if args.metrics_listen is not None else settings.metrics_listen
+    )
+    if port is not None:
+        structlog.get_logger().info("metrics serving", port=port)
+    consumer_settings = ConsumerSettings(
+        concurrency=args.concurrency,
+        claim_idle=args.claim_idle,
+        max_deliveries=args.max_deliveries,
+    )
+    asyncio.run(_serve(Actuator(settings, consumer_settings, consumer_name=args.consumer_name)))

@@ -8,6 +8,7 @@ import os
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import grpc
@@ -75,8 +76,12 @@ async def ess_factory(database_url: str) -> AsyncIterator[EssFactory]:
     prefix = f"test-{uuid.uuid4().hex[:10]}:"
     redis = aioredis.Redis.from_url(REDIS_URL)
 
-    async def start(*, redis_url: str = REDIS_URL, **option_overrides: Any) -> Ess:
-        clock = FakeClock()
+    async def start(
+        *, redis_url: str = REDIS_URL, start_time: datetime | None = None, **option_overrides: Any
+    ) -> Ess:
+        """``start_time`` sets the ESS's (fixed, test-controlled) clock; processes that use
+        the wall clock (an Actuator checking token expiry) need it near now."""
+        clock = FakeClock() if start_time is None else FakeClock(start_time)
         settings = Settings(
             database_url=database_url,
             redis_url=redis_url,

@@ -1,0 +1,86 @@
+"""Wiring of one Actuator process: Postgres, Redis, the Kubernetes client, the pause
+gate, the JobSet handlers and the stream consumer."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+import redis.asyncio as aioredis
+import structlog
+
+from actuator.consumer import ConsumerSettings, TaskConsumer
+from actuator.handlers import JobSetHandlers
+from actuator.kube import JobSetClient
+from actuator.pause import PauseFlag, TaskPauseHandler
+from xmc.config import Settings
+from xmc.errors import InvalidArgumentError
+from xmc.store.repository import Store, utc_now
+from xmc.streams import StreamNames
+
+log = structlog.get_logger()
+
+
+class Actuator:
+    """Start with ``start()``, serve with ``run()``, stop gracefully with ``stop()``."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        consumer_settings: ConsumerSettings | None = None,
+        *,
+        clock: Callable[[], datetime] = utc_now,
+        consumer_name: str | None = None,
+    ) -> None:
+        if not settings.task_signing_key:
+            raise InvalidArgumentError("XMC_TASK_SIGNING_KEY: required to verify tasks")
+        self.settings = settings
+        self.consumer_settings = consumer_settings or ConsumerSettings()
+        self.clock = clock
+        self.consumer_name = consumer_name
+        self.store: Store | None = None
+        self.consumer: TaskConsumer | None = None
+        self._redis: Any = None
+        self._kube: JobSetClient | None = None
+
+    async def start(self) -> None:
+        settings = self.settings
+        self.store = await Store.connect(settings.database_url, clock=self.clock)
+        # No socket timeout: XREADGROUP blocks for ConsumerSettings.block on purpose.
+        self._redis = aioredis.Redis.from_url(settings.redis_url, socket_connect_timeout=5)
+        self._kube = await JobSetClient.from_settings(settings)
+        handlers = JobSetHandlers(
+            self._kube, self.store, namespace=settings.namespace, clock=self.clock
+        )
+        pause = TaskPauseHandler(self.store, PauseFlag(self.store), clock=self.clock)
+        self.consumer = TaskConsumer(
+            self._redis,
+            StreamNames.with_prefix(settings.stream_prefix),
+            self.store,
+            handlers,
+            signing_key=settings.task_signing_key,
+            clock=self.clock,
+            settings=self.consumer_settings,
+            pause=pause,
+            consumer_name=self.consumer_name,
+        )
+        log.info(
+            "actuator started", consumer=self.consumer.name, kube=settings.kube_url or "config"
+        )
+
+    async def run(self) -> None:
+        assert self.consumer is not None, "start() first"
+        await self.consumer.run()
+
+    async def stop(self) -> None:
+        """Stop reading, let held tasks finish (bounded), then close the clients."""
+        if self.consumer is not None:
+            await self.consumer.stop()
+        if self._kube is not None:
+            await self._kube.close()
+        if self._redis is not None:
+            await self._redis.aclose()
+        if self.store is not None:
+            await self.store.close()
+        log.info("actuator stopped")

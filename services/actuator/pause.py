@@ -1,0 +1,165 @@
+"""The global scheduling pause as the Actuator sees it (SPEC §7.3, §9).
+
+The flag is durable in Postgres, so every Actuator replica agrees on it; reading it once
+per task would put a query on the hot path, so :class:`PauseFlag` caches it for
+``refresh_seconds`` (a change is seen within 1 s, SPEC §9).
+
+:class:`TaskPauseHandler` runs before the real handler. While paused, a task that would
+start or change work is parked in PausedTasks instead of reaching the cluster; the resume
+worker re-signs and re-enqueues it later, so its Operation stays open. Parking and the
+``SCHEDULING_PAUSED`` write share one transaction, and a redelivered task finds its
+PausedTasks row (unique ``task_id``) and changes nothing: a task is parked exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Final
+
+import structlog
+
+from actuator.outcome import Outcome, TaskResult
+from xmc.model.merge import STATE_PATH, SYSTEM_MESSAGE_PATH, ExecutionUpdate
+from xmc.model.states import Severity, WorkUnitState
+from xmc.names import work_unit_name
+from xmc.store import executions, scheduling
+from xmc.store.repository import Store
+from xmc.timestamps import set_timestamp
+from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
+from xmc_api.cloud.xmanager.v1.work_unit_execution_pb2 import WorkUnitExecution
+from xmc_api.internal.v1.tasks_pb2 import Task
+
+log = structlog.get_logger()
+
+#: The ``writer`` recorded in WorkUnitStatusHistory for the pause write.
+WRITER: Final = "actuator/pause"
+PAUSE_MASK: Final = (STATE_PATH, SYSTEM_MESSAGE_PATH)
+
+
+class PauseFlag:
+    """The durable pause flag, re-read from Postgres at most every ``refresh_seconds``.
+
+    ``clock`` is monotonic seconds (injected for tests). A failed read raises rather than
+    guessing: acting on an unknown flag could start work during a pause.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        refresh_seconds: float = 0.5,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._store = store
+        self._refresh = refresh_seconds
+        self._clock = clock
+        self._lock = asyncio.Lock()
+        self._read_at: float | None = None
+        self._paused = False
+        self._reason = ""
+
+    @property
+    def reason(self) -> str:
+        """The operator's reason, as of the last read."""
+        return self._reason
+
+    async def is_paused(self) -> bool:
+        if self._fresh():
+            return self._paused
+        # One reader refreshes; concurrent tasks wait for it instead of stampeding Postgres.
+        async with self._lock:
+            if not self._fresh():
+                async with self._store.transaction() as conn:
+                    control = await scheduling.fetch_scheduling_control(conn)
+                self._paused, self._reason = control.paused, control.reason
+                self._read_at = self._clock()
+        return self._paused
+
+    def _fresh(self) -> bool:
+        return self._read_at is not None and self._clock() - self._read_at < self._refresh
+
+
+class PauseAction(enum.StrEnum):
+    """What a paused (or running) scheduler means for one task."""
+
+    #: Not paused, or a DELETE (a stop must never wait for a resume).
+    PROCEED = "proceed"
+    #: UPDATE: parked only; the work unit's state is not the update's to change.
+    PARK = "park"
+    #: CREATE / RESTART: parked, and the new execution shows SCHEDULING_PAUSED.
+    PARK_AND_MARK = "park_and_mark"
+
+
+def decide_pause(kind: int, *, paused: bool) -> PauseAction:
+    """SPEC §7.3. Unknown kinds proceed so the real handler rejects them."""
+    if not paused:
+        return PauseAction.PROCEED
+    if kind in (Task.CREATE, Task.RESTART):
+        return PauseAction.PARK_AND_MARK
+    if kind == Task.UPDATE:
+        return PauseAction.PARK
+    return PauseAction.PROCEED
+
+
+def task_execution_id(task: Task) -> int:
+    """The execution a task brings to life: ``payload.eid`` (RESTART's N+1), else the target."""
+    return task.payload.eid or task.target_eid
+
+
+def paused_update(task: Task, *, now: datetime, reason: str = "") -> ExecutionUpdate:
+    """The one masked write that shows a parked CREATE / RESTART to the user."""
+    text = "Scheduling is paused cluster-wide; this work unit will be scheduled on resume."
+    if reason:
+        text = f"{text} Reason: {reason}"
+    execution = WorkUnitExecution()
+    status = execution.status
+    status.state = int(WorkUnitState.SCHEDULING_PAUSED)  # type: ignore[assignment]
+    set_timestamp(status.state_update_time, now)
+    status.system_message.CopyFrom(
+        StructuredMessage(
+            severity=int(Severity.INFO),  # type: ignore[arg-type]
+            source=StructuredMessage.XMANAGER_BACKEND,
+            parent=work_unit_name(task.xid, task.wid),
+            user_facing_text=text,
+        )
+    )
+    return ExecutionUpdate(task.xid, task.wid, task_execution_id(task), execution, PAUSE_MASK)
+
+
+class TaskPauseHandler:
+    """Parks tasks while scheduling is paused; ``clock`` is wall time (injected for tests)."""
+
+    def __init__(self, store: Store, flag: PauseFlag, *, clock: Callable[[], datetime]) -> None:
+        self._store = store
+        self._flag = flag
+        self._clock = clock
+
+    async def park_if_paused(self, task: Task) -> TaskResult | None:
+        """A PARKED result when the task was (or already had been) parked; None to proceed."""
+        action = decide_pause(task.kind, paused=await self._flag.is_paused())
+        if action == PauseAction.PROCEED:
+            return None
+        now = self._clock()
+        async with self._store.transaction() as conn:
+            first_time = await scheduling.park_task(
+                conn,
+                task_id=task.task_id,
+                xid=task.xid,
+                wid=task.wid,
+                # The resume worker judges a parked task by its target eid (ShouldSkipTask).
+                eid=task.target_eid,
+                kind=task.kind,
+                task=task.SerializeToString(deterministic=True),
+                now=now,
+            )
+            if first_time and action == PauseAction.PARK_AND_MARK:
+                update = paused_update(task, now=now, reason=self._flag.reason)
+                await executions.update_work_unit_executions(conn, [update], writer=WRITER, now=now)
+        if not first_time:
+            return TaskResult(Outcome.PARKED, "already parked (redelivery)")
+        log.info("task parked: scheduling is paused", action=action.value)
+        return TaskResult(Outcome.PARKED, "scheduling is paused")

@@ -1,0 +1,171 @@
+"""The intent loop with the Actuator as an OS process: ESS → xmc-tasks-stream →
+``xmc-actuator`` → kubesim (real HTTP) → Operation done. Includes ``kill -9`` of an
+Actuator holding unacked tasks: a second one reclaims and finishes them."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from google.longrunning import operations_grpc_pb2
+from google.longrunning.operations_proto_pb2 import GetOperationRequest
+from redis.exceptions import ResponseError
+
+from kubesim.resources import JOBSET
+from kubesim.server import KubeSim
+from tests.integration.conftest import SIGNING_KEY, Ess, metadata
+from tests.integration.support import minimal_work_unit, wait_until
+from xmc.streams import ACTUATOR_GROUP
+from xmc_api.cloud.xmanager.v1 import api_pb2
+from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
+
+ALICE = metadata("alice")
+
+
+@pytest.fixture
+async def sim() -> AsyncIterator[KubeSim]:
+    started = KubeSim(controllers=False)
+    await started.start()
+    yield started
+    await started.stop()
+
+
+class Actuators:
+    """Start ``xmc-actuator`` processes against one ESS and one kubesim."""
+
+    def __init__(self, ess: Ess, sim: KubeSim) -> None:
+        self.env = {
+            **os.environ,
+            "XMC_DATABASE_URL": ess.database_url,
+            "XMC_REDIS_URL": "redis://127.0.0.1:6379/0",
+            "XMC_KUBE_URL": sim.url,
+            "XMC_TASK_SIGNING_KEY": SIGNING_KEY,
+            "XMC_STREAM_PREFIX": ess.names.prefix,
+        }
+        self.processes: list[asyncio.subprocess.Process] = []
+
+    async def start(self, name: str, *, claim_idle: float = 60.0) -> asyncio.subprocess.Process:
+        process = await asyncio.create_subprocess_exec(
+            str(Path(sys.executable).with_name("xmc-actuator")),
+            "--consumer-name",
+            name,
+            "--claim-idle",
+            str(claim_idle),
+            env=self.env,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+        self.processes.append(process)
+        return process
+
+    async def close(self) -> None:
+        for process in self.processes:
+            if process.returncode is None:
+                process.terminate()
+            await process.wait()
+
+
+@pytest.fixture
+async def ess(ess_factory: Any) -> Ess:
+    """An ESS stamping with (about) the wall clock, which the Actuator checks tokens by."""
+    started: Ess = await ess_factory(start_time=datetime.now(UTC))
+    return started
+
+
+@pytest.fixture
+async def actuators(ess: Ess, sim: KubeSim) -> AsyncIterator[Actuators]:
+    started = Actuators(ess, sim)
+    yield started
+    await started.close()
+
+
+async def create_work_units(ess: Ess, n: int) -> tuple[str, list[str]]:
+    experiment: Experiment = await ess.api.CreateExperiment(
+        api_pb2.CreateExperimentRequest(experiment=Experiment()), metadata=ALICE
+    )
+    operations = await asyncio.gather(
+        *(
+            ess.api.CreateWorkUnit(
+                api_pb2.CreateWorkUnitRequest(
+                    parent=experiment.name, work_unit=minimal_work_unit()
+                ),
+                metadata=ALICE,
+            )
+            for _ in range(n)
+        )
+    )
+    return str(experiment.name), [str(op.name) for op in operations]
+
+
+async def done_count(ess: Ess, names: list[str]) -> int:
+    stub = operations_grpc_pb2.OperationsStub(ess.channel)
+    replies = await asyncio.gather(
+        *(stub.GetOperation(GetOperationRequest(name=n), metadata=ALICE) for n in names)
+    )
+    return sum(1 for reply in replies if reply.done and not reply.HasField("error"))
+
+
+def jobsets_of(sim: KubeSim, xid: str) -> list[dict[str, Any]]:
+    return [
+        js
+        for js in sim.store.list(JOBSET, "default")
+        if js["metadata"]["labels"].get("xmc.google.com/experiment-id") == xid
+    ]
+
+
+async def test_work_units_become_jobsets_and_operations_close(
+    ess: Ess, sim: KubeSim, actuators: Actuators
+) -> None:
+    await actuators.start("a1")
+    parent, operations = await create_work_units(ess, 20)
+
+    await wait_until(lambda: done_count(ess, operations), 20, within=30)
+
+    created = jobsets_of(sim, parent.split("/")[1])
+    assert len(created) == 20
+    assert all(js["spec"]["suspend"] is True for js in created)
+    assert await ess.redis.xlen(ess.names.dlq) == 0
+
+
+async def test_kill_9_holding_unacked_tasks_loses_nothing(
+    ess: Ess, sim: KubeSim, actuators: Actuators
+) -> None:
+    for round_ in range(3):
+        # Slow creates keep the first Actuator holding unacked tasks when it dies.
+        sim.faults.delay("create", "jobsets", seconds=5.0)
+        first = await actuators.start(f"doomed-{round_}", claim_idle=1.0)
+        parent, operations = await create_work_units(ess, 8)
+
+        async def held() -> bool:
+            try:
+                pending = await ess.redis.xpending(ess.names.tasks, ACTUATOR_GROUP)
+            except ResponseError:  # the group does not exist until the Actuator is up
+                return False
+            return bool(pending["pending"])
+
+        await wait_until(held, True, within=20)
+        first.send_signal(signal.SIGKILL)
+        await first.wait()
+        sim.faults.clear()
+
+        await actuators.start(f"rescuer-{round_}", claim_idle=1.0)
+        await wait_until(functools.partial(done_count, ess, operations), 8, within=30)
+
+        created = jobsets_of(sim, parent.split("/")[1])
+        assert len(created) == 8, "every work unit has its JobSet"
+        assert {js["metadata"]["labels"]["xmc.google.com/execution-id"] for js in created} == {"1"}
+        pending = await ess.redis.xpending(ess.names.tasks, ACTUATOR_GROUP)
+        assert pending["pending"] == 0, "every task was acked"
+        assert await ess.redis.xlen(ess.names.dlq) == 0
+        for process in actuators.processes:
+            if process.returncode is None:
+                process.terminate()
+                await process.wait()

@@ -162,10 +162,59 @@ async def test_kill_9_holding_unacked_tasks_loses_nothing(
         created = jobsets_of(sim, parent.split("/")[1])
         assert len(created) == 8, "every work unit has its JobSet"
         assert {js["metadata"]["labels"]["xmc.google.com/execution-id"] for js in created} == {"1"}
-        pending = await ess.redis.xpending(ess.names.tasks, ACTUATOR_GROUP)
-        assert pending["pending"] == 0, "every task was acked"
+
+        async def unacked() -> int:
+            return int((await ess.redis.xpending(ess.names.tasks, ACTUATOR_GROUP))["pending"])
+
+        await wait_until(unacked, 0, within=10)  # the ack follows the Operation's close
         assert await ess.redis.xlen(ess.names.dlq) == 0
         for process in actuators.processes:
             if process.returncode is None:
                 process.terminate()
                 await process.wait()
+
+
+async def operation(ess: Ess, name: str) -> Any:
+    stub = operations_grpc_pb2.OperationsStub(ess.channel)
+    return await stub.GetOperation(GetOperationRequest(name=name), metadata=ALICE)
+
+
+async def test_transient_kubernetes_errors_are_retried(
+    ess: Ess, sim: KubeSim, actuators: Actuators
+) -> None:
+    sim.faults.fail("create", "jobsets", code=500, times=2)
+    sim.faults.fail("create", "jobsets", code=429, times=1, retry_after_seconds=1)
+    await actuators.start("patient")
+    parent, operations = await create_work_units(ess, 1)
+
+    await wait_until(functools.partial(done_count, ess, operations), 1, within=30)
+    assert len(jobsets_of(sim, parent.split("/")[1])) == 1
+    assert await ess.redis.xlen(ess.names.dlq) == 0
+
+
+async def test_a_permanent_error_dead_letters_and_fails_the_execution(
+    ess: Ess, sim: KubeSim, actuators: Actuators
+) -> None:
+    sim.faults.fail("create", "jobsets", code=403, times=None)
+    process = await actuators.start("denied")
+    parent, (name,) = await create_work_units(ess, 1)
+
+    async def closed() -> bool:
+        return bool((await operation(ess, name)).done)
+
+    await wait_until(closed, True, within=30)
+    failed = await operation(ess, name)
+    assert failed.error.code == 7, "PERMISSION_DENIED"
+    ((_id, entry),) = await ess.redis.xrange(ess.names.dlq)
+    assert entry[b"reason"] == b"permanent"
+    assert entry[b"code"] == b"PERMISSION_DENIED"
+    work_unit = await ess.api.GetWorkUnit(
+        api_pb2.GetWorkUnitRequest(name=name.split("/operations/")[0]), metadata=ALICE
+    )
+    status = work_unit.current_work_unit_execution.status
+    assert status.state == 11, "FAILED: the work unit never hangs in INITIALIZING"
+    assert status.system_message.severity == 50, "with a FATAL system message"
+    assert jobsets_of(sim, parent.split("/")[1]) == []
+
+    process.send_signal(signal.SIGTERM)
+    assert await asyncio.wait_for(process.wait(), timeout=30) == 0, "graceful SIGTERM"

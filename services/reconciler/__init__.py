@@ -1,1 +1,1 @@
-"""The reconciler service (issue 6)."""
+"""The Reconciler: the observation loop (SPEC §8)."""

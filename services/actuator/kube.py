@@ -16,12 +16,10 @@ without.
 from __future__ import annotations
 
 import json
-import ssl
 from collections.abc import Awaitable, Mapping
 from typing import Any, Final, Self
 
 import aiohttp
-from kubernetes_asyncio import config
 from kubernetes_asyncio.client import (
     ApiClient,
     Configuration,
@@ -33,6 +31,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from actuator.errors import ErrorClass, classify_kubernetes_error, parse_retry_after
 from xmc.config import Settings
+from xmc.kube import api_client, load_configuration
 
 GROUP: Final = "jobset.x-k8s.io"
 VERSION: Final = "v1alpha2"
@@ -42,8 +41,6 @@ PLURAL: Final = "jobsets"
 DEFAULT_REQUEST_TIMEOUT: Final = 30.0
 
 _MERGE_PATCH: Final[dict[str, Any]] = {"_content_type": "application/merge-patch+json"}
-# kubernetes-asyncio's own read buffer: watch events of large objects exceed aiohttp's default.
-_READ_BUFSIZE: Final = 2**21
 
 
 class KubeError(Exception):
@@ -86,23 +83,14 @@ class JobSetClient:
     ) -> Self:
         """``XMC_KUBE_URL`` when set (kubesim, ``kubectl proxy``), else the pod's service
         account (in-cluster), else the current context of ``~/.kube/config``."""
-        configuration = Configuration()
-        if settings.kube_url:
-            configuration.host = settings.kube_url
-        else:
-            try:
-                config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-            except config.ConfigException:
-                await config.load_kube_config(client_configuration=configuration)
+        configuration = await load_configuration(settings)
         return await cls.for_configuration(configuration, request_timeout=request_timeout)
 
     @classmethod
     async def for_configuration(
         cls, configuration: Configuration, *, request_timeout: float = DEFAULT_REQUEST_TIMEOUT
     ) -> Self:
-        api = ApiClient(configuration)
-        await _without_trust_env(api, configuration)
-        return cls(api, request_timeout=request_timeout)
+        return cls(await api_client(configuration), request_timeout=request_timeout)
 
     async def close(self) -> None:
         await self._api.close()
@@ -208,31 +196,3 @@ def _status_body(body: bytes | str | None) -> dict[str, Any]:
     except ValueError:
         return {}
     return parsed if isinstance(parsed, dict) else {}
-
-
-async def _without_trust_env(api: ApiClient, configuration: Configuration) -> None:
-    """Swap the client's aiohttp session for one with ``trust_env=False`` and the same TLS
-    settings, connection limit and read buffer as kubernetes-asyncio's own."""
-    rest = api.rest_client
-    stock: aiohttp.ClientSession = rest.pool_manager
-    rest.pool_manager = aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(
-            limit=configuration.connection_pool_maxsize, ssl=_ssl_context(configuration)
-        ),
-        trust_env=False,
-        read_bufsize=_READ_BUFSIZE,
-    )
-    await stock.close()
-
-
-def _ssl_context(configuration: Configuration) -> ssl.SSLContext:
-    """What kubernetes-asyncio's ``RESTClientObject`` builds: CA, client cert, verification."""
-    context = ssl.create_default_context(cafile=configuration.ssl_ca_cert)
-    if configuration.cert_file:
-        context.load_cert_chain(configuration.cert_file, keyfile=configuration.key_file)
-    if not configuration.verify_ssl:
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    if configuration.disable_strict_ssl_verification:
-        context.verify_flags &= ~ssl.VERIFY_X509_STRICT
-    return context

@@ -1,0 +1,137 @@
+"""The Reconciler's only way to ESS: masked observation writes and work-unit look-ups.
+
+gRPC errors are classified here, once (STYLE: one classification per boundary):
+``EssUnavailable`` means "try again later, nothing is wrong with the request" (the batcher
+puts the items back); ``EssRejected`` means ESS refused the request itself, so resending the
+same bytes cannot help. Every call carries a deadline, so a hung ESS looks unavailable
+instead of stalling a flush slot forever.
+
+Identity: the internal write RPC accepts only service identities (SPEC §2.4); the bearer
+token comes from ``XMC_SERVICE_TOKEN`` (see :meth:`EssClient.from_env`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+
+import grpc
+
+from reconciler import metrics
+from reconciler.observation import Observation
+from reconciler.observe import WorkUnitSnapshot
+from xmc.model.states import WorkUnitState
+from xmc.names import work_unit_name
+from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
+from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
+from xmc_api.internal.v1 import executions_pb2, executions_pb2_grpc
+
+UpdateResult = executions_pb2.UpdateWorkUnitExecutionResult
+
+#: Codes that say nothing about the request: ESS is down, overloaded, or too slow.
+_TRANSIENT: frozenset[grpc.StatusCode] = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.ABORTED,
+    }
+)
+
+
+class EssError(Exception):
+    """A failed ESS call; ``code`` is the gRPC status code."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(f"{code.name}: {details}")
+        self.code = code
+        self.details = details
+
+
+class EssUnavailable(EssError):
+    """ESS could not be reached or did not answer in time: retry the same request later."""
+
+
+class EssRejected(EssError):
+    """ESS refused the request (INVALID_ARGUMENT, PERMISSION_DENIED, UNAUTHENTICATED, …)."""
+
+
+def classify(error: grpc.aio.AioRpcError) -> EssError:
+    """The typed error for a failed RPC (pure)."""
+    code = error.code()
+    details = error.details() or ""
+    if code in _TRANSIENT:
+        return EssUnavailable(code, details)
+    return EssRejected(code, details)
+
+
+def snapshot_of(work_unit: WorkUnit) -> WorkUnitSnapshot:
+    """``…/executions/{eid}`` of the current execution plus its state (pure)."""
+    current = work_unit.current_work_unit_execution
+    eid = int(current.name.rsplit("/", 1)[1]) if current.name else 0
+    return WorkUnitSnapshot(eid=eid, state=WorkUnitState(current.status.state))
+
+
+class EssClient:
+    """One ``grpc.aio`` channel to ESS, used by every flush and look-up of the Reconciler."""
+
+    def __init__(
+        self, target: str, *, token: str | None, tls: bool = False, deadline: float = 10.0
+    ) -> None:
+        self._channel = (
+            grpc.aio.secure_channel(target, grpc.ssl_channel_credentials())
+            if tls
+            else grpc.aio.insecure_channel(target)
+        )
+        self._metadata: tuple[tuple[str, str], ...] = (
+            (("authorization", f"Bearer {token}"),) if token else ()
+        )
+        self._deadline = deadline
+        self._executions = executions_pb2_grpc.WorkUnitExecutionServiceStub(self._channel)
+        self._api = api_pb2_grpc.ExperimentStateServiceStub(self._channel)
+
+    @classmethod
+    def from_env(
+        cls, target: str, *, env: Mapping[str, str] | None = None, tls: bool = False
+    ) -> EssClient:
+        """Bearer token from ``XMC_SERVICE_TOKEN`` (unset = no token: only works with
+        ``XMC_AUTH_DISABLED`` on the ESS side)."""
+        env = os.environ if env is None else env
+        return cls(target, token=env.get("XMC_SERVICE_TOKEN") or None, tls=tls)
+
+    async def update(
+        self, observations: Sequence[Observation], *, writer: str
+    ) -> list[executions_pb2.UpdateWorkUnitExecutionResult]:
+        """One ``UpdateWorkUnitExecutions`` call; one result per observation, in order."""
+        request = executions_pb2.UpdateWorkUnitExecutionsRequest(
+            updates=[o.to_update() for o in observations], writer=writer
+        )
+        try:
+            response = await self._executions.UpdateWorkUnitExecutions(
+                request, metadata=self._metadata, timeout=self._deadline
+            )
+        except grpc.aio.AioRpcError as exc:
+            raise classify(exc) from exc
+        results = list(response.results)
+        for result in results:
+            metrics.WRITE_RESULTS_TOTAL.labels(
+                outcome=UpdateResult.Outcome.Name(result.outcome)
+            ).inc()
+        return results
+
+    async def work_unit(self, xid: int, wid: int) -> WorkUnitSnapshot | None:
+        """The work unit's current eid and state; ``None`` if it does not exist (any more)."""
+        try:
+            work_unit = await self._api.GetWorkUnit(
+                api_pb2.GetWorkUnitRequest(name=work_unit_name(xid, wid)),
+                metadata=self._metadata,
+                timeout=self._deadline,
+            )
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.NOT_FOUND:
+                return None
+            raise classify(exc) from exc
+        return snapshot_of(work_unit)
+
+    async def close(self) -> None:
+        await self._channel.close()

@@ -1,0 +1,54 @@
+"""Prometheus metrics of the Reconciler (exposed by ``xmc-reconciler --metrics-listen``).
+
+Every label is low-cardinality by construction: ``Source`` values and the ESS's
+per-item outcome names, never ids.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+OBSERVATIONS_TOTAL = Counter(
+    "xmc_reconciler_observations_total",
+    "Observations handed to the UpdateBatcher, by source (jobset, workload, pod)",
+    ["source"],
+)
+COALESCED_TOTAL = Counter(
+    "xmc_reconciler_coalesced_total",
+    "Pending observations replaced by a newer one of the same slot before being sent",
+    ["source"],
+)
+PENDING_UPDATES = Gauge(
+    "xmc_reconciler_pending_updates", "Observations waiting in the UpdateBatcher"
+)
+WRITES_TOTAL = Counter(
+    "xmc_reconciler_writes_total",
+    "Observations sent to ESS in a successful UpdateWorkUnitExecutions call, by source",
+    ["source"],
+)
+WRITE_RESULTS_TOTAL = Counter(
+    "xmc_reconciler_write_results_total",
+    "Per-item results of UpdateWorkUnitExecutions (APPLIED, UNCHANGED, STALE_EXECUTION, NOT_FOUND)",
+    ["outcome"],
+)
+FLUSH_SECONDS = Histogram(
+    "xmc_reconciler_flush_seconds",
+    "Time one UpdateBatcher flush took to send all its batches (failed flushes included)",
+    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
+FLUSH_FAILURES_TOTAL = Counter(
+    "xmc_reconciler_flush_failures_total",
+    "UpdateBatcher flushes whose send raised; their items were put back for the next flush",
+)
+FINALIZER_RETRIES_TOTAL = Counter(
+    "xmc_reconciler_finalizer_retries_total",
+    "Attempts to write the final status of a deleted JobSet that failed and will be retried",
+)
+FINALIZERS_FORCE_REMOVED_TOTAL = Counter(
+    "xmc_reconciler_finalizers_force_removed_total",
+    "Finalizers removed without a successful final write, after maxStoppedWriteRetryAge",
+)
+ORPHANS_DELETED_TOTAL = Counter(
+    "xmc_reconciler_orphans_deleted_total",
+    "JobSets deleted as orphans (older eid than the work unit's, or terminal / gone work unit)",
+)

@@ -1,9 +1,62 @@
-"""Console entry point; the real service lands with issue 6."""
+"""``xmc-reconciler``: the observation loop (SPEC §8)."""
 
-import sys
+from __future__ import annotations
 
-from xmc.placeholder import not_yet
+import argparse
+import asyncio
+import os
+import signal
+import socket
+import uuid
+from datetime import UTC, datetime
+
+import structlog
+
+from reconciler.app import Reconciler, ReconcilerOptions
+from reconciler.ess_client import EssClient
+from xmc.config import Settings
+from xmc.kube import api_client_from_settings
+from xmc.logging import configure_logging
+from xmc.metrics import serve_metrics
 
 
-def main() -> None:
-    sys.exit(not_yet("reconciler", 6))
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+async def _serve(settings: Settings, options: ReconcilerOptions, identity: str) -> None:
+    api = await api_client_from_settings(settings)
+    ess = EssClient.from_env(settings.ess_target)
+    reconciler = Reconciler(api, ess, identity=identity, clock=_now, options=options)
+    await reconciler.start()
+    structlog.get_logger().info("reconciler started", identity=identity, ess=settings.ess_target)
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopping.set)
+    await stopping.wait()
+    await reconciler.stop()
+    await ess.close()
+    await api.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="xmc-reconciler", description="XMC Reconciler")
+    parser.add_argument(
+        "--identity", default=f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    )
+    parser.add_argument(
+        "--no-leader-election", action="store_true", help="a single replica: always write"
+    )
+    parser.add_argument("--metrics-listen", default=None, help="overrides XMC_METRICS_LISTEN")
+    args = parser.parse_args(argv)
+
+    configure_logging(service="reconciler")
+    settings = Settings.from_env()
+    serve_metrics(
+        args.metrics_listen if args.metrics_listen is not None else settings.metrics_listen
+    )
+    options = ReconcilerOptions(namespace=settings.namespace)
+    if args.no_leader_election:
+        options = ReconcilerOptions(namespace=settings.namespace, lease=None)
+    asyncio.run(_serve(settings, options, args.identity))

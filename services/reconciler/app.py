@@ -1,0 +1,356 @@
+"""The Reconciler process (SPEC §8): watches → pure observers → UpdateBatcher → ESS.
+
+Watches keep warm caches on every replica; only the leader (a Lease) writes. Work is
+level-triggered: each handler recomputes from the latest cached objects, so a missed or
+repeated event changes nothing, and a new leader re-observes everything it has cached.
+
+Besides the batched observations, two paths write directly:
+- the finalizer bypass (§8.4): a JobSet being deleted gets its terminal state written
+  synchronously, and only then loses ``jobset.xmanager.cloud/finalizer``;
+- orphan collection (§8.6): a JobSet of an old execution, or of a finished or deleted
+  work unit, is deleted with a UID precondition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import structlog
+from kubernetes_asyncio.client import ApiClient, CustomObjectsApi, V1DeleteOptions, V1Preconditions
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from actuator.labels import EXPERIMENT_ID, FINALIZER, MANAGED_BY_SELECTOR
+from reconciler import metrics
+from reconciler.batcher import BatcherOptions, UpdateBatcher
+from reconciler.ess_client import EssClient, EssRejected, EssUnavailable
+from reconciler.leader import LeaderElector, LeaseSettings
+from reconciler.observation import Observation
+from reconciler.observe import (
+    JOBSET_NAME_LABEL,
+    FinalizerAction,
+    QueuePosition,
+    decide_finalizer,
+    decide_orphan,
+    finalizer_removal_patch,
+    observe_jobset,
+    observe_pods,
+    observe_workload,
+    work_unit_ids,
+    workload_owner,
+)
+from reconciler.watch import ChangeKind, ResourceWatcher, WatchSettings, kube_request
+
+log = structlog.get_logger()
+Obj = dict[str, Any]
+
+JOBSETS = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
+WORKLOADS = ("kueue.x-k8s.io", "v1beta2", "workloads")
+_MERGE_PATCH: dict[str, Any] = {"_content_type": "application/merge-patch+json"}
+_FINALIZER_BACKOFF = (0.2, 0.5, 1.0, 2.0, 5.0)
+
+
+@dataclass(frozen=True)
+class ReconcilerOptions:
+    namespace: str = "default"
+    batcher: BatcherOptions = field(default_factory=BatcherOptions)
+    watch: WatchSettings = field(default_factory=WatchSettings)
+    #: None = no leader election (a single replica).
+    lease: LeaseSettings | None = field(default_factory=LeaseSettings)
+    startup_grace: timedelta = timedelta(minutes=2)
+    max_stopped_write_retry_age: timedelta = timedelta(minutes=10)
+    #: Real seconds between re-checks of the startup rule (it fires on time, not events).
+    diagnostics_interval: float = 10.0
+    #: Real seconds between orphan scans.
+    orphan_interval: float = 30.0
+
+
+class Reconciler:
+    def __init__(
+        self,
+        api: ApiClient,
+        ess: EssClient,
+        *,
+        identity: str,
+        clock: Callable[[], datetime],
+        options: ReconcilerOptions | None = None,
+    ) -> None:
+        self._api = api
+        self._custom = CustomObjectsApi(api)
+        self._ess = ess
+        self._clock = clock
+        self.options = options or ReconcilerOptions()
+        ns = self.options.namespace
+        self.jobsets = ResourceWatcher(
+            api, group=JOBSETS[0], version=JOBSETS[1], plural=JOBSETS[2], namespace=ns,
+            label_selector=MANAGED_BY_SELECTOR, on_change=self._on_jobset,
+            settings=self.options.watch,
+        )  # fmt: skip
+        self.workloads = ResourceWatcher(
+            api, group=WORKLOADS[0], version=WORKLOADS[1], plural=WORKLOADS[2], namespace=ns,
+            on_change=self._on_workload, settings=self.options.watch,
+        )  # fmt: skip
+        self.pods = ResourceWatcher(
+            api, group="", version="v1", plural="pods", namespace=ns,
+            label_selector=EXPERIMENT_ID, on_change=self._on_pod, settings=self.options.watch,
+        )  # fmt: skip
+        self.batcher = UpdateBatcher(self._send, options=self.options.batcher)
+        self.elector: LeaderElector | None = None
+        if self.options.lease is not None:
+            self.elector = LeaderElector(
+                api,
+                identity=identity,
+                settings=self.options.lease,
+                on_started_leading=self._started_leading,
+            )
+        self._tasks: list[asyncio.Task[None]] = []
+        self._finalizing: dict[str, asyncio.Task[None]] = {}
+        self._stopping = asyncio.Event()
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    @property
+    def leading(self) -> bool:
+        return self.elector is None or self.elector.is_leader
+
+    async def start(self) -> None:
+        for watcher in (self.jobsets, self.workloads, self.pods):
+            self._tasks.append(asyncio.create_task(watcher.run(), name=f"watch {watcher.what}"))
+        self._tasks.append(asyncio.create_task(self.batcher.run(), name="batcher"))
+        self._tasks.append(asyncio.create_task(self._periodic(), name="periodic"))
+        if self.elector is not None:
+            self._tasks.append(asyncio.create_task(self.elector.run(), name="leader"))
+
+    async def stop(self) -> None:
+        """Graceful: stop watching, flush what is pending, release the Lease."""
+        self._stopping.set()
+        for watcher in (self.jobsets, self.workloads, self.pods):
+            watcher.stop()
+        await self.batcher.stop()
+        if self.elector is not None:
+            self.elector.stop()
+        for task in self._finalizing.values():
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(task, timeout=10)
+        log.info("reconciler stopped")
+
+    async def _started_leading(self) -> None:
+        """A new leader re-observes everything it has cached: no observation is lost in
+        a takeover."""
+        log.info("leading; re-observing the cache")
+        for jobset in list(self.jobsets.cache.values()):
+            await self._on_jobset("RESYNC", jobset)
+        for workload in list(self.workloads.cache.values()):
+            await self._on_workload("RESYNC", workload)
+
+    # --- the observation paths ---------------------------------------------------------
+
+    async def _send(self, observations: Sequence[Observation]) -> None:
+        try:
+            await self._ess.update(observations, writer="reconciler")
+        except EssRejected as error:
+            # A batch ESS refuses would be refused again: drop it, loudly.
+            log.error("observations rejected", error=str(error), items=len(observations))
+
+    def _observe(self, observation: Observation | None) -> None:
+        if observation is not None:
+            metrics.OBSERVATIONS_TOTAL.labels(observation.source.value).inc()
+            self.batcher.add(observation)
+
+    async def _on_jobset(self, kind: ChangeKind, jobset: Obj) -> None:
+        if kind == "DELETED" or not self.leading:
+            return
+        meta = jobset.get("metadata") or {}
+        if meta.get("deletionTimestamp") and FINALIZER in (meta.get("finalizers") or []):
+            self._finalize_soon(meta["name"])
+        self._observe(observe_jobset(jobset, observed_at=self._clock()))
+        self._diagnose(jobset)
+
+    async def _on_workload(self, kind: ChangeKind, workload: Obj) -> None:
+        if kind == "DELETED" or not self.leading:
+            return
+        owner = workload_owner(workload)
+        jobset = self.jobsets.get(owner) if owner else None
+        ids = work_unit_ids(jobset) if jobset else None
+        if ids is None:
+            return
+        position = await self._queue_position(workload)
+        self._observe(
+            observe_workload(
+                workload, jobset_ids=ids, queue_position=position, observed_at=self._clock()
+            )
+        )
+
+    async def _on_pod(self, kind: ChangeKind, pod: Obj) -> None:
+        if not self.leading:
+            return
+        name = ((pod.get("metadata") or {}).get("labels") or {}).get(JOBSET_NAME_LABEL)
+        jobset = self.jobsets.get(name) if name else None
+        if jobset is not None:
+            self._diagnose(jobset)
+
+    def _diagnose(self, jobset: Obj) -> None:
+        """Startup diagnostics (§8.3) from the cached pods of this JobSet."""
+        name = jobset["metadata"]["name"]
+        pods = [
+            pod
+            for pod in self.pods.cache.values()
+            if ((pod.get("metadata") or {}).get("labels") or {}).get(JOBSET_NAME_LABEL) == name
+        ]
+        if pods:
+            self._observe(
+                observe_pods(jobset, pods, now=self._clock(), grace=self.options.startup_grace)
+            )
+
+    async def _queue_position(self, workload: Obj) -> QueuePosition | None:
+        """Kueue's visibility API: 0-based position (the observer adds 1) and queue size."""
+        conditions = (workload.get("status") or {}).get("conditions") or []
+        waiting = any(
+            c.get("type") == "QuotaReserved" and c.get("status") == "False" for c in conditions
+        )
+        queue = (workload.get("spec") or {}).get("queueName")
+        if not waiting or not queue:
+            return None
+        path = (
+            "/apis/visibility.kueue.x-k8s.io/v1beta1/namespaces/{namespace}/localqueues/"
+            "{queue}/pendingworkloads"
+        )
+        try:
+            response = await kube_request(
+                self._api,
+                "GET",
+                path,
+                path_params={"namespace": self.options.namespace, "queue": queue},
+                request_timeout=5.0,
+            )
+            try:
+                body = await response.json()
+            finally:
+                response.release()
+        except Exception as error:
+            log.debug("queue position unavailable", error=str(error))
+            return QueuePosition(None, None)
+        items = body.get("items") or []
+        name = workload["metadata"]["name"]
+        for item in items:
+            if item.get("metadata", {}).get("name") == name:
+                return QueuePosition(item.get("positionInClusterQueue"), len(items))
+        return QueuePosition(None, len(items))
+
+    # --- the finalizer bypass ----------------------------------------------------------
+
+    def _finalize_soon(self, name: str) -> None:
+        if name not in self._finalizing or self._finalizing[name].done():
+            self._finalizing[name] = asyncio.create_task(self._finalize(name))
+
+    async def _get_jobset(self, name: str) -> Obj | None:
+        try:
+            found: Obj = await self._custom.get_namespaced_custom_object(
+                *JOBSETS[:2], self.options.namespace, JOBSETS[2], name
+            )
+            return found
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    async def _finalize(self, name: str) -> None:
+        """Write the terminal state synchronously, then remove our finalizer; retry the
+        write with backoff, and after ``max_stopped_write_retry_age`` remove it anyway."""
+        failed, attempt = False, 0
+        while not self._stopping.is_set():
+            try:
+                jobset = await self._get_jobset(name)
+                if jobset is None:
+                    return
+                decision = decide_finalizer(
+                    jobset,
+                    now=self._clock(),
+                    last_write_failed=failed,
+                    max_retry_age=self.options.max_stopped_write_retry_age,
+                )
+                if decision.action == FinalizerAction.NOT_OURS:
+                    return
+                if decision.action == FinalizerAction.REMOVE_ANYWAY:
+                    log.error("finalizer removed without a terminal write", jobset=name,
+                              reason=decision.reason)  # fmt: skip
+                    metrics.FINALIZERS_FORCE_REMOVED_TOTAL.inc()
+                elif decision.observation is not None:
+                    await self._ess.update([decision.observation], writer="reconciler/finalizer")
+                failed = False
+                await self._custom.patch_namespaced_custom_object(
+                    *JOBSETS[:2], self.options.namespace, JOBSETS[2], name,
+                    finalizer_removal_patch(jobset), **_MERGE_PATCH,
+                )  # fmt: skip
+                return
+            except EssUnavailable as error:
+                failed = True
+                metrics.FINALIZER_RETRIES_TOTAL.inc()
+                log.warning("terminal write failed; will retry", jobset=name, error=str(error))
+            except EssRejected as error:
+                log.error("terminal write rejected", jobset=name, error=str(error))
+                failed = True
+            except ApiException as error:
+                if error.status == 404:
+                    return
+                log.info("finalizer removal conflicted; re-reading", jobset=name,
+                         status=error.status)  # fmt: skip
+            delay = _FINALIZER_BACKOFF[min(attempt, len(_FINALIZER_BACKOFF) - 1)]
+            attempt += 1
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), timeout=delay)
+
+    # --- periodic work -----------------------------------------------------------------
+
+    async def _periodic(self) -> None:
+        loop = asyncio.get_running_loop()
+        next_orphans = loop.time() + self.options.orphan_interval
+        while not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    self._stopping.wait(), timeout=self.options.diagnostics_interval
+                )
+            if self._stopping.is_set() or not self.leading:
+                continue
+            for jobset in list(self.jobsets.cache.values()):
+                self._diagnose(jobset)
+            if loop.time() >= next_orphans:
+                next_orphans = loop.time() + self.options.orphan_interval
+                await self.collect_orphans()
+
+    async def collect_orphans(self) -> int:
+        """Delete JobSets no execution wants any more (UID precondition: never a newer
+        one). Returns how many were deleted."""
+        deleted = 0
+        for jobset in list(self.jobsets.cache.values()):
+            meta = jobset["metadata"]
+            ids = work_unit_ids(jobset)
+            if ids is None or meta.get("deletionTimestamp"):
+                continue
+            try:
+                snapshot = await self._ess.work_unit(ids[0], ids[1])
+            except (EssUnavailable, EssRejected) as error:
+                log.warning("orphan check skipped", error=str(error))
+                return deleted
+            decision = decide_orphan(ids, snapshot)
+            if not decision.orphan:
+                continue
+            try:
+                await self._custom.delete_namespaced_custom_object(
+                    *JOBSETS[:2], self.options.namespace, JOBSETS[2], meta["name"],
+                    body=V1DeleteOptions(preconditions=V1Preconditions(uid=meta["uid"])),
+                )  # fmt: skip
+            except ApiException as error:
+                if error.status in (404, 409):
+                    continue
+                raise
+            deleted += 1
+            metrics.ORPHANS_DELETED_TOTAL.inc()
+            log.info("orphan deleted", jobset=meta["name"], reason=decision.reason.value)
+        return deleted

@@ -1,0 +1,324 @@
+"""Leader election over a ``coordination.k8s.io/v1`` Lease, so exactly one Reconciler
+replica acts at a time (SPEC §11) while the others stand by.
+
+The protocol is client-go's: read the Lease; take it when it has no holder or its holder
+stopped renewing (``renewTime + leaseDurationSeconds`` is in the past); renew it while
+holding it. Every write is a PUT carrying the ``resourceVersion`` that was read, so two
+candidates racing for a free Lease cannot both win: the loser gets 409 Conflict and just
+reads again. ``leaseTransitions`` counts changes of holder.
+
+Why the leader steps down *before* the Lease expires (``renew_deadline_seconds``, by
+default two thirds of the lease, like client-go's 10 s of 15 s): a standby may take over
+the moment the Lease expires, so a leader that cannot renew must stop acting earlier, or
+for a moment two replicas would both act. The renewal request itself is bounded by the
+same deadline, so a hanging API server cannot keep a stale leader acting.
+
+Cancelling :meth:`LeaderElector.run` is a crash (the Lease is left to expire); :meth:`stop`
+is a graceful stop that releases the Lease so a standby takes over at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
+
+import structlog
+from kubernetes_asyncio.client import ApiClient
+
+from reconciler.watch import KubeStatusError, api_path, kube_request
+
+log = structlog.get_logger()
+
+Obj = dict[str, Any]
+Callback = Callable[[], Awaitable[None]]
+Sleep = Callable[[float], Coroutine[Any, Any, None]]
+
+_LEASES: Final = api_path("coordination.k8s.io", "v1", "leases")
+
+
+@dataclass(frozen=True)
+class LeaseSettings:
+    name: str = "xmc-reconciler"
+    namespace: str = "default"
+    lease_seconds: float = 15.0
+    """How long a holder's renewal keeps others away; written (rounded up) as
+    ``leaseDurationSeconds``, an integer in the API."""
+    renew_seconds: float = 5.0
+    """Seconds between renewals while leading."""
+    retry_seconds: float = 2.0
+    """Seconds between attempts to acquire, and between failed renewals."""
+    renew_deadline_seconds: float | None = None
+    """Seconds without a successful renewal after which the leader steps down; None = two
+    thirds of ``lease_seconds``. Must be below ``lease_seconds``."""
+    request_timeout: float = 10.0
+
+    @property
+    def renew_deadline(self) -> float:
+        if self.renew_deadline_seconds is not None:
+            return self.renew_deadline_seconds
+        return self.lease_seconds * 2 / 3
+
+    @property
+    def lease_duration(self) -> int:
+        return max(1, math.ceil(self.lease_seconds))
+
+
+def format_micro_time(moment: datetime) -> str:
+    """RFC 3339 with microseconds in UTC, as ``MicroTime`` fields are written."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_time(value: Any) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def expired(spec: Obj, now: datetime) -> bool:
+    """Whether the holder has stopped renewing: no ``renewTime`` counts as expired."""
+    renewed = parse_time(spec.get("renewTime"))
+    if renewed is None:
+        return True
+    duration = spec.get("leaseDurationSeconds")
+    seconds = float(duration) if isinstance(duration, int | float) else 0.0
+    return renewed + timedelta(seconds=seconds) <= now
+
+
+class LeaderElector:
+    """Campaigns for, holds and releases one Lease; ``is_leader`` / ``leading`` tell the
+    rest of the Reconciler whether to act."""
+
+    def __init__(
+        self,
+        api: ApiClient,
+        *,
+        identity: str,
+        settings: LeaseSettings | None = None,
+        on_started_leading: Callback | None = None,
+        on_stopped_leading: Callback | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),  # injected for tests
+        sleep: Sleep = asyncio.sleep,  # injected for tests
+    ) -> None:
+        self._api = api
+        self.identity = identity
+        self._settings = settings or LeaseSettings()
+        if self._settings.renew_deadline >= self._settings.lease_seconds:
+            raise ValueError("renew_deadline_seconds must be below lease_seconds")
+        self._on_started = on_started_leading
+        self._on_stopped = on_stopped_leading
+        self._clock = clock
+        self._sleep = sleep
+        self._stopping = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._renewed_at: datetime | None = None
+        self.leading = asyncio.Event()
+        """Set while this replica leads (cleared when it steps down or releases)."""
+        self.failures = 0
+        """Consecutive failed calls (for logs and health)."""
+
+    @property
+    def is_leader(self) -> bool:
+        """True only while the last renewal is within the renew deadline, even if the loop
+        has not noticed yet that it is stale."""
+        if not self.leading.is_set() or self._renewed_at is None:
+            return False
+        age = (self._clock() - self._renewed_at).total_seconds()
+        return age < self._settings.renew_deadline
+
+    @property
+    def _where(self) -> str:
+        return f"lease {self._settings.namespace}/{self._settings.name}"
+
+    # --- running ---------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Graceful stop: :meth:`run` releases the Lease and returns."""
+        self._stopping.set()
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Campaign and renew until :meth:`stop`; cancellation leaves the Lease to expire."""
+        while not self._stopping.is_set():
+            await self._step()
+            if self._stopping.is_set():
+                break
+            renewing = self.leading.is_set() and not self.failures
+            await self._pause(
+                self._settings.renew_seconds if renewing else self._settings.retry_seconds
+            )
+        await self.release()
+
+    async def _pause(self, seconds: float) -> None:
+        """Sleep, but wake at once on :meth:`stop`."""
+        self._wake.clear()
+        sleeper = asyncio.create_task(self._sleep(seconds))
+        waker = asyncio.create_task(self._wake.wait())
+        try:
+            await asyncio.wait([sleeper, waker], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sleeper.cancel()
+            waker.cancel()
+            await asyncio.gather(sleeper, waker, return_exceptions=True)
+
+    async def _step(self) -> None:
+        """One acquire-or-renew attempt, then step down if renewals have been failing past
+        the deadline."""
+        try:
+            held = await self._acquire_or_renew()
+        except KubeStatusError as error:
+            self.failures += 1
+            log.warning(
+                f"{self._where}: {'renewal' if self.leading.is_set() else 'acquisition'} "
+                f"failed (attempt {self.failures}); retrying in {self._settings.retry_seconds}s",
+                error=str(error),
+            )
+            held = False
+        else:
+            self.failures = 0
+        if held:
+            self._renewed_at = self._clock()
+            if not self.leading.is_set():
+                await self._start_leading()
+        elif self.leading.is_set() and not self.is_leader:
+            await self._stop_leading("renewal failed past the deadline")
+
+    async def _acquire_or_renew(self) -> bool:
+        """True when this replica holds the Lease afterwards."""
+        timeout = self._settings.request_timeout
+        if self.leading.is_set() and self._renewed_at is not None:
+            left = (
+                self._settings.renew_deadline - (self._clock() - self._renewed_at).total_seconds()
+            )
+            timeout = max(0.05, min(timeout, left))
+        try:
+            async with asyncio.timeout(timeout):
+                return await self._try_acquire_or_renew()
+        except TimeoutError as error:
+            raise KubeStatusError(None, None, f"no answer within {timeout:.2f}s") from error
+
+    async def _try_acquire_or_renew(self) -> bool:
+        now = self._clock()
+        lease = await self._get()
+        if lease is None:
+            return await self._create(now)
+        spec = lease.get("spec") or {}
+        holder = spec.get("holderIdentity") or ""
+        if holder and holder != self.identity and not expired(spec, now):
+            return False
+        transitions = int(spec.get("leaseTransitions") or 0)
+        ours = holder == self.identity
+        if not ours and holder:
+            log.info(f"{self._where}: taking over from {holder} (its lease expired)")
+        lease["spec"] = {
+            **spec,
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": self._settings.lease_duration,
+            "renewTime": format_micro_time(now),
+            "acquireTime": spec.get("acquireTime") if ours else format_micro_time(now),
+            "leaseTransitions": transitions if ours else transitions + 1,
+        }
+        return await self._replace(lease)
+
+    async def release(self) -> None:
+        """Give the Lease up if held (holder cleared, so a standby takes it on its next
+        attempt) and stop leading. Safe to call when not leading."""
+        if not self.leading.is_set():
+            return
+        try:
+            async with asyncio.timeout(self._settings.request_timeout):
+                lease = await self._get()
+                if lease is not None and (lease.get("spec") or {}).get("holderIdentity") == (
+                    self.identity
+                ):
+                    spec = dict(lease["spec"])
+                    spec.pop("holderIdentity", None)
+                    spec.update(leaseDurationSeconds=1, renewTime=format_micro_time(self._clock()))
+                    lease["spec"] = spec
+                    if not await self._replace(lease):
+                        log.warning(f"{self._where}: changed under us; not released")
+        except (KubeStatusError, TimeoutError) as error:
+            # The Lease then expires by itself; nothing else to do.
+            log.warning(f"{self._where}: release failed; it will expire", error=str(error))
+        await self._stop_leading("released")
+
+    async def _start_leading(self) -> None:
+        log.info(f"{self._where}: {self.identity} started leading")
+        self.leading.set()
+        if self._on_started is not None:
+            await self._on_started()
+
+    async def _stop_leading(self, why: str) -> None:
+        log.warning(f"{self._where}: {self.identity} stopped leading ({why})")
+        self.leading.clear()
+        self._renewed_at = None
+        if self._on_stopped is not None:
+            await self._on_stopped()
+
+    # --- the API -----------------------------------------------------------------------
+
+    async def _get(self) -> Obj | None:
+        try:
+            return await self._call("GET", "/{name}", None)
+        except KubeStatusError as error:
+            if error.status == 404:
+                return None
+            raise
+
+    async def _create(self, now: datetime) -> bool:
+        lease = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": self._settings.name, "namespace": self._settings.namespace},
+            "spec": {
+                "holderIdentity": self.identity,
+                "leaseDurationSeconds": self._settings.lease_duration,
+                "acquireTime": format_micro_time(now),
+                "renewTime": format_micro_time(now),
+                "leaseTransitions": 0,
+            },
+        }
+        try:
+            await self._call("POST", "", lease)
+        except KubeStatusError as error:
+            if error.status == 409:  # another candidate created it first
+                return False
+            raise
+        return True
+
+    async def _replace(self, lease: Obj) -> bool:
+        """PUT with the resourceVersion read; False on 409 (someone wrote in between)."""
+        try:
+            await self._call("PUT", "/{name}", lease)
+        except KubeStatusError as error:
+            if error.status == 409:
+                log.info(f"{self._where}: conflicting update; will read it again")
+                return False
+            raise
+        return True
+
+    async def _call(self, method: str, suffix: str, body: Obj | None) -> Obj:
+        """One call; callers bound the whole attempt with ``asyncio.timeout``."""
+        response = await kube_request(
+            self._api,
+            method,
+            _LEASES + suffix,
+            path_params={"namespace": self._settings.namespace, "name": self._settings.name},
+            body=body,
+            request_timeout=self._settings.request_timeout,
+        )
+        try:
+            raw = await response.read()
+        finally:
+            response.release()
+        parsed = json.loads(raw) if raw else {}
+        if not isinstance(parsed, dict):
+            raise KubeStatusError(response.status, None, "the answer is not a JSON object")
+        return parsed

@@ -1,0 +1,469 @@
+"""Keep an in-memory cache of one Kubernetes resource in sync: list, then watch from the
+list's resourceVersion, forever (SPEC §8.6).
+
+Why not kubernetes-asyncio's ``Watch``: with ``timeout_seconds`` it does not reconnect, it
+retries a 410 once with the same (still expired) version and then raises, and it builds a
+model for every event. So this module talks to the API through ``ApiClient.call_api`` with
+``_preload_content=False`` and reads raw JSON: lists page by page, watches as
+newline-delimited events split by hand (no line-length limit for large objects). The
+client's auth, TLS and session are still kubernetes-asyncio's (build it with
+``trust_env=False`` as the Actuator does: see ``actuator.kube``).
+
+The loop, level-triggered: the handler is told *that* an object changed and gets its
+latest state; it must not depend on the sequence of events, because
+
+- a stream that ends (``timeoutSeconds``, a dropped connection) is resumed from the last
+  resourceVersion seen, bookmarks included, so nothing is lost or repeated;
+- a 410 (an ``ERROR`` event or an error answer) means the server no longer has the events
+  since that version: the watcher re-lists and *diffs* against its cache, synthesizing
+  ADDED / MODIFIED / DELETED for whatever changed while it was away — intermediate states
+  are gone for good;
+- every ``resync_seconds`` every cached object is re-delivered as RESYNC, so a handler that
+  failed or a decision that depended on something outside Kubernetes is retried.
+
+Failures are classified once (:func:`classify`): 410 re-lists, a malformed request (400,
+422) stops the watcher, everything else (connection loss, timeouts, 429, 5xx, 403/404 while
+RBAC or a CRD is being installed) is retried with a bounded, logged backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import json
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Final, Literal
+
+import aiohttp
+import structlog
+from kubernetes_asyncio.client import ApiClient
+
+log = structlog.get_logger()
+
+Obj = dict[str, Any]
+ChangeKind = Literal["ADDED", "MODIFIED", "DELETED", "RESYNC"]
+OnChange = Callable[[ChangeKind, Obj], Awaitable[None]]
+Sleep = Callable[[float], Coroutine[Any, Any, None]]
+
+#: Seconds a watch request may stay silent beyond its own ``timeoutSeconds`` before the
+#: connection is presumed dead (a half-open TCP connection never ends by itself).
+_STREAM_GRACE: Final = 30.0
+
+
+@dataclass(frozen=True)
+class WatchSettings:
+    timeout_seconds: int = 60
+    """``timeoutSeconds`` of each watch request; the stream is then resumed."""
+    resync_seconds: float | None = 300.0
+    """Seconds between full re-deliveries of the cache as RESYNC; None = never."""
+    backoffs: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0)
+    """Delays after consecutive failures; the last one repeats."""
+    max_attempts: int | None = None
+    """Consecutive failures after which :meth:`ResourceWatcher.run` raises; None = retry
+    forever (the watch is the Reconciler's only view of the cluster)."""
+    request_timeout: float = 30.0
+    """Seconds one list page may take."""
+    page_size: int = 500
+    """``limit`` of each list page."""
+
+    def backoff(self, attempt: int) -> float:
+        """Delay after the ``attempt``-th consecutive failure (1-based)."""
+        return self.backoffs[min(attempt, len(self.backoffs)) - 1]
+
+
+class KubeStatusError(Exception):
+    """A failed call: ``status`` None means no HTTP answer (connection loss, timeout);
+    ``reason`` is the ``Status.reason`` of the answer (Expired, Conflict, AlreadyExists…)."""
+
+    def __init__(
+        self,
+        status: int | None,
+        reason: str | None,
+        message: str,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.retry_after = retry_after
+
+    def __str__(self) -> str:
+        where = "no response" if self.status is None else f"{self.status} {self.reason or ''}"
+        return f"{where.strip()}: {self.message}"
+
+
+class WatchFailed(Exception):
+    """The watcher gave up: a request the server will never accept, or too many failures."""
+
+
+class Failure(enum.Enum):
+    EXPIRED = "expired"
+    """410: the resourceVersion is older than the server's history — re-list."""
+    RETRY = "retry"
+    """Back off, then resume from the last resourceVersion."""
+    FATAL = "fatal"
+    """Our request is wrong (bad selector, bad path); retrying cannot help."""
+
+
+def classify(error: BaseException) -> Failure:
+    """The one place that decides what a failed list or watch means."""
+    if isinstance(error, KubeStatusError):
+        if error.status == 410:
+            return Failure.EXPIRED
+        if error.status in (400, 422):
+            return Failure.FATAL
+    return Failure.RETRY
+
+
+def api_path(group: str, version: str, plural: str) -> str:
+    """The namespaced collection path, ``{namespace}`` left for ``call_api`` to quote."""
+    prefix = f"/api/{version}" if not group else f"/apis/{group}/{version}"
+    return f"{prefix}/namespaces/{{namespace}}/{plural}"
+
+
+async def kube_request(
+    api: ApiClient,
+    method: str,
+    path: str,
+    *,
+    path_params: Mapping[str, str] | None = None,
+    query: Sequence[tuple[str, str]] = (),
+    body: Obj | None = None,
+    request_timeout: aiohttp.ClientTimeout | float | None = None,
+) -> aiohttp.ClientResponse:
+    """One raw call through kubernetes-asyncio (its auth and session), answer unread.
+
+    An error answer is raised as :class:`KubeStatusError` (its body read and the response
+    released); so is a connection failure. The caller releases a successful response.
+    """
+    try:
+        response: aiohttp.ClientResponse = await api.call_api(
+            path,
+            method,
+            path_params=dict(path_params or {}),
+            query_params=list(query),
+            header_params={"Accept": "application/json", "Content-Type": "application/json"},
+            body=body,
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _request_timeout=request_timeout,
+        )
+    except (aiohttp.ClientError, TimeoutError) as error:
+        raise KubeStatusError(None, None, f"{type(error).__name__}: {error}") from error
+    if 200 <= response.status < 300:
+        return response
+    try:
+        raw = await response.read()
+    except (aiohttp.ClientError, TimeoutError):
+        raw = b""
+    finally:
+        response.release()
+    raise status_error(response.status, raw, response.headers.get("Retry-After"))
+
+
+def status_error(status: int, raw: bytes | str | Obj, retry_after: str | None) -> KubeStatusError:
+    """A :class:`KubeStatusError` from an error answer's ``Status`` body."""
+    body: Any = raw
+    if isinstance(raw, bytes | str):
+        try:
+            body = json.loads(raw) if raw else {}
+        except ValueError:
+            body = {}
+    if not isinstance(body, dict):
+        body = {}
+    reason = body.get("reason")
+    message = body.get("message") or f"HTTP {status}"
+    delay: float | None = None
+    try:
+        delay = float(retry_after) if retry_after else None
+    except ValueError:
+        delay = None
+    if delay is None and isinstance(body.get("details"), dict):
+        seconds = body["details"].get("retryAfterSeconds")
+        delay = float(seconds) if isinstance(seconds, int | float) else None
+    return KubeStatusError(
+        int(body.get("code") or status),
+        reason if isinstance(reason, str) else None,
+        str(message),
+        delay,
+    )
+
+
+def _name(obj: Obj) -> str:
+    return str(obj["metadata"]["name"])
+
+
+def _rv(obj: Obj) -> str:
+    return str(obj.get("metadata", {}).get("resourceVersion", ""))
+
+
+def diff(old: Mapping[str, Obj], new: Mapping[str, Obj]) -> list[tuple[ChangeKind, Obj]]:
+    """What changed between two full states, as the events a watch would have sent
+    (DELETED carries the last known object). Pure: the re-list path after a 410."""
+    changes: list[tuple[ChangeKind, Obj]] = []
+    for name, obj in old.items():
+        if name not in new:
+            changes.append(("DELETED", obj))
+    for name, obj in new.items():
+        before = old.get(name)
+        if before is None:
+            changes.append(("ADDED", obj))
+        elif _rv(before) != _rv(obj):
+            changes.append(("MODIFIED", obj))
+    return changes
+
+
+class ResourceWatcher:
+    """The latest object per name of one resource in one namespace, and a handler told of
+    every change. ``run()`` until ``stop()``; ``ready`` is set once the first list is
+    delivered."""
+
+    def __init__(
+        self,
+        api: ApiClient,
+        *,
+        group: str,
+        version: str,
+        plural: str,
+        namespace: str,
+        on_change: OnChange,
+        label_selector: str | None = None,
+        settings: WatchSettings | None = None,
+        sleep: Sleep = asyncio.sleep,  # injected for tests
+        clock: Callable[[], float] = time.monotonic,  # injected for tests
+    ) -> None:
+        self._api = api
+        self._path = api_path(group, version, plural)
+        self._api_version = f"{group}/{version}" if group else version
+        self._namespace = namespace
+        self._selector = label_selector
+        self._on_change = on_change
+        self._settings = settings or WatchSettings()
+        self._sleep = sleep
+        self._clock = clock
+        self.what = plural
+        self._cache: dict[str, Obj] = {}
+        self._resource_version: str | None = None
+        self._deliver_lock = asyncio.Lock()
+        self._stopping = asyncio.Event()
+        self.ready = asyncio.Event()
+        #: Full lists done (the first one included): each extra one means a 410 or a restart.
+        self.lists = 0
+        #: Consecutive failures of the current attempt to (re)connect.
+        self.failures = 0
+        #: Monotonic time of the last successful list or watch connection.
+        self.last_success: float | None = None
+
+    # --- reading ---------------------------------------------------------------------
+
+    @property
+    def cache(self) -> Mapping[str, Obj]:
+        """Read-only view: the latest object per name."""
+        return MappingProxyType(self._cache)
+
+    def get(self, name: str) -> Obj | None:
+        return self._cache.get(name)
+
+    @property
+    def resource_version(self) -> str | None:
+        """The last resourceVersion seen (list, event or bookmark): where a watch resumes."""
+        return self._resource_version
+
+    # --- running ---------------------------------------------------------------------
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    async def run(self) -> None:
+        """Sync until :meth:`stop`; raises :class:`WatchFailed` when it gives up."""
+        tasks = [asyncio.create_task(self._sync_forever(), name=f"watch {self.what}")]
+        if self._settings.resync_seconds is not None:
+            resync = self._resync_forever(self._settings.resync_seconds)
+            tasks.append(asyncio.create_task(resync, name=f"resync {self.what}"))
+        stopping = asyncio.create_task(self._stopping.wait())
+        try:
+            done, _ = await asyncio.wait([*tasks, stopping], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (*tasks, stopping):
+                task.cancel()
+            await asyncio.gather(*tasks, stopping, return_exceptions=True)
+        for task in tasks:
+            if task in done and not task.cancelled() and task.exception() is not None:
+                raise task.exception()  # type: ignore[misc]
+
+    async def _sync_forever(self) -> None:
+        listed_at: str | None = None
+        while True:
+            try:
+                if self._resource_version is None:
+                    await self._relist()
+                    listed_at = self._resource_version
+                await self._watch_once(self._resource_version or "0")
+                self._succeeded()
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:
+                kind = classify(error)
+                if kind is Failure.FATAL:
+                    raise WatchFailed(f"watch of {self.what} failed: {error}") from error
+                if kind is Failure.EXPIRED:
+                    log.info(
+                        f"watch of {self.what} expired; re-listing",
+                        resource_version=self._resource_version,
+                    )
+                    no_progress = self._resource_version == listed_at
+                    self._resource_version = None
+                    if not no_progress:
+                        continue  # re-list at once; a 410 right after a list backs off
+                await self._back_off(error)
+
+    async def _back_off(self, error: BaseException) -> None:
+        self.failures += 1
+        limit = self._settings.max_attempts
+        if limit is not None and self.failures >= limit:
+            raise WatchFailed(
+                f"watch of {self.what} failed {self.failures} times; giving up: {error}"
+            ) from error
+        delay = self._settings.backoff(self.failures)
+        retry_after = getattr(error, "retry_after", None)
+        if isinstance(retry_after, float) and retry_after > delay:
+            delay = retry_after
+        log.warning(
+            f"watch of {self.what} failed (attempt {self.failures}); retrying in {delay:.1f}s",
+            error=str(error) or type(error).__name__,
+        )
+        await self._sleep(delay)
+
+    def _succeeded(self) -> None:
+        self.failures = 0
+        self.last_success = self._clock()
+
+    async def _relist(self) -> None:
+        """Read the full state page by page, then deliver the difference to the cache."""
+        items: dict[str, Obj] = {}
+        token: str | None = None
+        list_rv = ""
+        while True:
+            query = [("limit", str(self._settings.page_size))]
+            if token:
+                query.append(("continue", token))
+            if self._selector:
+                query.append(("labelSelector", self._selector))
+            response = await kube_request(
+                self._api,
+                "GET",
+                self._path,
+                path_params={"namespace": self._namespace},
+                query=query,
+                request_timeout=self._settings.request_timeout,
+            )
+            try:
+                page = await response.json(loads=json.loads, content_type=None)
+            finally:
+                response.release()
+            kind = str(page.get("kind", "")).removesuffix("List")
+            for obj in page.get("items") or ():
+                # Items of built-in lists carry no apiVersion/kind; handlers may want them.
+                obj.setdefault("apiVersion", self._api_version)
+                if kind:
+                    obj.setdefault("kind", kind)
+                items[_name(obj)] = obj
+            meta = page.get("metadata") or {}
+            list_rv = list_rv or str(meta.get("resourceVersion", ""))
+            token = meta.get("continue")
+            if not token:
+                break
+        self.lists += 1
+        self._succeeded()
+        changes = diff(self._cache, items)
+        self._cache = items
+        self._resource_version = list_rv or None
+        for kind_, obj in changes:
+            await self._deliver(kind_, obj)
+        self.ready.set()
+
+    async def _watch_once(self, resource_version: str) -> None:
+        """One watch request, applied event by event; returns when the server ends it."""
+        query = [
+            ("watch", "true"),
+            ("resourceVersion", resource_version),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", str(self._settings.timeout_seconds)),
+        ]
+        if self._selector:
+            query.append(("labelSelector", self._selector))
+        timeout = aiohttp.ClientTimeout(
+            total=self._settings.timeout_seconds + _STREAM_GRACE,
+            sock_connect=self._settings.request_timeout,
+        )
+        response = await kube_request(
+            self._api,
+            "GET",
+            self._path,
+            path_params={"namespace": self._namespace},
+            query=query,
+            request_timeout=timeout,
+        )
+        try:
+            pending = b""
+            async for chunk in response.content.iter_any():
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        await self._apply(json.loads(line))
+            if pending.strip():
+                await self._apply(json.loads(pending))
+        except (aiohttp.ClientError, TimeoutError) as error:
+            raise KubeStatusError(None, None, f"{type(error).__name__}: {error}") from error
+        finally:
+            # close, not release: an unfinished stream must drop its connection.
+            response.close()
+
+    async def _apply(self, event: Obj) -> None:
+        kind = event.get("type")
+        obj = event.get("object") or {}
+        if kind == "ERROR":
+            raise status_error(int(obj.get("code") or 500), obj, None)
+        self._succeeded()
+        rv = _rv(obj)
+        if kind == "BOOKMARK":
+            self._resource_version = rv or self._resource_version
+            return
+        if kind not in ("ADDED", "MODIFIED", "DELETED"):
+            log.warning(f"watch of {self.what}: unknown event type", type=kind)
+            return
+        obj.setdefault("apiVersion", self._api_version)
+        name = _name(obj)
+        if kind == "DELETED":
+            self._cache.pop(name, None)
+        else:
+            self._cache[name] = obj
+        self._resource_version = rv or self._resource_version
+        await self._deliver(kind, obj)
+
+    async def _resync_forever(self, interval: float) -> None:
+        await self.ready.wait()
+        while True:
+            await self._sleep(interval)
+            for name in list(self._cache):
+                obj = self._cache.get(name)  # the latest, or gone since the snapshot
+                if obj is not None:
+                    await self._deliver("RESYNC", obj)
+
+    async def _deliver(self, kind: ChangeKind, obj: Obj) -> None:
+        """One handler call at a time; a failing handler is logged and the watch goes on
+        (the next change or resync delivers the object again)."""
+        async with self._deliver_lock:
+            try:
+                await self._on_change(kind, obj)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception(
+                    f"handler for {self.what} failed", change=kind, name=obj["metadata"]["name"]
+                )

@@ -1,0 +1,230 @@
+"""The whole loop in one event loop: ESS (gRPC) → tasks → Actuator → kubesim (HTTP, with
+its JobSet/Kueue/kubelet simulators) → Reconciler (watches) → UpdateBatcher → ESS. The
+SPEC §10 sequences end in the right stored states and history."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from actuator.app import Actuator
+from actuator.consumer import ConsumerSettings
+from kubesim.resources import JOBSET
+from kubesim.server import KubeSim
+from reconciler.app import Reconciler, ReconcilerOptions
+from reconciler.batcher import BatcherOptions
+from reconciler.ess_client import EssClient
+from tests.integration.conftest import SIGNING_KEY, Ess, metadata
+from tests.integration.support import fetch_all, minimal_work_unit, wait_until
+from xmc.config import Settings
+from xmc.kube import api_client_from_settings
+from xmc.model.states import WorkUnitState
+from xmc_api.cloud.xmanager.v1 import api_pb2
+from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
+from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
+
+S = WorkUnitState
+ALICE = metadata("alice")
+SCALE = 50.0
+
+
+@dataclasses.dataclass
+class System:
+    ess: Ess
+    sim: KubeSim
+    actuator: Actuator
+    reconciler: Reconciler
+
+    async def state(self, name: str) -> WorkUnitState:
+        work_unit = await self.ess.api.GetWorkUnit(
+            api_pb2.GetWorkUnitRequest(name=name), metadata=ALICE
+        )
+        return S(work_unit.current_work_unit_execution.status.state)
+
+    async def history(self, name: str) -> list[tuple[int, WorkUnitState]]:
+        xid, wid = (int(part) for part in name.split("/")[1::2])
+        rows = await fetch_all(
+            self.ess.database_url,
+            "SELECT eid, new_state FROM work_unit_status_history "
+            "WHERE xid = $1 AND wid = $2 ORDER BY id",
+            xid,
+            wid,
+        )
+        return [(r["eid"], S(r["new_state"])) for r in rows]
+
+
+@pytest.fixture
+async def system(ess_factory: Any) -> AsyncIterator[System]:
+    ess: Ess = await ess_factory(start_time=datetime.now(UTC))
+    sim = KubeSim(controllers=True, time_scale=SCALE)
+    await sim.start()
+    settings = Settings(
+        database_url=ess.database_url,
+        kube_url=sim.url,
+        task_signing_key=SIGNING_KEY,
+        stream_prefix=ess.names.prefix,
+        ess_target=f"127.0.0.1:{ess.server.port}",
+    )
+    actuator = Actuator(settings, ConsumerSettings(claim_idle=30.0))
+    await actuator.start()
+    runner = __import__("asyncio").create_task(actuator.run())
+    api = await api_client_from_settings(settings)
+    ess_client = EssClient(settings.ess_target, token="token-reconciler")
+    reconciler = Reconciler(
+        api,
+        ess_client,
+        identity="r1",
+        clock=sim.clock,
+        options=ReconcilerOptions(
+            lease=None,
+            batcher=BatcherOptions(flush_interval=0.05),
+            diagnostics_interval=0.2,
+            orphan_interval=3600,
+        ),
+    )
+    await reconciler.start()
+    yield System(ess, sim, actuator, reconciler)
+    await reconciler.stop()
+    await ess_client.close()
+    await api.close()
+    await actuator.stop()
+    runner.cancel()
+    await sim.stop()
+
+
+async def create(system: System, work_unit: WorkUnit | None = None, *, priority: int = 0) -> str:
+    experiment: Experiment = await system.ess.api.CreateExperiment(
+        api_pb2.CreateExperimentRequest(experiment=Experiment(priority=priority)),  # type: ignore[arg-type]
+        metadata=ALICE,
+    )
+    operation = await system.ess.api.CreateWorkUnit(
+        api_pb2.CreateWorkUnitRequest(
+            parent=experiment.name, work_unit=work_unit or minimal_work_unit()
+        ),
+        metadata=ALICE,
+    )
+    return str(operation.name).split("/operations/")[0]
+
+
+def running_forever(cpu_millicores: int = 1000) -> WorkUnit:
+    work_unit = minimal_work_unit()
+    job = work_unit.executable.jobset.jobs[0]
+    job.annotations["kubesim.xmc/behavior"] = json.dumps({"run_seconds": None})
+    job.spec.resources.cpu_resources.cpu_millicores = cpu_millicores
+    return work_unit
+
+
+async def test_a_work_unit_runs_to_completed(system: System) -> None:
+    name = await create(system)
+
+    await wait_until(lambda: system.state(name), S.COMPLETED, within=30)
+
+    states = [state for eid, state in await system.history(name) if eid == 1]
+    assert states[0] == S.INITIALIZING
+    assert states[-1] == S.COMPLETED
+    assert S.RUNNING in states
+    assert states.index(S.SCHEDULING) < states.index(S.RUNNING) if S.SCHEDULING in states else True
+
+
+async def test_stop_goes_through_the_finalizer_and_the_jobset_disappears(system: System) -> None:
+    name = await create(system, running_forever())
+    await wait_until(lambda: system.state(name), S.RUNNING, within=30)
+
+    await system.ess.api.StopWorkUnit(api_pb2.StopWorkUnitRequest(name=name), metadata=ALICE)
+
+    await wait_until(lambda: system.state(name), S.STOPPED, within=30)
+    xid, wid = name.split("/")[1::2]
+
+    async def gone() -> bool:
+        return system.sim.store.find(JOBSET, "default", f"xmc-{xid}-{wid}") is None
+
+    await wait_until(gone, True, within=30)
+    states = [state for _eid, state in await system.history(name)]
+    assert states[-2:] == [S.STOPPING, S.STOPPED]
+
+
+async def test_restart_makes_a_new_jobset_and_the_old_execution_is_fenced(
+    system: System,
+) -> None:
+    name = await create(system, running_forever())
+    await wait_until(lambda: system.state(name), S.RUNNING, within=30)
+
+    await system.ess.api.RestartWorkUnit(api_pb2.RestartWorkUnitRequest(name=name), metadata=ALICE)
+
+    await wait_until(lambda: system.state(name), S.RUNNING, within=30)
+    history = await system.history(name)
+    assert max(eid for eid, _ in history) == 2
+    second = [state for eid, state in history if eid == 2]
+    assert second[0] == S.RESTARTING
+    xid, wid = name.split("/")[1::2]
+    jobset = system.sim.store.get(JOBSET, "default", f"xmc-{xid}-{wid}")
+    assert jobset["metadata"]["labels"]["xmc.google.com/execution-id"] == "2"
+    executions = await system.ess.api.ListWorkUnitExecutions(
+        api_pb2.ListWorkUnitExecutionsRequest(parent=name), metadata=ALICE
+    )
+    first = executions.work_unit_executions[0]
+    assert S(first.status.state) == S.RUNNING, "the old JobSet's finalizer write was fenced off"
+
+
+async def test_preemption_goes_back_to_scheduling_on_the_same_execution(system: System) -> None:
+    low = await create(system, running_forever(cpu_millicores=60_000), priority=1)
+    await wait_until(lambda: system.state(low), S.RUNNING, within=30)
+
+    high = await create(system, running_forever(cpu_millicores=10_000), priority=3)
+    await wait_until(lambda: system.state(high), S.RUNNING, within=30)
+
+    await wait_until(lambda: system.state(low), S.SCHEDULING, within=30)
+    states = [state for eid, state in await system.history(low) if eid == 1]
+    running_at = states.index(S.RUNNING)
+    assert S.SCHEDULING in states[running_at:], "evicted back to SCHEDULING on eid 1"
+
+    await system.ess.api.StopWorkUnit(api_pb2.StopWorkUnitRequest(name=high), metadata=ALICE)
+    await wait_until(lambda: system.state(low), S.RUNNING, within=30)
+    again = [state for eid, state in await system.history(low) if eid == 1]
+    assert again.count(S.RUNNING) >= 2, "re-admitted and running again on the same eid"
+
+
+async def test_an_image_pull_error_is_reported_after_the_grace(system: System) -> None:
+    work_unit = minimal_work_unit()
+    job = work_unit.executable.jobset.jobs[0]
+    job.annotations["kubesim.xmc/behavior"] = json.dumps({"image_pull_error": True})
+    name = await create(system, work_unit)
+
+    async def message() -> str:
+        reply = await system.ess.api.GetWorkUnit(
+            api_pb2.GetWorkUnitRequest(name=name), metadata=ALICE
+        )
+        return str(reply.current_work_unit_execution.status.system_message.user_facing_text)
+
+    xid, wid = name.split("/")[1::2]
+
+    def admitted_for() -> timedelta | None:
+        jobset = system.sim.store.find(JOBSET, "default", f"xmc-{xid}-{wid}")
+        for condition in ((jobset or {}).get("status") or {}).get("conditions") or []:
+            if condition["type"] == "Suspended" and condition["status"] == "False":
+                moment = datetime.fromisoformat(
+                    condition["lastTransitionTime"].replace("Z", "+00:00")
+                )
+                return system.sim.clock.now() - moment
+        return None
+
+    samples: list[tuple[timedelta, bool]] = []
+
+    async def reported() -> bool:
+        elapsed = admitted_for()
+        text = await message()
+        seen = "ImagePullBackOff" in text or "ErrImagePull" in text
+        if elapsed is not None:
+            samples.append((elapsed, seen))
+        return seen
+
+    await wait_until(reported, True, within=30)
+    grace = timedelta(minutes=2)
+    assert any(not seen and elapsed < grace for elapsed, seen in samples), "checked before"
+    assert all(elapsed >= grace for elapsed, seen in samples if seen), "never before the grace"
+    assert f"xmc-{xid}-{wid}" in await message(), "the message names the pod"

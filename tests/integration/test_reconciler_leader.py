@@ -1,0 +1,246 @@
+"""LeaderElector against a real kubesim over HTTP: one leader, takeover after a crash
+within the lease, immediate takeover after a release, conflicts and failing renewals."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from kubernetes_asyncio.client import ApiClient
+
+from kubesim.resources import LEASE
+from kubesim.server import KubeSim
+from reconciler.leader import LeaderElector, LeaseSettings, expired, format_micro_time
+from tests.integration.support import T0, FakeClock
+from tests.kubesim.conftest import client_for, eventually
+
+#: Short durations: the lease field is whole seconds, so 1 s; step down after 0.6 s.
+SHORT = LeaseSettings(
+    lease_seconds=1.0,
+    renew_seconds=0.2,
+    retry_seconds=0.1,
+    renew_deadline_seconds=0.6,
+    request_timeout=2.0,
+)
+
+
+@dataclass
+class Candidate:
+    elector: LeaderElector
+    task: asyncio.Task[None]
+    transitions: list[str] = field(default_factory=list)
+
+
+Start = Callable[[str], Candidate]
+
+
+@pytest.fixture
+async def sim() -> AsyncIterator[KubeSim]:
+    sim = KubeSim(controllers=False)
+    await sim.start()
+    yield sim
+    await sim.stop()
+
+
+@pytest.fixture
+async def api(sim: KubeSim) -> AsyncIterator[ApiClient]:
+    async with client_for(sim) as api:
+        yield api
+
+
+@pytest.fixture
+async def start(api: ApiClient) -> AsyncIterator[Start]:
+    """Start a candidate with its own identity; cancelled (no release) after the test."""
+    candidates: list[Candidate] = []
+
+    def run(identity: str) -> Candidate:
+        transitions: list[str] = []
+
+        async def started() -> None:
+            transitions.append("started")
+
+        async def stopped() -> None:
+            transitions.append("stopped")
+
+        elector = LeaderElector(
+            api,
+            identity=identity,
+            settings=SHORT,
+            on_started_leading=started,
+            on_stopped_leading=stopped,
+        )
+        candidate = Candidate(elector, asyncio.create_task(elector.run()), transitions)
+        candidates.append(candidate)
+        return candidate
+
+    yield run
+    for candidate in candidates:
+        candidate.task.cancel()
+    await asyncio.gather(*(c.task for c in candidates), return_exceptions=True)
+
+
+def lease(sim: KubeSim) -> dict[str, Any]:
+    return sim.store.get(LEASE, "default", "xmc-reconciler")["spec"]  # type: ignore[no-any-return]
+
+
+def leaders(*candidates: Candidate) -> list[str]:
+    return [c.elector.identity for c in candidates if c.elector.is_leader]
+
+
+async def exactly_one_leader_for(seconds: float, *candidates: Candidate) -> None:
+    """Watch the pair for a while: never two leaders at once, and one at the end."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert len(leaders(*candidates)) <= 1, leaders(*candidates)
+        await asyncio.sleep(0.01)
+    assert len(leaders(*candidates)) == 1
+
+
+async def test_two_candidates_elect_exactly_one_leader(sim: KubeSim, start: Start) -> None:
+    a, b = start("a"), start("b")
+
+    await eventually(lambda: len(leaders(a, b)) == 1, what="a leader")
+    await exactly_one_leader_for(1.0, a, b)
+
+    (winner,) = leaders(a, b)
+    spec = lease(sim)
+    assert spec["holderIdentity"] == winner
+    assert spec["leaseDurationSeconds"] == 1
+    assert spec["leaseTransitions"] == 0
+    leader = a if winner == "a" else b
+    assert leader.transitions == ["started"]
+    assert leader.elector.leading.is_set()
+
+
+async def test_standby_takes_over_within_the_lease_after_the_leader_dies(
+    sim: KubeSim, start: Start
+) -> None:
+    a = start("a")
+    await eventually(lambda: a.elector.is_leader, what="a leads")
+    b = start("b")
+    await exactly_one_leader_for(0.5, a, b)
+    assert leaders(a, b) == ["a"]
+
+    a.task.cancel()  # a crash: no release, the Lease is left to expire
+    await asyncio.gather(a.task, return_exceptions=True)
+    died = time.monotonic()
+    await eventually(lambda: b.elector.is_leader, within=5, what="b takes over")
+    taken_after = time.monotonic() - died
+
+    assert taken_after <= SHORT.lease_seconds + SHORT.retry_seconds + 0.4
+    spec = lease(sim)
+    assert spec["holderIdentity"] == "b"
+    assert spec["leaseTransitions"] == 1
+    assert b.transitions == ["started"]
+
+
+async def test_release_on_graceful_stop_hands_over_at_once(sim: KubeSim, start: Start) -> None:
+    a = start("a")
+    await eventually(lambda: a.elector.is_leader, what="a leads")
+    b = start("b")
+    await exactly_one_leader_for(0.3, a, b)
+
+    a.elector.stop()
+    await asyncio.wait_for(a.task, 5)
+    released = time.monotonic()
+    assert a.transitions == ["started", "stopped"]
+    assert not a.elector.is_leader
+    await eventually(lambda: b.elector.is_leader, within=5, what="b takes over")
+
+    assert time.monotonic() - released < SHORT.lease_seconds / 2, "no waiting for expiry"
+    assert lease(sim)["holderIdentity"] == "b"
+    assert lease(sim)["leaseTransitions"] == 1
+
+
+async def test_candidates_racing_for_a_free_lease_conflict_and_one_wins(
+    sim: KubeSim, start: Start
+) -> None:
+    # A free Lease (released by an earlier holder): both read it, both PUT the same
+    # resourceVersion, one gets 409 Conflict.
+    sim.store.create(
+        LEASE,
+        {
+            "metadata": {"name": "xmc-reconciler"},
+            "spec": {"leaseDurationSeconds": 1, "leaseTransitions": 4},
+        },
+        "default",
+    )
+    candidates = [start(name) for name in ("a", "b", "c")]
+
+    await eventually(lambda: len(leaders(*candidates)) == 1, what="a leader")
+    await exactly_one_leader_for(0.5, *candidates)
+    assert lease(sim)["leaseTransitions"] == 5
+
+
+async def test_a_conflicting_update_is_read_again_not_fatal(sim: KubeSim, start: Start) -> None:
+    a = start("a")
+    await eventually(lambda: a.elector.is_leader, what="a leads")
+
+    # Someone else writes between our read and our write: the renewal answers 409.
+    sim.faults.fail("update", "leases", code=409, times=1)
+    await eventually(lambda: not sim.faults.pending, what="the conflict to be served")
+    renewed = lease(sim)["renewTime"]
+    await eventually(lambda: lease(sim)["renewTime"] != renewed, what="the next renewal")
+
+    assert a.elector.is_leader
+    assert a.transitions == ["started"]
+    assert not a.task.done()
+
+
+async def test_leader_steps_down_when_renewals_fail_past_the_deadline(
+    sim: KubeSim, start: Start
+) -> None:
+    a = start("a")
+    await eventually(lambda: a.elector.is_leader, what="a leads")
+
+    sim.faults.fail("*", "leases", code=500, times=None)
+    failing_since = time.monotonic()
+    await eventually(lambda: a.transitions == ["started", "stopped"], what="a steps down")
+    assert time.monotonic() - failing_since < SHORT.lease_seconds, "before anyone may take over"
+    assert not a.elector.leading.is_set()
+
+    sim.faults.clear()
+    await eventually(lambda: a.elector.is_leader, what="a leads again")
+    assert a.transitions == ["started", "stopped", "started"]
+
+
+def test_a_lease_expires_after_its_duration_from_the_last_renewal() -> None:
+    clock = FakeClock()
+    spec = {"holderIdentity": "a", "renewTime": format_micro_time(T0), "leaseDurationSeconds": 15}
+
+    assert not expired(spec, clock())
+    assert not expired(spec, clock.advance(14.9))
+    assert expired(spec, clock.advance(0.1))
+    assert expired({"holderIdentity": "a"}, T0), "never renewed"
+
+
+async def test_injected_clock_decides_expiry_of_a_foreign_lease(
+    sim: KubeSim, api: ApiClient
+) -> None:
+    clock = FakeClock()
+    sim.store.create(
+        LEASE,
+        {
+            "metadata": {"name": "xmc-reconciler"},
+            "spec": {
+                "holderIdentity": "other",
+                "leaseDurationSeconds": 15,
+                "renewTime": format_micro_time(T0),
+                "leaseTransitions": 0,
+            },
+        },
+        "default",
+    )
+    elector = LeaderElector(api, identity="me", settings=SHORT, clock=clock)
+    task = asyncio.create_task(elector.run())
+    try:
+        clock.advance(16)  # past renewTime + 15 s by the injected clock alone
+        await eventually(lambda: lease(sim)["holderIdentity"] == "me", what="the takeover")
+        assert lease(sim)["leaseTransitions"] == 1
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

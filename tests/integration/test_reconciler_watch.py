@@ -1,0 +1,327 @@
+"""ResourceWatcher against a real kubesim over HTTP (controllers off): list, watch, resume,
+re-list after 410, selectors, resync and backoff."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from kubernetes_asyncio.client import ApiClient
+from structlog.testing import capture_logs
+
+from kubesim.resources import JOBSET
+from kubesim.server import KubeSim
+from reconciler.watch import (
+    ChangeKind,
+    ResourceWatcher,
+    WatchFailed,
+    WatchSettings,
+    diff,
+)
+from tests.kubesim.conftest import MakeKubeSim, client_for, eventually, jobset
+
+FAST = WatchSettings(timeout_seconds=5, resync_seconds=None, backoffs=(0.01, 0.02, 0.1))
+
+
+@dataclass
+class Seen:
+    """What the handler was told, in order, as (kind, name, resourceVersion)."""
+
+    events: list[tuple[ChangeKind, str, str]] = field(default_factory=list)
+
+    async def __call__(self, kind: ChangeKind, obj: dict[str, Any]) -> None:
+        meta = obj["metadata"]
+        self.events.append((kind, meta["name"], meta["resourceVersion"]))
+
+    def kinds(self, name: str) -> list[ChangeKind]:
+        return [kind for kind, n, _ in self.events if n == name]
+
+    def has(self, kind: ChangeKind, name: str) -> bool:
+        return kind in self.kinds(name)
+
+
+StartWatcher = Callable[..., Awaitable[tuple[ResourceWatcher, Seen]]]
+
+
+@pytest.fixture
+async def make_kubesim() -> AsyncIterator[MakeKubeSim]:
+    """A kubesim (controllers off) per call, stopped after the test."""
+    started: list[KubeSim] = []
+
+    async def make(**options: Any) -> KubeSim:
+        sim = KubeSim(controllers=False, **options)
+        await sim.start()
+        started.append(sim)
+        return sim
+
+    yield make
+    for sim in started:
+        await sim.stop()
+
+
+@pytest.fixture
+async def start_watcher() -> AsyncIterator[StartWatcher]:
+    """Start a JobSet watcher on a sim; stopped (and its client closed) after the test."""
+    running: list[tuple[ResourceWatcher, asyncio.Task[None], ApiClient]] = []
+
+    async def start(
+        sim: KubeSim, *, wait_ready: bool = True, **options: Any
+    ) -> tuple[ResourceWatcher, Seen]:
+        api = client_for(sim)
+        seen = Seen()
+        options.setdefault("settings", FAST)
+        options.setdefault("on_change", seen)
+        watcher = ResourceWatcher(
+            api,
+            group="jobset.x-k8s.io",
+            version="v1alpha2",
+            plural="jobsets",
+            namespace="default",
+            **options,
+        )
+        task = asyncio.create_task(watcher.run())
+        running.append((watcher, task, api))
+        if wait_ready:
+            await asyncio.wait_for(watcher.ready.wait(), 5)
+        return watcher, seen
+
+    yield start
+    for watcher, task, api in running:
+        watcher.stop()
+        await asyncio.wait_for(asyncio.gather(task, return_exceptions=True), 5)
+        await api.close()
+
+
+def create(sim: KubeSim, name: str, **labels: str) -> dict[str, Any]:
+    return sim.store.create(JOBSET, jobset(name, labels=labels), "default")
+
+
+def touch(sim: KubeSim, name: str, **labels: str) -> dict[str, Any]:
+    def mutate(obj: dict[str, Any]) -> None:
+        obj["metadata"].setdefault("labels", {}).update(labels)
+        obj["metadata"].setdefault("annotations", {})["touched"] = str(
+            int(obj["metadata"].get("annotations", {}).get("touched", "0")) + 1
+        )
+
+    return sim.store.update(JOBSET, "default", name, mutate)
+
+
+async def test_initial_list_is_delivered_as_added(
+    make_kubesim: MakeKubeSim, start_watcher: StartWatcher
+) -> None:
+    sim = await make_kubesim()
+    for name in ("a", "b", "c"):
+        create(sim, name)
+
+    watcher, seen = await start_watcher(sim)
+
+    assert sorted((k, n) for k, n, _ in seen.events) == [
+        ("ADDED", "a"),
+        ("ADDED", "b"),
+        ("ADDED", "c"),
+    ]
+    assert set(watcher.cache) == {"a", "b", "c"}
+    got = watcher.get("a")
+    assert got is not None
+    assert got["kind"] == "JobSet"
+    assert watcher.lists == 1
+
+
+async def test_live_changes_keep_the_cache_current(
+    make_kubesim: MakeKubeSim, start_watcher: StartWatcher
+) -> None:
+    sim = await make_kubesim()
+    watcher, seen = await start_watcher(sim)
+
+    create(sim, "a")
+    await eventually(lambda: seen.has("ADDED", "a"), what="ADDED a")
+    latest = touch(sim, "a", phase="two")
+    await eventually(lambda: seen.has("MODIFIED", "a"), what="MODIFIED a")
+    got = watcher.get("a")
+    assert got is not None
+    assert got["metadata"]["resourceVersion"] == latest["metadata"]["resourceVersion"]
+    assert got["metadata"]["labels"]["phase"] == "two"
+
+    sim.store.delete(JOBSET, "default", "a")
+    await eventually(lambda: seen.has("DELETED", "a"), what="DELETED a")
+    assert watcher.get("a") is None
+    assert seen.kinds("a") == ["ADDED", "MODIFIED", "DELETED"]
+
+
+async def test_closed_watch_resumes_from_the_last_resource_version(
+    make_kubesim: MakeKubeSim, start_watcher: StartWatcher
+) -> None:
+    sim = await make_kubesim(bookmark_interval=0.1)
+    create(sim, "a")
+    create(sim, "b")
+    watcher, seen = await start_watcher(sim)
+
+    await eventually(lambda: sim.watches.open_count == 1, what="the watch")
+    # No await between closing and writing: these changes happen while disconnected.
+    assert sim.faults.close_watches() == 1
+    touch(sim, "a")
+    sim.store.delete(JOBSET, "default", "b")
+    create(sim, "c")
+
+    await eventually(
+        lambda: seen.has("MODIFIED", "a") and seen.has("DELETED", "b") and seen.has("ADDED", "c"),
+        what="the changes made while disconnected",
+    )
+    assert watcher.lists == 1, "resumed from the resourceVersion, no re-list"
+    assert seen.kinds("a") == ["ADDED", "MODIFIED"], "nothing repeated"
+    assert set(watcher.cache) == {"a", "c"}
+
+
+async def test_expired_resource_version_relists_and_synthesizes_the_difference(
+    make_kubesim: MakeKubeSim, start_watcher: StartWatcher
+) -> None:
+    sim = await make_kubesim(watch_history=5, bookmark_interval=0.1)
+    for name in ("gone", "changed", "same"):
+        create(sim, name)
+    watcher, seen = await start_watcher(sim)
+    same_rv = sim.store.get(JOBSET, "default", "same")["metadata"]["resourceVersion"]
+
+    await eventually(lambda: sim.watches.open_count == 1, what="the watch")
+    with capture_logs() as logs:
+        sim.faults.close_watches()
+        sim.store.delete(JOBSET, "default", "gone")
+        touch(sim, "changed")
+        create(sim, "new")
+        for _ in range(10):  # push the watcher's version out of the history
+            touch(sim, "changed")
+
+        await eventually(lambda: watcher.lists == 2, what="a re-list")
+        await eventually(lambda: set(watcher.cache) == {"changed", "same", "new"}, what="the cache")
+
+    assert seen.kinds("gone") == ["ADDED", "DELETED"]
+    assert seen.kinds("changed") == ["ADDED", "MODIFIED"], "only the latest state"
+    assert seen.kinds("new") == ["ADDED"]
+    assert seen.kinds("same") == ["ADDED"], "unchanged objects are not re-delivered"
+    same = watcher.get("same")
+    assert same is not None
+    assert same["metadata"]["resourceVersion"] == same_rv
+    assert any("expired; re-listing" in entry["event"] for entry in logs)
+
+    create(sim, "after")  # and the watch goes on from the new list
+    await eventually(lambda: seen.has("ADDED", "after"), what="ADDED after")
+
+
+async def test_label_selector_is_respected(
+    make_kubesim: MakeKubeSim, start_watcher: StartWatcher
+) -> None:
+    sim = await make_kubesim()
+    create(sim, "mine", team="a")
+    create(sim, "theirs", team="b")
+    watcher, seen = await start_watcher(sim, label_selector="team=a")
+    assert set(watcher.cache) == {"mine"}
+
+    create(sim, "mine-too", team="a")
+    create(sim, "not-mine", team="b")
+    touch(sim, "theirs")
+    await eventually(lambda: seen.has("ADDED", "mine-too"), what="ADDED mine-too")
+    touch(sim, "mine", team="b")  # stops matching: DELETED
+    await eventually(lambda: seen.has("DELETED", "mine"), what="DELETED mine")
+
+    assert {name for _, name, _ in seen.events} == {"mine", "mine-too"}
+    assert set(watcher.cache) == {"mine-too"}
+
+
+async def test_resync_redelivers_every_cached_object(
+    make_kubesim: MakeKubeSim, start_watcher: StartWatcher
+) -> None:
+    sim = await make_kubesim()
+    create(sim, "a")
+    create(sim, "b")
+    settings = WatchSettings(timeout_seconds=5, resync_seconds=0.1, backoffs=(0.01,))
+    watcher, seen = await start_watcher(sim, settings=settings)
+
+    await eventually(lambda: seen.has("RESYNC", "a") and seen.has("RESYNC", "b"), what="a resync")
+    latest = touch(sim, "a")
+    latest_rv = latest["metadata"]["resourceVersion"]
+    await eventually(
+        lambda: ("RESYNC", "a", latest_rv) in seen.events, what="a resync of the latest a"
+    )
+    assert set(watcher.cache) == {"a", "b"}
+
+
+async def test_failing_list_and_watch_back_off_visibly_and_recover(
+    make_kubesim: MakeKubeSim, start_watcher: StartWatcher
+) -> None:
+    sim = await make_kubesim()
+    create(sim, "a")
+    delays: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        delays.append(seconds)
+        await asyncio.sleep(seconds)
+
+    sim.faults.fail("list", "jobsets", code=500, times=2)
+    with capture_logs() as logs:
+        watcher, seen = await start_watcher(sim, sleep=sleep)
+        assert delays == [0.01, 0.02]
+        assert seen.kinds("a") == ["ADDED"]
+
+        await eventually(lambda: sim.watches.open_count == 1, what="the watch")
+        sim.faults.fail("watch", "jobsets", code=503, times=3)
+        sim.faults.close_watches()
+        create(sim, "b")
+        await eventually(lambda: seen.has("ADDED", "b"), what="ADDED b after recovery")
+
+    assert delays == [0.01, 0.02, 0.01, 0.02, 0.1], "the counter resets after a success"
+    warnings = [e["event"] for e in logs if e["log_level"] == "warning"]
+    assert "watch of jobsets failed (attempt 3); retrying in 0.1s" in warnings
+    assert watcher.failures == 0
+    assert watcher.lists == 1
+
+
+async def test_a_malformed_selector_stops_the_watcher(make_kubesim: MakeKubeSim) -> None:
+    sim = await make_kubesim()
+    seen = Seen()
+    async with client_for(sim) as api:
+        watcher = ResourceWatcher(
+            api,
+            group="jobset.x-k8s.io",
+            version="v1alpha2",
+            plural="jobsets",
+            namespace="default",
+            on_change=seen,
+            label_selector="team in (",
+            settings=FAST,
+        )
+        with pytest.raises(WatchFailed, match="400"):
+            await asyncio.wait_for(watcher.run(), 5)
+
+
+async def test_a_failing_handler_does_not_stop_the_watch(
+    make_kubesim: MakeKubeSim, start_watcher: StartWatcher
+) -> None:
+    sim = await make_kubesim()
+    seen = Seen()
+
+    async def flaky(kind: ChangeKind, obj: dict[str, Any]) -> None:
+        await seen(kind, obj)
+        if obj["metadata"]["name"] == "bad":
+            raise RuntimeError("handler bug")
+
+    watcher, _ = await start_watcher(sim, on_change=flaky)
+    create(sim, "bad")
+    create(sim, "good")
+    await eventually(lambda: seen.has("ADDED", "good"), what="ADDED good")
+    assert set(watcher.cache) == {"bad", "good"}
+
+
+def test_diff_reports_what_a_watch_would_have_sent() -> None:
+    def obj(name: str, rv: str) -> dict[str, Any]:
+        return {"metadata": {"name": name, "resourceVersion": rv}}
+
+    old = {"gone": obj("gone", "1"), "same": obj("same", "2"), "moved": obj("moved", "3")}
+    new = {"same": obj("same", "2"), "moved": obj("moved", "9"), "new": obj("new", "10")}
+
+    assert [(kind, o["metadata"]["name"]) for kind, o in diff(old, new)] == [
+        ("DELETED", "gone"),
+        ("MODIFIED", "moved"),
+        ("ADDED", "new"),
+    ]

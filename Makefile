@@ -39,6 +39,7 @@ bench: $(STAMP) ## benchmarks (print figures; not tests)
 	$(PY) bench/ess_create.py
 	$(PY) bench/kubesim_bench.py
 	$(PY) bench/actuator_bench.py
+	$(PY) bench/reconciler_bench.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -40,8 +40,8 @@ async def _run() -> int:
         print("start Postgres (see README) or set XMC_DATABASE_URL", file=sys.stderr)
         return 1
     print(f"database ready at {settings.database_url} (migrations applied now: {applied})")
-    print("Built so far: `xmc-ess serve`, `xmc-kubesim`, `xmc-actuator` (see docs/).")
-    print("The Reconciler is issue 6; with issue 7 this command starts everything.")
+    print("Built: `xmc-ess serve`, `xmc-kubesim`, `xmc-actuator`, `xmc-reconciler` (see docs/);")
+    print("with issue 7 this command starts them all as separate processes.")
     return 0
 
 

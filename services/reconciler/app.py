@@ -140,6 +140,13 @@ class Reconciler:
                 await asyncio.wait_for(task, timeout=10)
         log.info("reconciler stopped")
 
+    async def abort(self) -> None:
+        """Die like a killed process: no flush, no Lease release (tests of takeover)."""
+        self._stopping.set()
+        for task in (*self._tasks, *self._finalizing.values()):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
     async def _started_leading(self) -> None:
         """A new leader re-observes everything it has cached: no observation is lost in
         a takeover."""
@@ -160,8 +167,7 @@ class Reconciler:
 
     def _observe(self, observation: Observation | None) -> None:
         if observation is not None:
-            metrics.OBSERVATIONS_TOTAL.labels(observation.source.value).inc()
-            self.batcher.add(observation)
+            self.batcher.add(observation)  # the batcher counts it
 
     async def _on_jobset(self, kind: ChangeKind, jobset: Obj) -> None:
         if kind == "DELETED" or not self.leading:

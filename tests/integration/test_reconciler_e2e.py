@@ -10,15 +10,18 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import grpc
 import pytest
 
 from actuator.app import Actuator
 from actuator.consumer import ConsumerSettings
 from kubesim.resources import JOBSET
 from kubesim.server import KubeSim
+from reconciler import metrics
 from reconciler.app import Reconciler, ReconcilerOptions
 from reconciler.batcher import BatcherOptions
-from reconciler.ess_client import EssClient
+from reconciler.ess_client import EssClient, EssUnavailable
+from reconciler.leader import LeaseSettings
 from tests.integration.conftest import SIGNING_KEY, Ess, metadata
 from tests.integration.support import fetch_all, minimal_work_unit, wait_until
 from xmc.config import Settings
@@ -228,3 +231,130 @@ async def test_an_image_pull_error_is_reported_after_the_grace(system: System) -
     assert any(not seen and elapsed < grace for elapsed, seen in samples), "checked before"
     assert all(elapsed >= grace for elapsed, seen in samples if seen), "never before the grace"
     assert f"xmc-{xid}-{wid}" in await message(), "the message names the pod"
+
+
+@pytest.mark.parametrize(
+    ("jobs", "want"),
+    [
+        pytest.param([{"crash": True}], S.FAILED, id="R3 a crashing job fails the JobSet"),
+        pytest.param(
+            [{"run_seconds": 1}, {"run_seconds": 2}],
+            S.COMPLETED,
+            id="R2 two jobs that both succeed complete it",
+        ),
+    ],
+)
+async def test_jobsets_end_in_their_states(
+    system: System, jobs: list[dict[str, Any]], want: WorkUnitState
+) -> None:
+    work_unit = minimal_work_unit()
+    template = work_unit.executable.jobset.jobs[0]
+    del work_unit.executable.jobset.jobs[:]
+    for i, behavior in enumerate(jobs):
+        job = work_unit.executable.jobset.jobs.add()
+        job.CopyFrom(template)
+        job.name = f"job{i}"
+        job.annotations["kubesim.xmc/behavior"] = json.dumps(behavior)
+    name = await create(system, work_unit)
+
+    await wait_until(lambda: system.state(name), want, within=30)
+    assert (1, want) in await system.history(name)
+
+
+class SwitchableEss:
+    """The real ESS client, with a switch that makes it unreachable (network down)."""
+
+    def __init__(self, real: EssClient) -> None:
+        self.real = real
+        self.down = False
+
+    async def update(self, observations: Any, *, writer: str) -> Any:
+        if self.down:
+            raise EssUnavailable(grpc.StatusCode.UNAVAILABLE, "ESS is down")
+        return await self.real.update(observations, writer=writer)
+
+    async def work_unit(self, xid: int, wid: int) -> Any:
+        if self.down:
+            raise EssUnavailable(grpc.StatusCode.UNAVAILABLE, "ESS is down")
+        return await self.real.work_unit(xid, wid)
+
+
+async def test_the_finalizer_waits_for_the_ess(system: System) -> None:
+    name = await create(system, running_forever())
+    await wait_until(lambda: system.state(name), S.RUNNING, within=30)
+    switch = SwitchableEss(system.reconciler._ess)
+    system.reconciler._ess = switch  # type: ignore[assignment]
+    xid, wid = name.split("/")[1::2]
+    jobset_name = f"xmc-{xid}-{wid}"
+
+    switch.down = True
+    system.sim.store.delete(JOBSET, "default", jobset_name)
+    await wait_until(lambda: _finalizer_retries(), True, within=10)
+    held = system.sim.store.find(JOBSET, "default", jobset_name)
+    assert held is not None, "the finalizer holds the JobSet while the ESS is down"
+    assert held["metadata"]["deletionTimestamp"]
+    assert await system.state(name) == S.RUNNING
+
+    switch.down = False
+    await wait_until(lambda: system.state(name), S.STOPPED, within=30)
+
+    async def gone() -> bool:
+        return system.sim.store.find(JOBSET, "default", jobset_name) is None
+
+    await wait_until(gone, True, within=30)
+
+
+_RETRIES_AT_START = metrics.FINALIZER_RETRIES_TOTAL._value.get()
+
+
+async def _finalizer_retries() -> bool:
+    return bool(metrics.FINALIZER_RETRIES_TOTAL._value.get() > _RETRIES_AT_START)
+
+
+async def test_preempted_work_units_show_why_they_wait(system: System) -> None:
+    low = await create(system, running_forever(cpu_millicores=60_000), priority=1)
+    await wait_until(lambda: system.state(low), S.RUNNING, within=30)
+    await create(system, running_forever(cpu_millicores=10_000), priority=3)
+    await wait_until(lambda: system.state(low), S.SCHEDULING, within=30)
+
+    async def waiting_message() -> bool:
+        reply = await system.ess.api.GetWorkUnit(
+            api_pb2.GetWorkUnitRequest(name=low), metadata=ALICE
+        )
+        info = reply.current_work_unit_execution.status.scheduling_information
+        return bool(info.user_facing_text) and info.auxiliary_info.queue_info.position_in_queue >= 1
+
+    await wait_until(waiting_message, True, within=30)
+
+
+async def test_the_standby_takes_over_when_the_leader_dies(system: System) -> None:
+    await system.reconciler.stop()  # replaced by two replicas with a short Lease
+    lease = LeaseSettings(lease_seconds=1, renew_seconds=0.2, retry_seconds=0.1,
+                          renew_deadline_seconds=0.6)  # fmt: skip
+    replicas = []
+    for identity in ("r-a", "r-b"):
+        replica = Reconciler(
+            system.reconciler._api,
+            system.reconciler._ess,
+            identity=identity,
+            clock=system.sim.clock,
+            options=dataclasses.replace(system.reconciler.options, lease=lease),
+        )
+        await replica.start()
+        replicas.append(replica)
+
+    async def one_leader() -> bool:
+        return sum(r.leading for r in replicas) == 1
+
+    await wait_until(one_leader, True, within=10)
+    leader = next(r for r in replicas if r.leading)
+    standby = next(r for r in replicas if not r.leading)
+    name = await create(system, running_forever())
+    await wait_until(lambda: system.state(name), S.RUNNING, within=30)
+
+    await leader.abort()  # killed: no flush, no release
+    await system.ess.api.StopWorkUnit(api_pb2.StopWorkUnitRequest(name=name), metadata=ALICE)
+
+    await wait_until(lambda: system.state(name), S.STOPPED, within=30)
+    assert standby.leading
+    await standby.stop()

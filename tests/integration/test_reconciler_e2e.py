@@ -164,6 +164,7 @@ async def test_restart_makes_a_new_jobset_and_the_old_execution_is_fenced(
     assert max(eid for eid, _ in history) == 2
     second = [state for eid, state in history if eid == 2]
     assert second[0] == S.RESTARTING
+    assert S.STOPPED not in second, "the old JobSet's terminal write never reached eid 2"
     xid, wid = name.split("/")[1::2]
     jobset = system.sim.store.get(JOBSET, "default", f"xmc-{xid}-{wid}")
     assert jobset["metadata"]["labels"]["xmc.google.com/execution-id"] == "2"
@@ -358,3 +359,16 @@ async def test_the_standby_takes_over_when_the_leader_dies(system: System) -> No
     await wait_until(lambda: system.state(name), S.STOPPED, within=30)
     assert standby.leading
     await standby.stop()
+
+
+async def test_a_reconciler_clock_ahead_cannot_block_a_users_stop(system: System) -> None:
+    name = await create(system, running_forever())
+    await wait_until(lambda: system.state(name), S.RUNNING, within=30)
+    reply = await system.ess.api.GetWorkUnit(api_pb2.GetWorkUnitRequest(name=name), metadata=ALICE)
+    observed = reply.current_work_unit_execution.status.state_update_time.ToDatetime(tzinfo=UTC)
+    ahead = observed - system.ess.clock.now
+    assert ahead >= timedelta(seconds=5), "the observations are stamped ahead of the ESS"
+
+    await system.ess.api.StopWorkUnit(api_pb2.StopWorkUnitRequest(name=name), metadata=ALICE)
+
+    await wait_until(lambda: system.state(name), S.STOPPED, within=30)

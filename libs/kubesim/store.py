@@ -6,7 +6,8 @@ Semantics follow the Kubernetes API server where our code depends on them:
   main-resource writes never change status (for resources with a status subresource);
 - optimistic concurrency: a write carrying ``metadata.resourceVersion`` must match;
 - delete preconditions (``uid``, ``resourceVersion``) → 409 Conflict on mismatch;
-- finalizers keep a deleted object (with ``deletionTimestamp``) until the last one goes;
+- finalizers keep a deleted object (with ``deletionTimestamp``, and for a pod
+  ``deletionGracePeriodSeconds`` from its spec) until the last one goes;
 - background cascading deletion through controller/owner references;
 - a bounded event history so watches can resume from a ``resourceVersion`` (older →
   410 Expired).
@@ -28,7 +29,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar, cast
 
 from kubesim.errors import ApiError, already_exists, conflict, gone, invalid, not_found
-from kubesim.resources import NAMESPACE, RESOURCES, Resource
+from kubesim.resources import NAMESPACE, POD, RESOURCES, Resource
 from kubesim.selectors import Requirement, fields_match, labels_match
 
 Obj = dict[str, Any]
@@ -36,6 +37,19 @@ _T = TypeVar("_T")
 Clock = Callable[[], datetime]
 
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+DEFAULT_POD_GRACE_SECONDS = 30
+"""What the API server defaults a pod's ``spec.terminationGracePeriodSeconds`` to."""
+
+
+def deletion_grace_seconds(resource: Resource, obj: Mapping[str, Any]) -> int:
+    """``metadata.deletionGracePeriodSeconds`` for a deletion: a pod's
+    ``spec.terminationGracePeriodSeconds`` (default 30), 0 for everything else."""
+    if resource.key != POD.key:
+        return 0
+    value = (obj.get("spec") or {}).get("terminationGracePeriodSeconds")
+    if isinstance(value, bool) or not isinstance(value, int):
+        return DEFAULT_POD_GRACE_SECONDS
+    return max(value, 0)
 
 
 def clone(value: _T) -> _T:
@@ -352,12 +366,13 @@ class ObjectStore:
         if meta.get("finalizers"):
             if meta.get("deletionTimestamp"):
                 return clone(current)
+            grace = deletion_grace_seconds(resource, current)
             return self.update(
                 resource,
                 namespace,
                 name,
                 lambda obj: obj["metadata"].update(
-                    deletionTimestamp=rfc3339(self.clock()), deletionGracePeriodSeconds=0
+                    deletionTimestamp=rfc3339(self.clock()), deletionGracePeriodSeconds=grace
                 ),
                 subresource="metadata",
             )

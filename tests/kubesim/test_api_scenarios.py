@@ -181,7 +181,13 @@ async def test_preemption_suspends_the_lower_priority_jobset_and_requeues_it(
     await cluster.create_jobset(low)
     await until(lambda: _running_pods(cluster, "low"), what="the low-priority pods to run")
 
-    high = make_jobset("high", queue="one-cpu", priority_class="xmc-priority-high-high")
+    # high outlasts low's 30 s termination grace, so low is pod-less before it is re-admitted
+    high = make_jobset(
+        "high",
+        replicated_job(behavior={"run_seconds": 60}),
+        queue="one-cpu",
+        priority_class="xmc-priority-high-high",
+    )
     await cluster.create_jobset(high)
 
     async def evicted() -> Obj | None:

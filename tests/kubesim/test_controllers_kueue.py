@@ -188,7 +188,8 @@ async def test_higher_priority_preempts_and_the_evicted_jobset_is_readmitted_lat
             JOBSET,
             make_jobset(
                 "high",
-                replicated_job(cpu="2", behavior={"run_seconds": 20}),
+                # outlasts low's 30 s termination grace: low is pod-less before re-admission
+                replicated_job(cpu="2", behavior={"run_seconds": 60}),
                 queue="small-b",
                 priority_class=HIGH,
             ),

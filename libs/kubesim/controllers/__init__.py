@@ -131,7 +131,9 @@ class Controllers:
         settings = self._settings
         reconcilers: list[Reconciler] = []
         if settings.jobset:
-            reconcilers.append(JobSetController(self._store, self._clock))
+            reconcilers.append(
+                JobSetController(self._store, self._clock, kubelet_finalizer=settings.kubelet)
+            )
         if settings.kueue:
             reconcilers.append(KueueController(self._store, self._clock))
         if settings.kubelet:

@@ -18,6 +18,11 @@ Shapes follow upstream: child Job ``{jobset}-{rjob}-{index}`` with the
 ``status.replicatedJobsStatus`` counting Jobs (not pods). A JobSet being deleted (held by
 a foreign finalizer such as XMC's) has its Jobs, and so its pods, deleted at once; its
 finalizers are never touched.
+
+Pods carry the kubelet's finalizer (when the kubelet simulator runs), so a deleted pod stays
+Terminating for its grace period (see ``kubelet.py``). Until it is gone it still counts in
+its Job's ``active`` (and ``ready`` while its Ready condition holds) and still holds its
+completion index, so a suspended JobSet reports active Jobs until its pods have stopped.
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ from kubesim.errors import ApiError
 from kubesim.resources import JOB, JOBSET, POD, Resource
 from kubesim.selectors import Requirement
 from kubesim.store import Event, ObjectStore, rfc3339
+
+from .kubelet import KUBELET_FINALIZER
 
 log = logging.getLogger(__name__)
 
@@ -172,12 +179,17 @@ def _phase(pod: Mapping[str, Any]) -> str:
     return str((pod.get("status") or {}).get("phase") or "Pending")
 
 
+def _terminating(pod: Mapping[str, Any]) -> bool:
+    return bool(pod["metadata"].get("deletionTimestamp"))
+
+
 def _live(pods: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+    return [p for p in pods if not _terminating(p)]
 
 
 def _active(pods: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    return [p for p in _live(pods) if _phase(p) not in _TERMINAL_PHASES]
+    """Unfinished pods, Terminating ones included (they still run until they are gone)."""
+    return [p for p in pods if _phase(p) not in _TERMINAL_PHASES]
 
 
 def format_indexes(indexes: Iterable[int]) -> str:
@@ -252,11 +264,13 @@ class JobPodPlan:
 
 
 def plan_job_pods(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> JobPodPlan:
-    """Pods to create (missing completion indexes, up to parallelism) or delete."""
+    """Pods to create (missing completion indexes, up to parallelism) or delete. A
+    Terminating pod is not deleted again and keeps its index (and its place within
+    parallelism) until it is gone."""
     spec = job.get("spec") or {}
     active = _active(pods)
     if job_finished(job) or spec.get("suspend"):
-        return JobPodPlan(delete_pods=tuple(p["metadata"]["name"] for p in active))
+        return JobPodPlan(delete_pods=tuple(p["metadata"]["name"] for p in _live(active)))
     completions, parallelism = job_shape(spec)
     done = {_pod_index(p) for p in _live(pods) if _phase(p) == "Succeeded"}
     running = {_pod_index(p) for p in active}
@@ -265,7 +279,9 @@ def plan_job_pods(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> 
     return JobPodPlan(create_indexes=tuple(missing[: max(budget, 0)]))
 
 
-def build_pod(job: Mapping[str, Any], index: int, suffix: str) -> Obj:
+def build_pod(
+    job: Mapping[str, Any], index: int, suffix: str, *, finalizers: Sequence[str] = ()
+) -> Obj:
     """An Indexed Job's pod ``{job}-{index}-{suffix}``, bound to the simulated node."""
     name = job["metadata"]["name"]
     uid = job["metadata"]["uid"]
@@ -285,18 +301,16 @@ def build_pod(job: Mapping[str, Any], index: int, suffix: str) -> Obj:
     spec = template.get("spec") or {}
     spec["nodeName"] = NODE_NAME
     spec.setdefault("hostname", f"{name}-{index}")
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": f"{name}-{index}-{suffix}",
-            "namespace": job["metadata"]["namespace"],
-            "labels": labels,
-            "annotations": annotations,
-            "ownerReferences": [controller_ref(job)],
-        },
-        "spec": spec,
+    metadata: Obj = {
+        "name": f"{name}-{index}-{suffix}",
+        "namespace": job["metadata"]["namespace"],
+        "labels": labels,
+        "annotations": annotations,
+        "ownerReferences": [controller_ref(job)],
     }
+    if finalizers:
+        metadata["finalizers"] = list(finalizers)
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
 # --- JobSet: pure ---------------------------------------------------------------------
@@ -569,11 +583,19 @@ class JobSetController:
     watches: tuple[Resource, ...] = (JOBSET, JOB, POD)
 
     def __init__(
-        self, store: ObjectStore, clock: SimClock, *, rng: random.Random | None = None
+        self,
+        store: ObjectStore,
+        clock: SimClock,
+        *,
+        rng: random.Random | None = None,
+        kubelet_finalizer: bool = True,
     ) -> None:
+        """``kubelet_finalizer``: pods carry the kubelet simulator's finalizer (only when
+        the kubelet runs, or deleted pods would stay Terminating forever)."""
         self._store = store
         self._clock = clock
         self._rng = rng or random.Random()
+        self._pod_finalizers = (KUBELET_FINALIZER,) if kubelet_finalizer else ()
 
     def keys_for(self, event: Event) -> Iterable[Hashable]:
         meta = event.object.get("metadata", {})
@@ -621,7 +643,8 @@ class JobSetController:
             self._delete(POD, namespace, pod_name)
         for index in plan.create_indexes:
             suffix = "".join(self._rng.choices(_POD_SUFFIX_ALPHABET, k=5))
-            self._store.create(POD, build_pod(job, index, suffix))
+            pod = build_pod(job, index, suffix, finalizers=self._pod_finalizers)
+            self._store.create(POD, pod)
         return job
 
     def _apply(self, namespace: str, name: str, plan: JobSetPlan) -> None:

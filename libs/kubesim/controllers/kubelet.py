@@ -9,6 +9,15 @@ bytes and the store drops it as a no-op. The shell keeps one task per pod that s
 on the ``SimClock`` until the next change and writes the status; deleting the pod
 cancels the task.
 
+Graceful termination: a pod carrying ``KUBELET_FINALIZER`` (the JobSet controller puts it
+on the pods it creates) stays, Terminating, once deleted: the kubelet marks its containers
+terminated (``terminated_status``; phase and conditions are left as they were), waits
+until ``deletionTimestamp + deletionGracePeriodSeconds`` (the pod's
+``terminationGracePeriodSeconds``, default 30, capped at ``MAX_GRACE_SECONDS``; 0 means at
+once) on the simulated clock, then removes its finalizer and the pod is gone. A pod that
+had already finished goes at once. The deadline comes from the pod, so a restarted
+kubelet resumes the wait rather than starting it over.
+
 Simplifications: there is no scheduler (pods are bound on creation), probes always pass,
 and a failed container is never restarted in place whatever ``restartPolicy`` says (the
 Job's ``backoffLimit`` replaces the pod instead).
@@ -42,6 +51,12 @@ PULL_BACKOFF_SECONDS = 10.0
 """Simulated seconds an image pull error shows ``ErrImagePull`` before ``ImagePullBackOff``."""
 HOST_IP = "10.0.0.1"
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+KUBELET_FINALIZER = "kubesim.xmc/kubelet"
+"""Holds a deleted pod (Terminating) until the simulated kubelet has stopped it."""
+DEFAULT_GRACE_SECONDS = 30.0
+MAX_GRACE_SECONDS = 120.0
+"""Cap on the simulated seconds a Terminating pod is kept (a pod may ask for hours)."""
+SIGTERM_EXIT_CODE = 143
 
 
 @dataclass(frozen=True)
@@ -274,6 +289,52 @@ def pod_status_at(
     return PodSnapshot(status, next_change)
 
 
+def grace_seconds(pod: Mapping[str, Any]) -> float:
+    """Simulated seconds a deleted pod stays Terminating: ``deletionGracePeriodSeconds``
+    (else ``spec.terminationGracePeriodSeconds``, else 30), capped."""
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    value = meta.get("deletionGracePeriodSeconds")
+    if value is None:
+        value = spec.get("terminationGracePeriodSeconds")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        value = DEFAULT_GRACE_SECONDS
+    return min(max(float(value), 0.0), MAX_GRACE_SECONDS)
+
+
+def _terminated_container(status: Mapping[str, Any], at: str) -> dict[str, Any]:
+    state = status.get("state") or {}
+    if "terminated" in state:
+        return dict(status)
+    if "running" in state:
+        terminated: dict[str, Any] = {
+            "exitCode": SIGTERM_EXIT_CODE,
+            "reason": "Error",
+            "startedAt": state["running"].get("startedAt"),
+            "finishedAt": at,
+        }
+    else:
+        terminated = {
+            "exitCode": 137,
+            "reason": "ContainerStatusUnknown",
+            "message": "The container could not be located when the pod was terminated",
+            "startedAt": None,
+            "finishedAt": None,
+        }
+    if "containerID" in status:
+        terminated["containerID"] = status["containerID"]
+    return {**status, "ready": False, "started": False, "state": {"terminated": terminated}}
+
+
+def terminated_status(status: Mapping[str, Any], at: str) -> dict[str, Any]:
+    """A Terminating pod's status: every container that had not finished is terminated
+    at ``at`` (running ones as if by SIGTERM); phase and conditions stay as they were."""
+    result = dict(status)
+    for key in ("initContainerStatuses", "containerStatuses"):
+        if key in result:
+            result[key] = [_terminated_container(c, at) for c in result[key]]
+    return result
+
+
 def pod_behaviors(
     pod: Mapping[str, Any], *, start_seconds: float, run_seconds: float
 ) -> dict[str, ContainerBehavior]:
@@ -295,7 +356,8 @@ class _PodRun:
 
 
 class Kubelet:
-    """Runs every pod in the store on the simulated clock (one node, no scheduling)."""
+    """Runs every pod in the store on the simulated clock (one node, no scheduling), and
+    stops the deleted ones that carry its finalizer."""
 
     name = "kubelet"
     watches: tuple[Resource, ...] = (POD,)
@@ -313,6 +375,7 @@ class Kubelet:
         self._start_seconds = pod_start_seconds
         self._run_seconds = pod_run_seconds
         self._runs: dict[tuple[str, str], _PodRun] = {}
+        self._terminations: dict[tuple[str, str], _PodRun] = {}
 
     def keys_for(self, event: Event) -> Iterable[Hashable]:
         meta = event.object.get("metadata", {})
@@ -331,6 +394,12 @@ class Kubelet:
             run.task.cancel()
             del self._runs[key]
             run = None
+        stopping = self._terminations.get(key)
+        if stopping is not None and (pod is None or pod["metadata"]["uid"] != stopping.uid):
+            stopping.task.cancel()
+            del self._terminations[key]
+        if pod is not None and gone:
+            self._terminate(key, pod)
         if pod is None or gone or run is not None:
             return
         status = pod.get("status") or {}
@@ -342,6 +411,46 @@ class Kubelet:
         uid = pod["metadata"]["uid"]
         task = asyncio.create_task(self._live(namespace, name, uid, started_at))
         self._runs[key] = _PodRun(uid, started_at, task)
+
+    def _terminate(self, key: tuple[str, str], pod: Mapping[str, Any]) -> None:
+        """Start stopping a deleted pod held by this kubelet's finalizer (once per pod)."""
+        meta = pod["metadata"]
+        if KUBELET_FINALIZER not in (meta.get("finalizers") or []):
+            return
+        current = self._terminations.get(key)
+        if current is not None and current.uid == meta["uid"] and not current.task.done():
+            return
+        namespace, name = key
+        deleted_at = datetime.fromisoformat(meta["deletionTimestamp"])
+        task = asyncio.create_task(self._stop(namespace, name, meta["uid"], deleted_at))
+        self._terminations[key] = _PodRun(meta["uid"], deleted_at, task)
+
+    async def _stop(self, namespace: str, name: str, uid: str, deleted_at: datetime) -> None:
+        try:
+            pod = self._store.find(POD, namespace, name)
+            if pod is None or pod["metadata"]["uid"] != uid:
+                return
+            status = pod.get("status") or {}
+            wait = 0.0
+            if status.get("phase") not in TERMINAL_PHASES:
+                stopped = terminated_status(status, rfc3339(deleted_at))
+                if stopped:
+                    self._store.update(
+                        POD, namespace, name, _set_status(stopped), subresource="status"
+                    )
+                deadline = deleted_at + timedelta(seconds=grace_seconds(pod))
+                wait = (deadline - self._clock.now()).total_seconds()
+            if wait > 0:
+                await self._clock.sleep(wait)
+            pod = self._store.find(POD, namespace, name)
+            if pod is None or pod["metadata"]["uid"] != uid:
+                return
+            self._store.update(POD, namespace, name, _drop_finalizer)
+        except ApiError as error:
+            if error.code != 404:
+                log.exception("kubelet: stopping pod %s/%s", namespace, name)
+        except Exception:
+            log.exception("kubelet: stopping pod %s/%s", namespace, name)
 
     async def _live(self, namespace: str, name: str, uid: str, started_at: datetime) -> None:
         try:
@@ -355,6 +464,8 @@ class Kubelet:
             pod = self._store.find(POD, namespace, name)
             if pod is None or pod["metadata"]["uid"] != uid:
                 return
+            if pod["metadata"].get("deletionTimestamp"):
+                return  # Terminating: ``_stop`` owns the pod now
             if behaviors is None:
                 behaviors = pod_behaviors(
                     pod, start_seconds=self._start_seconds, run_seconds=self._run_seconds
@@ -374,13 +485,21 @@ class Kubelet:
             await self._clock.sleep(snapshot.next_change - elapsed)
 
     async def close(self) -> None:
-        runs = list(self._runs.values())
+        runs = [*self._runs.values(), *self._terminations.values()]
         self._runs.clear()
+        self._terminations.clear()
         for run in runs:
             run.task.cancel()
         for run in runs:
             with contextlib.suppress(asyncio.CancelledError):
                 await run.task
+
+
+def _drop_finalizer(obj: dict[str, Any]) -> None:
+    meta = obj["metadata"]
+    meta["finalizers"] = [f for f in meta.get("finalizers") or [] if f != KUBELET_FINALIZER]
+    if not meta["finalizers"]:
+        del meta["finalizers"]
 
 
 def _set_status(status: dict[str, Any]) -> Callable[[dict[str, Any]], None]:

@@ -184,8 +184,10 @@ async def test_preemption_goes_back_to_scheduling_on_the_same_execution(system: 
 
     await wait_until(lambda: system.state(low), S.SCHEDULING, within=30)
     states = [state for eid, state in await system.history(low) if eid == 1]
-    running_at = states.index(S.RUNNING)
-    assert S.SCHEDULING in states[running_at:], "evicted back to SCHEDULING on eid 1"
+    after_running = states[states.index(S.RUNNING) :]
+    assert after_running[:3] == [S.RUNNING, S.DESCHEDULING, S.SCHEDULING], (
+        "R4 while the evicted pods terminate, then R9 — on eid 1"
+    )
 
     await system.ess.api.StopWorkUnit(api_pb2.StopWorkUnitRequest(name=high), metadata=ALICE)
     await wait_until(lambda: system.state(low), S.RUNNING, within=30)
@@ -372,3 +374,40 @@ async def test_a_reconciler_clock_ahead_cannot_block_a_users_stop(system: System
     await system.ess.api.StopWorkUnit(api_pb2.StopWorkUnitRequest(name=name), metadata=ALICE)
 
     await wait_until(lambda: system.state(name), S.STOPPED, within=30)
+
+
+async def test_a_preempted_jobset_with_a_finished_job_stays_running(system: System) -> None:
+    """R8b: once some jobs succeeded, an eviction keeps the work unit RUNNING."""
+    work_unit = running_forever(cpu_millicores=30_000)
+    template = work_unit.executable.jobset.jobs[0]
+    quick = work_unit.executable.jobset.jobs.add()
+    quick.CopyFrom(template)
+    quick.name = "quick"
+    quick.annotations["kubesim.xmc/behavior"] = json.dumps({"run_seconds": 1})
+    quick.spec.resources.cpu_resources.cpu_millicores = 30_000
+    low = await create(system, work_unit, priority=1)
+    xid, wid = low.split("/")[1::2]
+
+    def quick_succeeded() -> bool:
+        jobset = system.sim.store.find(JOBSET, "default", f"xmc-{xid}-{wid}") or {}
+        statuses = (jobset.get("status") or {}).get("replicatedJobsStatus") or []
+        return any(s["name"] == "quick" and s.get("succeeded") for s in statuses)
+
+    async def quick_done() -> bool:
+        return quick_succeeded()
+
+    await wait_until(quick_done, True, within=30)
+    high = await create(system, running_forever(cpu_millicores=10_000), priority=3)
+    await wait_until(lambda: system.state(high), S.RUNNING, within=30)
+
+    async def evicted_and_drained() -> bool:
+        jobset = system.sim.store.get(JOBSET, "default", f"xmc-{xid}-{wid}")
+        statuses = (jobset.get("status") or {}).get("replicatedJobsStatus") or []
+        active = sum(s.get("active", 0) for s in statuses)
+        return bool(jobset["spec"]["suspend"]) and active == 0
+
+    await wait_until(evicted_and_drained, True, within=30)
+    await wait_until(lambda: system.state(low), S.RUNNING, within=30)
+    states = [state for eid, state in await system.history(low) if eid == 1]
+    evicted = states[states.index(S.DESCHEDULING) :]
+    assert evicted == [S.DESCHEDULING, S.RUNNING], "R4 while draining, then R8b: RUNNING"

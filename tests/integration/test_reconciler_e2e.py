@@ -4,6 +4,7 @@ SPEC §10 sequences end in the right stored states and history."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 from collections.abc import AsyncIterator
@@ -63,8 +64,21 @@ class System:
 
 @pytest.fixture
 async def system(ess_factory: Any) -> AsyncIterator[System]:
+    async with running_system(ess_factory, controllers=True) as started:
+        yield started
+
+
+@pytest.fixture
+async def quiet_system(ess_factory: Any) -> AsyncIterator[System]:
+    """No simulated controllers: the test writes JobSet status itself."""
+    async with running_system(ess_factory, controllers=False) as started:
+        yield started
+
+
+@contextlib.asynccontextmanager
+async def running_system(ess_factory: Any, *, controllers: bool) -> AsyncIterator[System]:
     ess: Ess = await ess_factory(start_time=datetime.now(UTC))
-    sim = KubeSim(controllers=True, time_scale=SCALE)
+    sim = KubeSim(controllers=controllers, time_scale=SCALE)
     await sim.start()
     settings = Settings(
         database_url=ess.database_url,
@@ -411,3 +425,111 @@ async def test_a_preempted_jobset_with_a_finished_job_stays_running(system: Syst
     states = [state for eid, state in await system.history(low) if eid == 1]
     evicted = states[states.index(S.DESCHEDULING) :]
     assert evicted == [S.DESCHEDULING, S.RUNNING], "R4 while draining, then R8b: RUNNING"
+
+
+def _condition(type_: str, status: str = "True") -> dict[str, Any]:
+    return {"type": type_, "status": status, "reason": type_}
+
+
+def _jobs(**counts: int) -> list[dict[str, Any]]:
+    return [{"name": "main", "ready": 0, "active": 0, "succeeded": 0, "failed": 0, **counts}]
+
+
+RULES = [
+    pytest.param(
+        False,
+        {"conditions": [_condition("Completed")]},
+        False,
+        S.COMPLETED,
+        id="R1 deleted and completed",
+    ),
+    pytest.param(
+        False, {"conditions": [_condition("Failed")]}, False, S.FAILED, id="R1 deleted and failed"
+    ),
+    pytest.param(False, {}, False, S.STOPPED, id="R1 deleted otherwise: stopped"),
+    pytest.param(
+        False, {"conditions": [_condition("Completed")]}, None, S.COMPLETED, id="R2 completed"
+    ),
+    pytest.param(False, {"conditions": [_condition("Failed")]}, None, S.FAILED, id="R3 failed"),
+    pytest.param(
+        True,
+        {"replicatedJobsStatus": _jobs(active=1, ready=1)},
+        None,
+        S.DESCHEDULING,
+        id="R4 suspended with active jobs",
+    ),
+    pytest.param(
+        False,
+        {"replicatedJobsStatus": _jobs(failed=1, active=1)},
+        None,
+        S.PARTIALLY_FAILED,
+        id="R5 a failed job while another runs",
+    ),
+    pytest.param(
+        False,
+        {"replicatedJobsStatus": _jobs(ready=1, active=1)},
+        None,
+        S.RUNNING,
+        id="R6 all ready",
+    ),
+    pytest.param(
+        False,
+        {"replicatedJobsStatus": _jobs(active=1)},
+        None,
+        S.STARTING,
+        id="R7 active, not ready",
+    ),
+    pytest.param(
+        True,
+        {"replicatedJobsStatus": _jobs(failed=1)},
+        None,
+        S.PARTIALLY_FAILED,
+        id="R8a failed jobs, nothing running",
+    ),
+    pytest.param(
+        True,
+        {"replicatedJobsStatus": _jobs(succeeded=1)},
+        None,
+        S.RUNNING,
+        id="R8b succeeded jobs, nothing running",
+    ),
+    pytest.param(True, {}, None, S.SCHEDULING, id="R9 otherwise: scheduling"),
+]
+
+
+@pytest.mark.parametrize(("suspend", "status", "delete", "want"), RULES)
+async def test_each_mapping_rule_ends_in_its_stored_state(
+    quiet_system: System,
+    suspend: bool,
+    status: dict[str, Any],
+    delete: bool | None,
+    want: WorkUnitState,
+) -> None:
+    """Every rule of SPEC §8.1, observed on a real JobSet in kubesim by the Reconciler and
+    stored by the ESS (R1 through the finalizer path)."""
+    system = quiet_system
+    name = await create(system)
+    xid, wid = name.split("/")[1::2]
+    jobset_name = f"xmc-{xid}-{wid}"
+
+    async def created() -> bool:
+        return system.sim.store.find(JOBSET, "default", jobset_name) is not None
+
+    await wait_until(created, True, within=30)
+
+    def mutate_spec(obj: dict[str, Any]) -> None:
+        obj["spec"]["suspend"] = suspend
+
+    def mutate_status(obj: dict[str, Any]) -> None:
+        # Condition times come from the cluster's clock, like every other timestamp there.
+        now = system.sim.clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")
+        conditions = [{**c, "lastTransitionTime": now} for c in status.get("conditions", [])]
+        obj["status"] = {**status, "conditions": conditions}
+
+    system.sim.store.update(JOBSET, "default", jobset_name, mutate_spec)
+    system.sim.store.update(JOBSET, "default", jobset_name, mutate_status, subresource="status")
+    if delete is not None:
+        system.sim.store.delete(JOBSET, "default", jobset_name)
+
+    await wait_until(lambda: system.state(name), want, within=30)
+    assert (await system.history(name))[-1] == (1, want)

@@ -454,3 +454,14 @@ def test_observation_state_update_time(
 
     assert got == expected
     assert got.tzinfo is UTC
+
+
+def test_an_observation_time_never_outranks_a_condition_of_the_same_second() -> None:
+    """Kubernetes stamps conditions to the second: an observation at 12:00:00.700 must not
+    make a Completed condition stamped 12:00:00 (set later that second) look stale."""
+    seen_at = datetime(2026, 1, 2, 12, 0, 0, 700_000, tzinfo=UTC)
+    first = observation_state_update_time(two_workers().obj(), seen_at)
+    completed = two_workers().condition("Completed", "True", "2026-01-02T12:00:00Z").obj()
+    later = observation_state_update_time(completed, seen_at)
+    assert first == datetime(2026, 1, 2, 12, 0, tzinfo=UTC)
+    assert later >= first

@@ -153,13 +153,17 @@ def _parse_rfc3339(value: Any) -> datetime | None:
 
 
 def observation_state_update_time(jobset: Mapping[str, Any], observed_at: datetime) -> datetime:
-    """Newest condition `lastTransitionTime` (tz-aware UTC), else `observed_at`.
+    """Newest condition `lastTransitionTime` (tz-aware UTC), else `observed_at` floored to
+    the second.
 
     Using the cluster's transition time rather than the observation time keeps a late or
     replayed observation from looking newer than it is to the §5.2 time-order check.
+    Kubernetes stamps conditions to the second, so a sub-second observation time would
+    outrank a condition set later within the same second and get that state rejected as
+    stale (a JobSet completing in the second it was first seen would never be recorded).
     Unparseable timestamps are skipped like absent ones: one malformed field must not
     stop the Reconciler from reporting the state.
     """
     parsed = (_parse_rfc3339(c.get("lastTransitionTime")) for c in _conditions(jobset))
     times = [t for t in parsed if t is not None]
-    return max(times) if times else _as_utc(observed_at)
+    return max(times) if times else _as_utc(observed_at).replace(microsecond=0)

@@ -533,3 +533,42 @@ async def test_each_mapping_rule_ends_in_its_stored_state(
 
     await wait_until(lambda: system.state(name), want, within=30)
     assert (await system.history(name))[-1] == (1, want)
+
+
+async def test_rapid_changes_of_one_jobset_coalesce_and_the_last_wins(
+    quiet_system: System,
+) -> None:
+    system = quiet_system
+    name = await create(system)
+    xid, wid = name.split("/")[1::2]
+    jobset_name = f"xmc-{xid}-{wid}"
+
+    async def created() -> bool:
+        return system.sim.store.find(JOBSET, "default", jobset_name) is not None
+
+    await wait_until(created, True, within=30)
+    await wait_until(lambda: system.state(name), S.SCHEDULING, within=30)
+    writes_before = metrics.WRITES_TOTAL.labels("jobset")._value.get()
+
+    system.sim.store.update(
+        JOBSET, "default", jobset_name, lambda obj: obj["spec"].update(suspend=False)
+    )
+    for restarts in range(100):  # 100 status changes in one go, the last one RUNNING
+        ready = 1 if restarts == 99 else 0
+
+        def mutate(obj: dict[str, Any], restarts: int = restarts, ready: int = ready) -> None:
+            obj["status"] = {
+                "restarts": restarts,
+                "replicatedJobsStatus": _jobs(active=1, ready=ready),
+            }
+
+        system.sim.store.update(JOBSET, "default", jobset_name, mutate, subresource="status")
+
+    await wait_until(lambda: system.state(name), S.RUNNING, within=30)
+    work_unit = await system.ess.api.GetWorkUnit(
+        api_pb2.GetWorkUnitRequest(name=name), metadata=ALICE
+    )
+    detailed = work_unit.current_work_unit_execution.status.detailed_status.jobset_status
+    assert detailed.restarts == 99, "the latest observation wins"
+    writes = metrics.WRITES_TOTAL.labels("jobset")._value.get() - writes_before
+    assert writes <= 10, f"101 observations became {writes} writes"

@@ -22,6 +22,30 @@ from xmc.config import Settings
 _READ_BUFSIZE: Final = 2**21
 
 
+class KubeError(Exception):
+    """A failed Kubernetes call, one type for every service: ``status`` None means no
+    HTTP answer at all (connection loss, timeout); ``reason`` is the ``Status.reason`` of
+    the answer's body (the only way to tell AlreadyExists from Conflict); ``retry_after``
+    the server's ``Retry-After`` in seconds."""
+
+    def __init__(
+        self,
+        status: int | None,
+        reason: str | None,
+        message: str,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.retry_after = retry_after
+
+    def __str__(self) -> str:
+        where = "no response" if self.status is None else f"{self.status} {self.reason or ''}"
+        return f"{where.strip()}: {self.message}"
+
+
 async def load_configuration(settings: Settings) -> Configuration:
     configuration = Configuration()
     if settings.kube_url:

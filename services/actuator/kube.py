@@ -31,6 +31,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from actuator.errors import ErrorClass, classify_kubernetes_error, parse_retry_after
 from xmc.config import Settings
+from xmc.kube import KubeError as BaseKubeError
 from xmc.kube import api_client, load_configuration
 
 GROUP: Final = "jobset.x-k8s.io"
@@ -43,30 +44,11 @@ DEFAULT_REQUEST_TIMEOUT: Final = 30.0
 _MERGE_PATCH: Final[dict[str, Any]] = {"_content_type": "application/merge-patch+json"}
 
 
-class KubeError(Exception):
-    """A failed Kubernetes call. ``status`` None means no HTTP answer at all (connection
-    loss, timeout); ``reason`` is the ``Status.reason`` of the answer's body (the only way
-    to tell AlreadyExists from Conflict); ``retry_after`` the server's ``Retry-After``."""
-
-    def __init__(
-        self,
-        status: int | None,
-        reason: str | None,
-        message: str,
-        retry_after: float | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.reason = reason
-        self.message = message
-        self.retry_after = retry_after
+class KubeError(BaseKubeError):
+    """The shared Kubernetes error, classified the Actuator's way (SPEC §6)."""
 
     def classify(self) -> ErrorClass:
         return classify_kubernetes_error(self.status, self.reason, retry_after=self.retry_after)
-
-    def __str__(self) -> str:
-        where = "no response" if self.status is None else f"{self.status} {self.reason or ''}"
-        return f"{where.strip()}: {self.message}"
 
 
 class JobSetClient:

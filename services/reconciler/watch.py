@@ -41,6 +41,8 @@ import aiohttp
 import structlog
 from kubernetes_asyncio.client import ApiClient
 
+from xmc.kube import KubeError
+
 log = structlog.get_logger()
 
 Obj = dict[str, Any]
@@ -74,26 +76,8 @@ class WatchSettings:
         return self.backoffs[min(attempt, len(self.backoffs)) - 1]
 
 
-class KubeStatusError(Exception):
-    """A failed call: ``status`` None means no HTTP answer (connection loss, timeout);
-    ``reason`` is the ``Status.reason`` of the answer (Expired, Conflict, AlreadyExists…)."""
-
-    def __init__(
-        self,
-        status: int | None,
-        reason: str | None,
-        message: str,
-        retry_after: float | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.reason = reason
-        self.message = message
-        self.retry_after = retry_after
-
-    def __str__(self) -> str:
-        where = "no response" if self.status is None else f"{self.status} {self.reason or ''}"
-        return f"{where.strip()}: {self.message}"
+#: The shared Kubernetes error (``status``, ``reason``, ``message``, ``retry_after``).
+KubeStatusError = KubeError
 
 
 class WatchFailed(Exception):

@@ -1,20 +1,101 @@
-"""``make run``: bring up XMC locally.
+"""``make run``: the whole system on one machine, as separate processes.
 
-Today it prepares the database (creates it if missing, applies migrations) and reports
-which services are not built yet; issue 7 turns it into the full local run (kubesim, ESS,
-Actuator and Reconciler as separate processes).
+Checks Postgres and Redis (starts local installs when they are down, otherwise says what
+to do), prepares the database, then starts kubesim (with its simulated JobSet, Kueue and
+kubelet and the default queues), the ESS, the Actuator and the Reconciler, each its own OS
+process with its own log prefix. Ctrl-C (or SIGTERM) stops them all. A second ``make
+run`` while one is running says so instead of failing on a taken port.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
+import signal
+import socket
+import subprocess
 import sys
+from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
 from xmc.config import Settings
 from xmc.store.migrate import migrate
+
+BIN = Path(sys.executable).parent
+#: Development only: a fixed signing key, printed nowhere, never used outside this run.
+DEV_SIGNING_KEY = "xmc-local-development-signing-key-0001"
+
+
+@dataclass(frozen=True)
+class LocalRun:
+    kubesim_port: int
+    ess_listen: str
+    metrics_base: int
+    pidfile: Path
+
+
+def _options(env: dict[str, str]) -> LocalRun:
+    return LocalRun(
+        kubesim_port=int(env.get("XMC_KUBESIM_PORT", "8081")),
+        ess_listen=env.get("XMC_ESS_LISTEN", "127.0.0.1:50051"),
+        metrics_base=int(env.get("XMC_METRICS_BASE_PORT", "9464")),
+        pidfile=Path(env.get("XMC_RUN_DIR", ".run")) / "xmc.pid",
+    )
+
+
+def already_running(pidfile: Path) -> int | None:
+    """The pid of a live ``make run``, or None (a stale pidfile is ignored)."""
+    try:
+        pid = int(pidfile.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return None
+    return pid
+
+
+def _port_open(host: str, port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((host, port)) == 0
+
+
+def ensure_stores(settings: Settings) -> str | None:
+    """Start local Postgres/Redis installs that are down; the problem left, or None."""
+    db = urlsplit(settings.database_url)
+    if not _port_open(db.hostname or "127.0.0.1", db.port or 5432):
+        clusters = Path("/etc/postgresql")
+        if shutil.which("pg_ctlcluster") and clusters.is_dir():
+            version = sorted(p.name for p in clusters.iterdir())[-1]
+            subprocess.run(
+                ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "start"],
+                check=False,
+            )
+        if not _port_open(db.hostname or "127.0.0.1", db.port or 5432):
+            return (
+                f"Postgres is not reachable at {db.hostname}:{db.port or 5432}; install and "
+                "start it (Debian: apt-get install postgresql) or set XMC_DATABASE_URL"
+            )
+    redis = urlsplit(settings.redis_url)
+    if not _port_open(redis.hostname or "127.0.0.1", redis.port or 6379):
+        if shutil.which("redis-server"):
+            subprocess.run(
+                ["redis-server", "--daemonize", "yes", "--bind", "127.0.0.1", "--port",
+                 str(redis.port or 6379), "--save", "", "--appendonly", "no"],
+                check=False,
+            )  # fmt: skip
+        if not _port_open(redis.hostname or "127.0.0.1", redis.port or 6379):
+            return (
+                f"Redis is not reachable at {redis.hostname}:{redis.port or 6379}; install "
+                "and start it (Debian: apt-get install redis-server) or set XMC_REDIS_URL"
+            )
+    return None
 
 
 async def ensure_database(dsn: str) -> None:
@@ -30,23 +111,133 @@ async def ensure_database(dsn: str) -> None:
         await conn.close()
 
 
-async def _run() -> int:
-    settings = Settings.from_env()
+async def _pipe(name: str, stream: asyncio.StreamReader | None) -> None:
+    """Prefix each log line with the process name, so four services stay readable."""
+    if stream is None:
+        return
+    while line := await stream.readline():
+        sys.stdout.write(f"{name:>10} | {line.decode(errors='replace')}")
+        sys.stdout.flush()
+
+
+async def _wait_listening(addresses: list[tuple[str, int]], within: float = 60.0) -> None:
+    """Poll until every address accepts connections (the services expose no readiness
+    signal to a parent process other than their port)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while not all(_port_open(host, port) for host, port in addresses):
+        if loop.time() > deadline:
+            raise RuntimeError(f"{addresses} not listening; see the logs above")
+        await asyncio.sleep(0.2)
+
+
+async def serve(settings: Settings, run: LocalRun) -> int:
+    env = {
+        **os.environ,
+        "XMC_DATABASE_URL": settings.database_url,
+        "XMC_REDIS_URL": settings.redis_url,
+        "XMC_ESS_LISTEN": run.ess_listen,
+        "XMC_ESS_TARGET": run.ess_listen,
+        "XMC_KUBE_URL": f"http://127.0.0.1:{run.kubesim_port}",
+        "XMC_TASK_SIGNING_KEY": settings.task_signing_key or DEV_SIGNING_KEY,
+        "XMC_AUTH_DISABLED": "true",
+    }
+    commands = {
+        "kubesim": ["xmc-kubesim", "--host", "127.0.0.1", "--port", str(run.kubesim_port)],
+        "ess": ["xmc-ess", "serve", "--metrics-listen", f"127.0.0.1:{run.metrics_base}"],
+        "actuator": ["xmc-actuator", "--metrics-listen", f"127.0.0.1:{run.metrics_base + 1}"],
+        "reconciler": [
+            "xmc-reconciler",
+            "--no-leader-election",
+            "--metrics-listen",
+            f"127.0.0.1:{run.metrics_base + 2}",
+        ],
+    }
+    processes: dict[str, asyncio.subprocess.Process] = {}
+    pipes = []
+    for name, command in commands.items():
+        process = await asyncio.create_subprocess_exec(
+            str(BIN / command[0]),
+            *command[1:],
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        processes[name] = process
+        pipes.append(asyncio.create_task(_pipe(name, process.stdout)))
+        if name == "kubesim":  # the Actuator and Reconciler need the API at start
+            await _wait_listening([("127.0.0.1", run.kubesim_port)])
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    exited = [asyncio.create_task(p.wait()) for p in processes.values()]
     try:
-        await ensure_database(settings.database_url)
-        applied = await migrate(settings.database_url)
-    except (OSError, asyncpg.PostgresError) as exc:
-        print(f"cannot prepare {settings.database_url}: {exc}", file=sys.stderr)
-        print("start Postgres (see README) or set XMC_DATABASE_URL", file=sys.stderr)
+        host, _, port = run.ess_listen.rpartition(":")
+        await _wait_listening([(host, int(port))])
+        _banner(run)
+        await asyncio.wait(
+            [asyncio.create_task(stop.wait()), *exited], return_when="FIRST_COMPLETED"
+        )
+    finally:
+        for process in reversed(list(processes.values())):
+            if process.returncode is None:
+                process.send_signal(signal.SIGTERM)
+        await asyncio.gather(*(p.wait() for p in processes.values()))
+        await asyncio.gather(*pipes, return_exceptions=True)
+    failed = [name for name, p in processes.items() if p.returncode not in (0, -signal.SIGTERM)]
+    if failed and not stop.is_set():
+        print(f"stopped because {', '.join(failed)} exited", file=sys.stderr)
         return 1
-    print(f"database ready at {settings.database_url} (migrations applied now: {applied})")
-    print("Built: `xmc-ess serve`, `xmc-kubesim`, `xmc-actuator`, `xmc-reconciler` (see docs/);")
-    print("with issue 7 this command starts them all as separate processes.")
+    print("XMC stopped.")
     return 0
 
 
+def _banner(run: LocalRun) -> None:
+    endpoint = run.ess_listen
+    print(
+        f"""
+XMC is running.
+  ESS (gRPC):   {endpoint}   (XMANAGER_ENDPOINT={endpoint}; auth disabled: any token works,
+                e.g. XMC_AUTH_TOKEN=dev)
+  kubesim:      http://127.0.0.1:{run.kubesim_port}
+  metrics:      http://127.0.0.1:{run.metrics_base}/metrics (ESS), +1 Actuator, +2 Reconciler
+
+Try, in another terminal (.venv/bin on PATH):
+  xmc experiments create --title "my sweep"
+  xmc wu create 1 --image python:3.11 --command "python train.py" --count 5
+  xmc watch 1
+
+Ctrl-C stops everything.""",
+        flush=True,
+    )
+
+
+async def _prepare(settings: Settings) -> None:
+    await ensure_database(settings.database_url)
+    await migrate(settings.database_url)
+
+
 def main() -> None:
-    sys.exit(asyncio.run(_run()))
+    settings = Settings.from_env()
+    run = _options(dict(os.environ))
+    pid = already_running(run.pidfile)
+    if pid is not None:
+        print(f"XMC is already running (pid {pid}); stop it with Ctrl-C in its terminal.")
+        sys.exit(1)
+    problem = ensure_stores(settings)
+    if problem:
+        print(problem, file=sys.stderr)
+        sys.exit(1)
+    asyncio.run(_prepare(settings))
+    run.pidfile.parent.mkdir(parents=True, exist_ok=True)
+    run.pidfile.write_text(str(os.getpid()))
+    try:
+        code = asyncio.run(serve(settings, run))
+    finally:
+        run.pidfile.unlink(missing_ok=True)
+    sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,103 @@
+"""``make run`` (``python -m xmc.devrun``): four separate processes, a work unit that runs
+to COMPLETED through all of them, a refused second start, and a clean Ctrl-C."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+import socket
+import sys
+import uuid
+from pathlib import Path
+
+import grpc
+
+from tests.integration.support import minimal_work_unit, wait_until
+from xmc.model.states import WorkUnitState
+from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
+from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def free_ports(count: int) -> int:
+    """The first of ``count`` consecutive free ports."""
+    while True:
+        base = random.randint(20_000, 60_000)
+        if all(_free(base + i) for i in range(count)):
+            return base
+
+
+async def read_until(stream: asyncio.StreamReader, marker: str, *, within: float) -> list[str]:
+    seen: list[str] = []
+    async with asyncio.timeout(within):
+        while True:
+            line = (await stream.readline()).decode()
+            if not line:
+                raise AssertionError(f"output ended before {marker!r}:\n{''.join(seen)}")
+            seen.append(line)
+            if marker in line:
+                return seen
+
+
+async def test_make_run_starts_everything_and_stops_cleanly(
+    database_url: str, tmp_path: Path
+) -> None:
+    base = free_ports(5)
+    env = {
+        **os.environ,
+        "XMC_DATABASE_URL": database_url,
+        "XMC_KUBESIM_PORT": str(base),
+        "XMC_ESS_LISTEN": f"127.0.0.1:{base + 1}",
+        "XMC_METRICS_BASE_PORT": str(base + 2),
+        "XMC_RUN_DIR": str(tmp_path),
+        "XMC_STREAM_PREFIX": f"localrun-{uuid.uuid4().hex[:8]}:",
+    }
+    run = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "xmc.devrun", env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    assert run.stdout is not None
+    try:
+        banner = await read_until(run.stdout, "Ctrl-C stops everything", within=60)
+        assert any("XMC is running." in line for line in banner)
+        drain = asyncio.create_task(run.stdout.read())
+
+        second = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "xmc.devrun", env=env, stdout=asyncio.subprocess.PIPE
+        )
+        out, _ = await second.communicate()
+        assert second.returncode == 1
+        assert b"already running" in out
+
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{base + 1}") as channel:
+            api = api_pb2_grpc.ExperimentStateServiceStub(channel)
+            experiment = await api.CreateExperiment(
+                api_pb2.CreateExperimentRequest(experiment=Experiment(title="local"))
+            )
+            operation = await api.CreateWorkUnit(
+                api_pb2.CreateWorkUnitRequest(parent=experiment.name, work_unit=minimal_work_unit())
+            )
+            name = str(operation.name).split("/operations/")[0]
+
+            async def state() -> WorkUnitState:
+                work_unit = await api.GetWorkUnit(api_pb2.GetWorkUnitRequest(name=name))
+                return WorkUnitState(work_unit.current_work_unit_execution.status.state)
+
+            await wait_until(state, WorkUnitState.COMPLETED, within=60)
+    finally:
+        if run.returncode is None:
+            run.send_signal(signal.SIGINT)
+        code = await asyncio.wait_for(run.wait(), timeout=60)
+    assert code == 0
+    assert b"XMC stopped." in await drain
+    assert not (tmp_path / "xmc.pid").exists()

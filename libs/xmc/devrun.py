@@ -33,6 +33,8 @@ DEV_SIGNING_KEY = "xmc-local-development-signing-key-0001"
 @dataclass(frozen=True)
 class LocalRun:
     kubesim_port: int
+    #: Simulated seconds per real second in kubesim (pod run times, grace periods).
+    time_scale: float
     ess_listen: str
     metrics_base: int
     pidfile: Path
@@ -41,6 +43,7 @@ class LocalRun:
 def _options(env: dict[str, str]) -> LocalRun:
     return LocalRun(
         kubesim_port=int(env.get("XMC_KUBESIM_PORT", "8081")),
+        time_scale=float(env.get("XMC_KUBESIM_TIME_SCALE", "1")),
         ess_listen=env.get("XMC_ESS_LISTEN", "127.0.0.1:50051"),
         metrics_base=int(env.get("XMC_METRICS_BASE_PORT", "9464")),
         pidfile=Path(env.get("XMC_RUN_DIR", ".run")) / "xmc.pid",
@@ -143,7 +146,15 @@ async def serve(settings: Settings, run: LocalRun) -> int:
         "XMC_AUTH_DISABLED": "true",
     }
     commands = {
-        "kubesim": ["xmc-kubesim", "--host", "127.0.0.1", "--port", str(run.kubesim_port)],
+        "kubesim": [
+            "xmc-kubesim",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(run.kubesim_port),
+            "--time-scale",
+            str(run.time_scale),
+        ],
         "ess": ["xmc-ess", "serve", "--metrics-listen", f"127.0.0.1:{run.metrics_base}"],
         "actuator": ["xmc-actuator", "--metrics-listen", f"127.0.0.1:{run.metrics_base + 1}"],
         "reconciler": [

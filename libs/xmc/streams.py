@@ -101,13 +101,18 @@ class TaskPublisher:
         return ids
 
     async def publish_once(
-        self, task: Task, *, remember_for: timedelta = timedelta(days=8)
+        self,
+        task: Task,
+        *,
+        dedupe_id: str | None = None,
+        remember_for: timedelta = timedelta(days=8),
     ) -> bytes | None:
-        """XADD unless this task id was already published; None when it was."""
+        """XADD unless ``dedupe_id`` (default: the task id) was already published; None
+        when it was."""
         entry = self._entry(task)
         try:
             result = await self._publish_once(
-                keys=[self._names.published_key(task.task_id), self._names.tasks],
+                keys=[self._names.published_key(dedupe_id or task.task_id), self._names.tasks],
                 args=[int(remember_for.total_seconds()), entry["task"], entry["token"]],
             )
         except REDIS_UNAVAILABLE as exc:

@@ -145,6 +145,10 @@ class TaskPauseHandler:
             return None
         now = self._clock()
         async with self._store.transaction() as conn:
+            # The cached flag may be up to a refresh old: a task resumed right after
+            # ResumeScheduling must not be parked again by a stale "paused".
+            if not (await scheduling.fetch_scheduling_control(conn)).paused:
+                return None
             first_time = await scheduling.park_task(
                 conn,
                 task_id=task.task_id,

@@ -109,7 +109,8 @@ class ResumeWorker:
                     # so edits made while paused (priority, say) are not lost.
                     current = await work_units.fetch_work_unit(conn, parked.xid, parked.wid)
                     task.payload.work_unit.CopyFrom(current)
-                    await self._publisher.publish_once(task)
+                    parking = f"{parked.task_id}@{parked.paused_time.timestamp()}"
+                    await self._publisher.publish_once(task, dedupe_id=parking)
                     marks.append((parked.id, Resolution.RESUMED, decision.reason.value))
                 await scheduling.mark_processed(conn, marks, run_id=run_id, now=self._clock())
             batch_resumed = sum(1 for _, r, _ in marks if r == Resolution.RESUMED)

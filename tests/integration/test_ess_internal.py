@@ -269,3 +269,33 @@ async def _unprocessed(ess: Ess) -> int:
         ess.database_url, "SELECT count(*) AS n FROM paused_tasks WHERE processed_time IS NULL"
     )
     return int(rows[0]["n"])
+
+
+async def test_a_task_parked_again_after_a_resume_is_resumed_again(ess: Ess) -> None:
+    """Paused, resumed, paused again before the Actuator ran the task: it is parked anew
+    and the next resume publishes it again (not swallowed as a duplicate)."""
+    await ess.scheduling.PauseScheduling(scheduling_pb2.PauseSchedulingRequest(), metadata=SERVICE)
+    await experiment_with_work_units(ess, 1)
+    (task,) = await stream_tasks(ess)
+    await ess.redis.delete(ess.names.tasks)
+    await park(ess, task)
+    await ess.scheduling.ResumeScheduling(
+        scheduling_pb2.ResumeSchedulingRequest(), metadata=SERVICE
+    )
+    await wait_until(lambda: _unprocessed(ess), 0)
+    assert [t.task_id for t in await stream_tasks(ess)] == [task.task_id]
+
+    await ess.scheduling.PauseScheduling(scheduling_pb2.PauseSchedulingRequest(), metadata=SERVICE)
+    ess.clock.advance(1)
+    assert ess.server.store is not None
+    async with ess.server.store.transaction() as conn:
+        reparked = await scheduling.park_task(
+            conn, task_id=task.task_id, xid=task.xid, wid=task.wid, eid=task.target_eid,
+            kind=task.kind, task=task.SerializeToString(), now=ess.clock.now,
+        )  # fmt: skip
+    assert reparked, "a processed row is parked anew"
+    await ess.scheduling.ResumeScheduling(
+        scheduling_pb2.ResumeSchedulingRequest(), metadata=SERVICE
+    )
+    await wait_until(lambda: _unprocessed(ess), 0)
+    assert [t.task_id for t in await stream_tasks(ess)] == [task.task_id] * 2

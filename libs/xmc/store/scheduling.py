@@ -47,6 +47,8 @@ class ParkedTask:
     #: The work unit now; tasks of deleted work units drop out of the join.
     work_unit_eid: int
     work_unit_state: WorkUnitState
+    #: When it was (last) parked: a task parked twice is published once per parking.
+    paused_time: datetime
 
 
 async def fetch_scheduling_control(conn: Any) -> SchedulingControl:
@@ -81,10 +83,17 @@ async def set_paused(
 async def park_task(
     conn: Any, *, task_id: str, xid: int, wid: int, eid: int, kind: int, task: bytes, now: datetime
 ) -> bool:
-    """Write a task to PausedTasks; False when it is already parked (a redelivery)."""
+    """Write a task to PausedTasks; False when it is already parked (a redelivery).
+
+    A task that was parked and processed before (resumed, then paused again before it
+    ran) is parked anew: its row is reset so the next resume sees it again."""
     status: str = await conn.execute(
         """INSERT INTO paused_tasks (task_id, xid, wid, eid, kind, task, paused_time)
-           VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (task_id) DO NOTHING""",
+           VALUES ($1, $2, $3, $4, $5, $6, $7)
+           ON CONFLICT (task_id) DO UPDATE SET paused_time = EXCLUDED.paused_time,
+               task = EXCLUDED.task, resolution_status = NULL, resolution_reason = NULL,
+               processed_time = NULL, resumption_run_id = NULL
+           WHERE paused_tasks.processed_time IS NOT NULL""",
         task_id,
         xid,
         wid,
@@ -102,7 +111,7 @@ async def claim_parked_tasks(conn: Any, *, limit: int) -> list[ParkedTask]:
     ``SKIP LOCKED`` lets two resume runs work side by side without taking the same task.
     """
     rows = await conn.fetch(
-        """SELECT p.id, p.task_id, p.xid, p.wid, p.eid, p.kind, p.task,
+        """SELECT p.id, p.task_id, p.xid, p.wid, p.eid, p.kind, p.task, p.paused_time,
                   w.eid AS work_unit_eid, w.state AS work_unit_state
            FROM paused_tasks p JOIN work_units w USING (xid, wid)
            WHERE p.processed_time IS NULL
@@ -122,6 +131,7 @@ async def claim_parked_tasks(conn: Any, *, limit: int) -> list[ParkedTask]:
             task=r["task"],
             work_unit_eid=r["work_unit_eid"],
             work_unit_state=WorkUnitState(r["work_unit_state"]),
+            paused_time=r["paused_time"],
         )
         for r in rows
     ]

@@ -1,0 +1,286 @@
+"""SPEC §10 end to end against the local run: kubesim, ESS, Actuator and Reconciler as
+separate OS processes (``python -m xmc.devrun``), driven through the public gRPC API.
+
+One system per test worker (session fixture); each test uses its own experiment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+from urllib.request import urlopen
+
+import asyncpg
+import grpc
+import pytest
+
+from tests.conftest import ADMIN_DSN
+from tests.integration.support import minimal_work_unit, wait_until
+from xmc.model.states import ActiveState, WorkUnitState
+from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
+from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
+from xmc_api.cloud.xmanager.v1.status_pb2 import ExperimentStatus
+from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
+from xmc_api.internal.v1 import scheduling_pb2, scheduling_pb2_grpc
+
+S = WorkUnitState
+TIME_SCALE = 5.0
+
+
+@dataclass(frozen=True)
+class LocalSystem:
+    endpoint: str
+    kube_url: str
+    database_url: str
+
+
+def _free_base(count: int) -> int:
+    while True:
+        base = random.randint(20_000, 60_000)
+        ok = True
+        for port in range(base, base + count):
+            with socket.socket() as sock:
+                try:
+                    sock.bind(("127.0.0.1", port))
+                except OSError:
+                    ok = False
+                    break
+        if ok:
+            return base
+
+
+@pytest.fixture(scope="session")
+def local_system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSystem]:
+    name = f"xmc_e2e_{uuid.uuid4().hex[:10]}"
+    dsn = urlunsplit(urlsplit(ADMIN_DSN)._replace(path=f"/{name}"))
+    base = _free_base(5)
+    env = {
+        **os.environ,
+        "XMC_DATABASE_URL": dsn,
+        "XMC_KUBESIM_PORT": str(base),
+        "XMC_KUBESIM_TIME_SCALE": str(TIME_SCALE),
+        "XMC_ESS_LISTEN": f"127.0.0.1:{base + 1}",
+        "XMC_METRICS_BASE_PORT": str(base + 2),
+        "XMC_RUN_DIR": str(tmp_path_factory.mktemp("run")),
+        "XMC_STREAM_PREFIX": f"e2e-{uuid.uuid4().hex[:8]}:",
+    }
+    log = tmp_path_factory.mktemp("log") / "devrun.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "xmc.devrun"], env=env, stdout=out, stderr=subprocess.STDOUT
+        )
+    deadline = time.monotonic() + 90
+    while b"Ctrl-C stops everything" not in log.read_bytes():
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            raise AssertionError(f"the local run did not start:\n{log.read_text()[-4000:]}")
+        time.sleep(0.2)
+    yield LocalSystem(f"127.0.0.1:{base + 1}", f"http://127.0.0.1:{base}", dsn)
+    process.send_signal(signal.SIGINT)
+    try:
+        process.wait(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        asyncio.run(_drop(name))
+
+
+async def _drop(name: str) -> None:
+    conn = await asyncpg.connect(ADMIN_DSN)
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await conn.close()
+
+
+class Client:
+    def __init__(self, system: LocalSystem) -> None:
+        self.system = system
+        self.channel = grpc.aio.insecure_channel(system.endpoint)
+        self.api = api_pb2_grpc.ExperimentStateServiceStub(self.channel)
+        self.scheduling = scheduling_pb2_grpc.SchedulingServiceStub(self.channel)
+
+    async def experiment(self, priority: int = 0) -> str:
+        created = await self.api.CreateExperiment(
+            api_pb2.CreateExperimentRequest(experiment=Experiment(priority=priority))  # type: ignore[arg-type]
+        )
+        return str(created.name)
+
+    async def work_unit(self, parent: str, work_unit: WorkUnit | None = None) -> str:
+        operation = await self.api.CreateWorkUnit(
+            api_pb2.CreateWorkUnitRequest(parent=parent, work_unit=work_unit or minimal_work_unit())
+        )
+        return str(operation.name).split("/operations/")[0]
+
+    async def state(self, name: str) -> WorkUnitState:
+        work_unit = await self.api.GetWorkUnit(api_pb2.GetWorkUnitRequest(name=name))
+        return S(work_unit.current_work_unit_execution.status.state)
+
+    async def history(self, name: str) -> list[tuple[int, WorkUnitState]]:
+        xid, wid = (int(part) for part in name.split("/")[1::2])
+        conn = await asyncpg.connect(self.system.database_url)
+        try:
+            rows = await conn.fetch(
+                "SELECT eid, new_state FROM work_unit_status_history "
+                "WHERE xid = $1 AND wid = $2 ORDER BY id",
+                xid,
+                wid,
+            )
+        finally:
+            await conn.close()
+        return [(r["eid"], S(r["new_state"])) for r in rows]
+
+    def jobset(self, name: str) -> Any:
+        xid, wid = name.split("/")[1::2]
+        path = f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets/xmc-{xid}-{wid}"
+        try:
+            with urlopen(self.system.kube_url + path, timeout=5) as response:
+                return json.loads(response.read())
+        except OSError:
+            return None
+
+
+@pytest.fixture
+async def client(local_system: LocalSystem) -> Any:
+    made = Client(local_system)
+    yield made
+    await made.channel.close()
+
+
+def forever(cpu_millicores: int = 1000) -> WorkUnit:
+    work_unit = minimal_work_unit()
+    job = work_unit.executable.jobset.jobs[0]
+    job.annotations["kubesim.xmc/behavior"] = json.dumps({"run_seconds": None})
+    job.spec.resources.cpu_resources.cpu_millicores = cpu_millicores
+    return work_unit
+
+
+async def test_create_runs_to_completed_and_the_experiment_finishes(client: Client) -> None:
+    parent = await client.experiment()
+    name = await client.work_unit(parent)
+    await client.api.UpdateExperimentLaunchState(
+        api_pb2.UpdateExperimentLaunchStateRequest(
+            name=parent, launch_state=ExperimentStatus.COMPLETED
+        )
+    )
+    await wait_until(lambda: client.state(name), S.COMPLETED, within=60)
+    states = [state for _eid, state in await client.history(name)]
+    assert states[0] == S.INITIALIZING
+    assert S.RUNNING in states
+    experiment = await client.api.GetExperiment(api_pb2.GetExperimentRequest(name=parent))
+    assert ActiveState(experiment.status.active_state) == ActiveState.INACTIVE
+    assert experiment.HasField("complete_time")
+
+
+async def test_stop_ends_stopped_and_the_jobset_is_gone(client: Client) -> None:
+    name = await client.work_unit(await client.experiment(), forever())
+    await wait_until(lambda: client.state(name), S.RUNNING, within=60)
+    await client.api.StopWorkUnit(api_pb2.StopWorkUnitRequest(name=name))
+    await wait_until(lambda: client.state(name), S.STOPPED, within=60)
+
+    async def gone() -> bool:
+        return client.jobset(name) is None
+
+    await wait_until(gone, True, within=60)
+    assert [s for _e, s in await client.history(name)][-2:] == [S.STOPPING, S.STOPPED]
+
+
+async def test_restart_makes_execution_2(client: Client) -> None:
+    name = await client.work_unit(await client.experiment(), forever())
+    await wait_until(lambda: client.state(name), S.RUNNING, within=60)
+    await client.api.RestartWorkUnit(api_pb2.RestartWorkUnitRequest(name=name))
+
+    async def second_running() -> bool:
+        jobset = client.jobset(name)
+        labels = (jobset or {}).get("metadata", {}).get("labels", {})
+        return (
+            labels.get("xmc.google.com/execution-id") == "2"
+            and await client.state(name) == S.RUNNING
+        )
+
+    await wait_until(second_running, True, within=90)
+    executions = await client.api.ListWorkUnitExecutions(
+        api_pb2.ListWorkUnitExecutionsRequest(parent=name)
+    )
+    assert [e.name.rsplit("/", 1)[1] for e in executions.work_unit_executions] == ["1", "2"]
+    await client.api.StopWorkUnit(api_pb2.StopWorkUnitRequest(name=name))
+
+
+async def test_preemption_and_readmission_on_the_same_execution(client: Client) -> None:
+    low = await client.work_unit(await client.experiment(priority=1), forever(60_000))
+    await wait_until(lambda: client.state(low), S.RUNNING, within=60)
+    high = await client.work_unit(await client.experiment(priority=3), forever(10_000))
+    await wait_until(lambda: client.state(low), S.SCHEDULING, within=90)
+    await wait_until(lambda: client.state(high), S.RUNNING, within=60)
+    await client.api.StopWorkUnit(api_pb2.StopWorkUnitRequest(name=high))
+    await wait_until(lambda: client.state(low), S.RUNNING, within=90)
+    states = [state for eid, state in await client.history(low) if eid == 1]
+    first_run = states.index(S.RUNNING)
+    assert S.SCHEDULING in states[first_run:]
+    assert states[-1] == S.RUNNING
+    await client.api.StopWorkUnit(api_pb2.StopWorkUnitRequest(name=low))
+
+
+async def test_pause_and_resume(client: Client) -> None:
+    await client.scheduling.PauseScheduling(scheduling_pb2.PauseSchedulingRequest(reason="e2e"))
+    try:
+        parent = await client.experiment()
+
+        async def actuator_sees_the_pause() -> bool:
+            """The Actuator re-reads the flag at most every 0.5 s: until it has, a canary
+            work unit still runs. Send canaries until one is parked."""
+            canary = await client.work_unit(parent)
+
+            async def decided() -> bool:
+                return await client.state(canary) != S.INITIALIZING
+
+            await wait_until(decided, True, within=30)
+            return await client.state(canary) == S.SCHEDULING_PAUSED
+
+        await wait_until(actuator_sees_the_pause, True, within=30)
+        keep = await client.work_unit(parent)
+        drop = await client.work_unit(parent)
+        for name in (keep, drop):
+            await wait_until(functools.partial(client.state, name), S.SCHEDULING_PAUSED, within=60)
+        await client.api.StopWorkUnit(api_pb2.StopWorkUnitRequest(name=drop))
+        assert await client.state(drop) == S.STOPPED
+    finally:
+        await client.scheduling.ResumeScheduling(scheduling_pb2.ResumeSchedulingRequest())
+    await wait_until(lambda: client.state(keep), S.COMPLETED, within=90)
+    assert await client.state(drop) == S.STOPPED
+
+
+async def test_a_sweep_of_200_completes_with_exact_rollups(client: Client) -> None:
+    parent = await client.experiment()
+    names = await asyncio.gather(*(client.work_unit(parent) for _ in range(200)))
+    await client.api.UpdateExperimentLaunchState(
+        api_pb2.UpdateExperimentLaunchStateRequest(
+            name=parent, launch_state=ExperimentStatus.COMPLETED
+        )
+    )
+
+    async def completed() -> int:
+        listed = await client.api.ListWorkUnits(
+            api_pb2.ListWorkUnitsRequest(parent=parent, filter="state = COMPLETED", page_size=1000)
+        )
+        return len(listed.work_units)
+
+    await wait_until(completed, 200, within=180)
+    experiment = await client.api.GetExperiment(api_pb2.GetExperimentRequest(name=parent))
+    counts = {S(c.state): c.count for c in experiment.status.child_state_counts}
+    assert counts == {S.COMPLETED: 200}
+    assert ActiveState(experiment.status.active_state) == ActiveState.INACTIVE
+    assert len(set(names)) == 200

@@ -14,6 +14,7 @@ import structlog
 
 from reconciler.app import Reconciler, ReconcilerOptions
 from reconciler.ess_client import EssClient
+from reconciler.leader import LeaseSettings
 from xmc.config import Settings
 from xmc.kube import api_client_from_settings
 from xmc.logging import configure_logging
@@ -56,7 +57,6 @@ def main(argv: list[str] | None = None) -> None:
     serve_metrics(
         args.metrics_listen if args.metrics_listen is not None else settings.metrics_listen
     )
-    options = ReconcilerOptions(namespace=settings.namespace)
-    if args.no_leader_election:
-        options = ReconcilerOptions(namespace=settings.namespace, lease=None)
+    lease = None if args.no_leader_election else LeaseSettings(namespace=settings.namespace)
+    options = ReconcilerOptions(namespace=settings.namespace, lease=lease)
     asyncio.run(_serve(settings, options, args.identity))

@@ -40,6 +40,9 @@ from xmc_api.internal.v1 import scheduling_pb2, scheduling_pb2_grpc
 DEFAULT_ENDPOINT = "127.0.0.1:50051"
 _WU_SHORT = re.compile(r"^(\d+)/(\d+)$")
 
+#: The published client's default Kueue LocalQueue.
+DEFAULT_QUEUE = "cpu-queue"
+
 
 class CliError(click.ClickException):
     """A failure reported as ``error: <message>`` on stderr with exit status 1."""
@@ -342,8 +345,9 @@ def build_work_unit(
             if not sep:
                 fail(f"--env: expected KEY=VALUE, got {item!r}")
             job.spec.env_vars[key] = value
-    if queue:
-        work_unit.executable.scheduling_constraints.queue_name = queue
+    constraints = work_unit.executable.scheduling_constraints
+    # The published client's default queue, unless the flag or the file names one.
+    constraints.queue_name = queue or constraints.queue_name or DEFAULT_QUEUE
     work_unit.tags.extend(tags)
     return work_unit
 
@@ -353,7 +357,7 @@ def build_work_unit(
 @click.option("--file", "-f", "file", type=click.Path(path_type=Path), help="YAML/JSON spec.")
 @click.option("--image", help="Container image (single-container work unit).")
 @click.option("--command", help='Command line, e.g. "python train.py".')
-@click.option("--queue", help="Scheduling queue name.")
+@click.option("--queue", help=f"Scheduling queue name (default {DEFAULT_QUEUE}).")
 @click.option("--cpu", type=int, help="CPU millicores.")
 @click.option("--memory-bytes", type=int)
 @click.option("--env", multiple=True, help="KEY=VALUE, repeatable.")

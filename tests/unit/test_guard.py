@@ -296,3 +296,43 @@ def test_reasons_are_plain_string_labels() -> None:
         "stale_time",
         "transition_not_allowed",
     }
+
+
+@pytest.mark.parametrize(
+    ("current", "new", "allowed"),
+    [
+        pytest.param(
+            WorkUnitState.INITIALIZING,
+            WorkUnitState.SCHEDULING,
+            True,
+            id="first observation after create",
+        ),
+        pytest.param(
+            WorkUnitState.RESTARTING,
+            WorkUnitState.STARTING,
+            True,
+            id="first observation after restart",
+        ),
+        pytest.param(
+            WorkUnitState.SCHEDULING_PAUSED,
+            WorkUnitState.SCHEDULING,
+            True,
+            id="first observation after resume",
+        ),
+        pytest.param(
+            WorkUnitState.SCHEDULING,
+            WorkUnitState.STARTING,
+            False,
+            id="observations still keep their order",
+        ),
+    ],
+)
+def test_leaving_an_intent_state_ignores_the_cross_clock_time_order(
+    current: WorkUnitState, new: WorkUnitState, allowed: bool
+) -> None:
+    """The intent was stamped by XMC at 12:00:05.300; the cluster stamps the JobSet it
+    created at 12:00:05 (whole seconds): that is not an older observation."""
+    intent_time = datetime(2026, 1, 2, 12, 0, 5, 300_000, tzinfo=UTC)
+    cluster_time = datetime(2026, 1, 2, 12, 0, 5, tzinfo=UTC)
+    got = should_update_work_unit_execution_state(current, intent_time, new, cluster_time)
+    assert got is allowed

@@ -41,6 +41,17 @@ ALLOWED_TRANSITIONS: Mapping[WorkUnitState, frozenset[WorkUnitState]] = MappingP
 RESTARTING or UNSPECIFIED here: those are written only when an execution is created."""
 
 
+INTENT_STATES: frozenset[WorkUnitState] = frozenset(
+    {WorkUnitState.INITIALIZING, WorkUnitState.RESTARTING, WorkUnitState.SCHEDULING_PAUSED}
+)
+"""States XMC writes before the cluster has anything to report for the execution. Their
+time comes from an XMC clock (sub-second), a cluster observation's from the cluster's
+(whole seconds, maybe skewed): comparing the two would reject the first observations
+of a JobSet created within the same second. No observation of this execution can
+predate the intent that created it, so leaving these states skips the time order
+(docs/decisions/0010)."""
+
+
 class GuardReason(enum.StrEnum):
     """Why the guard decided as it did; low-cardinality, fit for a metric label."""
 
@@ -89,11 +100,14 @@ def decide_state_update(
     # 4. Same state: nothing changes, not even the time.
     if new_state == current_state:
         return StateUpdateDecision(allowed=False, reason=GuardReason.SAME_STATE)
-    # 5. Older news loses, except a user's stop, which must survive a clock running ahead.
+    # 5. Older news loses, except a user's stop, which must survive a clock running ahead,
+    #    and except over an intent state: its time is XMC's clock, not the cluster's (see
+    #    INTENT_STATES).
     if (
         current_state_update_time is not None
         and _as_utc(current_state_update_time) > new_time
         and new_state not in WORK_UNIT_TIME_IGNORED_STATES
+        and current_state not in INTENT_STATES
     ):
         return StateUpdateDecision(allowed=False, reason=GuardReason.STALE_TIME)
     # 6. Only the listed transitions.

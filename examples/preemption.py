@@ -33,7 +33,10 @@ LOW_UNITS = 4
 def main() -> None:
     options = parser(__doc__.splitlines()[0])
     options.add_argument(
-        "--high-run-seconds", type=float, default=20, help="how long the HIGH work unit runs"
+        "--high-run-seconds",
+        type=float,
+        default=45,
+        help="how long the HIGH work unit runs (longer than the 30 s pod termination grace)",
     )
     args = options.parse_args()
     client = connect(args.endpoint)

@@ -26,6 +26,8 @@ from urllib.request import urlopen
 import asyncpg
 import grpc
 import pytest
+from google.longrunning import operations_grpc_pb2
+from google.longrunning.operations_proto_pb2 import GetOperationRequest
 
 from tests.conftest import ADMIN_DSN
 from tests.integration.support import minimal_work_unit, wait_until
@@ -170,7 +172,10 @@ def forever(cpu_millicores: int = 1000) -> WorkUnit:
 
 async def test_create_runs_to_completed_and_the_experiment_finishes(client: Client) -> None:
     parent = await client.experiment()
-    name = await client.work_unit(parent)
+    operation = await client.api.CreateWorkUnit(
+        api_pb2.CreateWorkUnitRequest(parent=parent, work_unit=minimal_work_unit())
+    )
+    name = str(operation.name).split("/operations/")[0]
     await client.api.UpdateExperimentLaunchState(
         api_pb2.UpdateExperimentLaunchStateRequest(
             name=parent, launch_state=ExperimentStatus.COMPLETED
@@ -183,6 +188,10 @@ async def test_create_runs_to_completed_and_the_experiment_finishes(client: Clie
     experiment = await client.api.GetExperiment(api_pb2.GetExperimentRequest(name=parent))
     assert ActiveState(experiment.status.active_state) == ActiveState.INACTIVE
     assert experiment.HasField("complete_time")
+    operations = operations_grpc_pb2.OperationsStub(client.channel)
+    closed = await operations.GetOperation(GetOperationRequest(name=operation.name))
+    assert closed.done
+    assert not closed.HasField("error")
 
 
 async def test_stop_ends_stopped_and_the_jobset_is_gone(client: Client) -> None:
@@ -261,6 +270,20 @@ async def test_pause_and_resume(client: Client) -> None:
         await client.scheduling.ResumeScheduling(scheduling_pb2.ResumeSchedulingRequest())
     await wait_until(lambda: client.state(keep), S.COMPLETED, within=90)
     assert await client.state(drop) == S.STOPPED
+    conn = await asyncpg.connect(client.system.database_url)
+    try:
+        rows = await conn.fetch(
+            "SELECT wid, resolution_status FROM paused_tasks WHERE xid = $1 AND wid = ANY($2)",
+            int(parent.split("/")[1]),
+            [int(keep.rsplit("/", 1)[1]), int(drop.rsplit("/", 1)[1])],
+        )
+    finally:
+        await conn.close()
+    resolutions = {r["wid"]: r["resolution_status"] for r in rows}
+    assert resolutions == {
+        int(keep.rsplit("/", 1)[1]): "RESUMED",
+        int(drop.rsplit("/", 1)[1]): "SKIPPED",
+    }
 
 
 async def test_a_sweep_of_200_completes_with_exact_rollups(client: Client) -> None:

@@ -249,17 +249,12 @@ def experiments_create(client: Client, title: str, tags: tuple[str, ...], notes:
 @pass_client
 def experiments_list(client: Client, filter_: str) -> None:
     """List experiments."""
-    found: list[Experiment] = []
-    token = ""
-    while True:
-        response = client.call(
-            client.api.ListExperiments,
-            api_pb2.ListExperimentsRequest(filter=filter_, page_token=token, page_size=1000),
-        )
-        found.extend(response.experiments)
-        token = response.next_page_token
-        if not token:
-            break
+    found: list[Experiment] = list_all(
+        client,
+        client.api.ListExperiments,
+        api_pb2.ListExperimentsRequest(filter=filter_),
+        "experiments",
+    )
     if client.json:
         client.emit([to_dict(e) for e in found])
     else:
@@ -403,20 +398,26 @@ def wu_create(
         )
 
 
-def list_work_units(client: Client, parent: str, filter_: str = "") -> list[WorkUnit]:
-    found: list[WorkUnit] = []
-    token = ""
+def list_all(client: Client, method: Any, request: Any, field: str) -> list[Any]:
+    """Every item of a paginated List call: ``request`` is sent again with each page's
+    token until the server says there is no next page."""
+    found: list[Any] = []
+    request.page_size = 1000
     while True:
-        response = client.call(
-            client.api.ListWorkUnits,
-            api_pb2.ListWorkUnitsRequest(
-                parent=parent, filter=filter_, page_token=token, page_size=1000
-            ),
-        )
-        found.extend(response.work_units)
-        token = response.next_page_token
-        if not token:
+        response = client.call(method, request)
+        found.extend(getattr(response, field))
+        request.page_token = response.next_page_token
+        if not request.page_token:
             return found
+
+
+def list_work_units(client: Client, parent: str, filter_: str = "") -> list[WorkUnit]:
+    return list_all(
+        client,
+        client.api.ListWorkUnits,
+        api_pb2.ListWorkUnitsRequest(parent=parent, filter=filter_),
+        "work_units",
+    )
 
 
 WU_COLUMNS = ["wid", "state", "execution", "image", "tags", "state since"]
@@ -550,19 +551,12 @@ def wu_history(client: Client, work_unit: str) -> None:
 @pass_client
 def wu_messages(client: Client, work_unit: str, filter_: str) -> None:
     """List a work unit's status messages."""
-    found: list[StatusMessage] = []
-    token = ""
-    while True:
-        response = client.call(
-            client.api.ListStatusMessages,
-            api_pb2.ListStatusMessagesRequest(
-                parent=work_unit_name(work_unit), filter=filter_, page_token=token, page_size=1000
-            ),
-        )
-        found.extend(response.status_messages)
-        token = response.next_page_token
-        if not token:
-            break
+    found: list[StatusMessage] = list_all(
+        client,
+        client.api.ListStatusMessages,
+        api_pb2.ListStatusMessagesRequest(parent=work_unit_name(work_unit), filter=filter_),
+        "status_messages",
+    )
     if client.json:
         client.emit([to_dict(m) for m in found])
         return

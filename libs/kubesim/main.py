@@ -6,9 +6,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
+from datetime import timedelta
 
 import structlog
 
+from kubesim.clock import parse_offset
 from kubesim.server import KubeSim
 from xmc.logging import configure_logging
 
@@ -32,6 +34,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--time-scale", type=float, default=1.0, help="simulated seconds per real second"
     )
     parser.add_argument(
+        "--clock-offset",
+        type=parse_offset,
+        default=timedelta(),
+        help="skew of the cluster's clock against the host's, e.g. -5s or +2m (default 0)",
+    )
+    parser.add_argument(
         "--bookmark-interval",
         type=float,
         default=1.0,
@@ -47,10 +55,16 @@ async def serve(args: argparse.Namespace) -> None:
         watch_history=args.watch_history,
         time_scale=args.time_scale,
         bookmark_interval=args.bookmark_interval,
+        clock_offset=args.clock_offset,
     )
     url = await sim.start(args.host, args.port)
     log = structlog.get_logger()
-    log.info("kubesim serving", url=url, controllers=not args.no_controllers)
+    log.info(
+        "kubesim serving",
+        url=url,
+        controllers=not args.no_controllers,
+        clock_offset_seconds=args.clock_offset.total_seconds(),
+    )
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

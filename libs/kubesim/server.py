@@ -7,6 +7,7 @@ The controllers are imported only when enabled, so the API alone never depends o
 
 from __future__ import annotations
 
+from datetime import timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING
 
@@ -31,15 +32,17 @@ class KubeSim:
         watch_history: int = 10_000,
         time_scale: float = 1.0,
         bookmark_interval: float = 1.0,
+        clock_offset: timedelta = timedelta(),
     ) -> None:
         """``watch_history`` is how many events a watch can resume across (older → 410);
         ``time_scale`` is simulated seconds per real second (``controller_settings``, when
         given, carries its own); ``bookmark_interval`` is the real seconds between BOOKMARK
-        events on watches that allow them."""
+        events on watches that allow them; ``clock_offset`` puts the cluster's clock that far
+        from the host's (negative: behind)."""
         self._with_controllers = controllers
         self._controller_settings = controller_settings
         scale = controller_settings.time_scale if controller_settings else time_scale
-        self.clock = SimClock(scale)
+        self.clock = SimClock(scale, offset=clock_offset)
         self._store = ObjectStore(clock=self.clock, history=watch_history)
         self._watches = WatchHub(self._store)
         self._faults = Faults(self._watches.close_all)

@@ -35,6 +35,8 @@ class LocalRun:
     kubesim_port: int
     #: Simulated seconds per real second in kubesim (pod run times, grace periods).
     time_scale: float
+    #: kubesim's clock against the host's, as ``xmc-kubesim --clock-offset`` takes it.
+    clock_offset: str
     ess_listen: str
     metrics_base: int
     pidfile: Path
@@ -44,6 +46,7 @@ def _options(env: dict[str, str]) -> LocalRun:
     return LocalRun(
         kubesim_port=int(env.get("XMC_KUBESIM_PORT", "8081")),
         time_scale=float(env.get("XMC_KUBESIM_TIME_SCALE", "1")),
+        clock_offset=env.get("XMC_KUBESIM_CLOCK_OFFSET", "0s"),
         ess_listen=env.get("XMC_ESS_LISTEN", "127.0.0.1:50051"),
         metrics_base=int(env.get("XMC_METRICS_BASE_PORT", "9464")),
         pidfile=Path(env.get("XMC_RUN_DIR", ".run")) / "xmc.pid",
@@ -154,6 +157,7 @@ async def serve(settings: Settings, run: LocalRun) -> int:
             str(run.kubesim_port),
             "--time-scale",
             str(run.time_scale),
+            f"--clock-offset={run.clock_offset}",
         ],
         "ess": ["xmc-ess", "serve", "--metrics-listen", f"127.0.0.1:{run.metrics_base}"],
         "actuator": ["xmc-actuator", "--metrics-listen", f"127.0.0.1:{run.metrics_base + 1}"],

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -27,7 +28,13 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from actuator.labels import EXPERIMENT_ID, FINALIZER, MANAGED_BY_SELECTOR
 from reconciler import metrics
 from reconciler.batcher import BatcherOptions, UpdateBatcher
-from reconciler.ess_client import EssClient, EssRejected, EssUnavailable
+from reconciler.ess_client import (
+    EssClient,
+    EssRejected,
+    EssUnavailable,
+    TerminalWrite,
+    judge_terminal_write,
+)
 from reconciler.leader import LeaderElector, LeaseSettings
 from reconciler.observation import Observation
 from reconciler.observe import (
@@ -44,6 +51,7 @@ from reconciler.observe import (
     workload_owner,
 )
 from reconciler.watch import ChangeKind, ResourceWatcher, WatchSettings, kube_request
+from xmc.model.states import WorkUnitState
 
 log = structlog.get_logger()
 Obj = dict[str, Any]
@@ -52,6 +60,16 @@ JOBSETS = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
 WORKLOADS = ("kueue.x-k8s.io", "v1beta2", "workloads")
 _MERGE_PATCH: dict[str, Any] = {"_content_type": "application/merge-patch+json"}
 _FINALIZER_BACKOFF = (0.2, 0.5, 1.0, 2.0, 5.0)
+
+
+class _FinalizeStep(enum.Enum):
+    """Where one pass of the finalizer path ended."""
+
+    DONE = "done"
+    #: The terminal write failed or was refused: back off, write again.
+    WRITE_FAILED = "write_failed"
+    #: The JobSet changed under the removal patch: back off, read it again.
+    REREAD = "reread"
 
 
 @dataclass(frozen=True)
@@ -272,45 +290,68 @@ class Reconciler:
         failed, attempt = False, 0
         while not self._stopping.is_set():
             try:
-                jobset = await self._get_jobset(name)
-                if jobset is None:
-                    return
-                decision = decide_finalizer(
-                    jobset,
-                    now=self._clock(),
-                    last_write_failed=failed,
-                    max_retry_age=self.options.max_stopped_write_retry_age,
-                )
-                if decision.action == FinalizerAction.NOT_OURS:
-                    return
-                if decision.action == FinalizerAction.REMOVE_ANYWAY:
-                    log.error("finalizer removed without a terminal write", jobset=name,
-                              reason=decision.reason)  # fmt: skip
-                    metrics.FINALIZERS_FORCE_REMOVED_TOTAL.inc()
-                elif decision.observation is not None:
-                    await self._ess.update([decision.observation], writer="reconciler/finalizer")
-                failed = False
-                await self._custom.patch_namespaced_custom_object(
-                    *JOBSETS[:2], self.options.namespace, JOBSETS[2], name,
-                    finalizer_removal_patch(jobset), **_MERGE_PATCH,
-                )  # fmt: skip
-                return
+                step = await self._finalize_once(name, last_write_failed=failed)
             except EssUnavailable as error:
-                failed = True
                 metrics.FINALIZER_RETRIES_TOTAL.inc()
                 log.warning("terminal write failed; will retry", jobset=name, error=str(error))
+                step = _FinalizeStep.WRITE_FAILED
             except EssRejected as error:
                 log.error("terminal write rejected", jobset=name, error=str(error))
-                failed = True
+                metrics.TERMINAL_WRITES_REJECTED_TOTAL.labels(error.code.name.lower()).inc()
+                step = _FinalizeStep.WRITE_FAILED
             except ApiException as error:
                 if error.status == 404:
                     return
                 log.info("finalizer removal conflicted; re-reading", jobset=name,
                          status=error.status)  # fmt: skip
+                step = _FinalizeStep.REREAD
+            if step is _FinalizeStep.DONE:
+                return
+            failed = step is _FinalizeStep.WRITE_FAILED
             delay = _FINALIZER_BACKOFF[min(attempt, len(_FINALIZER_BACKOFF) - 1)]
             attempt += 1
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), timeout=delay)
+
+    async def _finalize_once(self, name: str, *, last_write_failed: bool) -> _FinalizeStep:
+        jobset = await self._get_jobset(name)
+        if jobset is None:
+            return _FinalizeStep.DONE
+        decision = decide_finalizer(
+            jobset,
+            now=self._clock(),
+            last_write_failed=last_write_failed,
+            max_retry_age=self.options.max_stopped_write_retry_age,
+        )
+        if decision.action == FinalizerAction.NOT_OURS:
+            return _FinalizeStep.DONE
+        if decision.action == FinalizerAction.REMOVE_ANYWAY:
+            log.error("finalizer removed without a terminal write", jobset=name,
+                      reason=decision.reason)  # fmt: skip
+            metrics.FINALIZERS_FORCE_REMOVED_TOTAL.inc()
+        elif decision.observation is not None and not await self._write_terminal(
+            name, decision.observation
+        ):
+            return _FinalizeStep.WRITE_FAILED
+        await self._custom.patch_namespaced_custom_object(
+            *JOBSETS[:2], self.options.namespace, JOBSETS[2], name,
+            finalizer_removal_patch(jobset), **_MERGE_PATCH,
+        )  # fmt: skip
+        return _FinalizeStep.DONE
+
+    async def _write_terminal(self, name: str, observation: Observation) -> bool:
+        """The synchronous terminal write; False when the ESS kept the execution live."""
+        (result,) = await self._ess.update([observation], writer="reconciler/finalizer")
+        verdict = judge_terminal_write(result)
+        if verdict is not TerminalWrite.REJECTED:
+            return True
+        reason = result.state_rejection or "unknown"
+        log.error(
+            "terminal write refused; keeping the finalizer", jobset=name,
+            stored_state=WorkUnitState(result.state).name, reason=reason,
+        )  # fmt: skip
+        metrics.TERMINAL_WRITES_REJECTED_TOTAL.labels(reason).inc()
+        return False
 
     # --- periodic work -----------------------------------------------------------------
 

@@ -12,6 +12,7 @@ token comes from ``XMC_SERVICE_TOKEN`` (see :meth:`EssClient.from_env`).
 
 from __future__ import annotations
 
+import enum
 import os
 from collections.abc import Mapping, Sequence
 
@@ -20,7 +21,7 @@ import grpc
 from reconciler import metrics
 from reconciler.observation import Observation
 from reconciler.observe import WorkUnitSnapshot
-from xmc.model.states import WorkUnitState
+from xmc.model.states import EXECUTION_TERMINAL_STATES, WorkUnitState
 from xmc.names import work_unit_name
 from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
@@ -63,6 +64,32 @@ def classify(error: grpc.aio.AioRpcError) -> EssError:
     if code in _TRANSIENT:
         return EssUnavailable(code, details)
     return EssRejected(code, details)
+
+
+class TerminalWrite(enum.StrEnum):
+    """What one finalizer write came to; also a metric label."""
+
+    #: The execution is terminal now, by this write or an earlier one (a COMPLETED before
+    #: the stop, the Actuator's STOPPED): the finalizer may go.
+    LANDED = "landed"
+    #: The JobSet belongs to an older execution (EID fence): nothing of it is to be kept.
+    FENCED = "fenced"
+    #: The work unit no longer exists.
+    GONE = "gone"
+    #: The execution is still live: the terminal state was refused. Removing the finalizer
+    #: now would leave it live for good, so this is a failure to report and retry.
+    REJECTED = "rejected"
+
+
+def judge_terminal_write(result: UpdateResult) -> TerminalWrite:
+    """Whether a terminal write of the finalizer path took effect (pure)."""
+    if result.outcome == UpdateResult.STALE_EXECUTION:
+        return TerminalWrite.FENCED
+    if result.outcome == UpdateResult.NOT_FOUND:
+        return TerminalWrite.GONE
+    if WorkUnitState(result.state) in EXECUTION_TERMINAL_STATES:
+        return TerminalWrite.LANDED
+    return TerminalWrite.REJECTED
 
 
 def snapshot_of(work_unit: WorkUnit) -> WorkUnitSnapshot:

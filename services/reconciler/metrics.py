@@ -44,6 +44,12 @@ FINALIZER_RETRIES_TOTAL = Counter(
     "xmc_reconciler_finalizer_retries_total",
     "Attempts to write the final status of a deleted JobSet that failed and will be retried",
 )
+TERMINAL_WRITES_REJECTED_TOTAL = Counter(
+    "xmc_reconciler_terminal_writes_rejected_total",
+    "Finalizer-path terminal writes the ESS refused (the execution stayed live), by guard "
+    "reason; the finalizer is kept and the write retried",
+    ["reason"],
+)
 FINALIZERS_FORCE_REMOVED_TOTAL = Counter(
     "xmc_reconciler_finalizers_force_removed_total",
     "Finalizers removed without a successful final write, after maxStoppedWriteRetryAge",

@@ -77,11 +77,17 @@ async def ess_factory(database_url: str) -> AsyncIterator[EssFactory]:
     redis = aioredis.Redis.from_url(REDIS_URL)
 
     async def start(
-        *, redis_url: str = REDIS_URL, start_time: datetime | None = None, **option_overrides: Any
+        *,
+        redis_url: str = REDIS_URL,
+        start_time: datetime | None = None,
+        clock: FakeClock | None = None,
+        **option_overrides: Any,
     ) -> Ess:
         """``start_time`` sets the ESS's (fixed, test-controlled) clock; processes that use
-        the wall clock (an Actuator checking token expiry) need it near now."""
-        clock = FakeClock() if start_time is None else FakeClock(start_time)
+        the wall clock (an Actuator checking token expiry) need it near now. ``clock``
+        replaces it outright (``WallClock()`` for flows tested at real time)."""
+        if clock is None:
+            clock = FakeClock() if start_time is None else FakeClock(start_time)
         settings = Settings(
             database_url=database_url,
             redis_url=redis_url,

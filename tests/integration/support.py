@@ -33,6 +33,21 @@ class FakeClock:
         return self.now
 
 
+class WallClock(FakeClock):
+    """The real clock, for tests that must run at real time (SPEC-level flows whose
+    timestamps meet the cluster's); ``now`` is the last time it told."""
+
+    def __init__(self) -> None:
+        super().__init__(datetime.now(UTC))
+
+    def __call__(self) -> datetime:
+        self.now = datetime.now(UTC)
+        return self.now
+
+    def advance(self, seconds: float) -> datetime:
+        raise TypeError("the wall clock cannot be advanced")
+
+
 def message(severity: Severity, text: str) -> StructuredMessage:
     return StructuredMessage(severity=int(severity), user_facing_text=text)  # type: ignore[arg-type]
 

@@ -39,7 +39,7 @@ from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 from xmc_api.internal.v1 import scheduling_pb2, scheduling_pb2_grpc
 
 S = WorkUnitState
-TIME_SCALE = 5.0
+TIME_SCALE = 1.0
 
 
 @dataclass(frozen=True)
@@ -163,10 +163,12 @@ async def client(local_system: LocalSystem) -> Any:
 
 
 def forever(cpu_millicores: int = 1000) -> WorkUnit:
+    """Runs until deleted; leaves 1 s after SIGTERM (not the default grace of 30 s)."""
     work_unit = minimal_work_unit()
     job = work_unit.executable.jobset.jobs[0]
     job.annotations["kubesim.xmc/behavior"] = json.dumps({"run_seconds": None})
     job.spec.resources.cpu_resources.cpu_millicores = cpu_millicores
+    job.termination_grace_period_seconds = 1
     return work_unit
 
 
@@ -307,3 +309,132 @@ async def test_a_sweep_of_200_completes_with_exact_rollups(client: Client) -> No
     assert counts == {S.COMPLETED: 200}
     assert ActiveState(experiment.status.active_state) == ActiveState.INACTIVE
     assert len(set(names)) == 200
+
+
+# --- Every stop lands, at real time (issue: 106 of 110 stops once hung in STOPPING) ------
+
+
+def _light_forever() -> WorkUnit:
+    work_unit = forever(cpu_millicores=100)
+    return work_unit
+
+
+async def _launched(client: Client, count: int) -> tuple[str, list[str]]:
+    """An experiment whose launch is COMPLETED, with ``count`` never-ending work units."""
+    parent = await client.experiment()
+    names = list(
+        await asyncio.gather(*(client.work_unit(parent, _light_forever()) for _ in range(count)))
+    )
+    await client.api.UpdateExperimentLaunchState(
+        api_pb2.UpdateExperimentLaunchStateRequest(
+            name=parent, launch_state=ExperimentStatus.COMPLETED
+        )
+    )
+    return parent, names
+
+
+async def _states(client: Client, parent: str) -> dict[str, WorkUnitState]:
+    listed = await client.api.ListWorkUnits(
+        api_pb2.ListWorkUnitsRequest(parent=parent, page_size=1000)
+    )
+    return {w.name: S(w.current_work_unit_execution.status.state) for w in listed.work_units}
+
+
+async def _all(client: Client, parent: str, state: WorkUnitState, count: int) -> bool:
+    states = await _states(client, parent)
+    return len(states) == count and all(s == state for s in states.values())
+
+
+def _jobsets_of(client: Client, parent: str) -> list[str]:
+    xid = parent.split("/")[1]
+    path = (
+        "/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets"
+        f"?labelSelector=xmc.google.com/experiment-id%3D{xid}"
+    )
+    with urlopen(client.system.kube_url + path, timeout=5) as response:
+        return [item["metadata"]["name"] for item in json.loads(response.read())["items"]]
+
+
+async def _stopped_for_good(client: Client, parent: str, count: int) -> None:
+    """Every work unit STOPPED within 30 s, no JobSet left, the experiment INACTIVE."""
+    await wait_until(functools.partial(_all, client, parent, S.STOPPED, count), True, within=30)
+
+    async def no_jobsets() -> list[str]:
+        return _jobsets_of(client, parent)
+
+    none: list[str] = []
+    await wait_until(no_jobsets, none, within=30)
+    experiment = await client.api.GetExperiment(api_pb2.GetExperimentRequest(name=parent))
+    assert ActiveState(experiment.status.active_state) == ActiveState.INACTIVE
+    counts = {S(c.state): c.count for c in experiment.status.child_state_counts}
+    assert counts == {S.STOPPED: count}
+
+
+async def _stop_each(client: Client, names: list[str]) -> None:
+    await asyncio.gather(
+        *(client.api.StopWorkUnit(api_pb2.StopWorkUnitRequest(name=name)) for name in names)
+    )
+
+
+async def _stopped_right_after_create(client: Client) -> None:
+    parent = await client.experiment()
+
+    async def create_and_stop() -> None:
+        name = await client.work_unit(parent, _light_forever())
+        await client.api.StopWorkUnit(api_pb2.StopWorkUnitRequest(name=name))
+
+    await asyncio.gather(*(create_and_stop() for _ in range(50)))
+    await client.api.UpdateExperimentLaunchState(
+        api_pb2.UpdateExperimentLaunchStateRequest(
+            name=parent, launch_state=ExperimentStatus.COMPLETED
+        )
+    )
+    await _stopped_for_good(client, parent, 50)
+
+
+async def _stopped_while_running(client: Client) -> None:
+    parent, names = await _launched(client, 20)
+    await wait_until(functools.partial(_all, client, parent, S.RUNNING, 20), True, within=60)
+    await _stop_each(client, names)
+    await _stopped_for_good(client, parent, 20)
+
+
+async def _restarted_then_stopped(client: Client) -> None:
+    parent, names = await _launched(client, 10)
+    await wait_until(functools.partial(_all, client, parent, S.RUNNING, 10), True, within=60)
+    await asyncio.gather(
+        *(client.api.RestartWorkUnit(api_pb2.RestartWorkUnitRequest(name=n)) for n in names)
+    )
+    await _stop_each(client, names)
+    await _stopped_for_good(client, parent, 10)
+    executions = await client.api.ListWorkUnitExecutions(
+        api_pb2.ListWorkUnitExecutionsRequest(parent=names[0])
+    )
+    assert [e.name.rsplit("/", 1)[1] for e in executions.work_unit_executions] == ["1", "2"]
+
+
+async def _batch_stopped(client: Client) -> None:
+    parent, _names = await _launched(client, 50)
+    await wait_until(functools.partial(_all, client, parent, S.RUNNING, 50), True, within=60)
+    operation = await client.api.BatchStopWorkUnits(
+        api_pb2.BatchStopWorkUnitsRequest(parent=parent)
+    )
+    await _stopped_for_good(client, parent, 50)
+    operations = operations_grpc_pb2.OperationsStub(client.channel)
+
+    async def batch_done() -> bool:
+        closed = await operations.GetOperation(GetOperationRequest(name=operation.name))
+        return bool(closed.done) and not closed.HasField("error")
+
+    await wait_until(batch_done, True, within=30)
+
+
+async def test_every_stop_lands_at_real_time(client: Client) -> None:
+    """SPEC §10.3 at time scale 1: 50 stops right after create, 20 while RUNNING, 10 right
+    after a restart, one BatchStop of 50 — all STOPPED within 30 s of their stop."""
+    await asyncio.gather(
+        _stopped_right_after_create(client),
+        _stopped_while_running(client),
+        _restarted_then_stopped(client),
+        _batch_stopped(client),
+    )

@@ -10,6 +10,8 @@ import signal
 import socket
 import sys
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ from kubernetes_asyncio.client import (
 )
 from kubernetes_asyncio.watch import Watch
 
+from kubesim.clock import parse_offset
 from tests.kubesim.conftest import JOBSET_API, MERGE_PATCH, failure, jobset
 
 G, V = JOBSET_API
@@ -50,19 +53,11 @@ async def _until_healthy(url: str, process: asyncio.subprocess.Process) -> None:
     raise AssertionError(f"xmc-kubesim exited early with {process.returncode}")
 
 
-@pytest.fixture
-async def kubesim_process() -> AsyncIterator[tuple[str, asyncio.subprocess.Process]]:
+@asynccontextmanager
+async def _running(*args: str) -> AsyncIterator[tuple[str, asyncio.subprocess.Process]]:
     port = _free_port()
     process = await asyncio.create_subprocess_exec(
-        str(SCRIPT),
-        "--no-controllers",
-        "--watch-history",
-        "5",
-        "--bookmark-interval",
-        "0.2",
-        "--port",
-        str(port),
-        stderr=asyncio.subprocess.PIPE,
+        str(SCRIPT), *args, "--port", str(port), stderr=asyncio.subprocess.PIPE
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -72,6 +67,13 @@ async def kubesim_process() -> AsyncIterator[tuple[str, asyncio.subprocess.Proce
         if process.returncode is None:
             process.kill()
             await process.wait()
+
+
+@pytest.fixture
+async def kubesim_process() -> AsyncIterator[tuple[str, asyncio.subprocess.Process]]:
+    args = ("--no-controllers", "--watch-history", "5", "--bookmark-interval", "0.2")
+    async with _running(*args) as running:
+        yield running
 
 
 async def _crud(custom: CustomObjectsApi) -> None:
@@ -170,3 +172,39 @@ async def test_xmc_kubesim_process(
     log = [json.loads(line) for line in (await process.stderr.read()).splitlines() if line]
     assert {"event": "kubesim serving", "url": url}.items() <= log[0].items()
     assert log[-1]["event"] == "kubesim stopped"
+
+
+@pytest.mark.parametrize("offset", [-5, 5], ids=["behind", "ahead"])
+async def test_clock_offset_skews_every_cluster_timestamp(offset: int) -> None:
+    """``--clock-offset`` moves the API server's clock, so creation and deletion times
+    (and every condition the simulators stamp) come from a clock that is not the host's."""
+    async with (
+        _running("--no-controllers", f"--clock-offset={offset:+d}s") as (url, _process),
+        ApiClient(Configuration(host=url)) as api,
+    ):
+        custom = CustomObjectsApi(api)
+        host_before = datetime.now(UTC)
+        body = jobset("skewed", finalizers=["x.io/keep"])
+        created = await custom.create_namespaced_custom_object(G, V, "default", "jobsets", body)
+        await custom.delete_namespaced_custom_object(G, V, "default", "jobsets", "skewed")
+        held = await custom.get_namespaced_custom_object(G, V, "default", "jobsets", "skewed")
+        host_after = datetime.now(UTC)
+    for stamp in (created["metadata"]["creationTimestamp"], held["metadata"]["deletionTimestamp"]):
+        moment = datetime.fromisoformat(stamp)
+        skew = timedelta(seconds=offset)
+        # Whole seconds: the stamp is floored, so it may be up to 1 s before the window.
+        assert host_before + skew - timedelta(seconds=1) <= moment <= host_after + skew, stamp
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("-5s", -5.0), ("+5s", 5.0), ("5", 5.0), ("1m", 60.0), ("-250ms", -0.25), ("0s", 0.0)],
+)
+def test_parse_offset(text: str, seconds: float) -> None:
+    assert parse_offset(text) == timedelta(seconds=seconds)
+
+
+@pytest.mark.parametrize("text", ["", "five", "5 days", "--5s", "5x"])
+def test_parse_offset_refuses_garbage(text: str) -> None:
+    with pytest.raises(ValueError, match="clock offset"):
+        parse_offset(text)

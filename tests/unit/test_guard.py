@@ -156,12 +156,20 @@ def _decision(reason: GuardReason) -> StateUpdateDecision:
             id="stale STOPPING still cannot reopen a terminal execution",
         ),
         pytest.param(
+            S.RUNNING,
+            T2,
+            S.INITIALIZING,
+            T1,
+            GuardReason.STALE_TIME,
+            id="time order is checked before the transition table",
+        ),
+        pytest.param(
             S.STOPPING,
             T2,
             S.RUNNING,
             T1,
-            GuardReason.STALE_TIME,
-            id="time order is checked before the transition table",
+            GuardReason.TRANSITION_NOT_ALLOWED,
+            id="an observation older than a stop is refused by the table, not the clock",
         ),
         pytest.param(
             S.RUNNING,
@@ -298,41 +306,81 @@ def test_reasons_are_plain_string_labels() -> None:
     }
 
 
-@pytest.mark.parametrize(
-    ("current", "new", "allowed"),
-    [
-        pytest.param(
-            WorkUnitState.INITIALIZING,
-            WorkUnitState.SCHEDULING,
-            True,
-            id="first observation after create",
-        ),
-        pytest.param(
-            WorkUnitState.RESTARTING,
-            WorkUnitState.STARTING,
-            True,
-            id="first observation after restart",
-        ),
-        pytest.param(
-            WorkUnitState.SCHEDULING_PAUSED,
-            WorkUnitState.SCHEDULING,
-            True,
-            id="first observation after resume",
-        ),
-        pytest.param(
-            WorkUnitState.SCHEDULING,
-            WorkUnitState.STARTING,
-            False,
-            id="observations still keep their order",
-        ),
-    ],
+XMC_WRITTEN = (S.INITIALIZING, S.RESTARTING, S.SCHEDULING_PAUSED, S.STOPPING)
+OBSERVED_OR_TERMINAL = (
+    S.SCHEDULING,
+    S.DESCHEDULING,
+    S.STARTING,
+    S.RUNNING,
+    S.PARTIALLY_FAILED,
+    S.STOPPED,
+    S.COMPLETED,
+    S.FAILED,
 )
-def test_leaving_an_intent_state_ignores_the_cross_clock_time_order(
-    current: WorkUnitState, new: WorkUnitState, allowed: bool
+#: XMC stamps to the microsecond with its own clock...
+XMC_TIME = datetime(2026, 1, 2, 12, 0, 5, 300_000, tzinfo=UTC)
+#: ...the cluster to the whole second with the API server's, possibly skewed.
+CLUSTER_TIMES = {
+    "same second": XMC_TIME.replace(microsecond=0),
+    "cluster 5 s behind": XMC_TIME.replace(microsecond=0) - timedelta(seconds=5),
+    "cluster 5 s ahead": XMC_TIME.replace(microsecond=0) + timedelta(seconds=5),
+}
+
+
+def _cross_clock_cases() -> list[object]:
+    cases: list[object] = []
+    for current in XMC_WRITTEN:
+        for new in OBSERVED_OR_TERMINAL:
+            allowed = new in ALLOWED_TRANSITIONS[current]
+            want = GuardReason.ACCEPTED if allowed else GuardReason.TRANSITION_NOT_ALLOWED
+            for skew, cluster_time in CLUSTER_TIMES.items():
+                cases.append(
+                    pytest.param(
+                        current, new, cluster_time, want, id=f"{current.name}->{new.name} {skew}"
+                    )
+                )
+    return cases
+
+
+@pytest.mark.parametrize(("current", "new", "cluster_time", "expected"), _cross_clock_cases())
+def test_a_state_xmc_wrote_never_makes_a_cluster_observation_stale(
+    current: WorkUnitState, new: WorkUnitState, cluster_time: datetime, expected: GuardReason
 ) -> None:
-    """The intent was stamped by XMC at 12:00:05.300; the cluster stamps the JobSet it
-    created at 12:00:05 (whole seconds): that is not an older observation."""
-    intent_time = datetime(2026, 1, 2, 12, 0, 5, 300_000, tzinfo=UTC)
-    cluster_time = datetime(2026, 1, 2, 12, 0, 5, tzinfo=UTC)
-    got = should_update_work_unit_execution_state(current, intent_time, new, cluster_time)
-    assert got is allowed
+    """SPEC §5.2 step 5: the stored time came from XMC's clock, the proposed one from the
+    cluster's; only the transition table may refuse (STOPPING → an observed state)."""
+    assert decide_state_update(current, XMC_TIME, new, cluster_time) == _decision(expected)
+
+
+def test_the_stop_that_hung_at_real_time_now_lands() -> None:
+    """The bug: STOPPING stamped 12:00:05.300 by the ESS, the JobSet deleted at 12:00:05 by
+    the API server, the finalizer's STOPPED write refused as stale."""
+    got = decide_state_update(S.STOPPING, XMC_TIME, S.STOPPED, XMC_TIME.replace(microsecond=0))
+    assert got == _decision(GuardReason.ACCEPTED)
+
+
+CLUSTER_OBSERVED = (S.SCHEDULING, S.DESCHEDULING, S.STARTING, S.RUNNING, S.PARTIALLY_FAILED)
+
+
+ORDER_BY_OFFSET = {
+    "same second: equal times pass": (timedelta(0), GuardReason.ACCEPTED),
+    "older observation": (timedelta(seconds=-5), GuardReason.STALE_TIME),
+    "newer observation": (timedelta(seconds=5), GuardReason.ACCEPTED),
+}
+
+
+def _same_clock_cases() -> list[object]:
+    return [
+        pytest.param(current, new, offset, want, id=f"{current.name}->{new.name} {label}")
+        for current in CLUSTER_OBSERVED
+        for new in (*CLUSTER_OBSERVED, S.STOPPED, S.COMPLETED, S.FAILED)
+        if new != current
+        for label, (offset, want) in ORDER_BY_OFFSET.items()
+    ]
+
+
+@pytest.mark.parametrize(("current", "new", "offset", "expected"), _same_clock_cases())
+def test_between_cluster_observations_the_order_holds(
+    current: WorkUnitState, new: WorkUnitState, offset: timedelta, expected: GuardReason
+) -> None:
+    stored = XMC_TIME.replace(microsecond=0)
+    assert decide_state_update(current, stored, new, stored + offset) == _decision(expected)

@@ -118,6 +118,10 @@ class JobSetBuilder:
         del self._obj["status"]
         return self
 
+    def created(self, at: str) -> Self:
+        self._obj["metadata"]["creationTimestamp"] = at
+        return self
+
     def obj(self) -> dict[str, Any]:
         return copy.deepcopy(self._obj)
 
@@ -440,6 +444,27 @@ def test_job_totals(jobset: dict[str, Any], expected: JobTotals) -> None:
             id="naive observation time is read as UTC",
         ),
         pytest.param(
+            two_workers().created("2026-01-02T11:59:50Z").obj(),
+            OBSERVED_AT,
+            datetime(2026, 1, 2, 11, 59, 50, tzinfo=UTC),
+            id="no conditions: the cluster's creation time, not the Reconciler's clock",
+        ),
+        pytest.param(
+            two_workers()
+            .created("2026-01-02T11:59:50Z")
+            .condition("Suspended", "True", "2026-01-02T11:59:51Z")
+            .obj(),
+            OBSERVED_AT,
+            datetime(2026, 1, 2, 11, 59, 51, tzinfo=UTC),
+            id="a condition outranks the creation time",
+        ),
+        pytest.param(
+            two_workers().created("garbage").obj(),
+            OBSERVED_AT,
+            OBSERVED_AT,
+            id="malformed creation time falls back to the observation",
+        ),
+        pytest.param(
             two_workers().without_status().obj(),
             datetime(2026, 1, 2, 13, 0, 0, tzinfo=timezone(timedelta(hours=1))),
             OBSERVED_AT,
@@ -465,3 +490,15 @@ def test_an_observation_time_never_outranks_a_condition_of_the_same_second() -> 
     later = observation_state_update_time(completed, seen_at)
     assert first == datetime(2026, 1, 2, 12, 0, tzinfo=UTC)
     assert later >= first
+
+
+def test_a_reconciler_clock_ahead_of_the_cluster_never_makes_admission_look_stale() -> None:
+    """The Reconciler's clock is 5 s ahead: the JobSet's first (condition-less) sighting
+    and its admission are both stamped by the cluster, so the admission is not older."""
+    reconciler_now = datetime(2026, 1, 2, 12, 0, 10, 400_000, tzinfo=UTC)
+    created = two_workers().created("2026-01-02T12:00:05Z")
+    first = observation_state_update_time(created.obj(), reconciler_now)
+    admitted = created.condition("Suspended", "False", "2026-01-02T12:00:06Z").obj()
+    later = observation_state_update_time(admitted, reconciler_now)
+    assert first == datetime(2026, 1, 2, 12, 0, 5, tzinfo=UTC)
+    assert later > first

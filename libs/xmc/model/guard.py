@@ -42,14 +42,22 @@ RESTARTING or UNSPECIFIED here: those are written only when an execution is crea
 
 
 INTENT_STATES: frozenset[WorkUnitState] = frozenset(
-    {WorkUnitState.INITIALIZING, WorkUnitState.RESTARTING, WorkUnitState.SCHEDULING_PAUSED}
+    {
+        WorkUnitState.INITIALIZING,
+        WorkUnitState.RESTARTING,
+        WorkUnitState.SCHEDULING_PAUSED,
+        WorkUnitState.STOPPING,
+    }
 )
-"""States XMC writes before the cluster has anything to report for the execution. Their
-time comes from an XMC clock (sub-second), a cluster observation's from the cluster's
-(whole seconds, maybe skewed): comparing the two would reject the first observations
-of a JobSet created within the same second. No observation of this execution can
-predate the intent that created it, so leaving these states skips the time order
-(docs/decisions/0010)."""
+"""States XMC itself writes (ESS, Actuator), stamped by an XMC clock to the microsecond.
+Every other state comes from the cluster: a condition's ``lastTransitionTime``, the
+``deletionTimestamp`` or the ``creationTimestamp``, whole seconds from the API server's
+clock, which may be skewed against XMC's. Comparing a time of one clock with a time of the
+other says nothing, so leaving one of these states skips the time order: the cluster's
+first report after a create, a restart or a resume, and its terminal report after a stop
+(the JobSet deleted within the same second as the stop) are never "older" than the intent.
+Nothing stale can slip through: the EID fence keeps older executions out, and the
+transition table lets STOPPING move only to a terminal state (docs/decisions/0011)."""
 
 
 class GuardReason(enum.StrEnum):
@@ -100,9 +108,9 @@ def decide_state_update(
     # 4. Same state: nothing changes, not even the time.
     if new_state == current_state:
         return StateUpdateDecision(allowed=False, reason=GuardReason.SAME_STATE)
-    # 5. Older news loses, except a user's stop, which must survive a clock running ahead,
-    #    and except over an intent state: its time is XMC's clock, not the cluster's (see
-    #    INTENT_STATES).
+    # 5. Older news loses, but only between two times of the same clock: a user's stop
+    #    must survive a cluster clock running ahead, and an intent state's time is XMC's
+    #    clock, not the cluster's (see INTENT_STATES).
     if (
         current_state_update_time is not None
         and _as_utc(current_state_update_time) > new_time

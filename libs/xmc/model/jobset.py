@@ -153,17 +153,26 @@ def _parse_rfc3339(value: Any) -> datetime | None:
 
 
 def observation_state_update_time(jobset: Mapping[str, Any], observed_at: datetime) -> datetime:
-    """Newest condition `lastTransitionTime` (tz-aware UTC), else `observed_at` floored to
-    the second.
+    """The time of the JobSet's current state on the cluster's clock (tz-aware UTC): the
+    newest condition ``lastTransitionTime``, else the ``creationTimestamp`` (a JobSet
+    without conditions has been in its state since it was created), else ``observed_at``
+    floored to the second.
 
-    Using the cluster's transition time rather than the observation time keeps a late or
-    replayed observation from looking newer than it is to the §5.2 time-order check.
-    Kubernetes stamps conditions to the second, so a sub-second observation time would
-    outrank a condition set later within the same second and get that state rejected as
-    stale (a JobSet completing in the second it was first seen would never be recorded).
-    Unparseable timestamps are skipped like absent ones: one malformed field must not
+    Every choice but the last is stamped by the API server, to the second, so the §5.2
+    time order compares one clock with itself: the Reconciler's own clock may be skewed
+    against the cluster's, and a JobSet first seen at Reconciler time 12:00:10 whose
+    ``Suspended=False`` condition the cluster stamps 12:00:06 would otherwise look stale
+    and stay SCHEDULING (docs/decisions/0011). Using transition times rather than the
+    observation time also keeps a late or replayed observation from looking newer than it
+    is. Unparseable timestamps are skipped like absent ones: one malformed field must not
     stop the Reconciler from reporting the state.
     """
     parsed = (_parse_rfc3339(c.get("lastTransitionTime")) for c in _conditions(jobset))
     times = [t for t in parsed if t is not None]
-    return max(times) if times else _as_utc(observed_at).replace(microsecond=0)
+    if times:
+        return max(times)
+    metadata = jobset.get("metadata")
+    created = (
+        _parse_rfc3339(metadata.get("creationTimestamp")) if isinstance(metadata, Mapping) else None
+    )
+    return created if created is not None else _as_utc(observed_at).replace(microsecond=0)

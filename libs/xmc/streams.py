@@ -21,14 +21,18 @@ from xmc_api.internal.v1.tasks_pb2 import Task
 ACTUATOR_GROUP = "xmc-actuators"
 RESUME_GROUP = "xmc-resumers"
 
-# Atomically: remember that a task was published, and publish it only the first time.
-# A resume run that crashes after XADD but before marking the task processed will meet
-# the key on its retry and not enqueue the task twice.
-_PUBLISH_ONCE = """
-if redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[1]) then
-  return redis.call('XADD', KEYS[2], '*', 'task', ARGV[2], 'token', ARGV[3])
+# Publish one attempt of a task at most once: the first call XADDs and remembers the entry
+# id under the attempt's key, a repeat (the relay crashed after XADD, before recording
+# the publish) returns that id without a second entry. KEYS: attempt key, tasks stream.
+# ARGV: seconds to remember, task bytes, token.
+_PUBLISH_ATTEMPT = """
+local existing = redis.call('GET', KEYS[1])
+if existing then
+  return existing
 end
-return false
+local id = redis.call('XADD', KEYS[2], '*', 'task', ARGV[2], 'token', ARGV[3])
+redis.call('SET', KEYS[1], id, 'EX', ARGV[1])
+return id
 """
 
 
@@ -48,8 +52,9 @@ class StreamNames:
             prefix=prefix,
         )
 
-    def published_key(self, task_id: str) -> str:
-        return f"{self.prefix}xmc-published:{task_id}"
+    def published_key(self, task_id: str, attempt: int) -> str:
+        """Remembers that attempt ``attempt`` of task ``task_id`` is on the stream."""
+        return f"{self.prefix}xmc-published:{task_id}:{attempt}"
 
 
 REDIS_UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, OSError)
@@ -58,8 +63,8 @@ REDIS_UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, OSError)
 class TaskPublisher:
     """Signs tasks and appends them to ``xmc-tasks-stream``.
 
-    Redis failures surface as ``UnavailableError`` so callers can take the enqueue-failure
-    path of SPEC §4 (a message on the work unit) instead of failing the RPC.
+    Every entry gets a fresh token, so a task re-driven days after its intent still
+    verifies. Redis failures surface as ``UnavailableError``.
     """
 
     def __init__(
@@ -76,7 +81,7 @@ class TaskPublisher:
         self._key = signing_key
         self._clock = clock
         self._ttl = token_ttl
-        self._publish_once = redis.register_script(_PUBLISH_ONCE)
+        self._publish_attempt = redis.register_script(_PUBLISH_ATTEMPT)
 
     def _entry(self, task: Task) -> dict[str, Any]:
         return sign_task(task, key=self._key, now=self._clock(), ttl=self._ttl)
@@ -100,21 +105,24 @@ class TaskPublisher:
             raise UnavailableError(f"task stream unavailable: {exc}") from exc
         return ids
 
-    async def publish_once(
-        self,
-        task: Task,
-        *,
-        dedupe_id: str | None = None,
-        remember_for: timedelta = timedelta(days=8),
-    ) -> bytes | None:
-        """XADD unless ``dedupe_id`` (default: the task id) was already published; None
-        when it was."""
-        entry = self._entry(task)
+    async def publish_attempts(
+        self, attempts: Sequence[tuple[Task, int]], *, remember_for: timedelta = timedelta(days=1)
+    ) -> list[str]:
+        """Publish (task, attempt number) pairs in one round trip, each attempt at most
+        once (see ``_PUBLISH_ATTEMPT``); returns the entry ids, in order."""
+        if not attempts:
+            return []
+        seconds = int(remember_for.total_seconds())
         try:
-            result = await self._publish_once(
-                keys=[self._names.published_key(dedupe_id or task.task_id), self._names.tasks],
-                args=[int(remember_for.total_seconds()), entry["task"], entry["token"]],
-            )
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for task, attempt in attempts:
+                    entry = self._entry(task)
+                    await self._publish_attempt(
+                        keys=[self._names.published_key(task.task_id, attempt), self._names.tasks],
+                        args=[seconds, entry["task"], entry["token"]],
+                        client=pipe,
+                    )
+                ids: list[bytes | str] = await pipe.execute()
         except REDIS_UNAVAILABLE as exc:
             raise UnavailableError(f"task stream unavailable: {exc}") from exc
-        return result if result else None
+        return [i.decode() if isinstance(i, bytes) else i for i in ids]

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -30,7 +31,9 @@ from typing import Any, Final
 import jwt
 from google.protobuf.message import DecodeError
 
-from xmc_api.internal.v1.tasks_pb2 import Task
+from xmc.timestamps import set_timestamp
+from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
+from xmc_api.internal.v1.tasks_pb2 import Task, TaskPayload
 
 TASK_FIELD: Final = "task"
 TOKEN_FIELD: Final = "token"
@@ -75,6 +78,42 @@ class TaskRejected(Exception):
         self.reason = reason
         self.detail = detail
         self.task = task
+
+
+def build_task(
+    kind: int,
+    *,
+    xid: int,
+    wid: int,
+    target_eid: int,
+    operation: str,
+    work_unit: WorkUnit,
+    eid: int,
+    experiment_priority: int,
+    operation_time: datetime,
+) -> Task:
+    """A new task with a fresh id; ``eid`` is the execution it brings about (RESTART:
+    ``target_eid + 1``), ``operation_time`` the intent's time (the last-edit label)."""
+    task = Task(
+        task_id=uuid.uuid4().hex,
+        kind=kind,  # type: ignore[arg-type]
+        xid=xid,
+        wid=wid,
+        target_eid=target_eid,
+        operation=operation,
+        payload=TaskPayload(
+            work_unit=work_unit,
+            eid=eid,
+            experiment_priority=experiment_priority,  # type: ignore[arg-type]
+        ),
+    )
+    set_timestamp(task.operation_time, operation_time)
+    return task
+
+
+def task_execution_id(task: Task) -> int:
+    """The execution a task brings to life: ``payload.eid`` (RESTART's N+1), else the target."""
+    return task.payload.eid or task.target_eid
 
 
 def sign_task(

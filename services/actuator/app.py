@@ -1,5 +1,5 @@
-"""Wiring of one Actuator process: Postgres, Redis, the Kubernetes client, the pause
-gate, the JobSet handlers and the stream consumer."""
+"""Wiring of one Actuator process: Postgres, Redis, the Kubernetes client, the admission
+and pause gates, the JobSet handlers and the stream consumer."""
 
 from __future__ import annotations
 
@@ -10,10 +10,12 @@ from typing import Any
 import redis.asyncio as aioredis
 import structlog
 
+from actuator.admission import AdmissionGate
 from actuator.consumer import ConsumerSettings, TaskConsumer
 from actuator.handlers import JobSetHandlers
 from actuator.kube import JobSetClient
 from actuator.pause import PauseFlag, TaskPauseHandler
+from actuator.settle import TaskSettler
 from xmc.config import Settings
 from xmc.errors import InvalidArgumentError
 from xmc.store.repository import Store, utc_now
@@ -54,6 +56,7 @@ class Actuator:
             self._kube, self.store, namespace=settings.namespace, clock=self.clock
         )
         pause = TaskPauseHandler(self.store, PauseFlag(self.store), clock=self.clock)
+        admission = AdmissionGate(self.store, TaskSettler(self.store, clock=self.clock))
         self.consumer = TaskConsumer(
             self._redis,
             StreamNames.with_prefix(settings.stream_prefix),
@@ -63,6 +66,7 @@ class Actuator:
             clock=self.clock,
             settings=self.consumer_settings,
             pause=pause,
+            admission=admission,
             consumer_name=self.consumer_name,
         )
         log.info(

@@ -6,20 +6,25 @@ Protocol, in the order an entry meets it:
    missing) under one consumer name per process, asking only for as many entries as there
    are free slots: at most ``concurrency`` entries are held (running or queued) at once.
 2. **Verify.** Signature, issuer, audience, digest and expiry (``verify_task``) before
-   anything else. A rejected entry is never handled: its Operation, when the bytes parse
-   and name one, is closed with an error (see ``REJECTION_CODES``), the entry is copied
-   to the DLQ and acked. The operation name of a rejected task is itself untrusted; we
-   close it anyway (SPEC §6) but never touch an Operation that is already done.
+   anything else. A rejected entry touches nothing — no Operation, no outbox row, no
+   work unit: whatever it names is untrusted (a forged entry must not close a real
+   Operation). It is copied to the DLQ with its reason and acked. A genuine task that
+   was refused (say, its token expired in a long backlog) is still in the outbox,
+   unfinished, and the relay re-drives it with a fresh token.
 3. **Serialize per work unit.** Verified tasks go to one lane per (xid, wid); a lane runs
    its tasks one after the other in stream order, different lanes run concurrently (the
    shape of kopf's per-object queues).
-4. **Handle.** The pause gate first (it may park the task), then the handler. A RETRY
+4. **Handle.** The admission gate first (``actuator.admission``: a replayed or no longer
+   wanted task stops here), then the pause gate (it may park the task), then the
+   handler. A RETRY
    result is retried in-process with ``decide_retry`` backoff; an exception is treated as
    RETRY (code ``UNKNOWN``), so a bug or a Postgres outage cannot lose a task.
 5. **Settle** (``decide_settlement``): DONE / SKIPPED / PARKED → ``XACK``; PERMANENT →
    DLQ + ``XACK`` (the handler closed the Operation); RETRY with retries exhausted → left
    pending, so a later ``XAUTOCLAIM`` retries it, unless the entry has been delivered
-   ``max_deliveries`` times, then DLQ + ``XACK`` and the Operation is closed here.
+   ``max_deliveries`` times: then the task is settled here as failed (outbox finished,
+   Operation closed with the error, a create or restart FAILED with a FATAL message so
+   it never hangs in INITIALIZING), dead-lettered and acked.
 
 Retries survive restarts because they are counted where every consumer sees them: the
 delivery count of the entry in the group's pending list. An entry claimed with a count
@@ -55,20 +60,17 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, Protocol
 
-import grpc
 import structlog
 from redis.exceptions import ResponseError
 
 from actuator.errors import ErrorClass, RetryAction, RetryPolicy, decide_retry
 from actuator.metrics import DLQ_TOTAL, RECLAIMED_TOTAL, TASK_SECONDS, TASKS_TOTAL
 from actuator.outcome import Outcome, TaskHandler, TaskResult
-from actuator.pause import task_execution_id
-from xmc.errors import NotFoundError
+from actuator.settle import TaskSettler
 from xmc.model.resume import TaskKind
-from xmc.store import operations
 from xmc.store.repository import Store
 from xmc.streams import ACTUATOR_GROUP, REDIS_UNAVAILABLE, StreamNames
-from xmc.tasks import TaskRejected, TaskRejectReason, verify_task
+from xmc.tasks import TaskRejected, TaskRejectReason, task_execution_id, verify_task
 from xmc_api.internal.v1.tasks_pb2 import Task
 
 log = structlog.get_logger()
@@ -80,9 +82,9 @@ REASON_MAX_DELIVERIES: Final = "max_deliveries"
 #: Operation error of a task that never finished; the last transient code when known.
 MAX_DELIVERIES_CODE: Final = "UNAVAILABLE"
 
-#: Operation error code per rejection: a forged or unsigned task is not authorized, a
-#: garbled one is invalid, and one signed too long ago (or for later) is no longer (not
-#: yet) in a state to be carried out; none of them can succeed on a retry.
+#: The DLQ ``code`` per rejection: a forged or unsigned task is not authorized, a garbled
+#: one is invalid, and one signed too long ago (or for later) is no longer (not yet) in a
+#: state to be carried out; none of them can succeed on a retry.
 REJECTION_CODES: Final[Mapping[TaskRejectReason, str]] = {
     TaskRejectReason.MISSING_FIELD: "PERMISSION_DENIED",
     TaskRejectReason.BAD_SIGNATURE: "PERMISSION_DENIED",
@@ -107,6 +109,12 @@ class PauseGate(Protocol):
     """``TaskPauseHandler``: a PARKED result when the task was parked, None to proceed."""
 
     async def park_if_paused(self, task: Task) -> TaskResult | None: ...
+
+
+class Admission(Protocol):
+    """``AdmissionGate``: the result of a replayed or unwanted task, None to proceed."""
+
+    async def admit(self, task: Task) -> TaskResult | None: ...
 
 
 @dataclass(frozen=True)
@@ -163,12 +171,6 @@ def default_consumer_name() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
 
 
-def grpc_code_number(name: str) -> int:
-    """The numeric gRPC code of a code name; UNKNOWN for a name gRPC does not know."""
-    status = getattr(grpc.StatusCode, name, grpc.StatusCode.UNKNOWN)
-    return int(status.value[0])
-
-
 @dataclass(frozen=True)
 class Delivery:
     """One entry as this consumer received it."""
@@ -208,6 +210,7 @@ class TaskConsumer:
         clock: Callable[[], datetime],
         settings: ConsumerSettings | None = None,
         pause: PauseGate | None = None,
+        admission: Admission | None = None,
         consumer_name: str | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         jitter: Callable[[], float] = random.random,
@@ -215,7 +218,8 @@ class TaskConsumer:
     ) -> None:
         """``clock`` (wall time) judges token expiry and stamps Operations and the DLQ;
         ``sleep`` and ``jitter`` drive retry backoff (tests inject both); ``pause`` is
-        None when scheduling cannot be paused (tests)."""
+        None when scheduling cannot be paused (tests), ``admission`` None when every
+        verified task is handled (tests of the consumer alone)."""
         self._redis = redis
         self._names = names
         self._store = store
@@ -224,6 +228,8 @@ class TaskConsumer:
         self._clock = clock
         self._settings = settings or ConsumerSettings()
         self._pause = pause
+        self._admission = admission
+        self._settler = TaskSettler(store, clock=clock)
         self.name = consumer_name or default_consumer_name()
         self._sleep = sleep
         self._jitter = jitter
@@ -493,6 +499,10 @@ class TaskConsumer:
 
     async def _attempt(self, task: Task) -> TaskResult:
         try:
+            if self._admission is not None:
+                settled = await self._admission.admit(task)
+                if settled is not None:
+                    return settled
             if self._pause is not None:
                 parked = await self._pause.park_if_paused(task)
                 if parked is not None:
@@ -539,49 +549,28 @@ class TaskConsumer:
             )
 
     async def _give_up(self, delivery: Delivery, task: Task, code: str, detail: str) -> None:
-        """Out of deliveries: close the Operation (nobody else will), then dead-letter."""
+        """Out of deliveries: settle the task as failed (nobody else will), then dead-letter."""
         if code == "OK":
             code = MAX_DELIVERIES_CODE
         message = f"task not carried out after {delivery.deliveries} deliveries: {detail}"
-        await self._close_operation(task, code, message)
+        failed = TaskResult(Outcome.PERMANENT, message, code)
+        await self._settler.finish(task, failed, outcome=REASON_MAX_DELIVERIES)
         await self._dead_letter(delivery, REASON_MAX_DELIVERIES, code, message)
 
     async def _reject(self, delivery: Delivery, rejected: TaskRejected) -> None:
+        """Dead-letter an entry that failed verification; it touches nothing else."""
         task = rejected.task
         bound = {"task_id": task.task_id, "xid": task.xid, "wid": task.wid} if task else {}
         code = REJECTION_CODES.get(rejected.reason, "INVALID_ARGUMENT")
         with structlog.contextvars.bound_contextvars(entry_id=delivery.entry_id, **bound):
             try:
                 log.warning("task rejected", reason=rejected.reason.value, detail=rejected.detail)
-                if task is not None:
-                    message = f"task rejected ({rejected.reason.value}): {rejected.detail}"
-                    await self._close_operation(task, code, message)
                 await self._dead_letter(delivery, rejected.reason.value, code, rejected.detail)
                 TASKS_TOTAL.labels(_kind_label(task), "rejected").inc()
             except Exception:
                 log.exception("could not dead-letter a rejected task; leaving it pending")
             finally:
                 self._release(delivery)
-
-    async def _close_operation(self, task: Task, code: str, message: str) -> None:
-        """Close the task's Operation with an error, unless it is gone or already done."""
-        if not task.operation:
-            return
-        async with self._store.transaction() as conn:
-            try:
-                operation = await operations.fetch_operation(conn, task.operation)
-            except NotFoundError:
-                log.warning("operation of a failed task does not exist", operation=task.operation)
-                return
-            if operation.done:
-                return
-            await operations.finish_operation_task(
-                conn,
-                task.operation,
-                now=self._clock(),
-                error=(grpc_code_number(code), message),
-                task_id=task.task_id,
-            )
 
     async def _dead_letter(self, delivery: Delivery, reason: str, code: str, detail: str) -> None:
         """Copy the entry to the DLQ and ack it, atomically and at most once."""

@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from actuator import labels
-from actuator.manifest import execution_id
+from xmc.tasks import task_execution_id
 from xmc.timestamps import to_datetime
 from xmc_api.internal.v1.tasks_pb2 import Task
 
@@ -59,11 +59,13 @@ class DeleteAction(enum.StrEnum):
 
 @dataclass(frozen=True)
 class DeleteDecision:
-    """``uid`` is the delete precondition, so a newer JobSet of the same name survives."""
+    """``uid`` is the delete precondition, so a newer JobSet of the same name survives;
+    ``jobset_eid`` the execution the live JobSet runs (None: no JobSet)."""
 
     action: DeleteAction
     reason: str
     uid: str | None = None
+    jobset_eid: int | None = None
 
 
 class RestartAction(enum.StrEnum):
@@ -124,25 +126,28 @@ def decide_delete(jobset: Mapping[str, Any] | None, task: Task) -> DeleteDecisio
         return DeleteDecision(
             DeleteAction.SUPERSEDED,
             f"JobSet runs execution {live.eid}, newer than the target {target}",
+            jobset_eid=live.eid,
         )
     if live.deleting:
         return DeleteDecision(
             DeleteAction.ALREADY_DELETING,
             live.explain(f"JobSet of execution {live.eid} is already being deleted"),
             live.uid,
+            live.eid,
         )
     if stale := live.staleness(task):
-        return DeleteDecision(DeleteAction.STALE_REQUEST, stale)
+        return DeleteDecision(DeleteAction.STALE_REQUEST, stale, jobset_eid=live.eid)
     return DeleteDecision(
         DeleteAction.DELETE,
         live.explain(f"JobSet runs execution {live.eid}, not newer than the target {target}"),
         live.uid,
+        live.eid,
     )
 
 
 def decide_restart(jobset: Mapping[str, Any] | None, task: Task) -> RestartDecision:
     """Restart: replace execution ``N = task.target_eid`` by the payload's ``N+1``."""
-    new = execution_id(task)
+    new = task_execution_id(task)
     if jobset is None:
         return RestartDecision(RestartAction.CREATE, f"no JobSet: create execution {new}")
     live = _LiveJobSet.read(jobset)
@@ -173,7 +178,7 @@ def verify_duplicate_jobset(existing: Mapping[str, Any], task: Task) -> Duplicat
     expected = {
         labels.EXPERIMENT_ID: str(task.xid),
         labels.WORK_UNIT_ID: str(task.wid),
-        labels.EXECUTION_ID: str(execution_id(task)),
+        labels.EXECUTION_ID: str(task_execution_id(task)),
     }
     mismatches = [
         f"{key}={jobset_labels.get(key)!r}, want {value!r}"
@@ -186,7 +191,7 @@ def verify_duplicate_jobset(existing: Mapping[str, Any], task: Task) -> Duplicat
         )
     return DuplicateDecision(
         DuplicateAction.SAME_EXECUTION,
-        f"JobSet of execution {execution_id(task)} already exists (redelivery)",
+        f"JobSet of execution {task_execution_id(task)} already exists (redelivery)",
     )
 
 

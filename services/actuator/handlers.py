@@ -12,10 +12,13 @@ Decisions recorded here rather than in the guards:
 * A :class:`~actuator.kube.KubeError` is classified once, in :meth:`JobSetHandlers.handle`:
   transient → RETRY (Operation left open), permanent → PERMANENT (Operation closed with
   the classified code).
-* A Create or Restart task that ends PERMANENT also moves its execution to FAILED with a
-  FATAL system message, in the same transaction that closes the Operation: nothing else
-  would ever move it out of INITIALIZING or RESTARTING. The storage EID fence keeps this
-  write off any newer execution.
+* Every result is settled by :class:`~actuator.settle.TaskSettler` (outbox row, execution
+  write, Operation in one transaction): a Create or Restart that ends PERMANENT moves its
+  execution to FAILED with a FATAL system message, since nothing else would ever move it
+  out of INITIALIZING or RESTARTING. The storage EID fence keeps it off newer executions.
+* A Delete that removes (or finds being deleted) the JobSet of an *older* execution than
+  its target writes STOPPED for the target itself: the old JobSet's finalizer write is
+  fenced off, and nothing else would end the target (a stop that overtook a restart).
 * Deletes carry a UID precondition; a 409 on it (or a 404) means the JobSet changed since
   the read, so the handler re-reads and decides again, a bounded number of times. Patches
   carry the read's ``resourceVersion`` for the same reason: the guards judged exactly the
@@ -29,16 +32,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
 
 import structlog
-from google.rpc import code_pb2
 
 from actuator import labels
 from actuator.guards import (
     DeleteAction,
+    DeleteDecision,
     DuplicateAction,
     RestartAction,
     UpdateAction,
@@ -48,18 +50,13 @@ from actuator.guards import (
     verify_duplicate_jobset,
 )
 from actuator.kube import JobSetClient, KubeError
-from actuator.manifest import build_base_jobset, execution_id
+from actuator.manifest import build_base_jobset
 from actuator.outcome import Outcome, TaskResult
+from actuator.settle import StateWrite, TaskSettler
 from actuator.validation import validate_jobset_manifest
-from xmc.errors import NotFoundError
-from xmc.model.merge import STATE_PATH, SYSTEM_MESSAGE_PATH, ExecutionUpdate
-from xmc.model.states import Severity, WorkUnitState
-from xmc.names import work_unit_name
-from xmc.store import executions, operations, work_units
+from xmc.model.states import WorkUnitState
 from xmc.store.repository import Store
-from xmc.timestamps import set_timestamp, to_datetime
-from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
-from xmc_api.cloud.xmanager.v1.work_unit_execution_pb2 import WorkUnitExecution
+from xmc.tasks import task_execution_id
 from xmc_api.internal.v1.tasks_pb2 import Task
 
 log = structlog.get_logger()
@@ -74,15 +71,6 @@ PRECONDITION_ATTEMPTS: Final = 3
 _CHANGED_UNDER_US: Final = frozenset({"NOT_FOUND", "FAILED_PRECONDITION"})
 _FAILS_EXECUTION: Final = frozenset({Task.CREATE, Task.RESTART})
 _ONE_MICROSECOND: Final = timedelta(microseconds=1)
-
-
-@dataclass(frozen=True)
-class _StateWrite:
-    """A masked write of ``state`` (and a system message, if any) for execution ``eid``."""
-
-    eid: int
-    state: WorkUnitState
-    message: StructuredMessage | None = None
 
 
 class JobSetHandlers:
@@ -107,7 +95,8 @@ class JobSetHandlers:
         #: its finalizer after writing the old execution's terminal state).
         self._restart_wait = restart_wait_seconds
         self._restart_poll = restart_poll_seconds
-        self._writer = writer
+        self._settler = TaskSettler(store, clock=clock, writer=writer)
+        self._finish = self._settler.finish
         self._actions: Mapping[int, Callable[[Task], Awaitable[TaskResult]]] = {
             Task.CREATE: self._create,
             Task.DELETE: self._delete,
@@ -118,7 +107,7 @@ class JobSetHandlers:
     async def handle(self, task: Task) -> TaskResult:
         kind = Task.Kind.Name(task.kind) if task.kind in Task.Kind.values() else str(task.kind)
         with structlog.contextvars.bound_contextvars(
-            task_id=task.task_id, xid=task.xid, wid=task.wid, eid=execution_id(task)
+            task_id=task.task_id, xid=task.xid, wid=task.wid, eid=task_execution_id(task)
         ):
             action = self._actions.get(task.kind)
             try:
@@ -142,7 +131,7 @@ class JobSetHandlers:
     # --- the four handlers -------------------------------------------------------------
 
     async def _create(self, task: Task) -> TaskResult:
-        """Create the JobSet of ``execution_id(task)``; Restart's second half too."""
+        """Create the JobSet of ``task_execution_id(task)``; Restart's second half too."""
         manifest = build_base_jobset(task, namespace=self._namespace)
         if problems := validate_jobset_manifest(manifest):
             reason = "invalid JobSet: " + "; ".join(problems)
@@ -154,7 +143,9 @@ class JobSetHandlers:
                 raise
             return await self._verify_duplicate(task)
         uid = created.get("metadata", {}).get("uid")
-        reason = f"created JobSet {self._name(task)} (uid {uid}) for execution {execution_id(task)}"
+        reason = (
+            f"created JobSet {self._name(task)} (uid {uid}) for execution {task_execution_id(task)}"
+        )
         return await self._finish(task, TaskResult(Outcome.DONE, reason))
 
     async def _delete(self, task: Task) -> TaskResult:
@@ -165,13 +156,21 @@ class JobSetHandlers:
             match decision.action:
                 case DeleteAction.DELETE:
                     if await self._delete_exactly(name, decision.uid):
-                        return await self._finish(task, TaskResult(Outcome.DONE, decision.reason))
+                        done = TaskResult(Outcome.DONE, decision.reason)
+                        return await self._finish(
+                            task, done, write=_stopped_unless_own(decision, task)
+                        )
                 case DeleteAction.NOTHING_TO_DELETE:
                     # No JobSet, so no finalizer will ever write the terminal state.
-                    stopped = _StateWrite(task.target_eid, WorkUnitState.STOPPED)
+                    stopped = StateWrite(task.target_eid, WorkUnitState.STOPPED)
                     skipped = TaskResult(Outcome.SKIPPED, decision.reason)
                     return await self._finish(task, skipped, write=stopped)
-                case DeleteAction.SUPERSEDED | DeleteAction.ALREADY_DELETING:
+                case DeleteAction.ALREADY_DELETING:
+                    skipped = TaskResult(Outcome.SKIPPED, decision.reason)
+                    return await self._finish(
+                        task, skipped, write=_stopped_unless_own(decision, task)
+                    )
+                case DeleteAction.SUPERSEDED:
                     return await self._finish(task, TaskResult(Outcome.SKIPPED, decision.reason))
                 case DeleteAction.STALE_REQUEST:
                     return await self._finish(
@@ -287,66 +286,6 @@ class JobSetHandlers:
             return TaskResult(Outcome.RETRY, reason, classified.code, classified.retry_after)
         return await self._finish(task, _permanent(reason, classified.code))
 
-    # --- Postgres ----------------------------------------------------------------------
-
-    async def _finish(
-        self, task: Task, result: TaskResult, *, write: _StateWrite | None = None
-    ) -> TaskResult:
-        """``updateOperation`` and the execution write that goes with the result, in one
-        transaction so a task never half-finishes."""
-        if write is None:
-            write = _failed_execution(task, result)
-        if not task.operation and write is None:
-            return result
-        now = self._clock()
-        async with self._store.transaction() as conn:
-            if write is not None:
-                await self._write_state(conn, task, write, now=now)
-            if task.operation:
-                if result.outcome is Outcome.PERMANENT:
-                    error = (code_pb2.Code.Value(result.code), result.reason)
-                    await operations.finish_operation_task(
-                        conn, task.operation, now=now, error=error, task_id=task.task_id
-                    )
-                else:
-                    await operations.finish_operation_task(
-                        conn,
-                        task.operation,
-                        now=now,
-                        response=task.payload.work_unit,
-                        task_id=task.task_id,
-                    )
-        return result
-
-    async def _write_state(
-        self, conn: Any, task: Task, write: _StateWrite, *, now: datetime
-    ) -> None:
-        """The masked write, stamped after the stored state time (see the module docstring);
-        the storage guards still decide (a terminal execution stays as it is)."""
-        try:
-            stored = await work_units.fetch_work_unit(conn, task.xid, task.wid)
-        except NotFoundError:
-            log.warning("work unit not found; execution state not written", state=write.state.name)
-            return
-        stored_time = to_datetime(stored.current_work_unit_execution.status.state_update_time)
-        execution = WorkUnitExecution()
-        execution.status.state = int(write.state)  # type: ignore[assignment]
-        set_timestamp(execution.status.state_update_time, max(now, stored_time + _ONE_MICROSECOND))
-        mask: tuple[str, ...] = (STATE_PATH,)
-        if write.message is not None:
-            execution.status.system_message.CopyFrom(write.message)
-            mask += (SYSTEM_MESSAGE_PATH,)
-        update = ExecutionUpdate(task.xid, task.wid, write.eid, execution, mask)
-        (result,) = await executions.update_work_unit_executions(
-            conn, [update], writer=self._writer, now=now
-        )
-        log.info(
-            "execution state written",
-            state=write.state.name,
-            outcome=str(result.outcome),
-            stored_state=result.state.name,
-        )
-
     def _name(self, task: Task) -> str:
         return labels.jobset_name(task.xid, task.wid)
 
@@ -372,18 +311,10 @@ def _at_resource_version(patch: Mapping[str, Any], jobset: Mapping[str, Any]) ->
     return {**patch, "metadata": metadata}
 
 
-def _failed_execution(task: Task, result: TaskResult) -> _StateWrite | None:
-    """A Create or Restart that can never succeed fails its execution, FATAL, so the work
-    unit does not hang in INITIALIZING or RESTARTING."""
-    if result.outcome is not Outcome.PERMANENT or task.kind not in _FAILS_EXECUTION:
+def _stopped_unless_own(decision: DeleteDecision, task: Task) -> StateWrite | None:
+    """The JobSet deleted (or deleting) belongs to an older execution than the target
+    (a stop overtook the restart that would have replaced it): its finalizer writes for
+    that older execution, which the EID fence drops, so the target is STOPPED here."""
+    if decision.jobset_eid is None or decision.jobset_eid >= task.target_eid:
         return None
-    eid = execution_id(task)
-    message = StructuredMessage(
-        severity=int(Severity.FATAL),  # type: ignore[arg-type]
-        source=StructuredMessage.XMANAGER_BACKEND,
-        parent=work_unit_name(task.xid, task.wid),
-        user_facing_text=(
-            f"XMC could not start execution {eid} on Kubernetes ({result.code}): {result.reason}"
-        ),
-    )
-    return _StateWrite(eid, WorkUnitState.FAILED, message)
+    return StateWrite(task.target_eid, WorkUnitState.STOPPED)

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from actuator import labels
+from xmc.tasks import task_execution_id
 from xmc.timestamps import to_datetime
 from xmc_api.cloud.xmanager.v1.resources_pb2 import ResourceSet
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import (
@@ -77,7 +78,7 @@ def build_base_jobset(task: Task, *, namespace: str) -> dict[str, Any]:
     work_unit = task.payload.work_unit
     executable = work_unit.executable
     jobset = executable.jobset
-    eid = execution_id(task)
+    eid = task_execution_id(task)
     system_labels = {
         labels.EXPERIMENT_ID: str(task.xid),
         labels.WORK_UNIT_ID: str(task.wid),
@@ -109,11 +110,6 @@ def build_base_jobset(task: Task, *, namespace: str) -> dict[str, Any]:
         "metadata": metadata,
         "spec": _jobset_spec(jobset, pod_labels),
     }
-
-
-def execution_id(task: Task) -> int:
-    """The execution the JobSet runs: the payload's (``N+1`` on restart), else the target."""
-    return task.payload.eid or task.target_eid
 
 
 def tpu_chips_per_host(topology: str) -> int | None:

@@ -6,7 +6,8 @@ per task would put a query on the hot path, so :class:`PauseFlag` caches it for
 
 :class:`TaskPauseHandler` runs before the real handler. While paused, a task that would
 start or change work is parked in PausedTasks instead of reaching the cluster; the resume
-worker re-signs and re-enqueues it later, so its Operation stays open. Parking and the
+worker puts it back in the outbox later, so its Operation stays open. Parking (in
+PausedTasks, and in the outbox so the relay does not re-drive it meanwhile) and the
 ``SCHEDULING_PAUSED`` write share one transaction, and a redelivered task finds its
 PausedTasks row (unique ``task_id``) and changes nothing: a task is parked exactly once.
 """
@@ -23,13 +24,13 @@ from typing import Final
 import structlog
 
 from actuator.outcome import Outcome, TaskResult
+from xmc.messages import backend_message
 from xmc.model.merge import STATE_PATH, SYSTEM_MESSAGE_PATH, ExecutionUpdate
 from xmc.model.states import Severity, WorkUnitState
-from xmc.names import work_unit_name
-from xmc.store import executions, scheduling
+from xmc.store import executions, outbox, scheduling
 from xmc.store.repository import Store
+from xmc.tasks import task_execution_id
 from xmc.timestamps import set_timestamp
-from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
 from xmc_api.cloud.xmanager.v1.work_unit_execution_pb2 import WorkUnitExecution
 from xmc_api.internal.v1.tasks_pb2 import Task
 
@@ -105,11 +106,6 @@ def decide_pause(kind: int, *, paused: bool) -> PauseAction:
     return PauseAction.PROCEED
 
 
-def task_execution_id(task: Task) -> int:
-    """The execution a task brings to life: ``payload.eid`` (RESTART's N+1), else the target."""
-    return task.payload.eid or task.target_eid
-
-
 def paused_update(task: Task, *, now: datetime, reason: str = "") -> ExecutionUpdate:
     """The one masked write that shows a parked CREATE / RESTART to the user."""
     text = "Scheduling is paused cluster-wide; this work unit will be scheduled on resume."
@@ -119,14 +115,7 @@ def paused_update(task: Task, *, now: datetime, reason: str = "") -> ExecutionUp
     status = execution.status
     status.state = int(WorkUnitState.SCHEDULING_PAUSED)  # type: ignore[assignment]
     set_timestamp(status.state_update_time, now)
-    status.system_message.CopyFrom(
-        StructuredMessage(
-            severity=int(Severity.INFO),  # type: ignore[arg-type]
-            source=StructuredMessage.XMANAGER_BACKEND,
-            parent=work_unit_name(task.xid, task.wid),
-            user_facing_text=text,
-        )
-    )
+    status.system_message.CopyFrom(backend_message(Severity.INFO, task.xid, task.wid, text))
     return ExecutionUpdate(task.xid, task.wid, task_execution_id(task), execution, PAUSE_MASK)
 
 
@@ -149,6 +138,7 @@ class TaskPauseHandler:
             # ResumeScheduling must not be parked again by a stale "paused".
             if not (await scheduling.fetch_scheduling_control(conn)).paused:
                 return None
+            await outbox.park(conn, task, now=now)
             first_time = await scheduling.park_task(
                 conn,
                 task_id=task.task_id,

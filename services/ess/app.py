@@ -27,11 +27,13 @@ from ess.intents import Intents
 from ess.interceptor import EssInterceptor
 from ess.internal import SchedulingService, WorkUnitExecutionService
 from ess.operations_service import OperationsService
+from ess.relay import OutboxRelay
 from ess.resume import ResumeWorker
 from ess.service import ExperimentStateService
 from xmc.config import Settings
 from xmc.errors import InvalidArgumentError
-from xmc.store import operations, scheduling
+from xmc.model.outbox import RelaySettings
+from xmc.store import operations, outbox, scheduling
 from xmc.store.migrate import migrate
 from xmc.store.repository import Store, utc_now
 from xmc.streams import StreamNames, TaskPublisher
@@ -66,6 +68,7 @@ class EssOptions:
     #: How often the janitor drops expired operations and parked tasks.
     janitor_interval: timedelta = timedelta(hours=1)
     resume_sweep_seconds: float = 30.0
+    relay: RelaySettings = field(default_factory=RelaySettings)
     pool_size: int = 10
     run_migrations: bool = True
     auth: AuthSettings = field(default_factory=AuthSettings)
@@ -80,15 +83,22 @@ class EssOptions:
         )
 
 
-async def run_janitor_once(store: Store, *, now: datetime) -> tuple[int, int]:
+async def run_janitor_once(store: Store, *, now: datetime) -> tuple[int, int, int]:
     """TTL cleanup (SPEC §11): operations after 90 days, processed parked tasks 7 days
-    after ``processed_time``. Returns how many of each were dropped."""
+    after ``processed_time``, finished outbox tasks 7 days after they finished. Returns
+    how many of each were dropped."""
     async with store.transaction() as conn:
         dropped_ops = await operations.delete_expired_operations(conn, now=now)
         dropped_tasks = await scheduling.delete_expired_paused_tasks(conn, now=now)
-    if dropped_ops or dropped_tasks:
-        log.info("expired rows dropped", operations=dropped_ops, paused_tasks=dropped_tasks)
-    return dropped_ops, dropped_tasks
+        dropped_outbox = await outbox.delete_expired(conn, now=now)
+    if dropped_ops or dropped_tasks or dropped_outbox:
+        log.info(
+            "expired rows dropped",
+            operations=dropped_ops,
+            paused_tasks=dropped_tasks,
+            outbox_tasks=dropped_outbox,
+        )
+    return dropped_ops, dropped_tasks, dropped_outbox
 
 
 class EssServer:
@@ -110,6 +120,7 @@ class EssServer:
         self._server: Any = None
         self.store: Store | None = None
         self._intents: Intents | None = None
+        self.relay: OutboxRelay | None = None
         self.redis: Any = None
 
     async def start(self) -> int:
@@ -129,7 +140,10 @@ class EssServer:
         publisher = TaskPublisher(
             self.redis, names, signing_key=settings.task_signing_key, clock=self.clock
         )
-        intents = self._intents = Intents(self.store, publisher, clock=self.clock)
+        relay = self.relay = OutboxRelay(
+            self.store, self.redis, names, publisher, clock=self.clock, settings=options.relay
+        )
+        intents = self._intents = Intents(self.store, clock=self.clock, committed=relay.wake)
 
         server = grpc.aio.server(
             interceptors=[EssInterceptor(Authenticator(options.auth, clock=self.clock))],
@@ -166,12 +180,13 @@ class EssServer:
             self.store,
             self.redis,
             names,
-            publisher,
             clock=self.clock,
             consumer=f"{socket.gethostname()}-{os.getpid()}",
+            committed=relay.wake,
             sweep_interval=options.resume_sweep_seconds,
         )
         self._background = [
+            asyncio.create_task(relay.run(self._stop), name="outbox-relay"),
             asyncio.create_task(worker.run(self._stop), name="resume-worker"),
             asyncio.create_task(self._janitor(), name="janitor"),
         ]
@@ -208,6 +223,11 @@ class EssServer:
             await self._server.stop(grace)
         if self._intents is not None:
             await self._intents.drain()
+        if self.relay is not None:
+            # Publish what the drained creates committed; whatever this misses (Redis
+            # down) stays in the outbox for the next ESS to relay.
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.relay.relay_once(), timeout=grace)
         for task in self._background:
             with contextlib.suppress(asyncio.CancelledError, TimeoutError):
                 await asyncio.wait_for(task, timeout=grace)

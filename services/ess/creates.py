@@ -1,10 +1,11 @@
 """Group commit for CreateWorkUnit.
 
 Concurrent CreateWorkUnit calls wait in a queue; a flusher takes everything queued (up to
-``max_batch``) and creates it in one transaction (``create_work_units``), then publishes
-the tasks in one Redis round trip. Under load a group forms by itself while the previous
-one is in the database; an idle server flushes a lone call at once, so a single client
-pays no batching delay. Each caller still gets its own outcome.
+``max_batch``) and creates it in one transaction (``create_work_units``) together with
+their CREATE tasks in the outbox, which the relay then publishes in one Redis round trip.
+Under load a group forms by itself while the previous one is in the database; an idle
+server flushes a lone call at once, so a single client pays no batching delay. Each
+caller still gets its own outcome.
 """
 
 from __future__ import annotations
@@ -100,9 +101,10 @@ class CreateCoalescer:
                 now=self._clock(),
                 authorize=authorize,
             )
-        await self._intents.publish_creates(
-            [o for o in outcomes if isinstance(o, Created) and o.work_unit is not None]
-        )
+            created = [o for o in outcomes if isinstance(o, Created) and o.work_unit is not None]
+            await self._intents.enqueue_creates(conn, created)
+        if created:
+            self._intents.tasks_committed()
         for request, outcome in zip(batch, outcomes, strict=True):
             if isinstance(outcome, XmcError):
                 request.future.set_exception(outcome)

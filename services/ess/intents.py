@@ -1,45 +1,41 @@
-"""The intent loop's first half (SPEC §4, §6): write intent, record the Operation, enqueue
-a signed task.
+"""The intent loop's first half (SPEC §4, §6): write intent, record the Operation, and put
+the task in the outbox — all in one transaction.
 
-Order matters. The intent and the Operation commit together first; the task is published
-after the commit, so an Actuator never sees a task whose work unit does not exist yet.
-When publishing fails the RPC still answers with the Operation, and the failure is made
-visible on the work unit (a masked system-message write) and on the Operation (done, with
-an UNAVAILABLE error) instead of failing the call: the intent is already durable.
+A task is a row of ``task_outbox`` written in the transaction of the intent it carries
+(the transactional outbox): once the RPC has answered, the intent and its task are both
+durable, whatever happens to this process or to Redis next. The outbox relay
+(``ess.relay``) publishes it to ``xmc-tasks-stream``; a commit wakes the relay of this
+process, so the task is on the stream milliseconds later. A Redis outage only delays it:
+the Operation stays open until the Actuator has carried the task out.
 """
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-import grpc
 import structlog
 from google.longrunning.operations_proto_pb2 import Operation
 
 from ess.auth import Identity, acl_writer_emails, require_experiment_writer
 from ess.creates import CreateCoalescer
-from ess.metrics import ENQUEUE_FAILURES, TASKS_ENQUEUED
-from xmc.errors import FailedPreconditionError, UnavailableError
+from xmc.errors import FailedPreconditionError
 from xmc.model.merge import ExecutionUpdate
 from xmc.model.resume import TaskKind
-from xmc.model.states import EXECUTION_TERMINAL_STATES, Severity, WorkUnitState
+from xmc.model.states import EXECUTION_TERMINAL_STATES, WorkUnitState
 from xmc.names import parse_work_unit_name, work_unit_name
-from xmc.store import experiments, operations, work_units
+from xmc.store import experiments, operations, outbox, work_units
 from xmc.store.creation import Created
 from xmc.store.executions import update_work_unit_executions
 from xmc.store.operations import ActionType, NewOperation
 from xmc.store.repository import Store
-from xmc.streams import TaskPublisher
+from xmc.tasks import build_task
 from xmc.timestamps import set_timestamp, to_datetime
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
-from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
 from xmc_api.cloud.xmanager.v1.work_unit_execution_pb2 import WorkUnitExecution
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
-from xmc_api.internal.v1.tasks_pb2 import Task, TaskPayload
+from xmc_api.internal.v1.tasks_pb2 import Task
 
 log = structlog.get_logger()
 
@@ -52,15 +48,6 @@ WRITER = "ess"
 _NO_UPDATE_STATES = EXECUTION_TERMINAL_STATES | {WorkUnitState.STOPPING}
 
 
-@dataclass(frozen=True)
-class _Planned:
-    """A task to publish once the transaction that made it necessary has committed."""
-
-    task: Task
-    #: Severity of the message written when publishing fails (SPEC §4).
-    failure_severity: Severity
-
-
 def _require_writer(identity: Identity, experiment: Experiment) -> None:
     require_experiment_writer(
         identity,
@@ -70,15 +57,27 @@ def _require_writer(identity: Identity, experiment: Experiment) -> None:
     )
 
 
+def _eid(work_unit: WorkUnit) -> int:
+    return int(work_unit.current_work_unit_execution.name.rsplit("/", 1)[1])
+
+
 class Intents:
-    """Create, stop, restart and update work units (single and batch)."""
+    """Create, stop, restart and update work units (single and batch).
+
+    ``committed`` is called after every transaction that put tasks in the outbox (the
+    relay's ``wake``); it must not block.
+    """
 
     def __init__(
-        self, store: Store, publisher: TaskPublisher, *, clock: Callable[[], datetime]
+        self,
+        store: Store,
+        *,
+        clock: Callable[[], datetime],
+        committed: Callable[[], None] = lambda: None,
     ) -> None:
         self._store = store
-        self._publisher = publisher
         self._clock = clock
+        self._committed = committed
         self._creates = CreateCoalescer(store, self, clock=clock, writer=WRITER)
 
     async def drain(self) -> None:
@@ -90,82 +89,33 @@ class Intents:
     def _task(
         self,
         kind: TaskKind,
-        *,
-        xid: int,
-        wid: int,
-        target_eid: int,
         operation: str,
         work_unit: WorkUnit,
+        *,
+        target_eid: int,
         eid: int,
         experiment_priority: int,
     ) -> Task:
-        task = Task(
-            task_id=uuid.uuid4().hex,
-            kind=int(kind),  # type: ignore[arg-type]
+        xid, wid = parse_work_unit_name(work_unit.name)
+        return build_task(
+            int(kind),
             xid=xid,
             wid=wid,
             target_eid=target_eid,
             operation=operation,
-            payload=TaskPayload(
-                work_unit=work_unit,
-                eid=eid,
-                experiment_priority=experiment_priority,  # type: ignore[arg-type]
-            ),
+            work_unit=work_unit,
+            eid=eid,
+            experiment_priority=experiment_priority,
+            operation_time=self._clock(),
         )
-        set_timestamp(task.operation_time, self._clock())
-        return task
 
-    async def _publish(self, planned: Sequence[_Planned]) -> None:
-        """Publish after commit; a failure becomes a message on the work unit and an
-        error on the Operation, never a lost intent or a failed RPC."""
-        for item in planned:
-            task = item.task
-            kind = TaskKind(task.kind).name
-            try:
-                await self._publisher.publish(task)
-                TASKS_ENQUEUED.labels(kind).inc()
-            except UnavailableError as exc:
-                ENQUEUE_FAILURES.labels(kind).inc()
-                log.error(
-                    "enqueue failed", xid=task.xid, wid=task.wid, task_kind=kind, error=str(exc)
-                )
-                await self._record_enqueue_failure(task, item.failure_severity, str(exc))
+    async def _enqueue(self, conn: Any, tasks: Sequence[Task]) -> None:
+        """Put tasks in the outbox, in the caller's transaction."""
+        await outbox.enqueue(conn, tasks, now=self._clock())
 
-    async def _record_enqueue_failure(self, task: Task, severity: Severity, error: str) -> None:
-        """``handleEnqueueActionError`` (ERROR, stop paths) and
-        ``updateWorkUnitExecutionStatusMessage`` (FATAL, create/restart paths)."""
-        kind = TaskKind(task.kind).name.lower()
-        execution = WorkUnitExecution()
-        execution.status.system_message.CopyFrom(
-            StructuredMessage(
-                severity=int(severity),  # type: ignore[arg-type]
-                source=StructuredMessage.XMANAGER_BACKEND,
-                parent=work_unit_name(task.xid, task.wid),
-                user_facing_text=(
-                    f"XMC could not queue the {kind} request ({error}); "
-                    "the request was not carried out, retry it"
-                ),
-            )
-        )
-        eid = task.payload.eid or task.target_eid
-        async with self._store.transaction() as conn:
-            await update_work_unit_executions(
-                conn,
-                [ExecutionUpdate(task.xid, task.wid, eid, execution, ("status.system_message",))],
-                writer=WRITER,
-                now=self._clock(),
-            )
-            if task.operation:
-                await operations.finish_operation_task(
-                    conn,
-                    task.operation,
-                    now=self._clock(),
-                    error=(
-                        grpc.StatusCode.UNAVAILABLE.value[0],
-                        f"could not queue the task: {error}",
-                    ),
-                    task_id=task.task_id,
-                )
+    def tasks_committed(self) -> None:
+        """Tell the relay that committed tasks wait in the outbox."""
+        self._committed()
 
     async def _writable_experiment(self, conn: Any, identity: Identity, xid: int) -> Experiment:
         experiment = await experiments.fetch_experiment(conn, xid)
@@ -181,50 +131,22 @@ class Intents:
         client-chosen ``wid`` a repeat returns the first Operation and creates nothing."""
         return await self._creates.submit(identity, xid, work_unit, wid)
 
-    async def publish_creates(self, created: Sequence[Created]) -> None:
-        """Enqueue the CREATE tasks of freshly created work units (after their commit)."""
-        planned = []
+    async def enqueue_creates(self, conn: Any, created: Sequence[Created]) -> None:
+        """The CREATE tasks of freshly created work units, in their creating transaction."""
+        tasks = []
         for outcome in created:
             assert outcome.work_unit is not None
-            xid, wid = parse_work_unit_name(outcome.work_unit.name)
-            task = self._task(
-                TaskKind.CREATE,
-                xid=xid,
-                wid=wid,
-                target_eid=1,
-                operation=outcome.operation.name,
-                work_unit=outcome.work_unit,
-                eid=1,
-                experiment_priority=outcome.experiment_priority,
-            )
-            planned.append(_Planned(task, Severity.FATAL))
-        await self._publish(planned)
-
-    def _planned(
-        self,
-        kind: TaskKind,
-        operation: Operation,
-        experiment: Experiment,
-        targets: Sequence[tuple[WorkUnit, int, int]],
-        failure_severity: Severity,
-    ) -> list[_Planned]:
-        """One task per (work unit, target eid, payload eid) of an Operation."""
-        return [
-            _Planned(
+            tasks.append(
                 self._task(
-                    kind,
-                    xid=parse_work_unit_name(work_unit.name)[0],
-                    wid=parse_work_unit_name(work_unit.name)[1],
-                    target_eid=target_eid,
-                    operation=operation.name,
-                    work_unit=work_unit,
-                    eid=eid,
-                    experiment_priority=experiment.priority,
-                ),
-                failure_severity,
+                    TaskKind.CREATE,
+                    outcome.operation.name,
+                    outcome.work_unit,
+                    target_eid=1,
+                    eid=1,
+                    experiment_priority=outcome.experiment_priority,
+                )
             )
-            for work_unit, target_eid, eid in targets
-        ]
+        await self._enqueue(conn, tasks)
 
     # --- stop --------------------------------------------------------------------------
 
@@ -298,15 +220,20 @@ class Intents:
                 now=self._clock(),
                 done=not targets,
             )
-        await self._publish(
-            self._planned(
-                TaskKind.DELETE,
-                operation,
-                experiment,
-                [(work_unit, eid, eid) for work_unit, eid in targets],
-                Severity.ERROR,
-            )
-        )
+            tasks = [
+                self._task(
+                    TaskKind.DELETE,
+                    operation.name,
+                    work_unit,
+                    target_eid=eid,
+                    eid=eid,
+                    experiment_priority=experiment.priority,
+                )
+                for work_unit, eid in targets
+            ]
+            await self._enqueue(conn, tasks)
+        if tasks:
+            self.tasks_committed()
         return operation
 
     # --- restart -----------------------------------------------------------------------
@@ -317,18 +244,15 @@ class Intents:
         """RestartWorkUnit / BatchRestartWorkUnits: archive eid N, make N+1 RESTARTING
         (allowed from any state), one Operation, one RESTART task per work unit."""
         batch = wids is None
-        planned: list[tuple[WorkUnit, int]] = []
         async with self._store.transaction() as conn:
             experiment = await self._writable_experiment(conn, identity, xid)
             if wids is None:
                 wids = await work_units.select_work_unit_ids(conn, xid, filter_text)
             now = self._clock()
-            for wid in wids:
-                restarted = await work_units.restart_work_unit(
-                    conn, xid, wid, writer=WRITER, now=now
-                )
-                new_eid = int(restarted.current_work_unit_execution.name.rsplit("/", 1)[1])
-                planned.append((restarted, new_eid))
+            restarted = [
+                await work_units.restart_work_unit(conn, xid, wid, writer=WRITER, now=now)
+                for wid in wids
+            ]
             operation = await operations.insert_operation(
                 conn,
                 NewOperation(
@@ -336,20 +260,25 @@ class Intents:
                     None if batch else wids[0],
                     ActionType.RESTART,
                     identity.email,
-                    pending_tasks=len(planned),
+                    pending_tasks=len(restarted),
                 ),
                 now=now,
-                done=not planned,
+                done=not restarted,
             )
-        await self._publish(
-            self._planned(
-                TaskKind.RESTART,
-                operation,
-                experiment,
-                [(work_unit, eid - 1, eid) for work_unit, eid in planned],
-                Severity.FATAL,
-            )
-        )
+            tasks = [
+                self._task(
+                    TaskKind.RESTART,
+                    operation.name,
+                    work_unit,
+                    target_eid=_eid(work_unit) - 1,
+                    eid=_eid(work_unit),
+                    experiment_priority=experiment.priority,
+                )
+                for work_unit in restarted
+            ]
+            await self._enqueue(conn, tasks)
+        if tasks:
+            self.tasks_committed()
         return operation
 
     # --- update ------------------------------------------------------------------------
@@ -364,20 +293,20 @@ class Intents:
             updated = await work_units.update_work_unit(
                 conn, xid, wid, source, paths, now=self._clock()
             )
-        current = updated.current_work_unit_execution
-        if "priority" in paths and WorkUnitState(current.status.state) not in _NO_UPDATE_STATES:
-            eid = int(current.name.rsplit("/", 1)[1])
-            task = self._task(
-                TaskKind.UPDATE,
-                xid=xid,
-                wid=wid,
-                target_eid=eid,
-                operation="",
-                work_unit=updated,
-                eid=eid,
-                experiment_priority=experiment.priority,
-            )
-            await self._publish([_Planned(task, Severity.ERROR)])
+            state = WorkUnitState(updated.current_work_unit_execution.status.state)
+            patch = "priority" in paths and state not in _NO_UPDATE_STATES
+            if patch:
+                task = self._task(
+                    TaskKind.UPDATE,
+                    "",
+                    updated,
+                    target_eid=_eid(updated),
+                    eid=_eid(updated),
+                    experiment_priority=experiment.priority,
+                )
+                await self._enqueue(conn, [task])
+        if patch:
+            self.tasks_committed()
         return updated
 
     async def update_experiment(

@@ -13,9 +13,21 @@ RPC_SECONDS = Histogram(
     ["method"],
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
 )
-TASKS_ENQUEUED = Counter("xmc_ess_tasks_enqueued_total", "Tasks put on the task stream", ["kind"])
-ENQUEUE_FAILURES = Counter(
-    "xmc_ess_enqueue_failures_total", "Tasks that could not be put on the task stream", ["kind"]
+TASKS_ENQUEUED = Counter(
+    "xmc_ess_tasks_enqueued_total", "Tasks the outbox relay put on the task stream", ["kind"]
+)
+TASKS_REDRIVEN = Counter(
+    "xmc_ess_tasks_redriven_total",
+    "Published tasks the relay published again: the stream lost them or they were refused",
+    ["kind"],
+)
+TASKS_ABANDONED = Counter(
+    "xmc_ess_tasks_abandoned_total",
+    "Tasks the relay gave up on after max_publishes; their Operation was closed with an error",
+)
+RELAY_PASS_FAILURES = Counter(
+    "xmc_ess_relay_pass_failures_total",
+    "Outbox relay passes that failed (Redis or Postgres unavailable) and were retried",
 )
 TASKS_RESUMED = Counter(
     "xmc_ess_paused_tasks_total", "Parked tasks handled by the resume worker", ["resolution"]

@@ -3,11 +3,12 @@
 Triggered by entries on ``xmc-scheduling-resume-stream`` (``ResumeScheduling`` writes
 one) and by a periodic sweep, so a lost trigger or a crash mid-run only delays a resume.
 Each run claims unprocessed parked tasks in batches (joined with their work units;
-``SKIP LOCKED`` keeps concurrent runs apart), decides each with ``should_skip_task``,
-re-signs and publishes the survivors, and soft-marks every task it read
-(``MarkProcessed``) in the same transaction. Publishing is deduplicated by task id in
-Redis, so a run that crashes between publishing and committing cannot enqueue a task
-twice when it is retried.
+``SKIP LOCKED`` keeps concurrent runs apart), decides each with ``should_skip_task``, and
+in the same transaction soft-marks every task it read (``MarkProcessed``) and puts the
+survivors back in the outbox, with the work unit as it is now; the outbox relay re-signs
+and publishes them. A skipped task is finished there and its Operation closed (done,
+nothing to do), so nobody waits for it. One transaction per batch: a run that crashes
+midway leaves its batch unmarked and unqueued, and the retry does it once.
 """
 
 from __future__ import annotations
@@ -24,12 +25,11 @@ import structlog
 from redis.exceptions import ResponseError
 
 from ess.metrics import TASKS_RESUMED
-from xmc.errors import UnavailableError
 from xmc.model.resume import TaskKind, should_skip_task
-from xmc.store import scheduling, work_units
+from xmc.store import operations, outbox, scheduling, work_units
 from xmc.store.repository import Store
 from xmc.store.scheduling import ParkedTask, Resolution
-from xmc.streams import REDIS_UNAVAILABLE, RESUME_GROUP, StreamNames, TaskPublisher
+from xmc.streams import REDIS_UNAVAILABLE, RESUME_GROUP, StreamNames
 from xmc_api.internal.v1.tasks_pb2 import Task
 
 log = structlog.get_logger()
@@ -60,17 +60,18 @@ class ResumeWorker:
         store: Store,
         redis: Any,
         names: StreamNames,
-        publisher: TaskPublisher,
         *,
         clock: Callable[[], datetime],
         consumer: str,
+        committed: Callable[[], None] = lambda: None,
         batch_size: int = 500,
         sweep_interval: float = 30.0,
     ) -> None:
+        """``committed`` is told when resumed tasks wait in the outbox (the relay's wake)."""
         self._store = store
         self._redis = redis
         self._names = names
-        self._publisher = publisher
+        self._committed = committed
         self._clock = clock
         self._consumer = consumer
         self._batch_size = batch_size
@@ -101,23 +102,33 @@ class ResumeWorker:
                             parked.kind == TaskKind.UPDATE and parked.id not in newest_updates
                         ),
                     )
-                    if decision.skip:
-                        marks.append((parked.id, Resolution.SKIPPED, decision.reason.value))
-                        continue
-                    task = Task.FromString(parked.task)
-                    # Re-read the work unit: the resumed task builds the JobSet from it,
-                    # so edits made while paused (priority, say) are not lost.
-                    current = await work_units.fetch_work_unit(conn, parked.xid, parked.wid)
-                    task.payload.work_unit.CopyFrom(current)
-                    parking = f"{parked.task_id}@{parked.paused_time.timestamp()}"
-                    await self._publisher.publish_once(task, dedupe_id=parking)
-                    marks.append((parked.id, Resolution.RESUMED, decision.reason.value))
+                    resolution = Resolution.SKIPPED if decision.skip else Resolution.RESUMED
+                    await self._resolve(conn, parked, resolution)
+                    marks.append((parked.id, resolution, decision.reason.value))
                 await scheduling.mark_processed(conn, marks, run_id=run_id, now=self._clock())
             batch_resumed = sum(1 for _, r, _ in marks if r == Resolution.RESUMED)
+            if batch_resumed:
+                self._committed()
             resumed += batch_resumed
             skipped += len(marks) - batch_resumed
             TASKS_RESUMED.labels("resumed").inc(batch_resumed)
             TASKS_RESUMED.labels("skipped").inc(len(marks) - batch_resumed)
+
+    async def _resolve(self, conn: Any, parked: ParkedTask, resolution: Resolution) -> None:
+        """Queue a resumed task again, built from the work unit as it is now (edits made
+        while paused, a priority say, are not lost); finish a skipped one."""
+        task = Task.FromString(parked.task)
+        current = await work_units.fetch_work_unit(conn, parked.xid, parked.wid)
+        now = self._clock()
+        if resolution is Resolution.RESUMED:
+            task.payload.work_unit.CopyFrom(current)
+            await outbox.rearm(conn, task, now=now)
+            return
+        await outbox.finish(conn, task, outcome="skipped", now=now)
+        if task.operation:
+            await operations.finish_operation_task(
+                conn, task.operation, now=now, response=current, task_id=task.task_id
+            )
 
     async def _ensure_group(self) -> None:
         with contextlib.suppress(ResponseError):  # BUSYGROUP: it exists already
@@ -160,7 +171,7 @@ class ResumeWorker:
                     await self._redis.xack(
                         self._names.resume, RESUME_GROUP, *[entry_id for entry_id, _ in triggers]
                     )
-            except (UnavailableError, *REDIS_UNAVAILABLE) as exc:
+            except REDIS_UNAVAILABLE as exc:
                 log.warning("resume worker waiting for redis", error=str(exc))
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), timeout=1.0)

@@ -9,6 +9,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -17,7 +18,8 @@ import redis.asyncio as aioredis
 
 from ess.app import EssOptions, EssServer
 from ess.auth import AuthSettings
-from tests.integration.support import FakeClock
+from tests.integration.redis_server import RedisServer
+from tests.integration.support import FakeClock, wait_until
 from xmc.config import Settings
 from xmc.streams import StreamNames
 from xmc_api.cloud.xmanager.v1 import api_pb2_grpc
@@ -62,8 +64,25 @@ class Ess:
     database_url: str
 
     async def stream(self, name: str) -> list[tuple[bytes, dict[bytes, bytes]]]:
+        """The entries of stream ``name``; for the task stream, once the outbox relay has
+        published every task committed so far."""
+        if name == self.names.tasks:
+            await self.relayed()
         entries: list[tuple[bytes, dict[bytes, bytes]]] = await self.redis.xrange(name)
         return entries
+
+    async def unpublished(self) -> int:
+        """Committed tasks the relay has not put on the stream yet."""
+        assert self.server.store is not None
+        async with self.server.store.transaction() as conn:
+            count: int = await conn.fetchval(
+                "SELECT count(*) FROM task_outbox WHERE status = 'pending'"
+            )
+        return count
+
+    async def relayed(self, within: float = 10.0) -> None:
+        """Wait until the outbox relay has published every committed task."""
+        await wait_until(self.unpublished, 0, within=within)
 
 
 EssFactory = Callable[..., Any]
@@ -128,3 +147,12 @@ async def ess_factory(database_url: str) -> AsyncIterator[EssFactory]:
 async def ess(ess_factory: EssFactory) -> Ess:
     started: Ess = await ess_factory()
     return started
+
+
+@pytest.fixture
+async def private_redis(tmp_path: Path) -> AsyncIterator[RedisServer]:
+    """A Redis of the test's own, to stop, kill and restart (no persistence)."""
+    server = RedisServer(tmp_path)
+    await server.start()
+    yield server
+    await server.stop()

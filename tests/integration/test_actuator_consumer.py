@@ -144,6 +144,12 @@ class Harness:
         )
         return row["done"], row["error_code"], row["error_message"]
 
+    async def outbox_status(self, task_id: str) -> str | None:
+        rows = await fetch_all(
+            self.ess.database_url, "SELECT status FROM task_outbox WHERE task_id = $1", task_id
+        )
+        return rows[0]["status"] if rows else None
+
 
 @pytest.fixture
 async def harness(ess: Ess) -> AsyncIterator[Harness]:
@@ -271,7 +277,7 @@ def _unsigned(task: Task, _fields: dict[bytes, bytes]) -> dict[bytes, bytes]:
         pytest.param(_unsigned, "missing_field", grpc.StatusCode.PERMISSION_DENIED, id="unsigned"),
     ],
 )
-async def test_untrusted_entry_is_dead_lettered_and_closes_its_operation(
+async def test_untrusted_entry_is_dead_lettered_and_touches_nothing(
     harness: Harness,
     forge: Callable[[Task, dict[bytes, bytes]], dict[bytes, bytes]],
     reason: str,
@@ -291,10 +297,10 @@ async def test_untrusted_entry_is_dead_lettered_and_closes_its_operation(
     (dead,) = await harness.dlq()
     assert dead[b"reason"] == reason.encode()
     assert handler.calls == [], "an untrusted task is never handled"
-    done, error_code, message = await harness.operation(task.operation)
-    assert (done, error_code) == (True, code.value[0])
-    assert message is not None
-    assert reason in message
+    assert dead[b"code"] == code.name.encode()
+    done, error_code, _message = await harness.operation(task.operation)
+    assert (done, error_code) == (False, None), "a forged entry never closes an Operation"
+    assert await harness.outbox_status(task.task_id) == "published", "nor settles the task"
     assert counter("xmc_actuator_dlq_total", reason=reason) == before + 1
 
 
@@ -309,8 +315,8 @@ async def test_expired_task_is_dead_lettered(harness: Harness) -> None:
     assert dead[b"reason"] == b"expired"
     assert dead[b"code"] == b"FAILED_PRECONDITION"
     assert handler.calls == []
-    done, error_code, _ = await harness.operation(task.operation)
-    assert (done, error_code) == (True, grpc.StatusCode.FAILED_PRECONDITION.value[0])
+    done, _error_code, _ = await harness.operation(task.operation)
+    assert not done, "left open: the relay re-drives the task with a fresh token"
 
 
 # --- retries, reclaim, max deliveries ------------------------------------------------

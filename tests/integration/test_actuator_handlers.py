@@ -594,3 +594,24 @@ async def test_restart_retries_while_the_old_jobset_is_not_gone(env: Env) -> Non
     new = env.jobset(xid, wid)
     assert new is not None
     assert new["metadata"]["labels"][labels.EXECUTION_ID] == "2"
+
+
+async def test_a_stop_that_overtakes_a_restart_ends_the_new_execution_stopped(env: Env) -> None:
+    """Restart (eid 1 → 2), then stop, with the Delete handled first: it deletes the JobSet
+    of eid 1, whose finalizer write the EID fence keeps off eid 2 — so the Delete itself
+    writes STOPPED for eid 2, which would otherwise hang in STOPPING."""
+    xid, wid, _create = await env.created()
+    await env.restart(xid, wid)
+    delete = await env.stop(xid, wid)
+    assert (delete.kind, delete.target_eid) == (Task.DELETE, 2)
+
+    result = await env.handlers.handle(delete)
+
+    assert result.outcome is Outcome.DONE, result
+    old = env.jobset(xid, wid)
+    assert old is not None
+    assert old["metadata"]["labels"][labels.EXECUTION_ID] == "1"
+    assert "deletionTimestamp" in old["metadata"]
+    execution = await env.execution(xid, wid)
+    assert execution.name.endswith("/executions/2")
+    assert S(execution.status.state) == S.STOPPED

@@ -21,7 +21,7 @@ from redis.exceptions import ResponseError
 
 from kubesim.resources import JOBSET
 from kubesim.server import KubeSim
-from tests.integration.conftest import SIGNING_KEY, Ess, metadata
+from tests.integration.conftest import REDIS_URL, SIGNING_KEY, Ess, metadata
 from tests.integration.support import minimal_work_unit, wait_until
 from xmc.streams import ACTUATOR_GROUP
 from xmc_api.cloud.xmanager.v1 import api_pb2
@@ -45,7 +45,7 @@ class Actuators:
         self.env = {
             **os.environ,
             "XMC_DATABASE_URL": ess.database_url,
-            "XMC_REDIS_URL": "redis://127.0.0.1:6379/0",
+            "XMC_REDIS_URL": REDIS_URL,
             "XMC_KUBE_URL": sim.url,
             "XMC_TASK_SIGNING_KEY": SIGNING_KEY,
             "XMC_STREAM_PREFIX": ess.names.prefix,

@@ -16,7 +16,6 @@ from tests.integration.test_ess_api import expect_error
 from xmc.model.resume import SkipReason, TaskKind
 from xmc.model.states import WorkUnitState
 from xmc.store import scheduling
-from xmc.streams import TaskPublisher
 from xmc.tasks import verify_task
 from xmc_api.cloud.xmanager.v1 import api_pb2
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
@@ -256,10 +255,7 @@ async def test_nothing_resumes_while_paused(ess: Ess) -> None:
 
 async def _resume_now(ess: Ess) -> int:
     assert ess.server.store is not None
-    publisher = TaskPublisher(ess.redis, ess.names, signing_key=SIGNING_KEY, clock=ess.clock)
-    worker = ResumeWorker(
-        ess.server.store, ess.redis, ess.names, publisher, clock=ess.clock, consumer="test"
-    )
+    worker = ResumeWorker(ess.server.store, ess.redis, ess.names, clock=ess.clock, consumer="test")
     report = await worker.resume_once()
     return report.resumed
 

@@ -40,7 +40,7 @@ async def test_janitor_drops_only_what_expired(store: Store, database_url: str) 
             now=T0 - timedelta(days=6),
         )
 
-    assert await run_janitor_once(store, now=T0) == (1, 1)
+    assert await run_janitor_once(store, now=T0) == (1, 1, 0)
 
     names = {r["name"] for r in await fetch_all(database_url, "SELECT name FROM operations")}
     assert names == {young.name}

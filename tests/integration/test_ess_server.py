@@ -1,5 +1,5 @@
-"""The ESS as a server: reflection, health, TLS, and the enqueue-failure paths with Redis
-unreachable (SPEC §4)."""
+"""The ESS as a server: reflection, health and TLS (the outbox under a Redis outage is in
+``test_ess_outbox.py``)."""
 
 from __future__ import annotations
 
@@ -14,18 +14,13 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
-from google.longrunning import operations_grpc_pb2
-from google.longrunning.operations_proto_pb2 import GetOperationRequest
 from google.protobuf.descriptor_pb2 import FileDescriptorProto
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from tests.integration.conftest import Ess, metadata
-from tests.integration.support import minimal_work_unit
-from xmc.model.states import Severity, WorkUnitState
 from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
-from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
 
 ALICE = metadata("alice")
 
@@ -116,65 +111,3 @@ async def test_tls_when_a_certificate_is_configured(ess_factory: Any, tmp_path: 
                 api_pb2.ListExperimentsRequest(), metadata=ALICE, timeout=2
             )
         assert refused.value.code() == grpc.StatusCode.UNAVAILABLE, "plaintext cannot reach TLS"
-
-
-def _system_message(work_unit: Any) -> StructuredMessage:
-    message: StructuredMessage = work_unit.current_work_unit_execution.status.system_message
-    return message
-
-
-async def test_enqueue_failures_leave_the_specified_messages(ess_factory: Any) -> None:
-    ess: Ess = await ess_factory(redis_url="redis://127.0.0.1:1/0")
-    parent = (
-        await ess.api.CreateExperiment(
-            api_pb2.CreateExperimentRequest(experiment=Experiment()), metadata=ALICE
-        )
-    ).name
-    operations = operations_grpc_pb2.OperationsStub(ess.channel)
-
-    # Create: the intent and the Operation are durable; the failure is a FATAL message.
-    created = await ess.api.CreateWorkUnit(
-        api_pb2.CreateWorkUnitRequest(parent=parent, work_unit=minimal_work_unit()),
-        metadata=ALICE,
-    )
-    name = f"{parent}/workUnits/1"
-    work_unit = await ess.api.GetWorkUnit(api_pb2.GetWorkUnitRequest(name=name), metadata=ALICE)
-    message = _system_message(work_unit)
-    assert WorkUnitState(work_unit.current_work_unit_execution.status.state) == (
-        WorkUnitState.INITIALIZING
-    ), "the enqueue-failure write touches only the system message"
-    assert Severity(message.severity) == Severity.FATAL
-    assert message.source == StructuredMessage.XMANAGER_BACKEND
-    assert message.user_facing_text.startswith("XMC could not queue the create request (")
-    closed = await operations.GetOperation(GetOperationRequest(name=created.name), metadata=ALICE)
-    assert closed.done
-    assert closed.error.code == grpc.StatusCode.UNAVAILABLE.value[0]
-
-    # Stop: handleEnqueueActionError writes an ERROR message; the state is STOPPING.
-    await ess.api.StopWorkUnit(api_pb2.StopWorkUnitRequest(name=name), metadata=ALICE)
-    work_unit = await ess.api.GetWorkUnit(api_pb2.GetWorkUnitRequest(name=name), metadata=ALICE)
-    assert WorkUnitState(work_unit.current_work_unit_execution.status.state) == (
-        WorkUnitState.STOPPING
-    )
-    message = _system_message(work_unit)
-    assert Severity(message.severity) == Severity.ERROR
-    assert message.user_facing_text.startswith("XMC could not queue the delete request (")
-
-    # BatchRestart: a FATAL message on each new execution.
-    await ess.api.CreateWorkUnit(
-        api_pb2.CreateWorkUnitRequest(parent=parent, work_unit=minimal_work_unit()),
-        metadata=ALICE,
-    )
-    await ess.api.BatchRestartWorkUnits(
-        api_pb2.BatchRestartWorkUnitsRequest(parent=parent), metadata=ALICE
-    )
-    listed = await ess.api.ListWorkUnits(
-        api_pb2.ListWorkUnitsRequest(parent=parent), metadata=ALICE
-    )
-    for restarted in listed.work_units:
-        execution = restarted.current_work_unit_execution
-        assert execution.name.endswith("/executions/2")
-        assert Severity(execution.status.system_message.severity) == Severity.FATAL
-        assert execution.status.system_message.user_facing_text.startswith(
-            "XMC could not queue the restart request ("
-        )

@@ -31,7 +31,7 @@ from reconciler.app import Reconciler, ReconcilerOptions
 from reconciler.batcher import BatcherOptions
 from reconciler.ess_client import EssClient, EssUnavailable
 from reconciler.leader import LeaseSettings
-from tests.integration.conftest import SIGNING_KEY, Ess, metadata
+from tests.integration.conftest import REDIS_URL, SIGNING_KEY, Ess, metadata
 from tests.integration.support import WallClock, fetch_all, minimal_work_unit, wait_until
 from xmc.config import Settings
 from xmc.kube import api_client_from_settings
@@ -120,6 +120,7 @@ async def running_system(
     await sim.start()
     settings = Settings(
         database_url=ess.database_url,
+        redis_url=REDIS_URL,
         kube_url=sim.url,
         task_signing_key=SIGNING_KEY,
         stream_prefix=ess.names.prefix,

@@ -168,54 +168,73 @@ STALE_REASON = f"task operation time {T_ISO} is older than the JobSet's last edi
         pytest.param(
             live("3"),
             DeleteDecision(
-                DeleteAction.DELETE, "JobSet runs execution 3, not newer than the target 3", UID
+                DeleteAction.DELETE,
+                "JobSet runs execution 3, not newer than the target 3",
+                UID,
+                jobset_eid=3,
             ),
             id="target execution is deleted with its uid",
         ),
         pytest.param(
             live("3", last_edit=T),
             DeleteDecision(
-                DeleteAction.DELETE, "JobSet runs execution 3, not newer than the target 3", UID
+                DeleteAction.DELETE,
+                "JobSet runs execution 3, not newer than the target 3",
+                UID,
+                jobset_eid=3,
             ),
             id="last edit equal to the task time",
         ),
         pytest.param(
             live("2"),
             DeleteDecision(
-                DeleteAction.DELETE, "JobSet runs execution 2, not newer than the target 3", UID
+                DeleteAction.DELETE,
+                "JobSet runs execution 2, not newer than the target 3",
+                UID,
+                jobset_eid=2,
             ),
             id="older execution is deleted too",
         ),
         pytest.param(
             live("4"),
             DeleteDecision(
-                DeleteAction.SUPERSEDED, "JobSet runs execution 4, newer than the target 3"
+                DeleteAction.SUPERSEDED,
+                "JobSet runs execution 4, newer than the target 3",
+                jobset_eid=4,
             ),
             id="newer execution: skip",
         ),
         pytest.param(
             live("4", last_edit=LATER),
             DeleteDecision(
-                DeleteAction.SUPERSEDED, "JobSet runs execution 4, newer than the target 3"
+                DeleteAction.SUPERSEDED,
+                "JobSet runs execution 4, newer than the target 3",
+                jobset_eid=4,
             ),
             id="newer execution wins over staleness",
         ),
         pytest.param(
             live("3", last_edit=LATER),
-            DeleteDecision(DeleteAction.STALE_REQUEST, STALE_REASON),
+            DeleteDecision(DeleteAction.STALE_REQUEST, STALE_REASON, jobset_eid=3),
             id="task older than the last edit is rejected",
         ),
         pytest.param(
             live("3", deleting=True),
             DeleteDecision(
-                DeleteAction.ALREADY_DELETING, "JobSet of execution 3 is already being deleted", UID
+                DeleteAction.ALREADY_DELETING,
+                "JobSet of execution 3 is already being deleted",
+                UID,
+                jobset_eid=3,
             ),
             id="already being deleted",
         ),
         pytest.param(
             live("3", deleting=True, last_edit=LATER),
             DeleteDecision(
-                DeleteAction.ALREADY_DELETING, "JobSet of execution 3 is already being deleted", UID
+                DeleteAction.ALREADY_DELETING,
+                "JobSet of execution 3 is already being deleted",
+                UID,
+                jobset_eid=3,
             ),
             id="already being deleted wins over staleness",
         ),
@@ -225,6 +244,7 @@ STALE_REASON = f"task operation time {T_ISO} is older than the JobSet's last edi
                 DeleteAction.DELETE,
                 f"JobSet runs execution 0, not newer than the target 3 ({NO_LABEL})",
                 UID,
+                jobset_eid=0,
             ),
             id="missing execution id counts as 0",
         ),
@@ -234,32 +254,41 @@ STALE_REASON = f"task operation time {T_ISO} is older than the JobSet's last edi
                 DeleteAction.DELETE,
                 f"JobSet runs execution 0, not newer than the target 3 ({GARBAGE})",
                 UID,
+                jobset_eid=0,
             ),
             id="garbage execution id counts as 0",
         ),
         pytest.param(
             live("three", last_edit=LATER),
-            DeleteDecision(DeleteAction.STALE_REQUEST, f"{STALE_REASON} ({GARBAGE})"),
+            DeleteDecision(DeleteAction.STALE_REQUEST, f"{STALE_REASON} ({GARBAGE})", jobset_eid=0),
             id="garbage execution id still stale",
         ),
         pytest.param(
             live("3", last_edit="not-a-time"),
             DeleteDecision(
-                DeleteAction.DELETE, "JobSet runs execution 3, not newer than the target 3", UID
+                DeleteAction.DELETE,
+                "JobSet runs execution 3, not newer than the target 3",
+                UID,
+                jobset_eid=3,
             ),
             id="unreadable last edit does not block",
         ),
         pytest.param(
             live("3", last_edit=_ABSENT),
             DeleteDecision(
-                DeleteAction.DELETE, "JobSet runs execution 3, not newer than the target 3", UID
+                DeleteAction.DELETE,
+                "JobSet runs execution 3, not newer than the target 3",
+                UID,
+                jobset_eid=3,
             ),
             id="missing last edit does not block",
         ),
         pytest.param(
             live("3", uid=None),
             DeleteDecision(
-                DeleteAction.DELETE, "JobSet runs execution 3, not newer than the target 3"
+                DeleteAction.DELETE,
+                "JobSet runs execution 3, not newer than the target 3",
+                jobset_eid=3,
             ),
             id="no uid to carry",
         ),

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from actuator import labels
-from actuator.manifest import build_base_jobset, execution_id, tpu_chips_per_host
+from actuator.manifest import build_base_jobset, tpu_chips_per_host
+from xmc.tasks import task_execution_id
 from xmc.timestamps import set_timestamp
 from xmc_api.cloud.xmanager.v1.resources_pb2 import (
     CpuResources,
@@ -693,7 +694,7 @@ def test_container_restart_policy_and_unprivileged() -> None:
 )
 def test_execution_id(eid: int, target_eid: int, expected: int) -> None:
     task = make_task(one_job(), eid=eid, target_eid=target_eid)
-    assert execution_id(task) == expected
+    assert task_execution_id(task) == expected
     manifest = build_base_jobset(task, namespace="ns")
     assert manifest["metadata"]["labels"][labels.EXECUTION_ID] == str(expected)
     pod_labels = only_job(manifest)["template"]["spec"]["template"]["metadata"]["labels"]

@@ -16,11 +16,13 @@ import enum
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from xmc.model.guard import GuardReason
 from xmc.model.merge import (
+    STATE_PATH,
+    SYSTEM_MESSAGE_PATH,
     ExecutionUpdate,
     StoredExecution,
     merge_work_unit_execution,
@@ -30,7 +32,11 @@ from xmc.model.states import WorkUnitState
 from xmc.store.codec import EXECUTION_COLUMNS, stored_from_row, stored_to_columns
 from xmc.store.experiments import RollupDelta, apply_rollups
 from xmc.store.work_units import insert_history
-from xmc.timestamps import to_datetime
+from xmc.timestamps import set_timestamp, to_datetime
+from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
+from xmc_api.cloud.xmanager.v1.work_unit_execution_pb2 import WorkUnitExecution
+
+_ONE_MICROSECOND = timedelta(microseconds=1)
 
 
 class UpdateOutcome(enum.StrEnum):
@@ -199,3 +205,39 @@ def _rollup_deltas(slots: dict[tuple[int, int], _Slot]) -> dict[int, RollupDelta
         if old_best != new_best:
             deltas[xid].severity_changes.append((old_best, new_best))
     return deltas
+
+
+async def write_decided_state(
+    conn: Any,
+    xid: int,
+    wid: int,
+    eid: int,
+    state: WorkUnitState,
+    *,
+    message: StructuredMessage | None = None,
+    writer: str,
+    now: datetime,
+) -> ItemResult:
+    """A state XMC decides itself (STOPPED when there is nothing to stop, FAILED when an
+    execution can never start), through the masked path, so the guard still decides (a
+    terminal execution stays as it is, an older eid is fenced off).
+
+    Stamped no earlier than the stored state + 1 µs: XMC's hosts' clocks differ, and a
+    writer behind the one that stamped the stored state must not lose to the time order
+    and leave the execution hanging (docs/decisions/0011).
+    """
+    stored = await conn.fetchval(
+        "SELECT state_update_time FROM work_units WHERE xid = $1 AND wid = $2", xid, wid
+    )
+    execution = WorkUnitExecution()
+    execution.status.state = int(state)  # type: ignore[assignment]
+    stamp = now if stored is None else max(now, stored + _ONE_MICROSECOND)
+    set_timestamp(execution.status.state_update_time, stamp)
+    mask: tuple[str, ...] = (STATE_PATH,)
+    if message is not None:
+        execution.status.system_message.CopyFrom(message)
+        mask += (SYSTEM_MESSAGE_PATH,)
+    (result,) = await update_work_unit_executions(
+        conn, [ExecutionUpdate(xid, wid, eid, execution, mask)], writer=writer, now=now
+    )
+    return result

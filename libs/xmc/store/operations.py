@@ -21,6 +21,7 @@ from google.protobuf.message import Message
 from google.rpc.status_pb2 import Status
 
 from xmc.errors import NotFoundError
+from xmc.messages import printable
 from xmc.names import experiment_name, work_unit_name
 from xmc.query import FieldKind, FieldSpec, OrderKey
 from xmc.store.listing import ListRequest, ListResource, fetch_page
@@ -176,7 +177,7 @@ async def finish_operation_task(
         name,
         None if response is None else pack(response),
         None if error is None else error[0],
-        None if error is None else error[1],
+        None if error is None else printable(error[1]),
         now,
         task_id,
     )

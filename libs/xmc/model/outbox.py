@@ -1,0 +1,135 @@
+"""What the outbox relay does with a task it has published (pure; SPEC §6, docs/outbox.md).
+
+Once a task is on ``xmc-tasks-stream`` the relay keeps checking it until the Actuator
+records how it ended. Each check looks up the task's stream entry and files it under one of
+four states; only two of them mean the task can no longer arrive, and only those are
+re-driven (published again, with a fresh token):
+
+* ``GONE`` — the entry is not in the stream: Redis restarted without persistence, the
+  stream was deleted or trimmed;
+* ``SETTLED`` — the consumer group acknowledged it but nobody finished it: it was
+  refused (an expired token, a signing key the Actuator does not share).
+
+``WAITING`` (not delivered yet: a backlog, or no Actuator running) and ``IN_FLIGHT`` (in the
+group's pending list: being handled, or waiting for ``XAUTOCLAIM`` after its consumer
+died) are checked again later, each time after as long as the task has already waited
+(doubling), up to ``max_check_seconds``. A re-drive is harmless: the Actuator refuses
+an entry whose task is already finished, and its guards make a second run a no-op. A task
+re-driven ``max_publishes`` times is abandoned: its Operation is closed with an error and
+a create or restart fails its execution, so nothing waits for it forever.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+
+@dataclass(frozen=True)
+class RelaySettings:
+    batch_size: int = 500
+    """Outbox rows one pass publishes or checks."""
+    poll_seconds: float = 0.5
+    """Seconds between passes when no commit of this process wakes the relay (other
+    replicas' commits, checks that came due)."""
+    first_check_seconds: float = 5.0
+    """Seconds after a publish before the relay first checks that the entry is alive."""
+    max_check_seconds: float = 300.0
+    """Longest interval between two checks of one published task."""
+    max_publishes: int = 10
+    """Publishes of one task (the first included) before the relay abandons it."""
+    error_backoff: tuple[float, ...] = (0.2, 0.5, 1.0, 2.0, 5.0)
+    """Seconds to wait after consecutive failed passes (Redis or Postgres down)."""
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1 or self.max_publishes < 1:
+            raise ValueError("batch_size and max_publishes must be at least 1")
+        if not 0 < self.first_check_seconds <= self.max_check_seconds:
+            raise ValueError("need 0 < first_check_seconds <= max_check_seconds")
+
+
+class EntryState(enum.StrEnum):
+    """Where a published task's stream entry is; also a metric label."""
+
+    GONE = "gone"
+    WAITING = "waiting"
+    IN_FLIGHT = "in_flight"
+    SETTLED = "settled"
+
+
+def parse_entry_id(entry_id: str) -> tuple[int, int]:
+    """``"1700000000000-3"`` → ``(1700000000000, 3)``: stream ids order as such pairs."""
+    millis, _, sequence = entry_id.partition("-")
+    return int(millis), int(sequence or 0)
+
+
+def classify_entry(
+    entry_id: str, *, exists: bool, pending: bool, last_delivered: str | None
+) -> EntryState:
+    """File a published entry from what Redis said about it. ``last_delivered`` is the
+    consumer group's last-delivered id (None: no group yet, nothing delivered)."""
+    if not exists:
+        return EntryState.GONE
+    if pending:
+        return EntryState.IN_FLIGHT
+    if last_delivered is None or parse_entry_id(entry_id) > parse_entry_id(last_delivered):
+        return EntryState.WAITING
+    return EntryState.SETTLED
+
+
+class RelayAction(enum.StrEnum):
+    PUBLISH = "publish"
+    CHECK_LATER = "check_later"
+    ABANDON = "abandon"
+
+
+@dataclass(frozen=True)
+class RelayDecision:
+    action: RelayAction
+    reason: str
+    #: When to look again (CHECK_LATER, and the first check after a PUBLISH).
+    check_at: datetime | None = None
+
+
+def check_delay(waited: timedelta, settings: RelaySettings) -> timedelta:
+    """Look again after as long as the task has waited, within the configured bounds."""
+    seconds = min(max(waited.total_seconds(), settings.first_check_seconds),
+                  settings.max_check_seconds)  # fmt: skip
+    return timedelta(seconds=seconds)
+
+
+def decide_pending(*, now: datetime, settings: RelaySettings) -> RelayDecision:
+    """A task not on the stream yet is published."""
+    return RelayDecision(
+        RelayAction.PUBLISH,
+        "committed, not yet published",
+        now + timedelta(seconds=settings.first_check_seconds),
+    )
+
+
+def decide_published(
+    entry: EntryState,
+    *,
+    publish_count: int,
+    published_time: datetime,
+    now: datetime,
+    settings: RelaySettings,
+) -> RelayDecision:
+    """A published, unfinished task: wait, re-drive, or give up."""
+    if entry in (EntryState.WAITING, EntryState.IN_FLIGHT):
+        return RelayDecision(
+            RelayAction.CHECK_LATER,
+            f"entry {entry.value}",
+            now + check_delay(now - published_time, settings),
+        )
+    lost = "the stream lost it" if entry is EntryState.GONE else "it was refused unfinished"
+    if publish_count >= settings.max_publishes:
+        return RelayDecision(
+            RelayAction.ABANDON, f"{lost}; published {publish_count} times, giving up"
+        )
+    return RelayDecision(
+        RelayAction.PUBLISH,
+        f"{lost}; re-drive #{publish_count}",
+        now + timedelta(seconds=settings.first_check_seconds),
+    )

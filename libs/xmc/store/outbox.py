@@ -1,0 +1,235 @@
+"""The task outbox (SPEC §6 "No intent is lost"; schema in ``0002_task_outbox.sql``).
+
+Writers and what they do to a row:
+
+* the ESS inserts it (``enqueue``) in the transaction of the intent the task carries;
+* the relay (ESS) claims due rows, publishes them and marks them published
+  (``mark_published``), checks published ones later (``check_later``), and re-drives
+  what the stream lost;
+* the Actuator settles it: ``finish`` (done, skipped, failed) or ``park`` (scheduling
+  paused), in the transaction that closes the task's Operation;
+* the resume worker (ESS) puts a parked task back to pending (``rearm``).
+
+``finish`` and ``park`` are upserts: a task published before the outbox existed (an
+upgrade) is recorded the first time the Actuator settles it, so a replay of it is refused
+like any other.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from xmc.tasks import DEFAULT_LEEWAY, DEFAULT_TTL, task_execution_id
+from xmc_api.internal.v1.tasks_pb2 import Task
+
+#: Finished rows are kept this long: longer than any token stays valid, so a replayed
+#: entry always finds its row (and is refused) or has expired (and is refused).
+OUTBOX_RETENTION = timedelta(days=7)
+assert OUTBOX_RETENTION > DEFAULT_TTL + DEFAULT_LEEWAY
+
+
+class OutboxStatus(enum.StrEnum):
+    PENDING = "pending"
+    PUBLISHED = "published"
+    PARKED = "parked"
+    FINISHED = "finished"
+
+
+@dataclass(frozen=True)
+class OutboxTask:
+    """A row the relay claimed."""
+
+    seq: int
+    task_id: str
+    xid: int
+    wid: int
+    kind: int
+    task: bytes
+    status: OutboxStatus
+    publish_count: int
+    #: Stream entry of the last publish (None before the first).
+    entry_id: str | None
+    published_time: datetime | None
+
+
+_COLUMNS = "seq, task_id, xid, wid, kind, task, status, publish_count, entry_id, published_time"
+
+_UPSERT = """
+    INSERT INTO task_outbox (task_id, xid, wid, eid, kind, task, status, next_attempt,
+                             create_time, finished_time, outcome)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+    ON CONFLICT (task_id) DO UPDATE SET
+        task = EXCLUDED.task, status = EXCLUDED.status, next_attempt = EXCLUDED.next_attempt,
+        finished_time = EXCLUDED.finished_time, outcome = EXCLUDED.outcome
+    WHERE task_outbox.status <> 'finished'"""
+
+
+def _row(row: Any) -> OutboxTask:
+    return OutboxTask(
+        seq=row["seq"],
+        task_id=row["task_id"],
+        xid=row["xid"],
+        wid=row["wid"],
+        kind=row["kind"],
+        task=row["task"],
+        status=OutboxStatus(row["status"]),
+        publish_count=row["publish_count"],
+        entry_id=row["entry_id"],
+        published_time=row["published_time"],
+    )
+
+
+async def enqueue(conn: Any, tasks: Sequence[Task], *, now: datetime) -> None:
+    """Record tasks to publish, in the caller's (the intent's) transaction."""
+    if not tasks:
+        return
+    await conn.execute(
+        """INSERT INTO task_outbox (task_id, xid, wid, eid, kind, task, next_attempt,
+                                    create_time)
+           SELECT t.task_id, t.xid, t.wid, t.eid, t.kind, t.task, $7, $7
+           FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::smallint[],
+                       $6::bytea[]) AS t(task_id, xid, wid, eid, kind, task)""",
+        [t.task_id for t in tasks],
+        [t.xid for t in tasks],
+        [t.wid for t in tasks],
+        [task_execution_id(t) for t in tasks],
+        [int(t.kind) for t in tasks],
+        [t.SerializeToString(deterministic=True) for t in tasks],
+        now,
+    )
+
+
+async def claim_due(conn: Any, *, now: datetime, limit: int) -> list[OutboxTask]:
+    """Rows to publish or check, in commit order, locked for this transaction. Rows the
+    Actuator is settling right now are skipped, not waited for."""
+    rows = await conn.fetch(
+        f"""SELECT {_COLUMNS} FROM task_outbox
+            WHERE status IN ('pending', 'published') AND next_attempt <= $1
+            ORDER BY seq LIMIT $2
+            FOR UPDATE SKIP LOCKED""",
+        now,
+        limit,
+    )
+    return [_row(r) for r in rows]
+
+
+async def mark_published(
+    conn: Any, published: Sequence[tuple[str, str, datetime]], *, now: datetime
+) -> None:
+    """(task id, stream entry id, when to check it) of each task just put on the stream."""
+    if not published:
+        return
+    await conn.execute(
+        """UPDATE task_outbox o SET status = 'published', entry_id = p.entry_id,
+               next_attempt = p.check_at, publish_count = o.publish_count + 1,
+               published_time = $4
+           FROM unnest($1::text[], $2::text[], $3::timestamptz[]) AS p(task_id, entry_id, check_at)
+           WHERE o.task_id = p.task_id AND o.status IN ('pending', 'published')""",
+        [p[0] for p in published],
+        [p[1] for p in published],
+        [p[2] for p in published],
+        now,
+    )
+
+
+async def check_later(conn: Any, checks: Sequence[tuple[str, datetime]]) -> None:
+    """(task id, next check) of published tasks that are still on their way."""
+    if not checks:
+        return
+    await conn.execute(
+        """UPDATE task_outbox o SET next_attempt = c.check_at
+           FROM unnest($1::text[], $2::timestamptz[]) AS c(task_id, check_at)
+           WHERE o.task_id = c.task_id AND o.status = 'published'""",
+        [c[0] for c in checks],
+        [c[1] for c in checks],
+    )
+
+
+async def _upsert(
+    conn: Any,
+    task: Task,
+    status: OutboxStatus,
+    *,
+    now: datetime,
+    next_attempt: datetime | None = None,
+    outcome: str | None = None,
+) -> bool:
+    """Set a task's row (inserting it if the task predates the outbox); False when the
+    row was already finished, which nothing reopens."""
+    result: str = await conn.execute(
+        _UPSERT,
+        task.task_id,
+        task.xid,
+        task.wid,
+        task_execution_id(task),
+        int(task.kind),
+        task.SerializeToString(deterministic=True),
+        str(status),
+        next_attempt,
+        now,
+        now if status is OutboxStatus.FINISHED else None,
+        outcome,
+    )
+    return result.endswith(" 1")
+
+
+async def finish(conn: Any, task: Task, *, outcome: str, now: datetime) -> bool:
+    """The task is settled for good; False when it already was (a redelivery)."""
+    return await _upsert(conn, task, OutboxStatus.FINISHED, now=now, outcome=outcome)
+
+
+async def park(conn: Any, task: Task, *, now: datetime) -> None:
+    """Scheduling is paused: the task waits in paused_tasks, not on the stream."""
+    await _upsert(conn, task, OutboxStatus.PARKED, now=now)
+
+
+async def rearm(conn: Any, task: Task, *, now: datetime) -> None:
+    """A resumed task (re-signed with its refreshed payload) is to be published again."""
+    await _upsert(conn, task, OutboxStatus.PENDING, now=now, next_attempt=now)
+
+
+async def fetch_status(conn: Any, task_id: str) -> OutboxStatus | None:
+    value = await conn.fetchval("SELECT status FROM task_outbox WHERE task_id = $1", task_id)
+    return None if value is None else OutboxStatus(value)
+
+
+async def delete_expired(conn: Any, *, now: datetime) -> int:
+    """TTL: drop rows finished more than ``OUTBOX_RETENTION`` ago."""
+    status: str = await conn.execute(
+        "DELETE FROM task_outbox WHERE status = 'finished' AND finished_time < $1",
+        now - OUTBOX_RETENTION,
+    )
+    return int(status.split()[-1])
+
+
+@dataclass(frozen=True)
+class TaskFacts:
+    """What the Actuator checks before acting on a task (``actuator.admission``)."""
+
+    outbox_status: OutboxStatus | None
+    #: The work unit's current execution and state; None when it does not exist.
+    work_unit_eid: int | None
+    work_unit_state: int | None
+
+
+async def fetch_task_facts(conn: Any, task: Task) -> TaskFacts:
+    """The task's outbox row and its work unit's current execution, in one round trip."""
+    row = await conn.fetchrow(
+        """SELECT (SELECT status FROM task_outbox WHERE task_id = $3) AS outbox_status,
+                  w.eid, w.state
+           FROM (SELECT 1) AS one
+           LEFT JOIN work_units w ON w.xid = $1 AND w.wid = $2""",
+        task.xid,
+        task.wid,
+        task.task_id,
+    )
+    status = row["outbox_status"]
+    return TaskFacts(
+        outbox_status=None if status is None else OutboxStatus(status),
+        work_unit_eid=row["eid"],
+        work_unit_state=row["state"],
+    )

@@ -1,0 +1,284 @@
+"""The outbox relay (SPEC §6 "No intent is lost"): ``task_outbox`` → ``xmc-tasks-stream``.
+
+One pass, in one Postgres transaction:
+
+1. Take the relay lock (``pg_try_advisory_xact_lock``): with several ESS replicas one
+   relays at a time, so tasks reach the stream in the order their intents committed; a
+   replica that finds the lock taken tries again shortly.
+2. Claim the due rows (pending ones, and published ones whose check is due), in commit
+   order, ``SKIP LOCKED`` past rows the Actuator is settling right now.
+3. Look up the stream entries of the published ones and decide each
+   (``xmc.model.outbox``): wait, re-drive, or abandon.
+4. Publish what is to be published in one pipelined round trip, each (task, attempt) at
+   most once (``TaskPublisher.publish_attempts``), then record it.
+
+A pass that fails (Redis or Postgres down) rolls back and changes nothing; the loop backs
+off and tries again, so a Redis outage delays tasks and loses none. A crash after the
+XADD and before the commit republishes the same attempt, which Redis answers with the
+entry it already has.
+
+The loop runs whenever this process commits tasks (``wake``), and every
+``poll_seconds`` for other replicas' leftovers and for checks that came due.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+
+import grpc
+import structlog
+from redis.exceptions import ResponseError
+
+from ess.metrics import RELAY_PASS_FAILURES, TASKS_ABANDONED, TASKS_ENQUEUED, TASKS_REDRIVEN
+from xmc.messages import backend_message
+from xmc.model.outbox import (
+    EntryState,
+    RelayAction,
+    RelayDecision,
+    RelaySettings,
+    classify_entry,
+    decide_pending,
+    decide_published,
+)
+from xmc.model.resume import TaskKind
+from xmc.model.states import Severity, WorkUnitState
+from xmc.store import executions, operations, outbox
+from xmc.store.outbox import OutboxStatus, OutboxTask
+from xmc.store.repository import Store
+from xmc.streams import ACTUATOR_GROUP, StreamNames, TaskPublisher
+from xmc.tasks import task_execution_id
+from xmc_api.internal.v1.tasks_pb2 import Task
+
+log = structlog.get_logger()
+
+#: Arbitrary but fixed, like the migration lock; one relay at a time per database.
+RELAY_LOCK_KEY: Final = 0x584D43_0002
+#: The ``writer`` of an abandoned task's FAILED write in the status history.
+WRITER: Final = "ess/relay"
+#: Seconds a replica that found the lock taken waits before trying again.
+_BUSY_RETRY = 0.05
+
+
+@dataclass(frozen=True)
+class RelayReport:
+    published: int = 0
+    redriven: int = 0
+    waiting: int = 0
+    abandoned: int = 0
+    #: Another replica held the relay lock; nothing was done.
+    busy: bool = False
+
+    @property
+    def claimed(self) -> int:
+        return self.published + self.redriven + self.waiting + self.abandoned
+
+
+class OutboxRelay:
+    def __init__(
+        self,
+        store: Store,
+        redis: Any,
+        names: StreamNames,
+        publisher: TaskPublisher,
+        *,
+        clock: Callable[[], datetime],
+        settings: RelaySettings | None = None,
+    ) -> None:
+        self._store = store
+        self._redis = redis
+        self._names = names
+        self._publisher = publisher
+        self._clock = clock
+        self.settings = settings or RelaySettings()
+        self._wake = asyncio.Event()
+
+    def wake(self) -> None:
+        """Tasks were committed: relay them now rather than at the next poll."""
+        self._wake.set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Relay until ``stop`` is set; a failed pass is logged and retried with backoff."""
+        failures = 0
+        while not stop.is_set():
+            self._wake.clear()
+            try:
+                report = await self.relay_once()
+                failures = 0
+            except Exception as exc:
+                RELAY_PASS_FAILURES.inc()
+                delay = self.settings.error_backoff[
+                    min(failures, len(self.settings.error_backoff) - 1)
+                ]
+                failures += 1
+                log.warning(
+                    "outbox relay pass failed; will retry", error=str(exc), attempt=failures,
+                    delay=delay, error_type=type(exc).__name__,
+                )  # fmt: skip
+                await self._sleep(stop, delay, wakeable=False)
+                continue
+            if report.busy:
+                await self._sleep(stop, _BUSY_RETRY, wakeable=False)
+            elif report.claimed < self.settings.batch_size:
+                await self._sleep(stop, self.settings.poll_seconds, wakeable=True)
+
+    async def _sleep(self, stop: asyncio.Event, seconds: float, *, wakeable: bool) -> None:
+        waits = [asyncio.ensure_future(stop.wait())]
+        if wakeable:
+            waits.append(asyncio.ensure_future(self._wake.wait()))
+        try:
+            await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waits:
+                waiter.cancel()
+
+    async def relay_once(self) -> RelayReport:
+        """One pass (see the module docstring)."""
+        now = self._clock()
+        async with self._store.transaction() as conn:
+            if not await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", RELAY_LOCK_KEY):
+                return RelayReport(busy=True)
+            rows = await outbox.claim_due(conn, now=now, limit=self.settings.batch_size)
+            if not rows:
+                return RelayReport()
+            decisions = await self._decide(rows, now=now)
+            publish = [(r, d) for r, d in decisions if d.action is RelayAction.PUBLISH]
+            entry_ids = await self._publisher.publish_attempts(
+                [(Task.FromString(row.task), row.publish_count) for row, _ in publish]
+            )
+            await outbox.mark_published(
+                conn,
+                [
+                    (row.task_id, entry_id, decision.check_at or now)
+                    for (row, decision), entry_id in zip(publish, entry_ids, strict=True)
+                ],
+                now=now,
+            )
+            await outbox.check_later(
+                conn,
+                [
+                    (row.task_id, decision.check_at or now)
+                    for row, decision in decisions
+                    if decision.action is RelayAction.CHECK_LATER
+                ],
+            )
+            abandoned = [(r, d) for r, d in decisions if d.action is RelayAction.ABANDON]
+            for row, decision in abandoned:
+                await self._abandon(conn, Task.FromString(row.task), decision.reason, now=now)
+        return self._report(publish, decisions, len(abandoned))
+
+    async def _decide(
+        self, rows: Sequence[OutboxTask], *, now: datetime
+    ) -> list[tuple[OutboxTask, RelayDecision]]:
+        published = [r for r in rows if r.status is OutboxStatus.PUBLISHED and r.entry_id]
+        entries = await self._entry_states([r.entry_id for r in published if r.entry_id])
+        decisions = []
+        for row in rows:
+            if row.status is OutboxStatus.PUBLISHED and row.entry_id:
+                decision = decide_published(
+                    entries[row.entry_id],
+                    publish_count=row.publish_count,
+                    published_time=row.published_time or now,
+                    now=now,
+                    settings=self.settings,
+                )
+            else:
+                decision = decide_pending(now=now, settings=self.settings)
+            decisions.append((row, decision))
+        return decisions
+
+    async def _entry_states(self, entry_ids: Sequence[str]) -> dict[str, EntryState]:
+        """Where each entry is: in the stream? in the group's pending list? delivered?"""
+        if not entry_ids:
+            return {}
+        stream = self._names.tasks
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for entry_id in entry_ids:
+                pipe.xrange(stream, min=entry_id, max=entry_id, count=1)
+                pipe.xpending_range(stream, ACTUATOR_GROUP, min=entry_id, max=entry_id, count=1)
+            replies = await pipe.execute(raise_on_error=False)
+        last_delivered = await self._last_delivered()
+        states = {}
+        for i, entry_id in enumerate(entry_ids):
+            found, pending = replies[2 * i], replies[2 * i + 1]
+            if isinstance(found, Exception):
+                raise found
+            states[entry_id] = classify_entry(
+                entry_id,
+                exists=bool(found),
+                # NOGROUP (the Actuator has not created the group yet): nothing is pending.
+                pending=bool(pending) and not isinstance(pending, Exception),
+                last_delivered=last_delivered,
+            )
+        return states
+
+    async def _last_delivered(self) -> str | None:
+        try:
+            groups = await self._redis.xinfo_groups(self._names.tasks)
+        except ResponseError:
+            return None  # no stream: nothing was delivered
+        for group in groups:
+            name = group.get("name")
+            if (name.decode() if isinstance(name, bytes) else name) == ACTUATOR_GROUP:
+                value = group.get("last-delivered-id")
+                return value.decode() if isinstance(value, bytes) else str(value)
+        return None
+
+    async def _abandon(self, conn: Any, task: Task, reason: str, *, now: datetime) -> None:
+        """Nobody will ever carry the task out: close its Operation with an error and, for
+        a create or restart, fail the execution, so neither waits forever."""
+        kind = TaskKind(task.kind)
+        text = f"XMC could not deliver the {kind.name.lower()} request to the Actuator: {reason}"
+        log.error("task abandoned", task_id=task.task_id, xid=task.xid, wid=task.wid,
+                  task_kind=kind.name, reason=reason)  # fmt: skip
+        await outbox.finish(conn, task, outcome="abandoned", now=now)
+        if task.operation:
+            await operations.finish_operation_task(
+                conn,
+                task.operation,
+                now=now,
+                error=(grpc.StatusCode.UNAVAILABLE.value[0], text),
+                task_id=task.task_id,
+            )
+        if kind in (TaskKind.CREATE, TaskKind.RESTART):
+            await executions.write_decided_state(
+                conn,
+                task.xid,
+                task.wid,
+                task_execution_id(task),
+                WorkUnitState.FAILED,
+                message=backend_message(Severity.FATAL, task.xid, task.wid, text),
+                writer=WRITER,
+                now=now,
+            )
+
+    @staticmethod
+    def _report(
+        publish: Sequence[tuple[OutboxTask, RelayDecision]],
+        decisions: Sequence[tuple[OutboxTask, RelayDecision]],
+        abandoned: int,
+    ) -> RelayReport:
+        redriven = 0
+        for row, decision in publish:
+            kind = _kind_label(row.kind)
+            if row.status is OutboxStatus.PUBLISHED:
+                redriven += 1
+                TASKS_REDRIVEN.labels(kind).inc()
+                log.warning("task re-driven", task_id=row.task_id, xid=row.xid, wid=row.wid,
+                            task_kind=kind, reason=decision.reason)  # fmt: skip
+            else:
+                TASKS_ENQUEUED.labels(kind).inc()
+        if abandoned:
+            TASKS_ABANDONED.inc(abandoned)
+        waiting = sum(1 for _r, d in decisions if d.action is RelayAction.CHECK_LATER)
+        return RelayReport(len(publish) - redriven, redriven, waiting, abandoned)
+
+
+def _kind_label(kind: int) -> str:
+    with contextlib.suppress(ValueError):
+        return TaskKind(kind).name.lower()
+    return "unknown"

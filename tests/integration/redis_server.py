@@ -1,0 +1,67 @@
+"""A private ``redis-server`` process for tests that stop, kill or restart Redis (the
+machine's shared Redis serves every other test and must never be touched)."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import socket
+from pathlib import Path
+
+import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+class RedisServer:
+    """One redis-server without persistence (as the machine's): a restart loses every key."""
+
+    def __init__(self, directory: Path) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RuntimeError("redis-server is not installed (apt-get install redis-server)")
+        self._binary = binary
+        self._directory = directory
+        self.port = free_port()
+        self._process: asyncio.subprocess.Process | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    async def start(self) -> None:
+        self._process = await asyncio.create_subprocess_exec(
+            self._binary,
+            "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+            "--appendonly", "no", "--dir", str(self._directory),
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+        client = aioredis.Redis.from_url(self.url)
+        try:
+            async with asyncio.timeout(10):
+                while True:
+                    try:
+                        if await client.ping():
+                            return
+                    except (RedisConnectionError, OSError):
+                        await asyncio.sleep(0.02)  # not listening yet: poll again
+        finally:
+            await client.aclose()
+
+    async def stop(self) -> None:
+        """Kill it (SIGKILL: nothing is flushed, as in a crash)."""
+        if self._process is not None and self._process.returncode is None:
+            self._process.kill()
+            await self._process.wait()
+        self._process = None
+
+    async def restart(self) -> None:
+        await self.stop()
+        await self.start()

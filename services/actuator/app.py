@@ -3,6 +3,7 @@ and pause gates, the JobSet handlers and the stream consumer."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -15,6 +16,7 @@ from actuator.consumer import ConsumerSettings, TaskConsumer
 from actuator.handlers import JobSetHandlers
 from actuator.kube import JobSetClient
 from actuator.pause import PauseFlag, TaskPauseHandler
+from actuator.repair import RepairSettings, RepairSweep
 from actuator.settle import TaskSettler
 from xmc.config import Settings
 from xmc.errors import InvalidArgumentError
@@ -32,6 +34,7 @@ class Actuator:
         settings: Settings,
         consumer_settings: ConsumerSettings | None = None,
         *,
+        repair_settings: RepairSettings | None = None,
         clock: Callable[[], datetime] = utc_now,
         consumer_name: str | None = None,
     ) -> None:
@@ -39,10 +42,14 @@ class Actuator:
             raise InvalidArgumentError("XMC_TASK_SIGNING_KEY: required to verify tasks")
         self.settings = settings
         self.consumer_settings = consumer_settings or ConsumerSettings()
+        self.repair_settings = repair_settings or RepairSettings()
         self.clock = clock
         self.consumer_name = consumer_name
         self.store: Store | None = None
         self.consumer: TaskConsumer | None = None
+        self.repair: RepairSweep | None = None
+        self._stop_sweep = asyncio.Event()
+        self._stopping = False
         self._redis: Any = None
         self._kube: JobSetClient | None = None
 
@@ -69,16 +76,39 @@ class Actuator:
             admission=admission,
             consumer_name=self.consumer_name,
         )
+        self.repair = RepairSweep(
+            self.store,
+            self._kube,
+            namespace=settings.namespace,
+            clock=self.clock,
+            settings=self.repair_settings,
+        )
         log.info(
             "actuator started", consumer=self.consumer.name, kube=settings.kube_url or "config"
         )
 
     async def run(self) -> None:
+        """Consume tasks and sweep for repairs until :meth:`stop`. Either ending on its own
+        ends both and raises: an Actuator doing half its job must exit, not look healthy."""
         assert self.consumer is not None, "start() first"
-        await self.consumer.run()
+        assert self.repair is not None
+        jobs = {
+            asyncio.create_task(self.consumer.run(), name="task consumer"),
+            asyncio.create_task(self.repair.run(self._stop_sweep), name="repair sweep"),
+        }
+        done, pending = await asyncio.wait(jobs, return_when=asyncio.FIRST_COMPLETED)
+        self._stop_sweep.set()
+        await self.consumer.stop()
+        await asyncio.gather(*pending, return_exceptions=True)
+        for job in done:
+            job.result()  # a crash propagates
+            if not self._stopping:
+                raise RuntimeError(f"the Actuator's {job.get_name()} ended unexpectedly")
 
     async def stop(self) -> None:
         """Stop reading, let held tasks finish (bounded), then close the clients."""
+        self._stopping = True
+        self._stop_sweep.set()
         if self.consumer is not None:
             await self.consumer.stop()
         if self._kube is not None:

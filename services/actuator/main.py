@@ -11,6 +11,7 @@ import structlog
 
 from actuator.app import Actuator
 from actuator.consumer import ConsumerSettings
+from actuator.repair import RepairSettings
 from xmc.config import Settings
 from xmc.logging import configure_logging
 from xmc.metrics import serve_metrics
@@ -42,6 +43,19 @@ def main(argv: list[str] | None = None) -> None:
         help="seconds before another Actuator may claim an unacked task",
     )
     parser.add_argument("--max-deliveries", type=int, default=defaults.max_deliveries)
+    repair = RepairSettings()
+    parser.add_argument(
+        "--repair-interval",
+        type=float,
+        default=repair.interval_seconds,
+        help="seconds between steps of the repair sweep",
+    )
+    parser.add_argument(
+        "--repair-after",
+        type=float,
+        default=repair.stuck_after_seconds,
+        help="seconds an execution may stay INITIALIZING/RESTARTING/STOPPING before repair",
+    )
     parser.add_argument("--consumer-name", default=None, help="default: host-pid-random")
     parser.add_argument("--metrics-listen", default=None, help="overrides XMC_METRICS_LISTEN")
     args = parser.parse_args(argv)
@@ -58,4 +72,13 @@ def main(argv: list[str] | None = None) -> None:
         claim_idle=args.claim_idle,
         max_deliveries=args.max_deliveries,
     )
-    asyncio.run(_serve(Actuator(settings, consumer_settings, consumer_name=args.consumer_name)))
+    repair_settings = RepairSettings(
+        interval_seconds=args.repair_interval, stuck_after_seconds=args.repair_after
+    )
+    actuator = Actuator(
+        settings,
+        consumer_settings,
+        repair_settings=repair_settings,
+        consumer_name=args.consumer_name,
+    )
+    asyncio.run(_serve(actuator))

@@ -26,3 +26,9 @@ RECLAIMED_TOTAL = Counter(
     "xmc_actuator_reclaimed_total",
     "Pending entries claimed with XAUTOCLAIM from an idle (presumably dead) consumer",
 )
+REPAIRS_TOTAL = Counter(
+    "xmc_actuator_repairs_total",
+    "Executions the repair sweep found stuck in an XMC-written state and acted on, by action "
+    "(write_terminal, redrive, give_up)",
+    ["action"],
+)

@@ -28,6 +28,7 @@ Result = executions_pb2.UpdateWorkUnitExecutionResult
 
 
 async def experiment_with_work_units(ess: Ess, n: int) -> str:
+    """An experiment with ``n`` work units whose CREATE tasks are on the stream."""
     experiment: Experiment = await ess.api.CreateExperiment(
         api_pb2.CreateExperimentRequest(experiment=Experiment()), metadata=ALICE
     )
@@ -36,6 +37,7 @@ async def experiment_with_work_units(ess: Ess, n: int) -> str:
             api_pb2.CreateWorkUnitRequest(parent=experiment.name, work_unit=minimal_work_unit()),
             metadata=ALICE,
         )
+    await ess.relayed()
     return str(experiment.name)
 
 

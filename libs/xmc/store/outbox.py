@@ -20,7 +20,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from xmc.tasks import DEFAULT_LEEWAY, DEFAULT_TTL, task_execution_id
@@ -30,6 +30,11 @@ from xmc_api.internal.v1.tasks_pb2 import Task
 #: entry always finds its row (and is refused) or has expired (and is refused).
 OUTBOX_RETENTION = timedelta(days=7)
 assert OUTBOX_RETENTION > DEFAULT_TTL + DEFAULT_LEEWAY
+
+
+#: ``next_attempt`` of a task to publish now: due whatever the relay's clock says (the
+#: writer's clock may be an Actuator's, ahead of the relay's ESS).
+DUE_AT_ONCE = datetime.min.replace(tzinfo=UTC)
 
 
 class OutboxStatus(enum.StrEnum):
@@ -83,14 +88,17 @@ def _row(row: Any) -> OutboxTask:
     )
 
 
-async def enqueue(conn: Any, tasks: Sequence[Task], *, now: datetime) -> None:
-    """Record tasks to publish, in the caller's (the intent's) transaction."""
+async def enqueue(
+    conn: Any, tasks: Sequence[Task], *, now: datetime, origin: str = "intent"
+) -> None:
+    """Record tasks to publish, in the caller's (the intent's) transaction; ``origin``
+    "repair" marks the repair sweep's re-drives."""
     if not tasks:
         return
     await conn.execute(
         """INSERT INTO task_outbox (task_id, xid, wid, eid, kind, task, next_attempt,
-                                    create_time)
-           SELECT t.task_id, t.xid, t.wid, t.eid, t.kind, t.task, $7, $7
+                                    create_time, origin)
+           SELECT t.task_id, t.xid, t.wid, t.eid, t.kind, t.task, '-infinity', $7, $8
            FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::smallint[],
                        $6::bytea[]) AS t(task_id, xid, wid, eid, kind, task)""",
         [t.task_id for t in tasks],
@@ -100,6 +108,7 @@ async def enqueue(conn: Any, tasks: Sequence[Task], *, now: datetime) -> None:
         [int(t.kind) for t in tasks],
         [t.SerializeToString(deterministic=True) for t in tasks],
         now,
+        origin,
     )
 
 
@@ -189,7 +198,7 @@ async def park(conn: Any, task: Task, *, now: datetime) -> None:
 
 async def rearm(conn: Any, task: Task, *, now: datetime) -> None:
     """A resumed task (re-signed with its refreshed payload) is to be published again."""
-    await _upsert(conn, task, OutboxStatus.PENDING, now=now, next_attempt=now)
+    await _upsert(conn, task, OutboxStatus.PENDING, now=now, next_attempt=DUE_AT_ONCE)
 
 
 async def fetch_status(conn: Any, task_id: str) -> OutboxStatus | None:
@@ -233,3 +242,72 @@ async def fetch_task_facts(conn: Any, task: Task) -> TaskFacts:
         work_unit_eid=row["eid"],
         work_unit_state=row["state"],
     )
+
+
+@dataclass(frozen=True)
+class ExecutionTasks:
+    """An execution in a state XMC wrote, with the latest task written for it."""
+
+    xid: int
+    wid: int
+    eid: int
+    state: int
+    state_update_time: datetime
+    #: The latest task of this execution (None: none in the outbox).
+    task_status: OutboxStatus | None
+    task_finished_time: datetime | None
+    #: Tasks the repair sweep already wrote for this execution.
+    repairs: int
+
+
+async def scan_intent_states(
+    conn: Any, *, after: tuple[int, int], limit: int, states: Sequence[int], older_than: datetime
+) -> tuple[list[ExecutionTasks], tuple[int, int] | None]:
+    """One bounded step of a scan over all work units in primary-key order: of the next
+    ``limit`` work units after ``after``, those in one of ``states`` since before
+    ``older_than``, each with its latest task. Returns them and the key to continue
+    after (None: the scan reached the end). A step reads at most ``limit`` work units,
+    however many there are."""
+    last = await conn.fetchrow(
+        """SELECT xid, wid FROM work_units WHERE (xid, wid) > ($1, $2)
+           ORDER BY xid, wid OFFSET $3 - 1 LIMIT 1""",
+        after[0],
+        after[1],
+        limit,
+    )
+    upper = None if last is None else (last["xid"], last["wid"])
+    rows = await conn.fetch(
+        """SELECT w.xid, w.wid, w.eid, w.state, w.state_update_time,
+                  t.status AS task_status, t.finished_time AS task_finished_time,
+                  (SELECT count(*) FROM task_outbox r WHERE r.xid = w.xid AND r.wid = w.wid
+                       AND r.eid = w.eid AND r.origin = 'repair') AS repairs
+           FROM work_units w
+           LEFT JOIN LATERAL (
+               SELECT status, finished_time FROM task_outbox o
+               WHERE o.xid = w.xid AND o.wid = w.wid AND o.eid = w.eid
+               ORDER BY seq DESC LIMIT 1) t ON true
+           WHERE (w.xid, w.wid) > ($1, $2)
+             AND ($3::bigint IS NULL OR (w.xid, w.wid) <= ($3, $4))
+             AND w.state = ANY($5::smallint[]) AND w.state_update_time < $6
+           ORDER BY w.xid, w.wid""",
+        after[0],
+        after[1],
+        None if upper is None else upper[0],
+        None if upper is None else upper[1],
+        list(states),
+        older_than,
+    )
+    found = [
+        ExecutionTasks(
+            xid=r["xid"],
+            wid=r["wid"],
+            eid=r["eid"],
+            state=r["state"],
+            state_update_time=r["state_update_time"],
+            task_status=None if r["task_status"] is None else OutboxStatus(r["task_status"]),
+            task_finished_time=r["task_finished_time"],
+            repairs=r["repairs"],
+        )
+        for r in rows
+    ]
+    return found, upper

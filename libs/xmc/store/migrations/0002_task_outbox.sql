@@ -15,6 +15,8 @@ CREATE TABLE task_outbox (
     -- The execution the task brings about or acts on (RESTART: the new eid N+1).
     eid            bigint      NOT NULL,
     kind           smallint    NOT NULL,
+    -- intent: written with the user's intent; repair: re-driven by the repair sweep.
+    origin         text        NOT NULL DEFAULT 'intent' CHECK (origin IN ('intent', 'repair')),
     -- The serialized Task, unsigned: the relay signs each publish with a fresh token.
     task           bytea       NOT NULL,
     -- pending: to publish; published: on the stream, checked until finished;
@@ -38,5 +40,6 @@ CREATE TABLE task_outbox (
 );
 CREATE INDEX task_outbox_due ON task_outbox (next_attempt)
     WHERE status IN ('pending', 'published');
-CREATE INDEX task_outbox_wu ON task_outbox (xid, wid, seq);
+-- The latest task of an execution (the repair sweep's question).
+CREATE INDEX task_outbox_execution ON task_outbox (xid, wid, eid, seq);
 CREATE INDEX task_outbox_finished ON task_outbox (finished_time) WHERE status = 'finished';

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
@@ -71,3 +72,12 @@ async def store(database_url: str) -> AsyncIterator[Store]:
     store = await Store.connect(database_url, min_size=1, max_size=4)
     yield store
     await store.close()
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Keep each phase's report on the item, so a fixture can tell whether its test
+    failed (the process stacks print their logs then)."""
+    report = yield
+    setattr(item, f"report_{report.when}", report)
+    return report

@@ -210,8 +210,8 @@ class EssServer:
         while not self._stop.is_set():
             try:
                 await run_janitor_once(self.store, now=self.clock())
-            except OSError as exc:
-                log.warning("janitor could not reach postgres", error=str(exc))
+            except Exception:
+                log.exception("janitor run failed; trying again next interval")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), timeout=interval)
 

@@ -35,6 +35,19 @@ def caller() -> Identity:
     return _IDENTITY.get()
 
 
+#: Postgres is down, restarting or unreachable: nothing is wrong with the request, so the
+#: caller retries (the Reconciler's batcher keeps the items) rather than giving up on an
+#: INTERNAL. Class 08 (connection), class 57 (shutdown, starting up), a connection lost
+#: mid-query, and a pool that could not connect in time.
+_STORAGE_UNAVAILABLE = (
+    OSError,
+    TimeoutError,
+    asyncpg.exceptions.PostgresConnectionError,
+    asyncpg.exceptions.OperatorInterventionError,
+    asyncpg.exceptions.ConnectionDoesNotExistError,
+)
+
+
 def _status_code(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     """Map an exception to a status code and a user-facing message."""
     if isinstance(exc, XmcError):
@@ -43,7 +56,7 @@ def _status_code(exc: BaseException) -> tuple[grpc.StatusCode, str]:
         return grpc.StatusCode.ABORTED, "concurrent update conflict; retry"
     if isinstance(exc, asyncpg.exceptions.SerializationError):
         return grpc.StatusCode.ABORTED, "concurrent update conflict; retry"
-    if isinstance(exc, OSError | asyncpg.exceptions.ConnectionDoesNotExistError):
+    if isinstance(exc, _STORAGE_UNAVAILABLE):
         return grpc.StatusCode.UNAVAILABLE, "storage unavailable; retry"
     return grpc.StatusCode.INTERNAL, "internal error"
 

@@ -173,5 +173,13 @@ class ResumeWorker:
                     )
             except REDIS_UNAVAILABLE as exc:
                 log.warning("resume worker waiting for redis", error=str(exc))
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), timeout=1.0)
+                await self._pause(stop)
+            except Exception:
+                # Postgres down, say: this run failed, the worker must not die with it.
+                log.exception("resume run failed; trying again")
+                await self._pause(stop)
+
+    @staticmethod
+    async def _pause(stop: asyncio.Event) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=1.0)

@@ -1,0 +1,263 @@
+"""The whole system as separate OS processes that a test can kill and restart one by one.
+
+``make run`` (``xmc.devrun``) runs the same four services under one parent that stops
+everything when one exits; fault tests need the opposite: kill the ESS with SIGKILL
+between a commit and a publish, restart Redis under a running sweep, and watch the rest
+carry on. Used by ``tests/integration/test_faults.py`` and by ``bench/faults.py``.
+
+Every stack gets its own database, Redis key prefix and ports, so stacks run side by side
+and next to other users of the same servers. Each service logs to ``<log_dir>/<name>.log``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import sys
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+from urllib.parse import urlsplit, urlunsplit
+
+import aiohttp
+import asyncpg
+
+BIN: Final = Path(sys.executable).parent
+SIGNING_KEY: Final = "fault-test-signing-key-of-at-least-32-bytes"
+SERVICES: Final = ("kubesim", "ess", "actuator", "reconciler")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def database_dsn(admin_dsn: str, name: str) -> str:
+    return urlunsplit(urlsplit(admin_dsn)._replace(path=f"/{name}"))
+
+
+async def create_database(admin_dsn: str) -> str:
+    """A new, empty database on the server of ``admin_dsn``; returns its DSN."""
+    name = f"xmc_stack_{uuid.uuid4().hex[:10]}"
+    conn = await asyncpg.connect(admin_dsn)
+    try:
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+    return database_dsn(admin_dsn, name)
+
+
+async def drop_database(admin_dsn: str, dsn: str) -> None:
+    name = urlsplit(dsn).path.lstrip("/")
+    conn = await asyncpg.connect(admin_dsn)
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await conn.close()
+
+
+@dataclass(frozen=True)
+class StackOptions:
+    time_scale: float = 1.0
+    #: kubesim's clock against the host's (``--clock-offset``).
+    clock_offset: str = "0s"
+    #: Seconds before another Actuator consumer may claim an unacked task.
+    claim_idle: float = 10.0
+    #: The repair sweep's bound and step interval (seconds).
+    repair_after: float = 15.0
+    repair_interval: float = 2.0
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+
+class Stack:
+    """kubesim, ESS, Actuator and Reconciler against one database and one Redis."""
+
+    def __init__(
+        self,
+        *,
+        database_url: str,
+        redis_url: str,
+        log_dir: Path,
+        options: StackOptions | None = None,
+    ) -> None:
+        self.options = options or StackOptions()
+        self.database_url = database_url
+        self.redis_url = redis_url
+        self.prefix = f"stack-{uuid.uuid4().hex[:8]}:"
+        self.kube_port = free_port()
+        self.ess_port = free_port()
+        self.log_dir = log_dir
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.processes: dict[str, asyncio.subprocess.Process] = {}
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.ess_port}"
+
+    @property
+    def kube_url(self) -> str:
+        return f"http://127.0.0.1:{self.kube_port}"
+
+    def _env(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "XMC_DATABASE_URL": self.database_url,
+            "XMC_REDIS_URL": self.redis_url,
+            "XMC_ESS_LISTEN": self.endpoint,
+            "XMC_ESS_TARGET": self.endpoint,
+            "XMC_KUBE_URL": self.kube_url,
+            "XMC_TASK_SIGNING_KEY": SIGNING_KEY,
+            "XMC_AUTH_DISABLED": "true",
+            "XMC_STREAM_PREFIX": self.prefix,
+            "XMC_METRICS_LISTEN": "",
+            **self.options.extra_env,
+        }
+
+    def _command(self, name: str) -> list[str]:
+        o = self.options
+        commands = {
+            "kubesim": [
+                "xmc-kubesim", "--port", str(self.kube_port), "--time-scale", str(o.time_scale),
+                f"--clock-offset={o.clock_offset}",
+            ],
+            "ess": ["xmc-ess", "serve"],
+            "actuator": [
+                "xmc-actuator", "--claim-idle", str(o.claim_idle),
+                "--repair-after", str(o.repair_after), "--repair-interval", str(o.repair_interval),
+            ],
+            "reconciler": ["xmc-reconciler", "--no-leader-election"],
+        }  # fmt: skip
+        command = commands[name]
+        return [str(BIN / command[0]), *command[1:]]
+
+    async def start(self) -> None:
+        """Migrate, then start every service, each once its dependencies listen."""
+        migrate = await asyncio.create_subprocess_exec(
+            str(BIN / "xmc-ess"), "migrate", env=self._env(),
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+        if await migrate.wait() != 0:
+            raise RuntimeError("xmc-ess migrate failed")
+        for name in SERVICES:
+            await self.start_service(name)
+
+    async def start_service(self, name: str) -> None:
+        if name in self.processes and self.processes[name].returncode is None:
+            raise RuntimeError(f"{name} is already running")
+        log = (self.log_dir / f"{name}.log").open("ab")
+        try:
+            self.processes[name] = await asyncio.create_subprocess_exec(
+                *self._command(name), env=self._env(), stdout=log, stderr=log
+            )
+        finally:
+            log.close()
+        if name == "kubesim":
+            await wait_listening(self.kube_port, self.processes[name], name)
+        elif name == "ess":
+            await wait_listening(self.ess_port, self.processes[name], name)
+
+    async def kill(self, name: str) -> None:
+        """SIGKILL: no flush, no cleanup, as the kernel's OOM killer would."""
+        process = self.processes[name]
+        if process.returncode is None:
+            process.send_signal(signal.SIGKILL)
+        await process.wait()
+
+    async def restart(self, name: str) -> None:
+        await self.kill(name)
+        await self.start_service(name)
+
+    async def stop(self) -> dict[str, int | None]:
+        """SIGTERM every service (the Reconciler first, kubesim last); return codes."""
+        for name in reversed(SERVICES):
+            process = self.processes.get(name)
+            if process is not None and process.returncode is None:
+                process.send_signal(signal.SIGTERM)
+                try:
+                    await asyncio.wait_for(process.wait(), timeout=30)
+                except TimeoutError:
+                    process.kill()
+                    await process.wait()
+        return {name: p.returncode for name, p in self.processes.items()}
+
+    def print_logs(self, lines: int = 60) -> None:
+        """The last lines of every service's log (for a failed test's output)."""
+        for name in SERVICES:
+            path = self.log_dir / f"{name}.log"
+            if path.exists():
+                tail = path.read_text(errors="replace").splitlines()[-lines:]
+                print(f"----- {name} ({path}) -----", *tail, sep="\n")
+
+    def alive(self) -> dict[str, bool]:
+        return {name: p.returncode is None for name, p in self.processes.items()}
+
+
+async def wait_listening(
+    port: int, process: asyncio.subprocess.Process, name: str, within: float = 60.0
+) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while True:
+        if process.returncode is not None:
+            raise RuntimeError(f"{name} exited with {process.returncode} before listening")
+        try:
+            _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            if loop.time() > deadline:
+                raise RuntimeError(f"{name} did not listen on {port} within {within}s") from None
+            await asyncio.sleep(0.05)  # not listening yet: poll again
+            continue
+        writer.close()
+        await writer.wait_closed()
+        return
+
+
+class JobSetLedger:
+    """Every JobSet the cluster ever created, from a watch on kubesim's API (a duplicate
+    run of one execution shows as two uids for the same name and execution id)."""
+
+    def __init__(self, kube_url: str, namespace: str = "default") -> None:
+        self._url = f"{kube_url}/apis/jobset.x-k8s.io/v1alpha2/namespaces/{namespace}/jobsets"
+        self.created: dict[tuple[str, str], set[str]] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._watch())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    def duplicated(self) -> list[tuple[str, str]]:
+        return sorted(key for key, uids in self.created.items() if len(uids) > 1)
+
+    async def _watch(self) -> None:
+        async with aiohttp.ClientSession() as http:
+            version = "0"
+            while True:
+                params = {"watch": "1", "resourceVersion": version, "timeoutSeconds": "30"}
+                try:
+                    async with http.get(self._url, params=params) as response:
+                        async for line in response.content:
+                            event = json.loads(line)
+                            obj = event.get("object") or {}
+                            meta = obj.get("metadata") or {}
+                            version = meta.get("resourceVersion", version)
+                            if event.get("type") == "ADDED":
+                                eid = (meta.get("labels") or {}).get(
+                                    "xmc.google.com/execution-id", ""
+                                )
+                                self.created.setdefault((meta["name"], eid), set()).add(
+                                    meta["uid"]
+                                )
+                except aiohttp.ClientError:
+                    await asyncio.sleep(0.2)  # kubesim restarting: watch again

@@ -21,7 +21,7 @@ import sys
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
@@ -248,16 +248,15 @@ class JobSetLedger:
                 try:
                     async with http.get(self._url, params=params) as response:
                         async for line in response.content:
-                            event = json.loads(line)
-                            obj = event.get("object") or {}
-                            meta = obj.get("metadata") or {}
-                            version = meta.get("resourceVersion", version)
-                            if event.get("type") == "ADDED":
-                                eid = (meta.get("labels") or {}).get(
-                                    "xmc.google.com/execution-id", ""
-                                )
-                                self.created.setdefault((meta["name"], eid), set()).add(
-                                    meta["uid"]
-                                )
+                            version = self._record(json.loads(line)) or version
                 except aiohttp.ClientError:
                     await asyncio.sleep(0.2)  # kubesim restarting: watch again
+
+    def _record(self, event: dict[str, Any]) -> str | None:
+        """Note an ADDED JobSet; returns the event's resourceVersion."""
+        meta = (event.get("object") or {}).get("metadata") or {}
+        if event.get("type") == "ADDED":
+            eid = (meta.get("labels") or {}).get("xmc.google.com/execution-id", "")
+            self.created.setdefault((meta["name"], eid), set()).add(meta["uid"])
+        version: str | None = meta.get("resourceVersion")
+        return version

@@ -7,6 +7,7 @@ One system per test worker (session fixture); each test uses its own experiment.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import os
@@ -30,6 +31,7 @@ from google.longrunning import operations_grpc_pb2
 from google.longrunning.operations_proto_pb2 import GetOperationRequest
 
 from tests.conftest import ADMIN_DSN
+from tests.integration.conftest import REDIS_URL
 from tests.integration.support import minimal_work_unit, wait_until
 from xmc.model.states import ActiveState, WorkUnitState
 from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
@@ -64,16 +66,21 @@ def _free_base(count: int) -> int:
             return base
 
 
-@pytest.fixture(scope="session")
-def local_system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSystem]:
+@contextlib.contextmanager
+def _local_run(
+    tmp_path_factory: pytest.TempPathFactory, *, clock_offset: str = "0s"
+) -> Iterator[LocalSystem]:
+    """``python -m xmc.devrun`` on its own database, ports and key prefix."""
     name = f"xmc_e2e_{uuid.uuid4().hex[:10]}"
     dsn = urlunsplit(urlsplit(ADMIN_DSN)._replace(path=f"/{name}"))
     base = _free_base(5)
     env = {
         **os.environ,
         "XMC_DATABASE_URL": dsn,
+        "XMC_REDIS_URL": REDIS_URL,
         "XMC_KUBESIM_PORT": str(base),
         "XMC_KUBESIM_TIME_SCALE": str(TIME_SCALE),
+        "XMC_KUBESIM_CLOCK_OFFSET": clock_offset,
         "XMC_ESS_LISTEN": f"127.0.0.1:{base + 1}",
         "XMC_METRICS_BASE_PORT": str(base + 2),
         "XMC_RUN_DIR": str(tmp_path_factory.mktemp("run")),
@@ -98,6 +105,19 @@ def local_system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSyst
         if process.poll() is None:
             process.kill()
         asyncio.run(_drop(name))
+
+
+@pytest.fixture(scope="session")
+def local_system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSystem]:
+    with _local_run(tmp_path_factory) as system:
+        yield system
+
+
+@pytest.fixture(scope="session")
+def skewed_local_system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSystem]:
+    """The local run with kubesim's clock 5 s behind the host's."""
+    with _local_run(tmp_path_factory, clock_offset="-5s") as system:
+        yield system
 
 
 async def _drop(name: str) -> None:
@@ -432,6 +452,22 @@ async def _batch_stopped(client: Client) -> None:
 async def test_every_stop_lands_at_real_time(client: Client) -> None:
     """SPEC §10.3 at time scale 1: 50 stops right after create, 20 while RUNNING, 10 right
     after a restart, one BatchStop of 50 — all STOPPED within 30 s of their stop."""
+    await _every_kind_of_stop(client)
+
+
+async def test_every_stop_lands_with_the_cluster_clock_behind(
+    skewed_local_system: LocalSystem,
+) -> None:
+    """The same, with the cluster stamping 5 s behind XMC: its STOPPED is "older" than
+    every STOPPING it ends."""
+    client = Client(skewed_local_system)
+    try:
+        await _every_kind_of_stop(client)
+    finally:
+        await client.channel.close()
+
+
+async def _every_kind_of_stop(client: Client) -> None:
     await asyncio.gather(
         _stopped_right_after_create(client),
         _stopped_while_running(client),

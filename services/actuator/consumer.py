@@ -16,9 +16,9 @@ Protocol, in the order an entry meets it:
    shape of kopf's per-object queues).
 4. **Handle.** The admission gate first (``actuator.admission``: a replayed or no longer
    wanted task stops here), then the pause gate (it may park the task), then the
-   handler. A RETRY
-   result is retried in-process with ``decide_retry`` backoff; an exception is treated as
-   RETRY (code ``UNKNOWN``), so a bug or a Postgres outage cannot lose a task.
+   handler. A RETRY result is retried in-process with ``decide_retry`` backoff; an
+   exception is treated as RETRY (code ``UNKNOWN``), so a bug or a Postgres outage cannot
+   lose a task.
 5. **Settle** (``decide_settlement``): DONE / SKIPPED / PARKED → ``XACK``; PERMANENT →
    DLQ + ``XACK`` (the handler closed the Operation); RETRY with retries exhausted → left
    pending, so a later ``XAUTOCLAIM`` retries it, unless the entry has been delivered

@@ -83,7 +83,7 @@ class TaskSettler:
         async with self._store.transaction() as conn:
             await outbox.finish(conn, task, outcome=outcome or result.outcome.value, now=now)
             if write is not None:
-                await executions.write_decided_state(
+                written = await executions.write_decided_state(
                     conn,
                     task.xid,
                     task.wid,
@@ -93,6 +93,8 @@ class TaskSettler:
                     writer=self._writer,
                     now=now,
                 )
+                log.info("execution state written", state=write.state.name,
+                         outcome=str(written.outcome), stored_state=written.state.name)  # fmt: skip
             if task.operation:
                 await self._close_operation(conn, task, result, now=now)
         return result

@@ -5,8 +5,9 @@ level-triggered: each handler recomputes from the latest cached objects, so a mi
 repeated event changes nothing, and a new leader re-observes everything it has cached.
 
 Besides the batched observations, two paths write directly:
-- the finalizer bypass (§8.4): a JobSet being deleted gets its terminal state written
-  synchronously, and only then loses ``jobset.xmanager.cloud/finalizer``;
+- the finalizer bypass (§8.4, ``reconciler.finalizer``): a JobSet being deleted gets its
+  terminal state written synchronously, and only then loses
+  ``jobset.xmanager.cloud/finalizer``;
 - orphan collection (§8.6): a JobSet of an old execution, or of a finished or deleted
   work unit, is deleted with a UID precondition.
 """
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -28,22 +28,14 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from actuator.labels import EXPERIMENT_ID, FINALIZER, MANAGED_BY_SELECTOR
 from reconciler import metrics
 from reconciler.batcher import BatcherOptions, UpdateBatcher
-from reconciler.ess_client import (
-    EssClient,
-    EssRejected,
-    EssUnavailable,
-    TerminalWrite,
-    judge_terminal_write,
-)
+from reconciler.ess_client import EssClient, EssRejected, EssUnavailable
+from reconciler.finalizer import JOBSETS, Finalizer
 from reconciler.leader import LeaderElector, LeaseSettings
 from reconciler.observation import Observation
 from reconciler.observe import (
     JOBSET_NAME_LABEL,
-    FinalizerAction,
     QueuePosition,
-    decide_finalizer,
     decide_orphan,
-    finalizer_removal_patch,
     observe_jobset,
     observe_pods,
     observe_workload,
@@ -51,25 +43,11 @@ from reconciler.observe import (
     workload_owner,
 )
 from reconciler.watch import ChangeKind, ResourceWatcher, WatchSettings, kube_request
-from xmc.model.states import WorkUnitState
 
 log = structlog.get_logger()
 Obj = dict[str, Any]
 
-JOBSETS = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
 WORKLOADS = ("kueue.x-k8s.io", "v1beta2", "workloads")
-_MERGE_PATCH: dict[str, Any] = {"_content_type": "application/merge-patch+json"}
-_FINALIZER_BACKOFF = (0.2, 0.5, 1.0, 2.0, 5.0)
-
-
-class _FinalizeStep(enum.Enum):
-    """Where one pass of the finalizer path ended."""
-
-    DONE = "done"
-    #: The terminal write failed or was refused: back off, write again.
-    WRITE_FAILED = "write_failed"
-    #: The JobSet changed under the removal patch: back off, read it again.
-    REREAD = "reread"
 
 
 @dataclass(frozen=True)
@@ -126,8 +104,15 @@ class Reconciler:
                 on_started_leading=self._started_leading,
             )
         self._tasks: list[asyncio.Task[None]] = []
-        self._finalizing: dict[str, asyncio.Task[None]] = {}
         self._stopping = asyncio.Event()
+        self.finalizer = Finalizer(
+            self._custom,
+            ess,
+            namespace=ns,
+            clock=clock,
+            max_retry_age=self.options.max_stopped_write_retry_age,
+            stopping=self._stopping,
+        )
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -151,8 +136,7 @@ class Reconciler:
         await self.batcher.stop()
         if self.elector is not None:
             self.elector.stop()
-        for task in self._finalizing.values():
-            task.cancel()
+        self.finalizer.cancel_all()
         for task in self._tasks:
             with contextlib.suppress(TimeoutError, asyncio.CancelledError):
                 await asyncio.wait_for(task, timeout=10)
@@ -161,7 +145,8 @@ class Reconciler:
     async def abort(self) -> None:
         """Die like a killed process: no flush, no Lease release (tests of takeover)."""
         self._stopping.set()
-        for task in (*self._tasks, *self._finalizing.values()):
+        self.finalizer.cancel_all()
+        for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
@@ -192,7 +177,7 @@ class Reconciler:
             return
         meta = jobset.get("metadata") or {}
         if meta.get("deletionTimestamp") and FINALIZER in (meta.get("finalizers") or []):
-            self._finalize_soon(meta["name"])
+            self.finalizer.soon(meta["name"])
         self._observe(observe_jobset(jobset, observed_at=self._clock()))
         self._diagnose(jobset)
 
@@ -266,92 +251,6 @@ class Reconciler:
             if item.get("metadata", {}).get("name") == name:
                 return QueuePosition(item.get("positionInClusterQueue"), len(items))
         return QueuePosition(None, len(items))
-
-    # --- the finalizer bypass ----------------------------------------------------------
-
-    def _finalize_soon(self, name: str) -> None:
-        if name not in self._finalizing or self._finalizing[name].done():
-            self._finalizing[name] = asyncio.create_task(self._finalize(name))
-
-    async def _get_jobset(self, name: str) -> Obj | None:
-        try:
-            found: Obj = await self._custom.get_namespaced_custom_object(
-                *JOBSETS[:2], self.options.namespace, JOBSETS[2], name
-            )
-            return found
-        except ApiException as error:
-            if error.status == 404:
-                return None
-            raise
-
-    async def _finalize(self, name: str) -> None:
-        """Write the terminal state synchronously, then remove our finalizer; retry the
-        write with backoff, and after ``max_stopped_write_retry_age`` remove it anyway."""
-        failed, attempt = False, 0
-        while not self._stopping.is_set():
-            try:
-                step = await self._finalize_once(name, last_write_failed=failed)
-            except EssUnavailable as error:
-                metrics.FINALIZER_RETRIES_TOTAL.inc()
-                log.warning("terminal write failed; will retry", jobset=name, error=str(error))
-                step = _FinalizeStep.WRITE_FAILED
-            except EssRejected as error:
-                log.error("terminal write rejected", jobset=name, error=str(error))
-                metrics.TERMINAL_WRITES_REJECTED_TOTAL.labels(error.code.name.lower()).inc()
-                step = _FinalizeStep.WRITE_FAILED
-            except ApiException as error:
-                if error.status == 404:
-                    return
-                log.info("finalizer removal conflicted; re-reading", jobset=name,
-                         status=error.status)  # fmt: skip
-                step = _FinalizeStep.REREAD
-            if step is _FinalizeStep.DONE:
-                return
-            failed = step is _FinalizeStep.WRITE_FAILED
-            delay = _FINALIZER_BACKOFF[min(attempt, len(_FINALIZER_BACKOFF) - 1)]
-            attempt += 1
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), timeout=delay)
-
-    async def _finalize_once(self, name: str, *, last_write_failed: bool) -> _FinalizeStep:
-        jobset = await self._get_jobset(name)
-        if jobset is None:
-            return _FinalizeStep.DONE
-        decision = decide_finalizer(
-            jobset,
-            now=self._clock(),
-            last_write_failed=last_write_failed,
-            max_retry_age=self.options.max_stopped_write_retry_age,
-        )
-        if decision.action == FinalizerAction.NOT_OURS:
-            return _FinalizeStep.DONE
-        if decision.action == FinalizerAction.REMOVE_ANYWAY:
-            log.error("finalizer removed without a terminal write", jobset=name,
-                      reason=decision.reason)  # fmt: skip
-            metrics.FINALIZERS_FORCE_REMOVED_TOTAL.inc()
-        elif decision.observation is not None and not await self._write_terminal(
-            name, decision.observation
-        ):
-            return _FinalizeStep.WRITE_FAILED
-        await self._custom.patch_namespaced_custom_object(
-            *JOBSETS[:2], self.options.namespace, JOBSETS[2], name,
-            finalizer_removal_patch(jobset), **_MERGE_PATCH,
-        )  # fmt: skip
-        return _FinalizeStep.DONE
-
-    async def _write_terminal(self, name: str, observation: Observation) -> bool:
-        """The synchronous terminal write; False when the ESS kept the execution live."""
-        (result,) = await self._ess.update([observation], writer="reconciler/finalizer")
-        verdict = judge_terminal_write(result)
-        if verdict is not TerminalWrite.REJECTED:
-            return True
-        reason = result.state_rejection or "unknown"
-        log.error(
-            "terminal write refused; keeping the finalizer", jobset=name,
-            stored_state=WorkUnitState(result.state).name, reason=reason,
-        )  # fmt: skip
-        metrics.TERMINAL_WRITES_REJECTED_TOTAL.labels(reason).inc()
-        return False
 
     # --- periodic work -----------------------------------------------------------------
 

@@ -29,7 +29,7 @@ from kubesim.server import KubeSim
 from reconciler import metrics
 from reconciler.app import Reconciler, ReconcilerOptions
 from reconciler.batcher import BatcherOptions
-from reconciler.ess_client import EssClient, EssUnavailable
+from reconciler.ess_client import EssClient, EssUnavailable, UpdateResult
 from reconciler.leader import LeaseSettings
 from tests.integration.conftest import REDIS_URL, SIGNING_KEY, Ess, metadata
 from tests.integration.support import WallClock, fetch_all, minimal_work_unit, wait_until
@@ -360,15 +360,28 @@ async def test_jobsets_end_in_their_states(
 
 
 class SwitchableEss:
-    """The real ESS client, with a switch that makes it unreachable (network down)."""
+    """The real ESS client, with a switch that makes it unreachable (network down), and
+    one that makes it refuse every state change (as the time-order bug once did)."""
 
     def __init__(self, real: EssClient) -> None:
         self.real = real
         self.down = False
+        self.refusing = False
 
     async def update(self, observations: Any, *, writer: str) -> Any:
         if self.down:
             raise EssUnavailable(grpc.StatusCode.UNAVAILABLE, "ESS is down")
+        if self.refusing:
+            return [
+                UpdateResult(
+                    work_unit=f"experiments/{o.xid}/workUnits/{o.wid}",
+                    execution_id=o.eid,
+                    outcome=UpdateResult.UNCHANGED,
+                    state=int(S.STOPPING),  # type: ignore[arg-type]
+                    state_rejection="stale_time",
+                )
+                for o in observations
+            ]
         return await self.real.update(observations, writer=writer)
 
     async def work_unit(self, xid: int, wid: int) -> Any:
@@ -382,6 +395,7 @@ async def test_the_finalizer_waits_for_the_ess(system: System) -> None:
     await wait_until(lambda: system.state(name), S.RUNNING, within=30)
     switch = SwitchableEss(system.reconciler._ess)
     system.reconciler._ess = switch  # type: ignore[assignment]
+    system.reconciler.finalizer.ess = switch  # type: ignore[assignment]
     xid, wid = name.split("/")[1::2]
     jobset_name = f"xmc-{xid}-{wid}"
 
@@ -400,6 +414,35 @@ async def test_the_finalizer_waits_for_the_ess(system: System) -> None:
         return system.sim.store.find(JOBSET, "default", jobset_name) is None
 
     await wait_until(gone, True, within=30)
+
+
+async def test_a_refused_terminal_write_keeps_the_finalizer(system: System) -> None:
+    """The stop bug's second half: the finalizer path ignored a refused STOPPED and
+    removed the finalizer, so nothing ever retried. Now it keeps the JobSet, counts the
+    refusal, and retries until the write lands."""
+    name = await create(system, running_forever())
+    await wait_until(lambda: system.state(name), S.RUNNING, within=30)
+    switch = SwitchableEss(system.reconciler._ess)
+    system.reconciler._ess = switch  # type: ignore[assignment]  (the batcher reports R1 too)
+    system.reconciler.finalizer.ess = switch  # type: ignore[assignment]
+    refusals = metrics.TERMINAL_WRITES_REJECTED_TOTAL.labels("stale_time")
+    before = refusals._value.get()
+
+    switch.refusing = True
+    await system.ess.api.StopWorkUnit(api_pb2.StopWorkUnitRequest(name=name), metadata=ALICE)
+
+    async def refused_twice() -> bool:
+        return bool(refusals._value.get() >= before + 2)
+
+    await wait_until(refused_twice, True, within=30)
+    held = system.jobset(name)
+    assert held is not None, "the finalizer holds the JobSet while the write is refused"
+    assert held["metadata"]["deletionTimestamp"]
+    assert await system.state(name) == S.STOPPING
+
+    switch.refusing = False
+    await wait_until(lambda: system.state(name), S.STOPPED, within=30)
+    await gone(system, name)
 
 
 _RETRIES_AT_START = metrics.FINALIZER_RETRIES_TOTAL._value.get()

@@ -1,0 +1,519 @@
+"""Fault matrix: does a crash or a store restart lose, duplicate or strand an intent?
+
+Each run starts the four services as OS processes (``tests.stack``) on a fresh database
+and a fresh private Redis, at kubesim time scale 1, and drives one experiment:
+
+1. create 10 work units that run until stopped (S), 5 that run until restarted (R) and 10
+   that complete on their own in ~3 s (C); wait until every S and R is RUNNING;
+2. at once: stop every S, restart every R, create 10 more C;
+3. the fault, right after those RPCs returned (their tasks are in flight): SIGKILL a
+   service, ``--outage`` seconds, start it again; or SIGKILL the private Redis (no
+   persistence: streams and consumer group are gone), ``--outage`` seconds, start it; or
+   ``pg_ctl restart -m fast`` of the private Postgres; ``baseline`` does nothing;
+4. poll until every unit is in its end state (the deadline is ``--deadline`` seconds
+   after the fault), then watch ``--settle`` more seconds and count again (a late
+   redelivery that re-creates a stopped JobSet shows up only then).
+
+End states: C is COMPLETED on execution 1; S is STOPPED on execution 1 and its JobSet is
+gone; R is RUNNING on execution 2 and a JobSet of execution 2 exists, not being deleted.
+
+Counts, from what the ESS (gRPC) and kubesim (its HTTP API and a JobSet watch) show:
+
+- **lost** — per intent (RPC): a create (restart) whose JobSet of execution 1 (2) the
+  cluster never saw; a stop whose JobSet still exists with no ``deletionTimestamp`` (no
+  one ever deleted it); or any intent whose Operation is not done, or done with an error.
+- **duplicated** — executions the cluster created more than once (``JobSetLedger``), plus
+  units whose current execution is past the intended one.
+- **stuck** — units not in their end state.
+- **died** — services not running at the end (the killed one is restarted on purpose).
+
+One private Postgres cluster (initdb as the ``postgres`` user when run as root) serves
+every run of every scenario, a new database per run, so every scenario runs on the same
+kind of server and the shared one on :5432 is never touched. The cluster and the temp
+directory are removed at exit; when a count is non-zero the logs are kept and named.
+Exit status 0 only if every count is zero. Figures, not a test: no asserts.
+
+    .venv/bin/python bench/faults.py [--runs 5] [--scenarios kill-ess,redis-restart]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import enum
+import glob
+import os
+import pwd
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import aiohttp
+import grpc
+from google.longrunning import operations_grpc_pb2
+from google.longrunning.operations_proto_pb2 import ListOperationsRequest
+
+from actuator.labels import EXECUTION_ID, jobset_name
+from tests.integration.redis_server import RedisServer
+from tests.integration.support import minimal_work_unit
+from tests.stack import JobSetLedger, Stack, StackOptions, create_database, drop_database
+from tests.stack import free_port as _free_port
+from xmc.model.states import WorkUnitState
+from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
+from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
+from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
+
+S = WorkUnitState
+SCENARIOS = (
+    "baseline", "kill-ess", "kill-actuator", "kill-reconciler", "redis-restart",
+    "postgres-restart",
+)  # fmt: skip
+OPTIONS = StackOptions(claim_idle=5.0, repair_after=10.0, repair_interval=2.0)
+RPC_TIMEOUT = 5.0
+POLL = 0.25
+
+
+class Role(enum.Enum):
+    COMPLETE = "complete"
+    STOP = "stop"
+    RESTART = "restart"
+
+
+#: The (execution, state) each role ends in.
+END: dict[Role, tuple[int, WorkUnitState]] = {
+    Role.COMPLETE: (1, S.COMPLETED),
+    Role.STOP: (1, S.STOPPED),
+    Role.RESTART: (2, S.RUNNING),
+}
+
+
+@dataclass(frozen=True)
+class Intent:
+    kind: str  # "create" | "stop" | "restart"
+    unit: str
+    operation: str
+
+
+@dataclass(frozen=True)
+class JobSet:
+    execution: str
+    deleting: bool
+
+
+@dataclass
+class Observed:
+    """One look at the system; empty maps when the ESS did not answer."""
+
+    units: dict[str, tuple[int, WorkUnitState]] = field(default_factory=dict)
+    operations: dict[str, tuple[bool, int]] = field(default_factory=dict)
+    jobsets: dict[str, JobSet] = field(default_factory=dict)
+    created: frozenset[tuple[str, str]] = frozenset()
+    duplicated: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass
+class Counts:
+    lost: int = 0
+    duplicated: int = 0
+    stuck: int = 0
+    died: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def clean(self) -> bool:
+        return self.lost == self.duplicated == self.stuck == self.died == 0
+
+
+def unit_jobset(unit: str) -> str:
+    """``experiments/{xid}/workUnits/{wid}`` → the JobSet name the Actuator gives it."""
+    parts = unit.split("/")
+    return jobset_name(int(parts[1]), int(parts[3]))
+
+
+def lost_reason(intent: Intent, obs: Observed) -> str | None:
+    """Why ``intent`` had no effect, or None if it had one."""
+    js = unit_jobset(intent.unit)
+    done, code = obs.operations.get(intent.operation, (False, 0))
+    if not done:
+        return "operation not done"
+    if code:
+        return f"operation failed with code {code}"
+    if intent.kind == "create" and (js, "1") not in obs.created:
+        return "no JobSet of execution 1 was ever created"
+    if intent.kind == "restart" and (js, "2") not in obs.created:
+        return "no JobSet of execution 2 was ever created"
+    live = obs.jobsets.get(js)
+    if intent.kind == "stop" and live is not None and not live.deleting:
+        return f"JobSet (execution {live.execution}) still there, never deleted"
+    return None
+
+
+def stuck_reason(unit: str, role: Role, obs: Observed) -> str | None:
+    """Why ``unit`` is not in its end state, or None if it is."""
+    seen = obs.units.get(unit)
+    if seen != END[role]:
+        return f"at {seen and (seen[0], seen[1].name)}, want {(END[role][0], END[role][1].name)}"
+    live = obs.jobsets.get(unit_jobset(unit))
+    if role is Role.STOP and live is not None:
+        return f"STOPPED but its JobSet is still there (deleting={live.deleting})"
+    if role is Role.RESTART and (live is None or live.execution != "2" or live.deleting):
+        return f"RUNNING but its JobSet is {live}"
+    return None
+
+
+def count(roles: dict[str, Role], intents: list[Intent], obs: Observed) -> Counts:
+    counts = Counts()
+    for intent in intents:
+        if reason := lost_reason(intent, obs):
+            counts.lost += 1
+            counts.notes.append(f"lost {intent.kind} {intent.unit}: {reason}")
+    for unit, role in sorted(roles.items()):
+        if reason := stuck_reason(unit, role, obs):
+            counts.stuck += 1
+            counts.notes.append(f"stuck {role.value} {unit}: {reason}")
+        seen = obs.units.get(unit)
+        if seen is not None and seen[0] > END[role][0]:
+            counts.duplicated += 1
+            counts.notes.append(f"duplicated {unit}: execution {seen[0]}")
+    counts.duplicated += len(obs.duplicated)
+    counts.notes += [f"duplicated JobSet {name} execution {eid}" for name, eid in obs.duplicated]
+    return counts
+
+
+class Client:
+    """The public API as a user would call it, plus kubesim's JobSet list."""
+
+    def __init__(self, stack: Stack, http: aiohttp.ClientSession) -> None:
+        self.channel = grpc.aio.insecure_channel(stack.endpoint)
+        self.api = api_pb2_grpc.ExperimentStateServiceStub(self.channel)
+        self.ops = operations_grpc_pb2.OperationsStub(self.channel)
+        self.http = http
+        self.jobsets_url = (
+            f"{stack.kube_url}/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets"
+        )
+
+    async def experiment(self) -> str:
+        request = api_pb2.CreateExperimentRequest(experiment=Experiment())
+        return str((await self.api.CreateExperiment(request, wait_for_ready=True)).name)
+
+    async def create(self, parent: str, work_unit: WorkUnit) -> Intent:
+        request = api_pb2.CreateWorkUnitRequest(parent=parent, work_unit=work_unit)
+        name = str((await self.api.CreateWorkUnit(request, wait_for_ready=True)).name)
+        return Intent("create", name.split("/operations/")[0], name)
+
+    async def stop(self, unit: str) -> Intent:
+        request = api_pb2.StopWorkUnitRequest(name=unit)
+        operation = await self.api.StopWorkUnit(request, wait_for_ready=True)
+        return Intent("stop", unit, str(operation.name))
+
+    async def restart(self, unit: str) -> Intent:
+        request = api_pb2.RestartWorkUnitRequest(name=unit)
+        operation = await self.api.RestartWorkUnit(request, wait_for_ready=True)
+        return Intent("restart", unit, str(operation.name))
+
+    async def observe(self, parent: str, ledger: JobSetLedger) -> Observed:
+        obs = Observed(created=frozenset(ledger.created), duplicated=tuple(ledger.duplicated()))
+        try:
+            async with self.http.get(self.jobsets_url) as response:
+                for item in (await response.json())["items"]:
+                    meta = item["metadata"]
+                    execution = (meta.get("labels") or {}).get(EXECUTION_ID, "")
+                    deleting = bool(meta.get("deletionTimestamp"))
+                    obs.jobsets[meta["name"]] = JobSet(execution, deleting)
+            listed = await self.api.ListWorkUnits(
+                api_pb2.ListWorkUnitsRequest(parent=parent, page_size=1000), timeout=RPC_TIMEOUT
+            )
+            ops = await self.ops.ListOperations(
+                ListOperationsRequest(name=parent, page_size=1000), timeout=RPC_TIMEOUT
+            )
+        except (grpc.aio.AioRpcError, aiohttp.ClientError, TimeoutError):
+            return Observed(created=obs.created, duplicated=obs.duplicated)  # down: see nothing
+        for unit in listed.work_units:
+            current = unit.current_work_unit_execution
+            eid = int(current.name.rsplit("/", 1)[1]) if current.name else 0
+            obs.units[str(unit.name)] = (eid, S(current.status.state))
+        for op in ops.operations:
+            obs.operations[str(op.name)] = (
+                bool(op.done),
+                op.error.code if op.HasField("error") else 0,
+            )
+        return obs
+
+
+def forever() -> WorkUnit:
+    """A work unit that runs until deleted and goes within 1 s when it is."""
+    work_unit = minimal_work_unit()
+    job = work_unit.executable.jobset.jobs[0]
+    job.annotations["kubesim.xmc/behavior"] = '{"run_seconds": null}'
+    job.termination_grace_period_seconds = 1
+    return work_unit
+
+
+class PrivatePostgres:
+    """A throw-away Postgres cluster on a free port (the shared one must never restart)."""
+
+    def __init__(self) -> None:
+        found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=_version)
+        initdb = found[-1] if found else shutil.which("initdb")
+        if initdb is None:
+            raise RuntimeError("no initdb: install postgresql")
+        self.bin = Path(initdb).parent
+        self.root = Path(tempfile.mkdtemp(prefix="xmc-faults-pg-"))
+        self.data, self.log = self.root / "data", self.root / "postgres.log"
+        self.port = _free_port()
+        self._as: list[str] = []
+        if os.geteuid() == 0:  # initdb refuses root: the cluster belongs to postgres
+            owner = pwd.getpwnam("postgres")
+            os.chown(self.root, owner.pw_uid, owner.pw_gid)
+            self._as = ["runuser", "-u", "postgres", "--"]
+
+    @property
+    def admin_dsn(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _pg_ctl(self, *args: str) -> list[str]:
+        return [
+            *self._as,
+            str(self.bin / "pg_ctl"),
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.log),
+            *args,
+        ]
+
+    def start(self) -> None:
+        initdb = [str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust"]
+        subprocess.run([*self._as, *initdb, "--no-sync"], check=True, capture_output=True)
+        options = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.root}"
+        subprocess.run(self._pg_ctl("-w", "-o", options, "start"), check=True, capture_output=True)
+
+    async def restart(self) -> None:
+        """Fast shutdown (every connection is cut), then up again with the same options."""
+        process = await asyncio.create_subprocess_exec(
+            *self._pg_ctl("-w", "-m", "fast", "restart"),
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+        if await process.wait() != 0:
+            raise RuntimeError(f"pg_ctl restart failed; see {self.log}")
+
+    def remove(self) -> None:
+        if (self.data / "postmaster.pid").exists():
+            subprocess.run(self._pg_ctl("-w", "-m", "immediate", "stop"), capture_output=True)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _version(path: str) -> float:
+    try:
+        return float(Path(path).parent.parent.name)
+    except ValueError:
+        return 0.0
+
+
+@dataclass
+class Run:
+    scenario: str
+    counts: Counts
+    #: Fault to convergence, and the whole workload; None = not converged by the deadline.
+    converged_after: float | None
+    wall: float
+    log_dir: Path
+
+
+async def poll(probe: Callable[[], Awaitable[bool]], within: float) -> bool:
+    """True once ``probe`` is, False at the deadline: a condition, never a bare sleep."""
+    deadline = time.monotonic() + within
+    while not await probe():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(POLL)
+    return True
+
+
+async def inject(
+    scenario: str, stack: Stack, redis: RedisServer, pg: PrivatePostgres, outage: float
+) -> None:
+    if scenario.startswith("kill-"):
+        service = scenario.removeprefix("kill-")
+        await stack.kill(service)
+        await asyncio.sleep(outage)  # the outage itself, not a synchronisation
+        await stack.start_service(service)
+    elif scenario == "redis-restart":
+        await redis.stop()
+        await asyncio.sleep(outage)
+        await redis.start()
+    elif scenario == "postgres-restart":
+        await pg.restart()
+
+
+async def workload(
+    scenario: str, stack: Stack, redis: RedisServer, pg: PrivatePostgres, args: argparse.Namespace
+) -> tuple[Counts, float | None, float]:
+    ledger = JobSetLedger(stack.kube_url)
+    ledger.start()
+    async with aiohttp.ClientSession() as http:
+        client = Client(stack, http)
+        try:
+            began = time.monotonic()
+            parent = await client.experiment()
+            first = await asyncio.gather(
+                *(client.create(parent, forever()) for _ in range(15)),
+                *(client.create(parent, minimal_work_unit()) for _ in range(10)),
+            )
+            to_stop, to_restart = [i.unit for i in first[:10]], [i.unit for i in first[10:15]]
+            roles = {i.unit: Role.COMPLETE for i in first[15:]}
+            roles |= {u: Role.STOP for u in to_stop} | {u: Role.RESTART for u in to_restart}
+
+            async def running() -> bool:
+                units = (await client.observe(parent, ledger)).units
+                return all(units.get(u, (0, None))[1] == S.RUNNING for u in to_stop + to_restart)
+
+            ready = await poll(running, within=60)
+            second = await asyncio.gather(
+                *(client.stop(u) for u in to_stop),
+                *(client.restart(u) for u in to_restart),
+                *(client.create(parent, minimal_work_unit()) for _ in range(10)),
+            )
+            roles |= {i.unit: Role.COMPLETE for i in second if i.kind == "create"}
+            intents = [*first, *second]
+            fault = time.monotonic()
+            await inject(scenario, stack, redis, pg, args.outage)
+
+            async def converged() -> bool:
+                counts = count(roles, intents, await client.observe(parent, ledger))
+                return counts.lost == counts.stuck == 0
+
+            converged_after = None
+            if await poll(converged, within=args.deadline):
+                converged_after = time.monotonic() - fault
+            wall = time.monotonic() - began
+            await asyncio.sleep(args.settle)  # a quiet window: late effects show here
+            counts = count(roles, intents, await client.observe(parent, ledger))
+            if not ready:
+                counts.notes.insert(0, "setup: not every S/R unit was RUNNING within 60 s")
+            counts.died = sum(not up for up in stack.alive().values())
+            counts.notes += [f"died {name}" for name, up in stack.alive().items() if not up]
+            return counts, converged_after, wall
+        finally:
+            await client.channel.close()
+            await ledger.stop()
+
+
+async def run_once(
+    scenario: str, pg: PrivatePostgres, workdir: Path, args: argparse.Namespace
+) -> Run:
+    (workdir / "redis").mkdir(parents=True)
+    redis = RedisServer(workdir / "redis")
+    database = await create_database(pg.admin_dsn)
+    stack = Stack(
+        database_url=database, redis_url=redis.url, log_dir=workdir / "logs", options=OPTIONS
+    )
+    try:
+        await redis.start()
+        await stack.start()
+        counts, converged_after, wall = await workload(scenario, stack, redis, pg, args)
+    finally:
+        await stack.stop()
+        await redis.stop()
+        await drop_database(pg.admin_dsn, database)
+    if not counts.clean and args.show_logs:
+        stack.print_logs()
+    return Run(scenario, counts, converged_after, wall, workdir / "logs")
+
+
+def table(runs: list[Run]) -> str:
+    head = f"{'scenario':<17} {'runs':>4} {'lost':>5} {'dup':>4} {'stuck':>6} {'died':>5}"
+    head += "  converged s (min/median/max)"
+    lines = [head, "-" * len(head)]
+    for scenario in dict.fromkeys(r.scenario for r in runs):
+        mine = [r for r in runs if r.scenario == scenario]
+        times = [r.converged_after for r in mine if r.converged_after is not None]
+        spread = (
+            f"{min(times):.1f} / {statistics.median(times):.1f} / {max(times):.1f}"
+            if times
+            else "-"
+        )
+        late = len(mine) - len(times)
+        lines.append(
+            f"{scenario:<17} {len(mine):>4} {sum(r.counts.lost for r in mine):>5} "
+            f"{sum(r.counts.duplicated for r in mine):>4} {sum(r.counts.stuck for r in mine):>6} "
+            f"{sum(r.counts.died for r in mine):>5}  {spread}"
+            + (f" ({late} never)" if late else "")
+        )
+    return "\n".join(lines)
+
+
+async def matrix(
+    scenarios: list[str], pg: PrivatePostgres, base: Path, args: argparse.Namespace
+) -> list[Run]:
+    runs: list[Run] = []
+    for scenario in scenarios:
+        for index in range(1, args.runs + 1):
+            run = await run_once(scenario, pg, base / f"{scenario}-{index}", args)
+            runs.append(run)
+            after = "never" if run.converged_after is None else f"{run.converged_after:.1f} s"
+            c = run.counts
+            print(
+                f"{scenario} run {index}/{args.runs}: converged {after} after the fault "
+                f"(workload {run.wall:.1f} s); lost {c.lost} dup {c.duplicated} stuck {c.stuck} "
+                f"died {c.died}",
+                flush=True,
+            )
+            for note in c.notes:
+                print(f"    {note}")
+            if not c.clean:
+                print(f"    logs: {run.log_dir}", flush=True)
+    return runs
+
+
+def _terminate(signum: int, frame: FrameType | None) -> Any:
+    raise KeyboardInterrupt  # SIGTERM: clean up as for Ctrl-C
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated")
+    parser.add_argument(
+        "--outage", type=float, default=2.0, help="seconds a killed part stays down"
+    )
+    parser.add_argument("--deadline", type=float, default=90.0, help="seconds after the fault")
+    parser.add_argument("--settle", type=float, default=5.0, help="quiet seconds before counting")
+    parser.add_argument("--show-logs", action="store_true", help="print log tails of failed runs")
+    parser.add_argument("--keep", action="store_true", help="keep every run's logs")
+    args = parser.parse_args()
+    scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
+    if unknown := [s for s in scenarios if s not in SCENARIOS]:
+        parser.error(f"unknown scenarios {unknown}; known: {', '.join(SCENARIOS)}")
+    signal.signal(signal.SIGTERM, _terminate)
+    started = time.monotonic()
+    base = Path(tempfile.mkdtemp(prefix="xmc-faults-"))
+    pg = PrivatePostgres()
+    runs: list[Run] = []
+    try:
+        pg.start()
+        print(f"private Postgres on :{pg.port} ({pg.bin}); work in {base}", flush=True)
+        runs = asyncio.run(matrix(scenarios, pg, base, args))
+    finally:
+        pg.remove()
+        if runs and all(r.counts.clean for r in runs) and not args.keep:
+            shutil.rmtree(base, ignore_errors=True)
+        else:
+            print(f"logs kept in {base}")
+    print(f"\n{table(runs)}\n\ntotal {time.monotonic() - started:.0f} s")
+    return 0 if all(r.counts.clean for r in runs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

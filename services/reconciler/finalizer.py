@@ -1,0 +1,162 @@
+"""The finalizer bypass (SPEC §8.4), the Reconciler's one synchronous write path.
+
+A managed JobSet being deleted keeps ``jobset.xmanager.cloud/finalizer`` until its
+terminal state is written through ``UpdateWorkUnitExecutions`` (not the batcher), so a
+stop or a completion is never lost between the cluster and the store. The decision is
+pure (``observe.decide_finalizer``); this shell reads, writes, judges the write's result
+(``ess_client.judge_terminal_write``) and removes the finalizer only once the execution
+has ended — or, after ``max_stopped_write_retry_age``, anyway, logged and counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any, Final
+
+import structlog
+from kubernetes_asyncio.client import CustomObjectsApi
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from reconciler import metrics
+from reconciler.ess_client import (
+    EssClient,
+    EssRejected,
+    EssUnavailable,
+    TerminalWrite,
+    judge_terminal_write,
+)
+from reconciler.observation import Observation
+from reconciler.observe import FinalizerAction, decide_finalizer, finalizer_removal_patch
+from xmc.model.states import WorkUnitState
+
+log = structlog.get_logger()
+Obj = dict[str, Any]
+
+JOBSETS: Final = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
+_MERGE_PATCH: Final[dict[str, Any]] = {"_content_type": "application/merge-patch+json"}
+#: Seconds between attempts; the last repeats.
+BACKOFF: Final = (0.2, 0.5, 1.0, 2.0, 5.0)
+
+
+class _Step(enum.Enum):
+    """Where one pass of the finalizer path ended."""
+
+    DONE = "done"
+    #: The terminal write failed or was refused: back off, write again.
+    WRITE_FAILED = "write_failed"
+    #: The JobSet changed under the removal patch: back off, read it again.
+    REREAD = "reread"
+
+
+class Finalizer:
+    """One task per JobSet being deleted; ``ess`` may be swapped (tests of an outage)."""
+
+    def __init__(
+        self,
+        custom: CustomObjectsApi,
+        ess: EssClient,
+        *,
+        namespace: str,
+        clock: Callable[[], datetime],
+        max_retry_age: timedelta,
+        stopping: asyncio.Event,
+    ) -> None:
+        self._custom = custom
+        self.ess = ess
+        self._namespace = namespace
+        self._clock = clock
+        self._max_retry_age = max_retry_age
+        self._stopping = stopping
+        self._running: dict[str, asyncio.Task[None]] = {}
+
+    def soon(self, name: str) -> None:
+        """Finalize JobSet ``name`` unless that is already under way."""
+        if name not in self._running or self._running[name].done():
+            self._running[name] = asyncio.create_task(self._finalize(name))
+
+    def cancel_all(self) -> None:
+        for task in self._running.values():
+            task.cancel()
+
+    async def _get_jobset(self, name: str) -> Obj | None:
+        try:
+            found: Obj = await self._custom.get_namespaced_custom_object(
+                *JOBSETS[:2], self._namespace, JOBSETS[2], name
+            )
+            return found
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    async def _finalize(self, name: str) -> None:
+        """Write the terminal state synchronously, then remove our finalizer; retry the
+        write with backoff, and after ``max_retry_age`` remove it anyway."""
+        failed, attempt = False, 0
+        while not self._stopping.is_set():
+            try:
+                step = await self._finalize_once(name, last_write_failed=failed)
+            except EssUnavailable as error:
+                metrics.FINALIZER_RETRIES_TOTAL.inc()
+                log.warning("terminal write failed; will retry", jobset=name, error=str(error))
+                step = _Step.WRITE_FAILED
+            except EssRejected as error:
+                log.error("terminal write rejected", jobset=name, error=str(error))
+                metrics.TERMINAL_WRITES_REJECTED_TOTAL.labels(error.code.name.lower()).inc()
+                step = _Step.WRITE_FAILED
+            except ApiException as error:
+                if error.status == 404:
+                    return
+                log.info("finalizer removal conflicted; re-reading", jobset=name,
+                         status=error.status)  # fmt: skip
+                step = _Step.REREAD
+            if step is _Step.DONE:
+                return
+            failed = step is _Step.WRITE_FAILED
+            delay = BACKOFF[min(attempt, len(BACKOFF) - 1)]
+            attempt += 1
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), timeout=delay)
+
+    async def _finalize_once(self, name: str, *, last_write_failed: bool) -> _Step:
+        jobset = await self._get_jobset(name)
+        if jobset is None:
+            return _Step.DONE
+        decision = decide_finalizer(
+            jobset,
+            now=self._clock(),
+            last_write_failed=last_write_failed,
+            max_retry_age=self._max_retry_age,
+        )
+        if decision.action == FinalizerAction.NOT_OURS:
+            return _Step.DONE
+        if decision.action == FinalizerAction.REMOVE_ANYWAY:
+            log.error("finalizer removed without a terminal write", jobset=name,
+                      reason=decision.reason)  # fmt: skip
+            metrics.FINALIZERS_FORCE_REMOVED_TOTAL.inc()
+        elif decision.observation is not None and not await self._write_terminal(
+            name, decision.observation
+        ):
+            return _Step.WRITE_FAILED
+        await self._custom.patch_namespaced_custom_object(
+            *JOBSETS[:2], self._namespace, JOBSETS[2], name,
+            finalizer_removal_patch(jobset), **_MERGE_PATCH,
+        )  # fmt: skip
+        return _Step.DONE
+
+    async def _write_terminal(self, name: str, observation: Observation) -> bool:
+        """The synchronous terminal write; False when the ESS kept the execution live."""
+        (result,) = await self.ess.update([observation], writer="reconciler/finalizer")
+        if judge_terminal_write(result) is not TerminalWrite.REJECTED:
+            return True
+        reason = result.state_rejection or "unknown"
+        log.error(
+            "terminal write refused; keeping the finalizer", jobset=name,
+            stored_state=WorkUnitState(result.state).name, reason=reason,
+        )  # fmt: skip
+        metrics.TERMINAL_WRITES_REJECTED_TOTAL.labels(reason).inc()
+        return False

@@ -423,7 +423,8 @@ async def test_a_refused_terminal_write_keeps_the_finalizer(system: System) -> N
     name = await create(system, running_forever())
     await wait_until(lambda: system.state(name), S.RUNNING, within=30)
     switch = SwitchableEss(system.reconciler._ess)
-    system.reconciler._ess = switch  # type: ignore[assignment]  (the batcher reports R1 too)
+    # The batcher reports R1 too: refuse both paths.
+    system.reconciler._ess = switch  # type: ignore[assignment]
     system.reconciler.finalizer.ess = switch  # type: ignore[assignment]
     refusals = metrics.TERMINAL_WRITES_REJECTED_TOTAL.labels("stale_time")
     before = refusals._value.get()

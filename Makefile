@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: help install proto proto-check lint test run bench clean
+.PHONY: help install proto proto-check lint test run bench faults clean
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -40,6 +40,9 @@ bench: $(STAMP) ## benchmarks (print figures; not tests)
 	$(PY) bench/kubesim_bench.py
 	$(PY) bench/actuator_bench.py
 	$(PY) bench/reconciler_bench.py
+
+faults: $(STAMP) ## fault matrix: lost / duplicated / stuck per crash and restart (~10 min)
+	$(PY) bench/faults.py $(FAULTS_ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -4,7 +4,10 @@ The ESS runs as its own process(es) (``xmc-ess serve``), against a fresh databas
 private Redis prefix; a gRPC client drives it with 1, 16 and 64 concurrent callers.
 Printed beside the raw baseline measured in the same run at the same concurrency: one
 asyncpg transaction that inserts a row and updates one hot counter row, plus one XADD.
-Figures only: this is not a test and asserts nothing.
+The ESS commits each task to the outbox and its relay publishes it; "publish lag" is the
+time from a task's commit to its XADD (p50 / p99 over the point's tasks, both stamped by
+the ESS), measured once the relay has drained. Figures only: this is not a test and
+asserts nothing.
 
     .venv/bin/python bench/ess_create.py [--seconds 5] [--processes 1]
 """
@@ -96,6 +99,38 @@ async def raw_baseline(
         await redis.aclose()
 
 
+async def admin_seq(dsn: str) -> int:
+    conn = await asyncpg.connect(dsn)
+    try:
+        return int(await conn.fetchval("SELECT coalesce(max(seq), 0) FROM task_outbox"))
+    finally:
+        await conn.close()
+
+
+async def publish_lag(dsn: str, *, after_seq: int) -> tuple[float, float]:
+    """p50 and p99 (ms) of commit → XADD of the tasks after ``after_seq``, once the relay
+    has published them all."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        pending = "SELECT count(*) FROM task_outbox WHERE status = 'pending'"
+        while True:  # the relay is draining: poll until it is done
+            if not await conn.fetchval(pending):
+                break
+            await asyncio.sleep(0.05)
+        rows = await conn.fetch(
+            """SELECT extract(epoch FROM published_time - create_time) * 1000 AS ms
+               FROM task_outbox WHERE seq > $1""",
+            after_seq,
+        )
+    finally:
+        await conn.close()
+    lags = [float(r["ms"]) for r in rows]
+    if len(lags) < 2:
+        return (lags or [0.0])[0], (lags or [0.0])[0]
+    cuts = statistics.quantiles(lags, n=100)
+    return cuts[49], cuts[98]
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -161,13 +196,19 @@ async def main() -> None:
 
         print(f"ESS processes: {args.processes}; {args.seconds:.0f} s per point; one experiment")
         header = ("clients", "ESS/s", "p50 ms", "p99 ms", "raw/s", "p50 ms", "p99 ms")
-        print("{:>8} {:>9} {:>8} {:>8} | {:>9} {:>8} {:>8} | ratio".format(*header))
+        print(
+            "{:>8} {:>9} {:>8} {:>8} | {:>9} {:>8} {:>8} | ratio | publish lag p50/p99 ms".format(
+                *header
+            )
+        )
         for clients in CONCURRENCY:
+            first_seq = await admin_seq(dsn)
             rate, p50, p99 = await measure(create, clients=clients, seconds=args.seconds)
+            lag50, lag99 = await publish_lag(dsn, after_seq=first_seq)
             raw, raw50, raw99 = await raw_baseline(dsn, clients, args.seconds, f"{prefix}raw")
             print(
                 f"{clients:>8} {rate:>9,.0f} {p50:>8.1f} {p99:>8.1f} | {raw:>9,.0f} {raw50:>8.1f}"
-                f" {raw99:>8.1f} | {rate / raw:5.2f}x"
+                f" {raw99:>8.1f} | {rate / raw:5.2f}x | {lag50:8.1f} / {lag99:.1f}"
             )
         await channel.close()
     finally:

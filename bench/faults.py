@@ -6,13 +6,13 @@ and a fresh private Redis, at kubesim time scale 1, and drives one experiment:
 1. create 10 work units that run until stopped (S), 5 that run until restarted (R) and 10
    that complete on their own in ~3 s (C); wait until every S and R is RUNNING;
 2. at once: stop every S, restart every R, create 10 more C;
-3. the fault, right after those RPCs returned (their tasks are in flight): SIGKILL a
+3. the fault, as soon as those RPCs have returned (their tasks are in flight): SIGKILL a
    service, ``--outage`` seconds, start it again; or SIGKILL the private Redis (no
    persistence: streams and consumer group are gone), ``--outage`` seconds, start it; or
    ``pg_ctl restart -m fast`` of the private Postgres; ``baseline`` does nothing;
-4. poll until every unit is in its end state (the deadline is ``--deadline`` seconds
-   after the fault), then watch ``--settle`` more seconds and count again (a late
-   redelivery that re-creates a stopped JobSet shows up only then).
+4. poll until every unit is in its end state (deadline: ``--deadline`` seconds after the
+   fault), then watch ``--settle`` more seconds and count (a late redelivery that
+   re-creates a stopped JobSet shows only then).
 
 End states: C is COMPLETED on execution 1; S is STOPPED on execution 1 and its JobSet is
 gone; R is RUNNING on execution 2 and a JobSet of execution 2 exists, not being deleted.
@@ -26,12 +26,13 @@ Counts, from what the ESS (gRPC) and kubesim (its HTTP API and a JobSet watch) s
   units whose current execution is past the intended one.
 - **stuck** — units not in their end state.
 - **died** — services not running at the end (the killed one is restarted on purpose).
+- **errors** — runs that broke (a service would not start, a workload RPC failed).
 
 One private Postgres cluster (initdb as the ``postgres`` user when run as root) serves
-every run of every scenario, a new database per run, so every scenario runs on the same
-kind of server and the shared one on :5432 is never touched. The cluster and the temp
-directory are removed at exit; when a count is non-zero the logs are kept and named.
-Exit status 0 only if every count is zero. Figures, not a test: no asserts.
+every run of every scenario, a new database per run: every scenario meets the same kind of
+server and the shared one on :5432 is never touched. The cluster is removed at exit, the
+logs too unless a count is non-zero. Exit status 0 only if every count is zero. Figures,
+not a test: no asserts.
 
     .venv/bin/python bench/faults.py [--runs 5] [--scenarios kill-ess,redis-restart]
 """
@@ -40,14 +41,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import enum
-import glob
-import os
-import pwd
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -55,7 +51,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -65,10 +60,10 @@ from google.longrunning import operations_grpc_pb2
 from google.longrunning.operations_proto_pb2 import ListOperationsRequest
 
 from actuator.labels import EXECUTION_ID, jobset_name
+from tests.integration.postgres_server import PostgresServer
 from tests.integration.redis_server import RedisServer
-from tests.integration.support import minimal_work_unit
+from tests.integration.support import forever_work_unit, minimal_work_unit
 from tests.stack import JobSetLedger, Stack, StackOptions, create_database, drop_database
-from tests.stack import free_port as _free_port
 from xmc.model.states import WorkUnitState
 from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
@@ -80,22 +75,12 @@ SCENARIOS = (
     "postgres-restart",
 )  # fmt: skip
 OPTIONS = StackOptions(claim_idle=5.0, repair_after=10.0, repair_interval=2.0)
+#: The (execution, state) a unit of each role ends in.
+END: dict[str, tuple[int, WorkUnitState]] = {
+    "complete": (1, S.COMPLETED), "stop": (1, S.STOPPED), "restart": (2, S.RUNNING),
+}  # fmt: skip
 RPC_TIMEOUT = 5.0
 POLL = 0.25
-
-
-class Role(enum.Enum):
-    COMPLETE = "complete"
-    STOP = "stop"
-    RESTART = "restart"
-
-
-#: The (execution, state) each role ends in.
-END: dict[Role, tuple[int, WorkUnitState]] = {
-    Role.COMPLETE: (1, S.COMPLETED),
-    Role.STOP: (1, S.STOPPED),
-    Role.RESTART: (2, S.RUNNING),
-}
 
 
 @dataclass(frozen=True)
@@ -113,12 +98,12 @@ class JobSet:
 
 @dataclass
 class Observed:
-    """One look at the system; empty maps when the ESS did not answer."""
+    """One look at the system; no units and no operations when the ESS did not answer."""
 
     units: dict[str, tuple[int, WorkUnitState]] = field(default_factory=dict)
-    operations: dict[str, tuple[bool, int]] = field(default_factory=dict)
-    jobsets: dict[str, JobSet] = field(default_factory=dict)
-    created: frozenset[tuple[str, str]] = frozenset()
+    operations: dict[str, tuple[bool, int]] = field(default_factory=dict)  # done, error code
+    jobsets: dict[str, JobSet] = field(default_factory=dict)  # live now, by name
+    created: frozenset[tuple[str, str]] = frozenset()  # (name, execution) ever created
     duplicated: tuple[tuple[str, str], ...] = ()
 
 
@@ -130,9 +115,20 @@ class Counts:
     died: int = 0
     notes: list[str] = field(default_factory=list)
 
+
+@dataclass
+class Run:
+    scenario: str
+    counts: Counts
+    #: Seconds from the fault to convergence (None: not by the deadline), and of the workload.
+    converged_after: float | None = None
+    wall: float = 0.0
+    error: str | None = None
+
     @property
     def clean(self) -> bool:
-        return self.lost == self.duplicated == self.stuck == self.died == 0
+        c = self.counts
+        return c.lost == c.duplicated == c.stuck == c.died == 0 and self.error is None
 
 
 def unit_jobset(unit: str) -> str:
@@ -143,36 +139,36 @@ def unit_jobset(unit: str) -> str:
 
 def lost_reason(intent: Intent, obs: Observed) -> str | None:
     """Why ``intent`` had no effect, or None if it had one."""
-    js = unit_jobset(intent.unit)
+    name = unit_jobset(intent.unit)
     done, code = obs.operations.get(intent.operation, (False, 0))
+    live = obs.jobsets.get(name)
     if not done:
         return "operation not done"
     if code:
-        return f"operation failed with code {code}"
-    if intent.kind == "create" and (js, "1") not in obs.created:
+        return f"operation done with error code {code}"
+    if intent.kind == "create" and (name, "1") not in obs.created:
         return "no JobSet of execution 1 was ever created"
-    if intent.kind == "restart" and (js, "2") not in obs.created:
+    if intent.kind == "restart" and (name, "2") not in obs.created:
         return "no JobSet of execution 2 was ever created"
-    live = obs.jobsets.get(js)
     if intent.kind == "stop" and live is not None and not live.deleting:
         return f"JobSet (execution {live.execution}) still there, never deleted"
     return None
 
 
-def stuck_reason(unit: str, role: Role, obs: Observed) -> str | None:
+def stuck_reason(unit: str, role: str, obs: Observed) -> str | None:
     """Why ``unit`` is not in its end state, or None if it is."""
-    seen = obs.units.get(unit)
-    if seen != END[role]:
-        return f"at {seen and (seen[0], seen[1].name)}, want {(END[role][0], END[role][1].name)}"
+    seen, (eid, state) = obs.units.get(unit), END[role]
+    if seen != (eid, state):
+        return f"at {seen and (seen[0], seen[1].name)}, want {(eid, state.name)}"
     live = obs.jobsets.get(unit_jobset(unit))
-    if role is Role.STOP and live is not None:
+    if role == "stop" and live is not None:
         return f"STOPPED but its JobSet is still there (deleting={live.deleting})"
-    if role is Role.RESTART and (live is None or live.execution != "2" or live.deleting):
+    if role == "restart" and (live is None or live.execution != "2" or live.deleting):
         return f"RUNNING but its JobSet is {live}"
     return None
 
 
-def count(roles: dict[str, Role], intents: list[Intent], obs: Observed) -> Counts:
+def count(roles: dict[str, str], intents: list[Intent], obs: Observed) -> Counts:
     counts = Counts()
     for intent in intents:
         if reason := lost_reason(intent, obs):
@@ -181,27 +177,24 @@ def count(roles: dict[str, Role], intents: list[Intent], obs: Observed) -> Count
     for unit, role in sorted(roles.items()):
         if reason := stuck_reason(unit, role, obs):
             counts.stuck += 1
-            counts.notes.append(f"stuck {role.value} {unit}: {reason}")
-        seen = obs.units.get(unit)
-        if seen is not None and seen[0] > END[role][0]:
+            counts.notes.append(f"stuck {role} {unit}: {reason}")
+        if (seen := obs.units.get(unit)) and seen[0] > END[role][0]:
             counts.duplicated += 1
-            counts.notes.append(f"duplicated {unit}: execution {seen[0]}")
+            counts.notes.append(f"duplicated {unit}: on execution {seen[0]}")
     counts.duplicated += len(obs.duplicated)
     counts.notes += [f"duplicated JobSet {name} execution {eid}" for name, eid in obs.duplicated]
     return counts
 
 
 class Client:
-    """The public API as a user would call it, plus kubesim's JobSet list."""
+    """The public API as a user calls it, plus kubesim's list of JobSets."""
 
     def __init__(self, stack: Stack, http: aiohttp.ClientSession) -> None:
         self.channel = grpc.aio.insecure_channel(stack.endpoint)
         self.api = api_pb2_grpc.ExperimentStateServiceStub(self.channel)
         self.ops = operations_grpc_pb2.OperationsStub(self.channel)
         self.http = http
-        self.jobsets_url = (
-            f"{stack.kube_url}/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets"
-        )
+        self.jobsets = f"{stack.kube_url}/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets"
 
     async def experiment(self) -> str:
         request = api_pb2.CreateExperimentRequest(experiment=Experiment())
@@ -214,121 +207,34 @@ class Client:
 
     async def stop(self, unit: str) -> Intent:
         request = api_pb2.StopWorkUnitRequest(name=unit)
-        operation = await self.api.StopWorkUnit(request, wait_for_ready=True)
-        return Intent("stop", unit, str(operation.name))
+        return Intent("stop", unit, str((await self.api.StopWorkUnit(request)).name))
 
     async def restart(self, unit: str) -> Intent:
         request = api_pb2.RestartWorkUnitRequest(name=unit)
-        operation = await self.api.RestartWorkUnit(request, wait_for_ready=True)
-        return Intent("restart", unit, str(operation.name))
+        return Intent("restart", unit, str((await self.api.RestartWorkUnit(request)).name))
 
     async def observe(self, parent: str, ledger: JobSetLedger) -> Observed:
         obs = Observed(created=frozenset(ledger.created), duplicated=tuple(ledger.duplicated()))
         try:
-            async with self.http.get(self.jobsets_url) as response:
+            async with self.http.get(self.jobsets) as response:
                 for item in (await response.json())["items"]:
                     meta = item["metadata"]
                     execution = (meta.get("labels") or {}).get(EXECUTION_ID, "")
-                    deleting = bool(meta.get("deletionTimestamp"))
-                    obs.jobsets[meta["name"]] = JobSet(execution, deleting)
-            listed = await self.api.ListWorkUnits(
-                api_pb2.ListWorkUnitsRequest(parent=parent, page_size=1000), timeout=RPC_TIMEOUT
-            )
-            ops = await self.ops.ListOperations(
-                ListOperationsRequest(name=parent, page_size=1000), timeout=RPC_TIMEOUT
-            )
+                    obs.jobsets[meta["name"]] = JobSet(execution, "deletionTimestamp" in meta)
+            units = api_pb2.ListWorkUnitsRequest(parent=parent, page_size=1000)
+            listed = await self.api.ListWorkUnits(units, timeout=RPC_TIMEOUT)
+            ops = ListOperationsRequest(name=parent, page_size=1000)
+            operations = await self.ops.ListOperations(ops, timeout=RPC_TIMEOUT)
         except (grpc.aio.AioRpcError, aiohttp.ClientError, TimeoutError):
             return Observed(created=obs.created, duplicated=obs.duplicated)  # down: see nothing
         for unit in listed.work_units:
             current = unit.current_work_unit_execution
             eid = int(current.name.rsplit("/", 1)[1]) if current.name else 0
             obs.units[str(unit.name)] = (eid, S(current.status.state))
-        for op in ops.operations:
-            obs.operations[str(op.name)] = (
-                bool(op.done),
-                op.error.code if op.HasField("error") else 0,
-            )
+        for op in operations.operations:
+            code = op.error.code if op.HasField("error") else 0
+            obs.operations[str(op.name)] = (bool(op.done), code)
         return obs
-
-
-def forever() -> WorkUnit:
-    """A work unit that runs until deleted and goes within 1 s when it is."""
-    work_unit = minimal_work_unit()
-    job = work_unit.executable.jobset.jobs[0]
-    job.annotations["kubesim.xmc/behavior"] = '{"run_seconds": null}'
-    job.termination_grace_period_seconds = 1
-    return work_unit
-
-
-class PrivatePostgres:
-    """A throw-away Postgres cluster on a free port (the shared one must never restart)."""
-
-    def __init__(self) -> None:
-        found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=_version)
-        initdb = found[-1] if found else shutil.which("initdb")
-        if initdb is None:
-            raise RuntimeError("no initdb: install postgresql")
-        self.bin = Path(initdb).parent
-        self.root = Path(tempfile.mkdtemp(prefix="xmc-faults-pg-"))
-        self.data, self.log = self.root / "data", self.root / "postgres.log"
-        self.port = _free_port()
-        self._as: list[str] = []
-        if os.geteuid() == 0:  # initdb refuses root: the cluster belongs to postgres
-            owner = pwd.getpwnam("postgres")
-            os.chown(self.root, owner.pw_uid, owner.pw_gid)
-            self._as = ["runuser", "-u", "postgres", "--"]
-
-    @property
-    def admin_dsn(self) -> str:
-        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
-
-    def _pg_ctl(self, *args: str) -> list[str]:
-        return [
-            *self._as,
-            str(self.bin / "pg_ctl"),
-            "-D",
-            str(self.data),
-            "-l",
-            str(self.log),
-            *args,
-        ]
-
-    def start(self) -> None:
-        initdb = [str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust"]
-        subprocess.run([*self._as, *initdb, "--no-sync"], check=True, capture_output=True)
-        options = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.root}"
-        subprocess.run(self._pg_ctl("-w", "-o", options, "start"), check=True, capture_output=True)
-
-    async def restart(self) -> None:
-        """Fast shutdown (every connection is cut), then up again with the same options."""
-        process = await asyncio.create_subprocess_exec(
-            *self._pg_ctl("-w", "-m", "fast", "restart"),
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
-        )  # fmt: skip
-        if await process.wait() != 0:
-            raise RuntimeError(f"pg_ctl restart failed; see {self.log}")
-
-    def remove(self) -> None:
-        if (self.data / "postmaster.pid").exists():
-            subprocess.run(self._pg_ctl("-w", "-m", "immediate", "stop"), capture_output=True)
-        shutil.rmtree(self.root, ignore_errors=True)
-
-
-def _version(path: str) -> float:
-    try:
-        return float(Path(path).parent.parent.name)
-    except ValueError:
-        return 0.0
-
-
-@dataclass
-class Run:
-    scenario: str
-    counts: Counts
-    #: Fault to convergence, and the whole workload; None = not converged by the deadline.
-    converged_after: float | None
-    wall: float
-    log_dir: Path
 
 
 async def poll(probe: Callable[[], Awaitable[bool]], within: float) -> bool:
@@ -342,13 +248,12 @@ async def poll(probe: Callable[[], Awaitable[bool]], within: float) -> bool:
 
 
 async def inject(
-    scenario: str, stack: Stack, redis: RedisServer, pg: PrivatePostgres, outage: float
+    scenario: str, stack: Stack, redis: RedisServer, pg: PostgresServer, outage: float
 ) -> None:
     if scenario.startswith("kill-"):
-        service = scenario.removeprefix("kill-")
-        await stack.kill(service)
+        await stack.kill(scenario.removeprefix("kill-"))
         await asyncio.sleep(outage)  # the outage itself, not a synchronisation
-        await stack.start_service(service)
+        await stack.start_service(scenario.removeprefix("kill-"))
     elif scenario == "redis-restart":
         await redis.stop()
         await asyncio.sleep(outage)
@@ -358,8 +263,8 @@ async def inject(
 
 
 async def workload(
-    scenario: str, stack: Stack, redis: RedisServer, pg: PrivatePostgres, args: argparse.Namespace
-) -> tuple[Counts, float | None, float]:
+    scenario: str, stack: Stack, redis: RedisServer, pg: PostgresServer, args: argparse.Namespace
+) -> Run:
     ledger = JobSetLedger(stack.kube_url)
     ledger.start()
     async with aiohttp.ClientSession() as http:
@@ -368,12 +273,12 @@ async def workload(
             began = time.monotonic()
             parent = await client.experiment()
             first = await asyncio.gather(
-                *(client.create(parent, forever()) for _ in range(15)),
+                *(client.create(parent, forever_work_unit()) for _ in range(15)),
                 *(client.create(parent, minimal_work_unit()) for _ in range(10)),
             )
             to_stop, to_restart = [i.unit for i in first[:10]], [i.unit for i in first[10:15]]
-            roles = {i.unit: Role.COMPLETE for i in first[15:]}
-            roles |= {u: Role.STOP for u in to_stop} | {u: Role.RESTART for u in to_restart}
+            roles = {i.unit: "complete" for i in first[15:]}
+            roles |= {u: "stop" for u in to_stop} | {u: "restart" for u in to_restart}
 
             async def running() -> bool:
                 units = (await client.observe(parent, ledger)).units
@@ -385,7 +290,7 @@ async def workload(
                 *(client.restart(u) for u in to_restart),
                 *(client.create(parent, minimal_work_unit()) for _ in range(10)),
             )
-            roles |= {i.unit: Role.COMPLETE for i in second if i.kind == "create"}
+            roles |= {i.unit: "complete" for i in second if i.kind == "create"}
             intents = [*first, *second]
             fault = time.monotonic()
             await inject(scenario, stack, redis, pg, args.outage)
@@ -394,25 +299,26 @@ async def workload(
                 counts = count(roles, intents, await client.observe(parent, ledger))
                 return counts.lost == counts.stuck == 0
 
-            converged_after = None
+            run = Run(scenario, Counts())
             if await poll(converged, within=args.deadline):
-                converged_after = time.monotonic() - fault
-            wall = time.monotonic() - began
+                run.converged_after = time.monotonic() - fault
+            run.wall = time.monotonic() - began
             await asyncio.sleep(args.settle)  # a quiet window: late effects show here
-            counts = count(roles, intents, await client.observe(parent, ledger))
+            run.counts = counts = count(roles, intents, await client.observe(parent, ledger))
             if not ready:
                 counts.notes.insert(0, "setup: not every S/R unit was RUNNING within 60 s")
-            counts.died = sum(not up for up in stack.alive().values())
-            counts.notes += [f"died {name}" for name, up in stack.alive().items() if not up]
-            return counts, converged_after, wall
+            dead = [name for name, up in stack.alive().items() if not up]
+            counts.died, counts.notes = len(dead), counts.notes + [f"died {n}" for n in dead]
+            return run
         finally:
             await client.channel.close()
             await ledger.stop()
 
 
 async def run_once(
-    scenario: str, pg: PrivatePostgres, workdir: Path, args: argparse.Namespace
+    scenario: str, pg: PostgresServer, workdir: Path, args: argparse.Namespace
 ) -> Run:
+    """One run on a fresh database, a fresh private Redis and a fresh stack."""
     (workdir / "redis").mkdir(parents=True)
     redis = RedisServer(workdir / "redis")
     database = await create_database(pg.admin_dsn)
@@ -422,97 +328,99 @@ async def run_once(
     try:
         await redis.start()
         await stack.start()
-        counts, converged_after, wall = await workload(scenario, stack, redis, pg, args)
+        run = await workload(scenario, stack, redis, pg, args)
     finally:
         await stack.stop()
         await redis.stop()
         await drop_database(pg.admin_dsn, database)
-    if not counts.clean and args.show_logs:
+    if not run.clean and args.show_logs:
         stack.print_logs()
-    return Run(scenario, counts, converged_after, wall, workdir / "logs")
-
-
-def table(runs: list[Run]) -> str:
-    head = f"{'scenario':<17} {'runs':>4} {'lost':>5} {'dup':>4} {'stuck':>6} {'died':>5}"
-    head += "  converged s (min/median/max)"
-    lines = [head, "-" * len(head)]
-    for scenario in dict.fromkeys(r.scenario for r in runs):
-        mine = [r for r in runs if r.scenario == scenario]
-        times = [r.converged_after for r in mine if r.converged_after is not None]
-        spread = (
-            f"{min(times):.1f} / {statistics.median(times):.1f} / {max(times):.1f}"
-            if times
-            else "-"
-        )
-        late = len(mine) - len(times)
-        lines.append(
-            f"{scenario:<17} {len(mine):>4} {sum(r.counts.lost for r in mine):>5} "
-            f"{sum(r.counts.duplicated for r in mine):>4} {sum(r.counts.stuck for r in mine):>6} "
-            f"{sum(r.counts.died for r in mine):>5}  {spread}"
-            + (f" ({late} never)" if late else "")
-        )
-    return "\n".join(lines)
+    return run
 
 
 async def matrix(
-    scenarios: list[str], pg: PrivatePostgres, base: Path, args: argparse.Namespace
-) -> list[Run]:
-    runs: list[Run] = []
+    scenarios: list[str], pg: PostgresServer, base: Path, args: argparse.Namespace, runs: list[Run]
+) -> None:
+    """Every run of every scenario, in order, each appended to ``runs`` as it ends."""
     for scenario in scenarios:
         for index in range(1, args.runs + 1):
-            run = await run_once(scenario, pg, base / f"{scenario}-{index}", args)
+            workdir = base / f"{scenario}-{index}"
+            try:
+                run = await run_once(scenario, pg, workdir, args)
+            except Exception as error:  # report it and carry on with the matrix
+                run = Run(scenario, Counts(), error=f"{type(error).__name__}: {error}")
             runs.append(run)
-            after = "never" if run.converged_after is None else f"{run.converged_after:.1f} s"
             c = run.counts
+            after = "never" if run.converged_after is None else f"{run.converged_after:.1f} s"
             print(
                 f"{scenario} run {index}/{args.runs}: converged {after} after the fault "
-                f"(workload {run.wall:.1f} s); lost {c.lost} dup {c.duplicated} stuck {c.stuck} "
-                f"died {c.died}",
+                f"(workload {run.wall:.1f} s); lost {c.lost} dup {c.duplicated} "
+                f"stuck {c.stuck} died {c.died}" + (f"; ERROR {run.error}" if run.error else ""),
                 flush=True,
             )
             for note in c.notes:
                 print(f"    {note}")
-            if not c.clean:
-                print(f"    logs: {run.log_dir}", flush=True)
-    return runs
+            if not run.clean:
+                print(f"    logs: {workdir / 'logs'}", flush=True)
 
 
-def _terminate(signum: int, frame: FrameType | None) -> Any:
+def table(runs: list[Run]) -> str:
+    head = f"{'scenario':<17} {'runs':>4} {'lost':>5} {'dup':>4} {'stuck':>6} {'died':>5}"
+    head += f" {'errors':>6}  converged s after the fault (min / median / max)"
+    lines = [head, "-" * len(head)]
+    for scenario in dict.fromkeys(r.scenario for r in runs):
+        mine = [r for r in runs if r.scenario == scenario]
+        times = [r.converged_after for r in mine if r.converged_after is not None]
+        never = len(mine) - len(times)
+        spread = f"{min(times):.1f} / {statistics.median(times):.1f} / {max(times):.1f}"
+        lines.append(
+            f"{scenario:<17} {len(mine):>4} {sum(r.counts.lost for r in mine):>5} "
+            f"{sum(r.counts.duplicated for r in mine):>4} {sum(r.counts.stuck for r in mine):>6} "
+            f"{sum(r.counts.died for r in mine):>5} {sum(r.error is not None for r in mine):>6}  "
+            + (spread if times else "-")
+            + (f" ({never} never)" if never else "")
+        )  # fmt: skip
+    return "\n".join(lines)
+
+
+def _terminate(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt  # SIGTERM: clean up as for Ctrl-C
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
-    parser.add_argument("--runs", type=int, default=5)
+    parser = argparse.ArgumentParser(description="Fault matrix: lost / duplicated / stuck.")
+    parser.add_argument("--runs", type=int, default=5, help="runs per scenario")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated")
-    parser.add_argument(
-        "--outage", type=float, default=2.0, help="seconds a killed part stays down"
-    )
+    parser.add_argument("--outage", type=float, default=2.0, help="seconds a killed part is down")
     parser.add_argument("--deadline", type=float, default=90.0, help="seconds after the fault")
-    parser.add_argument("--settle", type=float, default=5.0, help="quiet seconds before counting")
-    parser.add_argument("--show-logs", action="store_true", help="print log tails of failed runs")
+    parser.add_argument("--settle", type=float, default=5.0, help="quiet seconds, then count")
+    parser.add_argument("--show-logs", action="store_true", help="print failed runs' log tails")
     parser.add_argument("--keep", action="store_true", help="keep every run's logs")
     args = parser.parse_args()
     scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
     if unknown := [s for s in scenarios if s not in SCENARIOS]:
         parser.error(f"unknown scenarios {unknown}; known: {', '.join(SCENARIOS)}")
     signal.signal(signal.SIGTERM, _terminate)
-    started = time.monotonic()
+    started, runs, interrupted = time.monotonic(), list[Run](), False
     base = Path(tempfile.mkdtemp(prefix="xmc-faults-"))
-    pg = PrivatePostgres()
-    runs: list[Run] = []
+    pg = PostgresServer()
     try:
         pg.start()
         print(f"private Postgres on :{pg.port} ({pg.bin}); work in {base}", flush=True)
-        runs = asyncio.run(matrix(scenarios, pg, base, args))
+        asyncio.run(matrix(scenarios, pg, base, args, runs))
+    except KeyboardInterrupt:
+        interrupted = True
+        print("interrupted: the table shows the runs that finished")
     finally:
         pg.remove()
-        if runs and all(r.counts.clean for r in runs) and not args.keep:
+        if runs and all(r.clean for r in runs) and not (args.keep or interrupted):
             shutil.rmtree(base, ignore_errors=True)
         else:
             print(f"logs kept in {base}")
     print(f"\n{table(runs)}\n\ntotal {time.monotonic() - started:.0f} s")
-    return 0 if all(r.counts.clean for r in runs) else 1
+    if interrupted:
+        return 130
+    return 0 if runs and all(r.clean for r in runs) else 1
 
 
 if __name__ == "__main__":

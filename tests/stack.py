@@ -253,7 +253,11 @@ class JobSetLedger:
                     await asyncio.sleep(0.2)  # kubesim restarting: watch again
 
     def _record(self, event: dict[str, Any]) -> str | None:
-        """Note an ADDED JobSet; returns the event's resourceVersion."""
+        """Note an ADDED JobSet; returns the event's resourceVersion ("0" after an ERROR:
+        410 Expired ends the stream, and resuming from the same version would only get
+        410 again, so re-list — a re-listed JobSet's uid is already in its set)."""
+        if event.get("type") == "ERROR":
+            return "0"
         meta = (event.get("object") or {}).get("metadata") or {}
         if event.get("type") == "ADDED":
             eid = (meta.get("labels") or {}).get("xmc.google.com/execution-id", "")

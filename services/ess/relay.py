@@ -50,7 +50,7 @@ from xmc.model.states import Severity, WorkUnitState
 from xmc.store import executions, operations, outbox
 from xmc.store.outbox import OutboxStatus, OutboxTask
 from xmc.store.repository import Store
-from xmc.streams import ACTUATOR_GROUP, StreamNames, TaskPublisher
+from xmc.streams import ACTUATOR_GROUP, REDIS_UNAVAILABLE, StreamNames, TaskPublisher
 from xmc.tasks import task_execution_id
 from xmc_api.internal.v1.tasks_pb2 import Task
 
@@ -96,6 +96,8 @@ class OutboxRelay:
         self._clock = clock
         self.settings = settings or RelaySettings()
         self._wake = asyncio.Event()
+        self._redis_run_id: str | None = None
+        self._run_id_checked = -float("inf")
 
     def wake(self) -> None:
         """Tasks were committed: relay them now rather than at the next poll."""
@@ -142,6 +144,7 @@ class OutboxRelay:
         async with self._store.transaction() as conn:
             if not await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", RELAY_LOCK_KEY):
                 return RelayReport(busy=True)
+            await self._notice_redis_restart(conn)
             rows = await outbox.claim_due(conn, now=now, limit=self.settings.batch_size)
             if not rows:
                 return RelayReport()
@@ -170,6 +173,25 @@ class OutboxRelay:
             for row, decision in abandoned:
                 await self._abandon(conn, Task.FromString(row.task), decision.reason, now=now)
         return self._report(publish, decisions, len(abandoned))
+
+    async def _notice_redis_restart(self, conn: Any) -> None:
+        """A Redis restarted without persistence lost every entry; a task published long
+        ago would otherwise wait up to ``max_check_seconds`` for its next check. Its run id
+        (``INFO server``, read at most every ``redis_restart_check_seconds``) tells a
+        restart: then every published task is checked in this pass."""
+        loop = asyncio.get_running_loop()
+        if loop.time() - self._run_id_checked < self.settings.redis_restart_check_seconds:
+            return
+        try:
+            info = await self._redis.info("server")
+        except REDIS_UNAVAILABLE:
+            return  # publishing will fail and retry; nothing to learn here
+        self._run_id_checked = loop.time()
+        run_id = str(info.get("run_id", ""))
+        if self._redis_run_id is not None and run_id != self._redis_run_id:
+            count = await outbox.check_every_published_now(conn)
+            log.warning("Redis restarted: checking every published task now", tasks=count)
+        self._redis_run_id = run_id
 
     async def _decide(
         self, rows: Sequence[OutboxTask], *, now: datetime

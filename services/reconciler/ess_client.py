@@ -40,6 +40,14 @@ _TRANSIENT: frozenset[grpc.StatusCode] = frozenset(
 )
 
 
+#: Reconnect quickly to a restarted ESS: gRPC's default backoff (1 s, ×1.6, up to 120 s)
+#: kept the finalizer path failing seconds after a new ESS was serving.
+_CHANNEL_OPTIONS = (
+    ("grpc.initial_reconnect_backoff_ms", 250),
+    ("grpc.max_reconnect_backoff_ms", 5000),
+)
+
+
 class EssError(Exception):
     """A failed ESS call; ``code`` is the gRPC status code."""
 
@@ -106,9 +114,9 @@ class EssClient:
         self, target: str, *, token: str | None, tls: bool = False, deadline: float = 10.0
     ) -> None:
         self._channel = (
-            grpc.aio.secure_channel(target, grpc.ssl_channel_credentials())
+            grpc.aio.secure_channel(target, grpc.ssl_channel_credentials(), _CHANNEL_OPTIONS)
             if tls
-            else grpc.aio.insecure_channel(target)
+            else grpc.aio.insecure_channel(target, _CHANNEL_OPTIONS)
         )
         self._metadata: tuple[tuple[str, str], ...] = (
             (("authorization", f"Bearer {token}"),) if token else ()

@@ -31,7 +31,9 @@ from xmc_api.internal.v1.tasks_pb2 import Task
 S = WorkUnitState
 ALICE = metadata("alice")
 #: Quick checks, few publishes: every path is reached in a handful of clock steps.
-RELAY = RelaySettings(first_check_seconds=1.0, max_check_seconds=8.0, max_publishes=3)
+RELAY = RelaySettings(
+    first_check_seconds=1.0, max_check_seconds=8.0, max_publishes=3, redis_restart_check_seconds=0
+)
 
 
 async def _ess(ess_factory: Any, redis: RedisServer, **relay: Any) -> Ess:
@@ -137,6 +139,34 @@ async def test_a_redis_restart_without_persistence_re_drives_what_it_lost(
     assert len(names) == 3
 
 
+async def test_after_a_redis_restart_even_a_task_checked_long_from_now_is_re_driven(
+    ess_factory: Any, private_redis: RedisServer
+) -> None:
+    """A task waiting in a backlog is checked ever more rarely; a restart of Redis (a new
+    run id) makes every published task due at once."""
+    ess = await _ess(ess_factory, private_redis)
+    await _create(ess, await _experiment(ess))
+    await ess.relayed()
+    ess.clock.advance(7)
+    _relay(ess).wake()
+
+    async def next_check_in_the_future() -> bool:
+        (row,) = await fetch_all(ess.database_url, "SELECT next_attempt FROM task_outbox")
+        return bool(row["next_attempt"] > ess.clock.now)
+
+    await wait_until(next_check_in_the_future, True)  # checked: 7 s from now
+
+    await private_redis.restart()
+    _relay(ess).wake()  # the test clock does not move
+
+    async def entries() -> int:
+        return len(await _stream(ess, private_redis))
+
+    await wait_until(entries, 1, within=15)
+    (row,) = await _rows(ess)
+    assert row["publish_count"] == 2
+
+
 async def test_an_entry_refused_unfinished_is_re_driven_with_a_fresh_token(
     ess_factory: Any, private_redis: RedisServer
 ) -> None:
@@ -175,10 +205,14 @@ async def test_a_backlog_and_a_task_in_flight_are_checked_again_not_re_driven(
     # The first is delivered and held (in flight), the second not delivered (backlog).
     await client.xreadgroup(ACTUATOR_GROUP, "slow", {ess.names.tasks: ">"}, count=1)
 
+    async def both_checked_again() -> bool:
+        rows = await fetch_all(ess.database_url, "SELECT next_attempt FROM task_outbox")
+        return all(r["next_attempt"] > ess.clock.now for r in rows)
+
     for _ in range(4):
         ess.clock.advance(RELAY.max_check_seconds)
-        report = await _relay(ess).relay_once()
-        assert (report.waiting, report.redriven) == (2, 0)
+        _relay(ess).wake()
+        await wait_until(both_checked_again, True)
     assert len(await _stream(ess, private_redis)) == 2
     assert [r["publish_count"] for r in await _rows(ess)] == [1, 1]
 
@@ -189,11 +223,21 @@ async def test_a_task_that_can_never_arrive_is_abandoned_and_fails_its_execution
     ess = await _ess(ess_factory, private_redis)
     name, operation = await _create(ess, await _experiment(ess))
     await ess.relayed()
-    relay = _relay(ess)
-    for _ in range(RELAY.max_publishes):
+
+    async def lost_once_more(published: int) -> None:
+        """The stream loses the task; the relay's next check re-drives or abandons it."""
         await ess.server.redis.delete(ess.names.tasks)
         ess.clock.advance(RELAY.max_check_seconds)
-        await relay.relay_once()
+        _relay(ess).wake()
+
+        async def acted() -> bool:
+            (row,) = await _rows(ess)
+            return bool(row["publish_count"] > published or row["status"] == "finished")
+
+        await wait_until(acted, True)
+
+    for published in range(1, RELAY.max_publishes + 1):
+        await lost_once_more(published)
 
     (row,) = await _rows(ess)
     assert (row["status"], row["outcome"]) == ("finished", "abandoned")

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ import redis.asyncio as aioredis
 
 from tests.conftest import ADMIN_DSN
 from tests.integration.redis_server import RedisServer
-from tests.integration.support import minimal_work_unit, wait_until
+from tests.integration.support import forever_work_unit, minimal_work_unit, wait_until
 from tests.stack import JobSetLedger, Stack, create_database, drop_database
 from xmc.model.states import WorkUnitState
 from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
@@ -66,14 +65,6 @@ class Client:
         return len(listed.work_units)
 
 
-def forever() -> WorkUnit:
-    work_unit = minimal_work_unit()
-    job = work_unit.executable.jobset.jobs[0]
-    job.annotations["kubesim.xmc/behavior"] = json.dumps({"run_seconds": None})
-    job.termination_grace_period_seconds = 1
-    return work_unit
-
-
 @pytest.fixture
 async def stack(
     private_redis: RedisServer, tmp_path: Path, request: pytest.FixtureRequest
@@ -110,8 +101,8 @@ async def test_an_ess_killed_between_commit_and_publish_loses_no_intent(
     stack: Stack, client: Client, private_redis: RedisServer, ledger: JobSetLedger
 ) -> None:
     parent = await client.experiment()
-    to_stop = await client.create(parent, forever())
-    to_restart = await client.create(parent, forever())
+    to_stop = await client.create(parent, forever_work_unit())
+    to_restart = await client.create(parent, forever_work_unit())
     for name in (to_stop, to_restart):
         await wait_until(functools.partial(client.state, name), S.RUNNING, within=30)
     redis = aioredis.Redis.from_url(private_redis.url)

@@ -32,7 +32,13 @@ from reconciler.batcher import BatcherOptions
 from reconciler.ess_client import EssClient, EssUnavailable, UpdateResult
 from reconciler.leader import LeaseSettings
 from tests.integration.conftest import REDIS_URL, SIGNING_KEY, Ess, metadata
-from tests.integration.support import WallClock, fetch_all, minimal_work_unit, wait_until
+from tests.integration.support import (
+    WallClock,
+    fetch_all,
+    forever_work_unit,
+    minimal_work_unit,
+    wait_until,
+)
 from xmc.config import Settings
 from xmc.kube import api_client_from_settings
 from xmc.model.states import WorkUnitState
@@ -169,14 +175,7 @@ async def create(system: System, work_unit: WorkUnit | None = None, *, priority:
 
 
 def running_forever(cpu_millicores: int = 1000) -> WorkUnit:
-    """A job that runs until deleted and leaves 1 s after SIGTERM (kubesim keeps a deleted
-    pod Terminating for its grace period; the default 30 s would dominate every stop)."""
-    work_unit = minimal_work_unit()
-    job = work_unit.executable.jobset.jobs[0]
-    job.annotations["kubesim.xmc/behavior"] = json.dumps({"run_seconds": None})
-    job.spec.resources.cpu_resources.cpu_millicores = cpu_millicores
-    job.termination_grace_period_seconds = 1
-    return work_unit
+    return forever_work_unit(cpu_millicores)
 
 
 async def gone(system: System, name: str) -> None:

@@ -32,7 +32,7 @@ from google.longrunning.operations_proto_pb2 import GetOperationRequest
 
 from tests.conftest import ADMIN_DSN
 from tests.integration.conftest import REDIS_URL
-from tests.integration.support import minimal_work_unit, wait_until
+from tests.integration.support import forever_work_unit, minimal_work_unit, wait_until
 from xmc.model.states import ActiveState, WorkUnitState
 from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
@@ -183,13 +183,7 @@ async def client(local_system: LocalSystem) -> Any:
 
 
 def forever(cpu_millicores: int = 1000) -> WorkUnit:
-    """Runs until deleted; leaves 1 s after SIGTERM (not the default grace of 30 s)."""
-    work_unit = minimal_work_unit()
-    job = work_unit.executable.jobset.jobs[0]
-    job.annotations["kubesim.xmc/behavior"] = json.dumps({"run_seconds": None})
-    job.spec.resources.cpu_resources.cpu_millicores = cpu_millicores
-    job.termination_grace_period_seconds = 1
-    return work_unit
+    return forever_work_unit(cpu_millicores)
 
 
 async def test_create_runs_to_completed_and_the_experiment_finishes(client: Client) -> None:

@@ -39,6 +39,9 @@ class RelaySettings:
     """Longest interval between two checks of one published task."""
     max_publishes: int = 10
     """Publishes of one task (the first included) before the relay abandons it."""
+    redis_restart_check_seconds: float = 1.0
+    """How often the relay reads Redis's run id to notice a restart (every published
+    task is then checked at once)."""
     error_backoff: tuple[float, ...] = (0.2, 0.5, 1.0, 2.0, 5.0)
     """Seconds to wait after consecutive failed passes (Redis or Postgres down)."""
 

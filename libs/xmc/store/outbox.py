@@ -158,6 +158,15 @@ async def check_later(conn: Any, checks: Sequence[tuple[str, datetime]]) -> None
     )
 
 
+async def check_every_published_now(conn: Any) -> int:
+    """Make every published, unfinished task due for a check (Redis restarted: whatever
+    it held is gone, however long ago it was published); returns how many."""
+    status: str = await conn.execute(
+        "UPDATE task_outbox SET next_attempt = '-infinity' WHERE status = 'published'"
+    )
+    return int(status.split()[-1])
+
+
 async def _upsert(
     conn: Any,
     task: Task,

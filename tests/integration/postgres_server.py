@@ -1,0 +1,67 @@
+"""A private Postgres cluster, for fault tests that restart Postgres (the machine's
+shared server serves every other test and must never restart)."""
+
+from __future__ import annotations
+
+import asyncio
+import glob
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from tests.stack import free_port
+
+
+class PostgresServer:
+    """A throw-away Postgres cluster on a free port (the shared one must never restart)."""
+
+    def __init__(self) -> None:
+        found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=_major)
+        initdb = found[-1] if found else shutil.which("initdb")
+        if initdb is None:
+            raise RuntimeError("no initdb: install postgresql")
+        self.bin = Path(initdb).parent
+        self.root = Path(tempfile.mkdtemp(prefix="xmc-pg-"))
+        self.data, self.log, self.port = self.root / "data", self.root / "pg.log", free_port()
+        self._as: list[str] = []
+        if os.geteuid() == 0:  # initdb refuses root: the cluster belongs to postgres
+            owner = pwd.getpwnam("postgres")
+            os.chown(self.root, owner.pw_uid, owner.pw_gid)
+            self._as = ["runuser", "-u", "postgres", "--"]
+
+    @property
+    def admin_dsn(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _pg_ctl(self, *args: str) -> list[str]:
+        pg_ctl = str(self.bin / "pg_ctl")
+        return [*self._as, pg_ctl, "-D", str(self.data), "-l", str(self.log), "-w", *args]
+
+    def start(self) -> None:
+        initdb = [str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres", "-A", "trust"]
+        subprocess.run([*self._as, *initdb, "--no-sync"], check=True, capture_output=True)
+        options = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.root}"
+        subprocess.run(self._pg_ctl("-o", options, "start"), check=True, capture_output=True)
+
+    async def restart(self) -> None:
+        """Fast shutdown (every connection is cut), then up again with the same options."""
+        process = await asyncio.create_subprocess_exec(
+            *self._pg_ctl("-m", "fast", "restart"),
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+        if await process.wait() != 0:
+            raise RuntimeError(f"pg_ctl restart failed; see {self.log}")
+
+    def remove(self) -> None:
+        if (self.data / "postmaster.pid").exists():
+            subprocess.run(self._pg_ctl("-m", "immediate", "stop"), capture_output=True)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _major(initdb: str) -> int:
+    """``/usr/lib/postgresql/15/bin/initdb`` → 15: the newest installed one is used."""
+    version = Path(initdb).parent.parent.name.split(".")[0]
+    return int(version) if version.isdigit() else 0

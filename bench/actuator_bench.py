@@ -30,6 +30,7 @@ from kubernetes_asyncio.client import Configuration
 from actuator.kube import JobSetClient
 from actuator.manifest import build_base_jobset
 from xmc.model.resume import TaskKind
+from xmc.store import outbox
 from xmc.store.creation import Created, NewWorkUnit
 from xmc.store.migrate import migrate
 from xmc.store.repository import Store
@@ -117,7 +118,6 @@ async def prepare(dsn: str, n: int) -> list[Task]:
             writer="bench",
         )
         created += [o for o in outcomes if isinstance(o, Created)]
-    await store.close()
     tasks = []
     for outcome in created:
         assert outcome.work_unit is not None
@@ -133,6 +133,11 @@ async def prepare(dsn: str, n: int) -> list[Task]:
         )
         task.operation_time.FromDatetime(datetime.now(UTC))
         tasks.append(task)
+    # As the ESS would: every task is in the outbox (the Actuator's admission reads it
+    # and its settle finishes it); no relay runs here, the bench publishes them itself.
+    async with store.transaction() as conn:
+        await outbox.enqueue(conn, tasks, now=datetime.now(UTC))
+    await store.close()
     return tasks
 
 

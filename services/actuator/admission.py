@@ -83,7 +83,7 @@ class AdmissionGate:
 
     async def admit(self, task: Task) -> TaskResult | None:
         """None to go on; otherwise the task's result (settled when it was unwanted)."""
-        async with self._store.transaction() as conn:
+        async with self._store.connection() as conn:
             facts = await outbox.fetch_task_facts(conn, task)
         decision = decide_admission(task, facts)
         if decision.action is AdmissionAction.PROCEED:

@@ -134,16 +134,16 @@ def minimal_work_unit(queue: str = "cpu-queue", image: str = "python:3.11") -> W
     return work_unit
 
 
-def forever_work_unit(cpu_millicores: int = 0) -> WorkUnit:
-    """A job that runs until deleted and leaves 1 s after SIGTERM (kubesim keeps a
-    deleted pod Terminating for its grace period; the default 30 s would dominate every
-    stop)."""
+def forever_work_unit(cpu_millicores: int = 0, *, grace_seconds: int = 1) -> WorkUnit:
+    """A job that runs until deleted and leaves ``grace_seconds`` after SIGTERM (kubesim
+    keeps a deleted pod Terminating for its grace period; the default 30 s would dominate
+    every stop)."""
     work_unit = minimal_work_unit()
     job = work_unit.executable.jobset.jobs[0]
     job.annotations["kubesim.xmc/behavior"] = json.dumps({"run_seconds": None})
     if cpu_millicores:
         job.spec.resources.cpu_resources.cpu_millicores = cpu_millicores
-    job.termination_grace_period_seconds = 1
+    job.termination_grace_period_seconds = grace_seconds
     return work_unit
 
 

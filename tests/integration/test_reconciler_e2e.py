@@ -265,7 +265,10 @@ async def test_preemption_goes_back_to_scheduling_on_the_same_execution(
     skewed_system: System,
 ) -> None:
     system = skewed_system
-    low = await create(system, running_forever(cpu_millicores=60_000), priority=1)
+    # Its pods take 3 s to go: long enough for DESCHEDULING to be seen under load (the
+    # batcher keeps only the latest observation of a work unit).
+    evicted = forever_work_unit(cpu_millicores=60_000, grace_seconds=3)
+    low = await create(system, evicted, priority=1)
     await wait_until(lambda: system.state(low), S.RUNNING, within=30)
 
     high = await create(system, running_forever(cpu_millicores=10_000), priority=3)
@@ -503,7 +506,7 @@ async def test_the_standby_takes_over_when_the_leader_dies(system: System) -> No
 
 async def test_a_preempted_jobset_with_a_finished_job_stays_running(system: System) -> None:
     """R8b: once some jobs succeeded, an eviction keeps the work unit RUNNING."""
-    work_unit = running_forever(cpu_millicores=30_000)
+    work_unit = forever_work_unit(cpu_millicores=30_000, grace_seconds=3)  # R4 lasts 3 s
     template = work_unit.executable.jobset.jobs[0]
     quick = work_unit.executable.jobset.jobs.add()
     quick.CopyFrom(template)

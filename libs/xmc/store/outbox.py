@@ -196,7 +196,18 @@ async def _upsert(
 
 
 async def finish(conn: Any, task: Task, *, outcome: str, now: datetime) -> bool:
-    """The task is settled for good; False when it already was (a redelivery)."""
+    """The task is settled for good; False when it already was (a redelivery). One
+    UPDATE by task id for a task of the outbox; the upsert only for one from before it."""
+    status: str = await conn.execute(
+        """UPDATE task_outbox SET status = 'finished', finished_time = $2, outcome = $3,
+               next_attempt = NULL
+           WHERE task_id = $1 AND status <> 'finished'""",
+        task.task_id,
+        now,
+        outcome,
+    )
+    if status.endswith(" 1"):
+        return True
     return await _upsert(conn, task, OutboxStatus.FINISHED, now=now, outcome=outcome)
 
 

@@ -87,7 +87,8 @@ class TaskPublisher:
         return sign_task(task, key=self._key, now=self._clock(), ttl=self._ttl)
 
     async def publish(self, task: Task) -> bytes:
-        """XADD one signed task; returns the entry id."""
+        """XADD one signed task straight to the stream, bypassing the outbox (tests and
+        tools that replay an entry); returns the entry id."""
         try:
             entry_id: bytes = await self._redis.xadd(self._names.tasks, self._entry(task))
         except REDIS_UNAVAILABLE as exc:
@@ -95,7 +96,7 @@ class TaskPublisher:
         return entry_id
 
     async def publish_many(self, tasks: Sequence[Task]) -> list[bytes]:
-        """XADD several signed tasks in one round trip; returns their entry ids."""
+        """``publish`` for several tasks in one round trip; returns their entry ids."""
         try:
             async with self._redis.pipeline(transaction=False) as pipe:
                 for task in tasks:

@@ -15,7 +15,6 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-import structlog
 from google.longrunning.operations_proto_pb2 import Operation
 
 from ess.auth import Identity, acl_writer_emails, require_experiment_writer
@@ -36,8 +35,6 @@ from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
 from xmc_api.cloud.xmanager.v1.work_unit_execution_pb2 import WorkUnitExecution
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 from xmc_api.internal.v1.tasks_pb2 import Task
-
-log = structlog.get_logger()
 
 #: Writer label of the ESS in the status history.
 WRITER = "ess"

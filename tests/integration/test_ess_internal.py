@@ -238,6 +238,24 @@ async def test_pause_resume_skips_what_changed_and_enqueues_each_task_once(ess: 
     )
     assert not state.paused
     assert state.paused_task_count == 0
+    # A skipped task is finished in the outbox and its Operation closed: nobody waits for
+    # the create of a unit stopped (or restarted) while paused.
+    outbox_rows = await fetch_all(
+        ess.database_url, "SELECT task_id, status, outcome FROM task_outbox"
+    )
+    by_id = {r["task_id"]: (r["status"], r["outcome"]) for r in outbox_rows}
+    assert by_id[created[1].task_id] == ("finished", "skipped")
+    assert by_id[created[2].task_id] == ("finished", "skipped")
+    assert by_id[created[0].task_id] == ("published", None)
+    operations = await fetch_all(
+        ess.database_url,
+        "SELECT name, done, error_code FROM operations WHERE name = ANY($1)",
+        [created[1].operation, created[0].operation],
+    )
+    assert {r["name"]: (r["done"], r["error_code"]) for r in operations} == {
+        created[1].operation: (True, None),
+        created[0].operation: (False, None),
+    }
 
 
 async def test_nothing_resumes_while_paused(ess: Ess) -> None:

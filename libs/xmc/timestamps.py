@@ -14,6 +14,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_SECOND = timedelta(seconds=1)
+_ONE_MICROSECOND = timedelta(microseconds=1)
 
 
 def to_datetime(ts: Timestamp) -> datetime:
@@ -29,3 +30,10 @@ def set_timestamp(ts: Timestamp, value: datetime | None) -> None:
     delta = value - EPOCH
     ts.seconds = delta.days * 86400 + delta.seconds
     ts.nanos = delta.microseconds * 1000
+
+
+def stamp_after(stored: datetime | None, now: datetime) -> datetime:
+    """The time for a state XMC decides over a stored one: ``now``, but never earlier than
+    the stored state's time + 1 µs, so a host whose clock is behind the one that stamped
+    the stored state cannot lose to the time order (docs/decisions/0007, 0011)."""
+    return now if stored is None else max(now, stored + _ONE_MICROSECOND)

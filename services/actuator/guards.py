@@ -121,7 +121,7 @@ def decide_delete(jobset: Mapping[str, Any] | None, task: Task) -> DeleteDecisio
             DeleteAction.NOTHING_TO_DELETE,
             f"no JobSet: nothing to delete; execution {target} is STOPPED",
         )
-    live = _LiveJobSet.read(jobset)
+    live = LiveJobSet.read(jobset)
     if not is_execution_id_aligned(live.eid, target):
         return DeleteDecision(
             DeleteAction.SUPERSEDED,
@@ -150,7 +150,7 @@ def decide_restart(jobset: Mapping[str, Any] | None, task: Task) -> RestartDecis
     new = task_execution_id(task)
     if jobset is None:
         return RestartDecision(RestartAction.CREATE, f"no JobSet: create execution {new}")
-    live = _LiveJobSet.read(jobset)
+    live = LiveJobSet.read(jobset)
     if live.eid == new:
         return RestartDecision(
             RestartAction.ALREADY_DONE, f"JobSet already runs execution {new} (redelivery)"
@@ -201,7 +201,7 @@ def decide_update(jobset: Mapping[str, Any] | None, task: Task) -> UpdateDecisio
     target = task.target_eid
     if jobset is None:
         return UpdateDecision(UpdateAction.NOTHING, "no JobSet: nothing to patch")
-    live = _LiveJobSet.read(jobset)
+    live = LiveJobSet.read(jobset)
     if not is_execution_id_aligned(live.eid, target):
         return UpdateDecision(
             UpdateAction.SUPERSEDED,
@@ -231,7 +231,7 @@ def decide_update(jobset: Mapping[str, Any] | None, task: Task) -> UpdateDecisio
 
 
 @dataclass(frozen=True)
-class _LiveJobSet:
+class LiveJobSet:
     """The guard-relevant facts of a JobSet as the API server returned it."""
 
     uid: str | None
@@ -242,7 +242,7 @@ class _LiveJobSet:
     suspended: bool
 
     @classmethod
-    def read(cls, jobset: Mapping[str, Any]) -> _LiveJobSet:
+    def read(cls, jobset: Mapping[str, Any]) -> LiveJobSet:
         metadata = _mapping(jobset.get("metadata"))
         jobset_labels = _mapping(metadata.get("labels"))
         eid, problem = _read_execution_id(jobset_labels.get(labels.EXECUTION_ID))
@@ -257,13 +257,18 @@ class _LiveJobSet:
             suspended=_mapping(jobset.get("spec")).get("suspend") is True,
         )
 
+    @property
+    def last_edit_time(self) -> datetime | None:
+        """The last-edit label as a time; None when absent or unreadable."""
+        return _parse_last_edit(self.last_edit)
+
     def explain(self, reason: str) -> str:
         return reason if self.eid_problem is None else f"{reason} ({self.eid_problem})"
 
     def staleness(self, task: Task) -> str | None:
         """Why the task is stale, or None when it may act."""
         operation_time = to_datetime(task.operation_time)
-        last_edit = _parse_last_edit(self.last_edit)
+        last_edit = self.last_edit_time
         if last_edit is None or is_actuation_request_valid(operation_time, self.last_edit):
             return None
         return self.explain(

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Final
 
 import structlog
@@ -70,7 +70,6 @@ PRECONDITION_ATTEMPTS: Final = 3
 #: Kubernetes codes of a precondition that no longer holds: re-read and decide again.
 _CHANGED_UNDER_US: Final = frozenset({"NOT_FOUND", "FAILED_PRECONDITION"})
 _FAILS_EXECUTION: Final = frozenset({Task.CREATE, Task.RESTART})
-_ONE_MICROSECOND: Final = timedelta(microseconds=1)
 
 
 class JobSetHandlers:

@@ -38,6 +38,7 @@ from typing import Any, Final
 import structlog
 
 from actuator import labels
+from actuator.guards import LiveJobSet
 from actuator.kube import JobSetClient
 from actuator.metrics import REPAIRS_TOTAL
 from xmc.messages import backend_message
@@ -48,6 +49,7 @@ from xmc.store import executions, outbox, work_units
 from xmc.store.outbox import ExecutionTasks, OutboxStatus
 from xmc.store.repository import Store
 from xmc.tasks import build_task
+from xmc.timestamps import stamp_after
 
 log = structlog.get_logger()
 
@@ -59,7 +61,6 @@ _S = WorkUnitState
 #: resume, which the resume worker's own sweep drives.
 REPAIRED_STATES: Final = (_S.INITIALIZING, _S.RESTARTING, _S.STOPPING)
 _ON_ITS_WAY: Final = frozenset({OutboxStatus.PENDING, OutboxStatus.PUBLISHED, OutboxStatus.PARKED})
-_ONE_MICROSECOND: Final = timedelta(microseconds=1)
 
 
 @dataclass(frozen=True)
@@ -96,23 +97,18 @@ class JobSetView:
 
     @classmethod
     def read(cls, jobset: Mapping[str, Any] | None) -> JobSetView | None:
+        """Read with the guards' rules (an unreadable execution id counts as 0, an
+        unreadable last edit as none)."""
         if jobset is None:
             return None
+        live = LiveJobSet.read(jobset)
         metadata = jobset.get("metadata") or {}
-        jobset_labels = metadata.get("labels") or {}
-        raw_eid = jobset_labels.get(labels.EXECUTION_ID, "")
-        last_edit = jobset_labels.get(labels.LAST_EDIT)
-        deleting = bool(metadata.get("deletionTimestamp"))
-        terminal = {**jobset, "metadata": {**metadata, "deletionTimestamp": "x"}}
-        parsed_edit = None
-        if isinstance(last_edit, str):
-            with contextlib.suppress(ValueError):
-                parsed_edit = labels.parse_last_edit_label(last_edit)
+        deleted = {**jobset, "metadata": {**metadata, "deletionTimestamp": "x"}}
         return cls(
-            eid=int(raw_eid) if isinstance(raw_eid, str) and raw_eid.isdigit() else 0,
-            deleting=deleting,
-            terminal_state=decide_work_unit_state(terminal).state,
-            last_edit=parsed_edit,
+            eid=live.eid,
+            deleting=live.deleting,
+            terminal_state=decide_work_unit_state(deleted).state,
+            last_edit=live.last_edit_time,
         )
 
 
@@ -264,9 +260,7 @@ class RepairSweep:
         the JobSet's last edit, so the Delete's last-edit guard lets it act."""
         work_unit = await work_units.fetch_work_unit(conn, item.xid, item.wid)
         priority = await conn.fetchval("SELECT priority FROM experiments WHERE xid = $1", item.xid)
-        operation_time = now
-        if jobset is not None and jobset.last_edit is not None:
-            operation_time = max(now, jobset.last_edit + _ONE_MICROSECOND)
+        operation_time = stamp_after(jobset.last_edit if jobset else None, now)
         target = item.eid - 1 if kind is TaskKind.RESTART else item.eid
         task = build_task(
             int(kind),

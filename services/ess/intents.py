@@ -12,7 +12,7 @@ the Operation stays open until the Actuator has carried the task out.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from google.longrunning.operations_proto_pb2 import Operation
@@ -30,7 +30,7 @@ from xmc.store.executions import update_work_unit_executions
 from xmc.store.operations import ActionType, NewOperation
 from xmc.store.repository import Store
 from xmc.tasks import build_task
-from xmc.timestamps import set_timestamp, to_datetime
+from xmc.timestamps import set_timestamp, stamp_after, to_datetime
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
 from xmc_api.cloud.xmanager.v1.work_unit_execution_pb2 import WorkUnitExecution
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
@@ -175,10 +175,7 @@ class Intents:
             execution.status.state = int(new_state)  # type: ignore[assignment]
             # A user's stop must not lose to a writer whose clock runs ahead of ours.
             stored_time = to_datetime(current.status.state_update_time)
-            set_timestamp(
-                execution.status.state_update_time,
-                max(now, stored_time + timedelta(microseconds=1)),
-            )
+            set_timestamp(execution.status.state_update_time, stamp_after(stored_time, now))
             updates.append(ExecutionUpdate(xid, wid, eid, execution, ("status.state",)))
             targets.append((work_unit, eid))
         results = await update_work_unit_executions(conn, updates, writer=WRITER, now=now)

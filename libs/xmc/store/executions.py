@@ -16,7 +16,7 @@ import enum
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from xmc.model.guard import GuardReason
@@ -32,11 +32,9 @@ from xmc.model.states import WorkUnitState
 from xmc.store.codec import EXECUTION_COLUMNS, stored_from_row, stored_to_columns
 from xmc.store.experiments import RollupDelta, apply_rollups
 from xmc.store.work_units import insert_history
-from xmc.timestamps import set_timestamp, to_datetime
+from xmc.timestamps import set_timestamp, stamp_after, to_datetime
 from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
 from xmc_api.cloud.xmanager.v1.work_unit_execution_pb2 import WorkUnitExecution
-
-_ONE_MICROSECOND = timedelta(microseconds=1)
 
 
 class UpdateOutcome(enum.StrEnum):
@@ -231,8 +229,7 @@ async def write_decided_state(
     )
     execution = WorkUnitExecution()
     execution.status.state = int(state)  # type: ignore[assignment]
-    stamp = now if stored is None else max(now, stored + _ONE_MICROSECOND)
-    set_timestamp(execution.status.state_update_time, stamp)
+    set_timestamp(execution.status.state_update_time, stamp_after(stored, now))
     mask: tuple[str, ...] = (STATE_PATH,)
     if message is not None:
         execution.status.system_message.CopyFrom(message)

@@ -98,7 +98,7 @@ async def enqueue(
     await conn.execute(
         """INSERT INTO task_outbox (task_id, xid, wid, eid, kind, task, next_attempt,
                                     create_time, origin)
-           SELECT t.task_id, t.xid, t.wid, t.eid, t.kind, t.task, '-infinity', $7, $8
+           SELECT t.task_id, t.xid, t.wid, t.eid, t.kind, t.task, $9, $7, $8
            FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::smallint[],
                        $6::bytea[]) AS t(task_id, xid, wid, eid, kind, task)""",
         [t.task_id for t in tasks],
@@ -109,6 +109,7 @@ async def enqueue(
         [t.SerializeToString(deterministic=True) for t in tasks],
         now,
         origin,
+        DUE_AT_ONCE,
     )
 
 
@@ -162,7 +163,7 @@ async def check_every_published_now(conn: Any) -> int:
     """Make every published, unfinished task due for a check (Redis restarted: whatever
     it held is gone, however long ago it was published); returns how many."""
     status: str = await conn.execute(
-        "UPDATE task_outbox SET next_attempt = '-infinity' WHERE status = 'published'"
+        "UPDATE task_outbox SET next_attempt = $1 WHERE status = 'published'", DUE_AT_ONCE
     )
     return int(status.split()[-1])
 

@@ -93,6 +93,8 @@ class Stack:
         self.prefix = f"stack-{uuid.uuid4().hex[:8]}:"
         self.kube_port = free_port()
         self.ess_port = free_port()
+        #: ``/metrics``, ``/healthz`` and ``/readyz`` of each XMC service.
+        self.ops_ports = {name: free_port() for name in SERVICES if name != "kubesim"}
         self.log_dir = log_dir
         log_dir.mkdir(parents=True, exist_ok=True)
         self.processes: dict[str, asyncio.subprocess.Process] = {}
@@ -120,6 +122,9 @@ class Stack:
             **self.options.extra_env,
         }
 
+    def ops_url(self, name: str, path: str) -> str:
+        return f"http://127.0.0.1:{self.ops_ports[name]}{path}"
+
     def _command(self, name: str) -> list[str]:
         o = self.options
         commands = {
@@ -135,6 +140,8 @@ class Stack:
             "reconciler": ["xmc-reconciler", "--no-leader-election"],
         }  # fmt: skip
         command = commands[name]
+        if name in self.ops_ports:
+            command.append(f"--metrics-listen=127.0.0.1:{self.ops_ports[name]}")
         return [str(BIN / command[0]), *command[1:]]
 
     async def start(self) -> None:

@@ -6,6 +6,7 @@ one Redis never see each other's entries.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -58,6 +59,32 @@ class StreamNames:
 
 
 REDIS_UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, OSError)
+
+
+class ReadFailure(enum.Enum):
+    """What a Redis error answer to XREADGROUP means for a consumer."""
+
+    #: The stream or its group is gone (``NOGROUP``; ``UNBLOCKED`` when the key is
+    #: deleted under a blocked read): create the group again and read on.
+    GROUP_GONE = "group_gone"
+    #: The server cannot serve now (loading, a replica mid-failover, out of memory): wait.
+    BUSY = "busy"
+    #: Anything else (``WRONGTYPE``: the key is not a stream): the consumer cannot work.
+    FATAL = "fatal"
+
+
+_GROUP_GONE = ("NOGROUP", "UNBLOCKED")
+_BUSY = ("LOADING", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "OOM", "BUSY")
+
+
+def classify_read_error(message: str) -> ReadFailure:
+    """Classify an error reply by its leading code word (pure)."""
+    code = message.split(" ", 1)[0].upper()
+    if code in _GROUP_GONE:
+        return ReadFailure.GROUP_GONE
+    if code in _BUSY:
+        return ReadFailure.BUSY
+    return ReadFailure.FATAL
 
 
 class TaskPublisher:

@@ -4,7 +4,7 @@ and pause gates, the JobSet handlers and the stream consumer."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
@@ -20,8 +20,10 @@ from actuator.repair import RepairSettings, RepairSweep
 from actuator.settle import TaskSettler
 from xmc.config import Settings
 from xmc.errors import InvalidArgumentError
+from xmc.health import Check
 from xmc.store.repository import Store, utc_now
 from xmc.streams import StreamNames
+from xmc.supervise import supervise
 
 log = structlog.get_logger()
 
@@ -49,7 +51,7 @@ class Actuator:
         self.consumer: TaskConsumer | None = None
         self.repair: RepairSweep | None = None
         self._stop_sweep = asyncio.Event()
-        self._stopping = False
+        self._stopping = asyncio.Event()
         self._redis: Any = None
         self._kube: JobSetClient | None = None
 
@@ -89,25 +91,32 @@ class Actuator:
 
     async def run(self) -> None:
         """Consume tasks and sweep for repairs until :meth:`stop`. Either ending on its own
-        ends both and raises: an Actuator doing half its job must exit, not look healthy."""
+        ends both and raises ``TaskEnded`` naming it: an Actuator doing half its job must
+        exit, not look healthy."""
         assert self.consumer is not None, "start() first"
         assert self.repair is not None
-        jobs = {
+        jobs = [
             asyncio.create_task(self.consumer.run(), name="task consumer"),
             asyncio.create_task(self.repair.run(self._stop_sweep), name="repair sweep"),
-        }
-        done, pending = await asyncio.wait(jobs, return_when=asyncio.FIRST_COMPLETED)
-        self._stop_sweep.set()
-        await self.consumer.stop()
-        await asyncio.gather(*pending, return_exceptions=True)
-        for job in done:
-            job.result()  # a crash propagates
-            if not self._stopping:
-                raise RuntimeError(f"the Actuator's {job.get_name()} ended unexpectedly")
+        ]
+        try:
+            await supervise(jobs, stopping=self._stopping)
+        finally:
+            self._stop_sweep.set()
+            await self.consumer.stop()
+            await asyncio.gather(*jobs, return_exceptions=True)
+
+    async def readiness(self) -> list[Check]:
+        """``/readyz``: consuming, Redis and Postgres answering."""
+        consuming = self.consumer is not None and not self._stopping.is_set()
+        checks = [Check("consumer", consuming, "consuming" if consuming else "not consuming")]
+        checks.append(await _probe("redis", self._redis.ping() if self._redis else None))
+        checks.append(await _probe("postgres", self.store.ping() if self.store else None))
+        return checks
 
     async def stop(self) -> None:
         """Stop reading, let held tasks finish (bounded), then close the clients."""
-        self._stopping = True
+        self._stopping.set()
         self._stop_sweep.set()
         if self.consumer is not None:
             await self.consumer.stop()
@@ -118,3 +127,14 @@ class Actuator:
         if self.store is not None:
             await self.store.close()
         log.info("actuator stopped")
+
+
+async def _probe(name: str, call: Awaitable[object] | None) -> Check:
+    """One dependency round trip as a readiness check."""
+    if call is None:
+        return Check(name, False, "not connected")
+    try:
+        await call
+    except Exception as error:
+        return Check(name, False, f"{type(error).__name__}: {error}")
+    return Check(name, True, "answering")

@@ -69,7 +69,13 @@ from actuator.outcome import Outcome, TaskHandler, TaskResult
 from actuator.settle import TaskSettler
 from xmc.model.resume import TaskKind
 from xmc.store.repository import Store
-from xmc.streams import ACTUATOR_GROUP, REDIS_UNAVAILABLE, StreamNames
+from xmc.streams import (
+    ACTUATOR_GROUP,
+    REDIS_UNAVAILABLE,
+    ReadFailure,
+    StreamNames,
+    classify_read_error,
+)
 from xmc.tasks import TaskRejected, TaskRejectReason, task_execution_id, verify_task
 from xmc_api.internal.v1.tasks_pb2 import Task
 
@@ -315,9 +321,14 @@ class TaskConsumer:
                     block=max(1, int(self._settings.block * 1000)),
                 )
             except ResponseError as exc:
-                if "NOGROUP" not in str(exc):
+                failure = classify_read_error(str(exc))
+                if failure is ReadFailure.FATAL:
                     raise
-                group_ready = False  # the stream or group was deleted under us
+                log.warning("task stream read failed", error=str(exc), failure=failure.value)
+                if failure is ReadFailure.GROUP_GONE:
+                    group_ready = False  # the stream or group was deleted under us
+                    continue
+                await self._pause_after_redis_error()
                 continue
             except REDIS_UNAVAILABLE as exc:
                 log.warning("task stream unavailable", error=str(exc))

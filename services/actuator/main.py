@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import signal
 
 import structlog
 
@@ -13,21 +12,23 @@ from actuator.app import Actuator
 from actuator.consumer import ConsumerSettings
 from actuator.repair import RepairSettings
 from xmc.config import Settings
+from xmc.health import OpsServer
 from xmc.logging import configure_logging
-from xmc.metrics import serve_metrics
+from xmc.supervise import run_service, supervise
 
 
-async def _serve(actuator: Actuator) -> None:
-    await actuator.start()
-    stopping = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stopping.set)
-    runner = asyncio.create_task(actuator.run())
-    await asyncio.wait(
-        {runner, asyncio.create_task(stopping.wait())}, return_when="FIRST_COMPLETED"
-    )
-    await actuator.stop()
+async def _serve(actuator: Actuator, metrics_listen: str, stopping: asyncio.Event) -> None:
+    ops = OpsServer(metrics_listen, actuator.readiness)
+    port = await ops.start()
+    if port is not None:
+        structlog.get_logger().info("metrics and health serving", port=port)
+    try:
+        await actuator.start()
+        runner = asyncio.create_task(actuator.run(), name="actuator")
+        await supervise([runner], stopping=stopping)
+    finally:
+        await actuator.stop()
+        await ops.stop()
     with contextlib.suppress(asyncio.CancelledError):
         await runner
 
@@ -62,11 +63,9 @@ def main(argv: list[str] | None = None) -> None:
 
     configure_logging(service="actuator")
     settings = Settings.from_env()
-    port = serve_metrics(
+    metrics_listen = (
         args.metrics_listen if args.metrics_listen is not None else settings.metrics_listen
     )
-    if port is not None:
-        structlog.get_logger().info("metrics serving", port=port)
     consumer_settings = ConsumerSettings(
         concurrency=args.concurrency,
         claim_idle=args.claim_idle,
@@ -81,4 +80,4 @@ def main(argv: list[str] | None = None) -> None:
         repair_settings=repair_settings,
         consumer_name=args.consumer_name,
     )
-    asyncio.run(_serve(actuator))
+    run_service(lambda stopping: _serve(actuator, metrics_listen, stopping), service="actuator")

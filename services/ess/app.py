@@ -32,11 +32,13 @@ from ess.resume import ResumeWorker
 from ess.service import ExperimentStateService
 from xmc.config import Settings
 from xmc.errors import InvalidArgumentError
+from xmc.health import Check
 from xmc.model.outbox import RelaySettings
 from xmc.store import operations, outbox, scheduling
 from xmc.store.migrate import migrate
 from xmc.store.repository import Store, utc_now
 from xmc.streams import StreamNames, TaskPublisher
+from xmc.supervise import supervise
 from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
 from xmc_api.internal.v1 import (
     executions_pb2,
@@ -118,6 +120,7 @@ class EssServer:
         self._stop = asyncio.Event()
         self._background: list[asyncio.Task[None]] = []
         self._server: Any = None
+        self._health: health.aio.HealthServicer | None = None
         self.store: Store | None = None
         self._intents: Intents | None = None
         self.relay: OutboxRelay | None = None
@@ -165,7 +168,7 @@ class EssServer:
         scheduling_pb2_grpc.add_SchedulingServiceServicer_to_server(
             SchedulingService(self.store, self.redis, names, clock=self.clock), server
         )
-        health_servicer = health.aio.HealthServicer()
+        health_servicer = self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         reflection.enable_server_reflection(
             (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
@@ -215,10 +218,26 @@ class EssServer:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), timeout=interval)
 
+    async def readiness(self) -> list[Check]:
+        """``/readyz``: serving (not draining) and Postgres answering. Redis is not a
+        condition: intents land in the outbox while it is down."""
+        serving = self._server is not None and not self._stop.is_set()
+        checks = [Check("grpc", serving, "serving" if serving else "draining or not started")]
+        if self.store is None:
+            return [*checks, Check("postgres", False, "not connected")]
+        try:
+            await self.store.ping()
+        except Exception as error:
+            return [*checks, Check("postgres", False, f"{type(error).__name__}: {error}")]
+        return [*checks, Check("postgres", True, "answering")]
+
     async def stop(self, grace: float = 10.0) -> None:
-        """Graceful: refuse new RPCs, let in-flight ones finish (``grace`` s), stop the
-        workers, close the clients."""
+        """Graceful: report NOT_SERVING (health checks and ``/readyz``), refuse new RPCs, let
+        in-flight ones finish (``grace`` s), stop the workers, close the clients."""
         self._stop.set()
+        if self._health is not None:
+            # Every service name NOT_SERVING from now on, so load balancers stop routing here.
+            await self._health.enter_graceful_shutdown()
         if self._server is not None:
             await self._server.stop(grace)
         if self._intents is not None:
@@ -238,7 +257,9 @@ class EssServer:
         log.info("ess stopped")
 
     async def wait(self) -> None:
-        await self._stop.wait()
+        """Until a stop is requested; raises ``TaskEnded`` if a background worker ends
+        first (the process then exits non-zero instead of serving half an ESS)."""
+        await supervise(self._background, stopping=self._stop)
 
     def request_stop(self) -> None:
         self._stop.set()

@@ -4,25 +4,39 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
 
 import structlog
 
 from ess.app import EssOptions, EssServer
 from xmc.config import Settings
+from xmc.health import OpsServer
 from xmc.logging import configure_logging
-from xmc.metrics import serve_metrics
 from xmc.store.migrate import migrate
+from xmc.supervise import run_service
 
 
-async def _serve(settings: Settings, options: EssOptions) -> None:
+async def _serve(
+    settings: Settings, options: EssOptions, metrics_listen: str, stopping: asyncio.Event
+) -> None:
     server = EssServer(settings, options)
-    await server.start()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, server.request_stop)
-    await server.wait()
-    await server.stop()
+    stopping_task = asyncio.create_task(_forward(stopping, server))
+    ops = OpsServer(metrics_listen, server.readiness)
+    try:
+        port = await ops.start()
+        if port is not None:
+            structlog.get_logger().info("metrics and health serving", port=port)
+        await server.start()
+        await server.wait()
+    finally:
+        stopping_task.cancel()
+        await server.stop()
+        await ops.stop()
+
+
+async def _forward(stopping: asyncio.Event, server: EssServer) -> None:
+    """SIGTERM (``stopping``) becomes the ESS's own stop request."""
+    await stopping.wait()
+    server.request_stop()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -50,7 +64,5 @@ def main(argv: list[str] | None = None) -> None:
     metrics_listen = (
         args.metrics_listen if args.metrics_listen is not None else settings.metrics_listen
     )
-    port = serve_metrics(metrics_listen)
-    if port is not None:
-        structlog.get_logger().info("metrics serving", port=port)
-    asyncio.run(_serve(settings, EssOptions.from_env()))
+    options = EssOptions.from_env()
+    run_service(lambda stopping: _serve(settings, options, metrics_listen, stopping), service="ess")

@@ -28,7 +28,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from actuator.labels import EXPERIMENT_ID, FINALIZER, MANAGED_BY_SELECTOR
 from reconciler import metrics
 from reconciler.batcher import BatcherOptions, UpdateBatcher
-from reconciler.ess_client import EssClient, EssRejected, EssUnavailable
+from reconciler.ess_client import EssClient, EssRejected, EssUnavailable, retry_rejected
 from reconciler.finalizer import JOBSETS, Finalizer
 from reconciler.leader import LeaderElector, LeaseSettings
 from reconciler.observation import Observation
@@ -42,7 +42,10 @@ from reconciler.observe import (
     work_unit_ids,
     workload_owner,
 )
+from reconciler.readiness import ElectionState, WatchState, decide_readiness
 from reconciler.watch import ChangeKind, ResourceWatcher, WatchSettings, kube_request
+from xmc.health import Check
+from xmc.supervise import every, supervise
 
 log = structlog.get_logger()
 Obj = dict[str, Any]
@@ -124,9 +127,40 @@ class Reconciler:
         for watcher in (self.jobsets, self.workloads, self.pods):
             self._tasks.append(asyncio.create_task(watcher.run(), name=f"watch {watcher.what}"))
         self._tasks.append(asyncio.create_task(self.batcher.run(), name="batcher"))
-        self._tasks.append(asyncio.create_task(self._periodic(), name="periodic"))
+        self._tasks.append(
+            asyncio.create_task(
+                every("startup diagnostics", self.options.diagnostics_interval,
+                      self._diagnose_all, stopping=self._stopping),
+                name="startup diagnostics",
+            )
+        )  # fmt: skip
+        self._tasks.append(
+            asyncio.create_task(
+                every("orphan collection", self.options.orphan_interval,
+                      self._collect_orphans_if_leading, stopping=self._stopping),
+                name="orphan collection",
+            )
+        )  # fmt: skip
         if self.elector is not None:
-            self._tasks.append(asyncio.create_task(self.elector.run(), name="leader"))
+            self._tasks.append(asyncio.create_task(self.elector.run(), name="leader election"))
+
+    async def run(self) -> None:
+        """Until :meth:`stop`; raises ``TaskEnded`` naming the first watch, loop or the
+        election that ends on its own (a Reconciler that cannot see the cluster must exit)."""
+        await supervise(self._tasks, stopping=self._stopping)
+
+    async def readiness(self) -> list[Check]:
+        """``/readyz``: every watch synced and connected, the Lease reachable."""
+        watches = [
+            WatchState(w.what, w.ready.is_set(), w.failures)
+            for w in (self.jobsets, self.workloads, self.pods)
+        ]
+        election = (
+            None
+            if self.elector is None
+            else ElectionState(self.elector.is_leader, self.elector.failures)
+        )
+        return decide_readiness(watches, election)
 
     async def stop(self) -> None:
         """Graceful: stop watching, flush what is pending, release the Lease."""
@@ -162,11 +196,27 @@ class Reconciler:
     # --- the observation paths ---------------------------------------------------------
 
     async def _send(self, observations: Sequence[Observation]) -> None:
-        try:
-            await self._ess.update(observations, writer="reconciler")
-        except EssRejected as error:
-            # A batch ESS refuses would be refused again: drop it, loudly.
-            log.error("observations rejected", error=str(error), items=len(observations))
+        """One batch to the ESS. EssUnavailable propagates (the batcher puts the items back
+        for the next flush); INTERNAL is retried here a few times; a batch the ESS refuses
+        for what it is would be refused again, so it is dropped, loudly."""
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                await self._ess.update(observations, writer="reconciler")
+                return
+            except EssRejected as error:
+                delay = retry_rejected(error, attempt)
+                if delay is None:
+                    log.error("observations rejected; dropped", error=str(error),
+                              items=len(observations), attempts=attempt)  # fmt: skip
+                    metrics.OBSERVATIONS_DROPPED_TOTAL.labels(error.code.name).inc(
+                        len(observations)
+                    )
+                    return
+                log.warning("observations refused; retrying", error=str(error),
+                            attempt=attempt, delay=delay)  # fmt: skip
+                await asyncio.sleep(delay)
 
     def _observe(self, observation: Observation | None) -> None:
         if observation is not None:
@@ -254,21 +304,15 @@ class Reconciler:
 
     # --- periodic work -----------------------------------------------------------------
 
-    async def _periodic(self) -> None:
-        loop = asyncio.get_running_loop()
-        next_orphans = loop.time() + self.options.orphan_interval
-        while not self._stopping.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(
-                    self._stopping.wait(), timeout=self.options.diagnostics_interval
-                )
-            if self._stopping.is_set() or not self.leading:
-                continue
+    async def _diagnose_all(self) -> None:
+        """Re-check the startup rule of every JobSet: it fires on time, not on events."""
+        if self.leading:
             for jobset in list(self.jobsets.cache.values()):
                 self._diagnose(jobset)
-            if loop.time() >= next_orphans:
-                next_orphans = loop.time() + self.options.orphan_interval
-                await self.collect_orphans()
+
+    async def _collect_orphans_if_leading(self) -> None:
+        if self.leading:
+            await self.collect_orphans()
 
     async def collect_orphans(self) -> int:
         """Delete JobSets no execution wants any more (UID precondition: never a newer

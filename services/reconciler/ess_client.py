@@ -74,6 +74,22 @@ def classify(error: grpc.aio.AioRpcError) -> EssError:
     return EssRejected(code, details)
 
 
+#: Codes that may be a passing server fault rather than a verdict on the request: retried
+#: a bounded number of times, with these delays (seconds), before the batch is dropped.
+_RETRIED_REJECTIONS: frozenset[grpc.StatusCode] = frozenset(
+    {grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN}
+)
+REJECTED_RETRY_DELAYS: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0)
+
+
+def retry_rejected(error: EssRejected, attempt: int) -> float | None:
+    """Seconds to wait before sending a refused batch again (attempt is 1-based), or None
+    to drop it: INTERNAL and UNKNOWN a few times, a verdict on the request never (pure)."""
+    if error.code not in _RETRIED_REJECTIONS or attempt > len(REJECTED_RETRY_DELAYS):
+        return None
+    return REJECTED_RETRY_DELAYS[attempt - 1]
+
+
 class TerminalWrite(enum.StrEnum):
     """What one finalizer write came to; also a metric label."""
 

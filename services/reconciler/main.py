@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import signal
 import socket
 import uuid
 from datetime import UTC, datetime
@@ -16,29 +15,42 @@ from reconciler.app import Reconciler, ReconcilerOptions
 from reconciler.ess_client import EssClient
 from reconciler.leader import LeaseSettings
 from xmc.config import Settings
+from xmc.health import OpsServer
 from xmc.kube import api_client_from_settings
 from xmc.logging import configure_logging
-from xmc.metrics import serve_metrics
+from xmc.supervise import run_service, supervise
 
 
 def _now() -> datetime:
     return datetime.now(UTC)
 
 
-async def _serve(settings: Settings, options: ReconcilerOptions, identity: str) -> None:
+async def _serve(
+    settings: Settings,
+    options: ReconcilerOptions,
+    identity: str,
+    metrics_listen: str,
+    stopping: asyncio.Event,
+) -> None:
     api = await api_client_from_settings(settings)
     ess = EssClient.from_env(settings.ess_target)
     reconciler = Reconciler(api, ess, identity=identity, clock=_now, options=options)
-    await reconciler.start()
-    structlog.get_logger().info("reconciler started", identity=identity, ess=settings.ess_target)
-    stopping = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stopping.set)
-    await stopping.wait()
-    await reconciler.stop()
-    await ess.close()
-    await api.close()
+    ops = OpsServer(metrics_listen, reconciler.readiness)
+    try:
+        port = await ops.start()
+        if port is not None:
+            structlog.get_logger().info("metrics and health serving", port=port)
+        await reconciler.start()
+        structlog.get_logger().info(
+            "reconciler started", identity=identity, ess=settings.ess_target
+        )
+        running = asyncio.create_task(reconciler.run(), name="reconciler")
+        await supervise([running], stopping=stopping)
+    finally:
+        await reconciler.stop()
+        await ops.stop()
+        await ess.close()
+        await api.close()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -54,9 +66,12 @@ def main(argv: list[str] | None = None) -> None:
 
     configure_logging(service="reconciler")
     settings = Settings.from_env()
-    serve_metrics(
+    metrics_listen = (
         args.metrics_listen if args.metrics_listen is not None else settings.metrics_listen
     )
     lease = None if args.no_leader_election else LeaseSettings(namespace=settings.namespace)
     options = ReconcilerOptions(namespace=settings.namespace, lease=lease)
-    asyncio.run(_serve(settings, options, args.identity))
+    run_service(
+        lambda stopping: _serve(settings, options, args.identity, metrics_listen, stopping),
+        service="reconciler",
+    )

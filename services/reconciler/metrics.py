@@ -58,3 +58,8 @@ ORPHANS_DELETED_TOTAL = Counter(
     "xmc_reconciler_orphans_deleted_total",
     "JobSets deleted as orphans (older eid than the work unit's, or terminal / gone work unit)",
 )
+OBSERVATIONS_DROPPED_TOTAL = Counter(
+    "xmc_reconciler_observations_dropped_total",
+    "Observations of batches the ESS refused (after bounded retries of INTERNAL), by code",
+    ["code"],
+)

@@ -7,94 +7,18 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
-import grpc
-import pytest
 import redis.asyncio as aioredis
 
-from tests.conftest import ADMIN_DSN
+from tests.integration.processes import Client
 from tests.integration.redis_server import RedisServer
-from tests.integration.support import forever_work_unit, minimal_work_unit, wait_until
-from tests.stack import JobSetLedger, Stack, create_database, drop_database
+from tests.integration.support import forever_work_unit, wait_until
+from tests.stack import JobSetLedger, Stack
 from xmc.model.states import WorkUnitState
-from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
-from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
-from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
+from xmc_api.cloud.xmanager.v1 import api_pb2
 
 S = WorkUnitState
-
-
-class Client:
-    def __init__(self, stack: Stack) -> None:
-        self.channel = grpc.aio.insecure_channel(stack.endpoint)
-        self.api = api_pb2_grpc.ExperimentStateServiceStub(self.channel)
-
-    async def experiment(self) -> str:
-        created = await self.api.CreateExperiment(
-            api_pb2.CreateExperimentRequest(experiment=Experiment()),
-            wait_for_ready=True,
-        )
-        return str(created.name)
-
-    async def create(self, parent: str, work_unit: WorkUnit | None = None) -> str:
-        operation = await self.api.CreateWorkUnit(
-            api_pb2.CreateWorkUnitRequest(parent=parent, work_unit=work_unit or minimal_work_unit())
-        )
-        return str(operation.name).split("/operations/")[0]
-
-    async def execution(self, name: str) -> tuple[int, WorkUnitState]:
-        work_unit = await self.api.GetWorkUnit(
-            api_pb2.GetWorkUnitRequest(name=name), wait_for_ready=True
-        )
-        current = work_unit.current_work_unit_execution
-        return int(current.name.rsplit("/", 1)[1]), S(current.status.state)
-
-    async def state(self, name: str) -> WorkUnitState:
-        return (await self.execution(name))[1]
-
-    async def count(self, parent: str, state: WorkUnitState) -> int:
-        listed = await self.api.ListWorkUnits(
-            api_pb2.ListWorkUnitsRequest(
-                parent=parent, filter=f"state = {state.name}", page_size=1000
-            ),
-            wait_for_ready=True,
-        )
-        return len(listed.work_units)
-
-
-@pytest.fixture
-async def stack(
-    private_redis: RedisServer, tmp_path: Path, request: pytest.FixtureRequest
-) -> AsyncIterator[Stack]:
-    database = await create_database(ADMIN_DSN)
-    started = Stack(database_url=database, redis_url=private_redis.url, log_dir=tmp_path / "logs")
-    try:
-        await started.start()
-        yield started
-    finally:
-        await started.stop()
-        await drop_database(ADMIN_DSN, database)
-        report = getattr(request.node, "report_call", None)
-        if report is not None and report.failed:
-            started.print_logs()
-
-
-@pytest.fixture
-async def client(stack: Stack) -> AsyncIterator[Client]:
-    made = Client(stack)
-    yield made
-    await made.channel.close()
-
-
-@pytest.fixture
-async def ledger(stack: Stack) -> AsyncIterator[JobSetLedger]:
-    watching = JobSetLedger(stack.kube_url)
-    watching.start()
-    yield watching
-    await watching.stop()
 
 
 async def test_an_ess_killed_between_commit_and_publish_loses_no_intent(

@@ -51,6 +51,11 @@ class Store:
     async def close(self) -> None:
         await self._pool.close()
 
+    async def ping(self, *, within: float = 2.0) -> None:
+        """One round trip to Postgres (readiness); raises when it cannot be made in time."""
+        async with self._pool.acquire(timeout=within) as conn:
+            await conn.fetchval("SELECT 1", timeout=within)
+
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Any]:
         async with self._pool.acquire() as conn, conn.transaction():

@@ -272,16 +272,33 @@ def test_deployments_have_resources_and_probes_on_real_ports() -> None:
                     assert port in names or port in numbers, f"{where} {kind}: port {port}"
 
 
-def test_ess_has_grpc_probes_and_enough_replicas() -> None:
+def test_every_deployment_probes_healthz_and_readyz_on_its_metrics_port() -> None:
+    for deployment in of_kind("Deployment"):
+        (container,) = containers(deployment)
+        where = deployment["metadata"]["name"]
+        for kind, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+            probe = container[kind]["httpGet"]
+            assert (probe["path"], probe["port"]) == (path, "metrics"), f"{where} {kind}"
+        assert {"name": "metrics", "containerPort": 9090} in container["ports"], where
+
+
+def test_ess_has_a_grpc_startup_probe_and_enough_replicas() -> None:
     (ess,) = [d for d in of_kind("Deployment") if d["metadata"]["name"] == "xmc-ess"]
     assert ess["spec"]["replicas"] >= 2
     (container,) = containers(ess)
-    for kind in ("readinessProbe", "livenessProbe"):
-        assert container[kind]["grpc"]["port"] == 50051, kind
+    assert container["startupProbe"]["grpc"]["port"] == 50051
     assert 50051 in {p["containerPort"] for p in container["ports"]}
     (reconciler,) = [d for d in of_kind("Deployment") if d["metadata"]["name"] == "xmc-reconciler"]
     assert reconciler["spec"]["replicas"] == 2
     assert "--no-leader-election" not in containers(reconciler)[0].get("args", [])
+
+
+def test_compose_services_check_readyz() -> None:
+    services = compose_services()
+    for name in ("ess", "actuator", "reconciler"):
+        check = " ".join(services[name]["healthcheck"]["test"])
+        assert "/readyz" in check, name
+        assert "XMC_METRICS_LISTEN" in services[name]["environment"], name
 
 
 def test_ess_service_exposes_grpc_and_metrics() -> None:

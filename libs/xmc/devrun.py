@@ -218,6 +218,7 @@ XMC is running.
                 e.g. XMC_AUTH_TOKEN=dev)
   kubesim:      http://127.0.0.1:{run.kubesim_port}
   metrics:      http://127.0.0.1:{run.metrics_base}/metrics (ESS), +1 Actuator, +2 Reconciler
+  health:       /healthz and /readyz on the same ports (docs/operations.md)
 
 Try, in another terminal (.venv/bin on PATH):
   xmc experiments create --title "my sweep"

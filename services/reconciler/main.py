@@ -16,7 +16,7 @@ from reconciler.app import Reconciler, ReconcilerOptions
 from reconciler.ess_client import EssClient
 from reconciler.leader import LeaseSettings
 from xmc.config import Settings
-from xmc.kube import api_client_from_settings
+from xmc.kube_client import KubeClient
 from xmc.logging import configure_logging
 from xmc.metrics import serve_metrics
 
@@ -26,7 +26,7 @@ def _now() -> datetime:
 
 
 async def _serve(settings: Settings, options: ReconcilerOptions, identity: str) -> None:
-    api = await api_client_from_settings(settings)
+    api = await KubeClient.from_settings(settings)
     ess = EssClient.from_env(settings.ess_target)
     reconciler = Reconciler(api, ess, identity=identity, clock=_now, options=options)
     await reconciler.start()

@@ -39,6 +39,7 @@ from typing import Any, Final
 import structlog
 
 from actuator import labels
+from actuator.errors import classify
 from actuator.guards import (
     DeleteAction,
     DeleteDecision,
@@ -50,7 +51,6 @@ from actuator.guards import (
     decide_update,
     verify_duplicate_jobset,
 )
-from actuator.errors import classify
 from actuator.kube import JobSetClient
 from actuator.manifest import build_base_jobset
 from actuator.outcome import Outcome, TaskResult

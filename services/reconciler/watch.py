@@ -46,6 +46,7 @@ ChangeKind = Literal["ADDED", "MODIFIED", "DELETED", "RESYNC"]
 OnChange = Callable[[ChangeKind, Obj], Awaitable[None]]
 Sleep = Callable[[float], Coroutine[Any, Any, None]]
 
+
 @dataclass(frozen=True)
 class WatchSettings:
     timeout_seconds: int = 60

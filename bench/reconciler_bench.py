@@ -50,7 +50,7 @@ from reconciler.batcher import BatcherOptions
 from reconciler.ess_client import EssClient
 from reconciler.observation import Source
 from xmc.config import Settings
-from xmc.kube import api_client_from_settings
+from xmc.kube_client import KubeClient
 from xmc.model.states import WorkUnitState
 from xmc.store.creation import NewWorkUnit
 from xmc.store.migrate import migrate
@@ -406,7 +406,7 @@ async def main() -> None:
             ),
         )
         port = await server.start()
-        api = await api_client_from_settings(settings)
+        api = await KubeClient.from_settings(settings)
         ess_client = EssClient(f"127.0.0.1:{port}", token=TOKEN)
         batcher = BatcherOptions()
         reconciler = Reconciler(

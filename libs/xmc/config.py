@@ -29,6 +29,16 @@ def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
     raise InvalidArgumentError(f"{name}: expected true or false, got {raw!r}")
 
 
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise InvalidArgumentError(f"{name}: expected seconds, got {raw!r}") from None
+
+
 @dataclass(frozen=True)
 class Settings:
     #: XMC_DATABASE_URL — Postgres DSN.
@@ -41,6 +51,9 @@ class Settings:
     ess_target: str = "127.0.0.1:50051"
     #: XMC_KUBE_URL — API server URL (e.g. kubesim); empty = in-cluster config or kubeconfig.
     kube_url: str = ""
+    #: XMC_KUBE_REQUEST_TIMEOUT — seconds one Kubernetes API call may take (a watch: until
+    #: its answer starts) before it fails as "no response"; never an endless wait.
+    kube_request_timeout: float = 30.0
     #: XMC_NAMESPACE — namespace of the JobSets.
     namespace: str = "default"
     #: XMC_TASK_SIGNING_KEY — HMAC key that signs tasks on the stream.
@@ -62,6 +75,9 @@ class Settings:
             ess_listen=env.get("XMC_ESS_LISTEN", defaults.ess_listen),
             ess_target=env.get("XMC_ESS_TARGET", defaults.ess_target),
             kube_url=env.get("XMC_KUBE_URL", defaults.kube_url),
+            kube_request_timeout=_seconds(
+                env, "XMC_KUBE_REQUEST_TIMEOUT", defaults.kube_request_timeout
+            ),
             namespace=env.get("XMC_NAMESPACE", defaults.namespace),
             task_signing_key=env.get("XMC_TASK_SIGNING_KEY", defaults.task_signing_key),
             auth_disabled=_flag(env, "XMC_AUTH_DISABLED", defaults.auth_disabled),
@@ -85,6 +101,11 @@ class Settings:
         if not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
             raise InvalidArgumentError(
                 f"XMC_REDIS_URL: must be a redis:// URL, got {self.redis_url!r}"
+            )
+        if not 0 < self.kube_request_timeout < float("inf"):
+            raise InvalidArgumentError(
+                f"XMC_KUBE_REQUEST_TIMEOUT: must be a positive number of seconds, "
+                f"got {self.kube_request_timeout!r}"
             )
         if not self.namespace:
             raise InvalidArgumentError("XMC_NAMESPACE: must not be empty")

@@ -1,28 +1,28 @@
 """Kubernetes API errors, classified once at the Actuator's boundary (SPEC §6).
 
-Every handler asks :func:`classify_kubernetes_error` what a failed call means, and
-:func:`decide_retry` what to do about it, so "permanent → DLQ" and "transient → retry with
+The shared client classifies every failed call once (``xmc.kube.KubeFailure``); here
+:func:`classify_kubernetes_error` maps that value to what the Actuator does about it, and
+:func:`decide_retry` decides when, so "permanent → DLQ" and "transient → retry with
 backoff" are decided in exactly one place. The gRPC code names match what the Actuator
 writes into the Operation's ``error``.
 
-Permanent: 400/422 ``INVALID_ARGUMENT``, 401 ``UNAUTHENTICATED``, 403 ``PERMISSION_DENIED``,
-404 ``NOT_FOUND``, 409 ``FAILED_PRECONDITION`` (a UID or resourceVersion precondition) or
-``ALREADY_EXISTS`` (the Create handler verifies the duplicate), any other 4xx
-``INVALID_ARGUMENT`` (the request itself is wrong). Transient: no response at all
-(connection loss, timeout), 408 ``DEADLINE_EXCEEDED``, 410 ``ABORTED`` (expired
-resourceVersion: re-read), 429 and 5xx ``UNAVAILABLE``, and anything unexpected
-(``UNKNOWN``), which bounded retries end anyway.
+Permanent: INVALID (400/422) and any other 4xx ``INVALID_ARGUMENT`` (the request itself
+is wrong), UNAUTHORIZED ``UNAUTHENTICATED``, FORBIDDEN ``PERMISSION_DENIED``, NOT_FOUND,
+CONFLICT ``FAILED_PRECONDITION`` (a UID or resourceVersion precondition), ALREADY_EXISTS
+(the Create handler verifies the duplicate). Transient: NO_RESPONSE (connection loss,
+timeout) and THROTTLED and SERVER ``UNAVAILABLE``, TIMEOUT (408) ``DEADLINE_EXCEEDED``,
+EXPIRED (410) ``ABORTED`` (re-read), and anything unexpected ``UNKNOWN``, which bounded
+retries end anyway.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
-#: The Kubernetes ``Status.reason`` that tells a name clash from a failed precondition.
-REASON_ALREADY_EXISTS: Final = "AlreadyExists"
+from xmc.kube import KubeError, KubeFailure
 
 
 @dataclass(frozen=True)
@@ -34,54 +34,36 @@ class ErrorClass:
     retry_after: float | None = None
 
 
-_PERMANENT_BY_STATUS: Final = {
-    400: "INVALID_ARGUMENT",
-    401: "UNAUTHENTICATED",
-    403: "PERMISSION_DENIED",
-    404: "NOT_FOUND",
-    409: "FAILED_PRECONDITION",
-    422: "INVALID_ARGUMENT",
-}
-_TRANSIENT_BY_STATUS: Final = {
-    408: "DEADLINE_EXCEEDED",
-    410: "ABORTED",
-    429: "UNAVAILABLE",
+_F = KubeFailure
+#: (gRPC code, permanent) per failure; a test checks every failure has a row.
+ERROR_CLASSES: Final[Mapping[KubeFailure, tuple[str, bool]]] = {
+    _F.NO_RESPONSE: ("UNAVAILABLE", False),
+    _F.NOT_FOUND: ("NOT_FOUND", True),
+    _F.CONFLICT: ("FAILED_PRECONDITION", True),
+    _F.ALREADY_EXISTS: ("ALREADY_EXISTS", True),
+    _F.EXPIRED: ("ABORTED", False),
+    _F.INVALID: ("INVALID_ARGUMENT", True),
+    _F.UNAUTHORIZED: ("UNAUTHENTICATED", True),
+    _F.FORBIDDEN: ("PERMISSION_DENIED", True),
+    _F.TIMEOUT: ("DEADLINE_EXCEEDED", False),
+    _F.THROTTLED: ("UNAVAILABLE", False),
+    _F.SERVER: ("UNAVAILABLE", False),
+    _F.CLIENT: ("INVALID_ARGUMENT", True),
+    _F.UNEXPECTED: ("UNKNOWN", False),
 }
 
 
 def classify_kubernetes_error(
-    status: int | None, reason: str | None = None, *, retry_after: float | None = None
+    failure: KubeFailure, *, retry_after: float | None = None
 ) -> ErrorClass:
-    """Classify a failed Kubernetes call; ``status`` None (or 0) means no HTTP response.
-
-    ``reason`` is the ``Status.reason`` of the response body; ``retry_after`` the parsed
-    ``Retry-After`` header (see :func:`parse_retry_after`).
-    """
-    if status == 409 and reason == REASON_ALREADY_EXISTS:
-        return ErrorClass("ALREADY_EXISTS", permanent=True)
-    if status in _PERMANENT_BY_STATUS:
-        return ErrorClass(_PERMANENT_BY_STATUS[status], permanent=True)
-    if not status:
-        return ErrorClass("UNAVAILABLE", permanent=False, retry_after=retry_after)
-    if status in _TRANSIENT_BY_STATUS:
-        return ErrorClass(_TRANSIENT_BY_STATUS[status], permanent=False, retry_after=retry_after)
-    if 500 <= status < 600:
-        return ErrorClass("UNAVAILABLE", permanent=False, retry_after=retry_after)
-    if 400 <= status < 500:
-        return ErrorClass("INVALID_ARGUMENT", permanent=True)
-    return ErrorClass("UNKNOWN", permanent=False, retry_after=retry_after)
+    """What a failed call means to the Actuator; ``retry_after`` (the server's, seconds)
+    is kept only for a transient failure."""
+    code, permanent = ERROR_CLASSES[failure]
+    return ErrorClass(code, permanent, None if permanent else retry_after)
 
 
-def parse_retry_after(header: str | None) -> float | None:
-    """The ``Retry-After`` header in seconds; the API server only ever sends seconds, so
-    an HTTP date (or garbage) is ignored rather than guessed at."""
-    if header is None:
-        return None
-    try:
-        seconds = float(header.strip())
-    except ValueError:
-        return None
-    return seconds if seconds >= 0 else None
+def classify(error: KubeError) -> ErrorClass:
+    return classify_kubernetes_error(error.failure, retry_after=error.retry_after)
 
 
 @dataclass(frozen=True)

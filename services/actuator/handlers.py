@@ -9,9 +9,10 @@ without touching anything again.
 
 Decisions recorded here rather than in the guards:
 
-* A :class:`~actuator.kube.KubeError` is classified once, in :meth:`JobSetHandlers.handle`:
-  transient → RETRY (Operation left open), permanent → PERMANENT (Operation closed with
-  the classified code).
+* A :class:`~xmc.kube.KubeError` is classified once, in :meth:`JobSetHandlers.handle`
+  (:func:`~actuator.errors.classify`): transient → RETRY (Operation left open), permanent
+  → PERMANENT (Operation closed with the classified code). The steps below only ask
+  ``error.failure`` which of the shared failures they can handle themselves.
 * Every result is settled by :class:`~actuator.settle.TaskSettler` (outbox row, execution
   write, Operation in one transaction): a Create or Restart that ends PERMANENT moves its
   execution to FAILED with a FATAL system message, since nothing else would ever move it
@@ -19,8 +20,8 @@ Decisions recorded here rather than in the guards:
 * A Delete that removes (or finds being deleted) the JobSet of an *older* execution than
   its target writes STOPPED for the target itself: the old JobSet's finalizer write is
   fenced off, and nothing else would end the target (a stop that overtook a restart).
-* Deletes carry a UID precondition; a 409 on it (or a 404) means the JobSet changed since
-  the read, so the handler re-reads and decides again, a bounded number of times. Patches
+* Deletes carry a UID precondition; CONFLICT on it (or NOT_FOUND) means the JobSet changed
+  since the read, so the handler re-reads and decides again, a bounded number of times. Patches
   carry the read's ``resourceVersion`` for the same reason: the guards judged exactly the
   version that gets patched.
 * The actuator's own state writes (STOPPED, FAILED) are stamped no earlier than the stored
@@ -38,6 +39,7 @@ from typing import Any, Final
 import structlog
 
 from actuator import labels
+from actuator.errors import classify
 from actuator.guards import (
     DeleteAction,
     DeleteDecision,
@@ -49,11 +51,12 @@ from actuator.guards import (
     decide_update,
     verify_duplicate_jobset,
 )
-from actuator.kube import JobSetClient, KubeError
+from actuator.kube import JobSetClient
 from actuator.manifest import build_base_jobset
 from actuator.outcome import Outcome, TaskResult
 from actuator.settle import StateWrite, TaskSettler
 from actuator.validation import validate_jobset_manifest
+from xmc.kube import KubeError, KubeFailure
 from xmc.model.states import WorkUnitState
 from xmc.store.repository import Store
 from xmc.tasks import task_execution_id
@@ -67,8 +70,8 @@ Clock = Callable[[], datetime]
 #: resourceVersion precondition; past it the task is retried later.
 PRECONDITION_ATTEMPTS: Final = 3
 
-#: Kubernetes codes of a precondition that no longer holds: re-read and decide again.
-_CHANGED_UNDER_US: Final = frozenset({"NOT_FOUND", "FAILED_PRECONDITION"})
+#: Failures of a precondition that no longer holds: re-read and decide again.
+_CHANGED_UNDER_US: Final = frozenset({KubeFailure.NOT_FOUND, KubeFailure.CONFLICT})
 _FAILS_EXECUTION: Final = frozenset({Task.CREATE, Task.RESTART})
 
 
@@ -138,7 +141,7 @@ class JobSetHandlers:
         try:
             created = await self._kube.create_jobset(self._namespace, manifest)
         except KubeError as error:
-            if error.classify().code != "ALREADY_EXISTS":
+            if error.failure is not KubeFailure.ALREADY_EXISTS:
                 raise
             return await self._verify_duplicate(task)
         uid = created.get("metadata", {}).get("uid")
@@ -244,7 +247,7 @@ class JobSetHandlers:
             # An API server always sets a uid; "" would still fail the precondition safely.
             await self._kube.delete_jobset(self._namespace, name, uid=uid or "")
         except KubeError as error:
-            if error.classify().code not in _CHANGED_UNDER_US:
+            if error.failure not in _CHANGED_UNDER_US:
                 raise
             log.info("JobSet changed before the delete; reading it again", error=str(error))
             return False
@@ -259,7 +262,7 @@ class JobSetHandlers:
                 self._namespace, name, _at_resource_version(patch, judged)
             )
         except KubeError as error:
-            if error.classify().code not in _CHANGED_UNDER_US:
+            if error.failure not in _CHANGED_UNDER_US:
                 raise
             log.info("JobSet changed before the patch; reading it again", error=str(error))
             return False
@@ -279,7 +282,7 @@ class JobSetHandlers:
             await asyncio.sleep(self._restart_poll)
 
     async def _kube_failed(self, task: Task, error: KubeError) -> TaskResult:
-        classified = error.classify()
+        classified = classify(error)
         reason = f"Kubernetes API: {error}"
         if not classified.permanent:
             return TaskResult(Outcome.RETRY, reason, classified.code, classified.retry_after)

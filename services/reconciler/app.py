@@ -22,14 +22,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import structlog
-from kubernetes_asyncio.client import ApiClient, CustomObjectsApi, V1DeleteOptions, V1Preconditions
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from actuator.labels import EXPERIMENT_ID, FINALIZER, MANAGED_BY_SELECTOR
 from reconciler import metrics
 from reconciler.batcher import BatcherOptions, UpdateBatcher
 from reconciler.ess_client import EssClient, EssRejected, EssUnavailable, retry_rejected
-from reconciler.finalizer import JOBSETS, Finalizer
+from reconciler.finalizer import Finalizer
 from reconciler.leader import LeaderElector, LeaseSettings
 from reconciler.observation import Observation
 from reconciler.observe import (
@@ -43,14 +41,19 @@ from reconciler.observe import (
     workload_owner,
 )
 from reconciler.readiness import ElectionState, WatchState, decide_readiness
-from reconciler.watch import ChangeKind, ResourceWatcher, WatchSettings, kube_request
+from reconciler.watch import ChangeKind, ResourceWatcher, WatchSettings
 from xmc.health import Check
+from xmc.kube import JOBSETS, PODS, WORKLOADS, KubeError, KubeFailure
+from xmc.kube_client import KubeClient
 from xmc.supervise import every, supervise
 
 log = structlog.get_logger()
 Obj = dict[str, Any]
 
-WORKLOADS = ("kueue.x-k8s.io", "v1beta2", "workloads")
+#: An orphan delete that met no JobSet, or a newer one of the same name: nothing to do.
+_NOT_THE_ORPHAN = frozenset({KubeFailure.NOT_FOUND, KubeFailure.CONFLICT})
+#: Seconds a queue-position lookup may hold up the Workload handler.
+_VISIBILITY_TIMEOUT = 5.0
 
 
 @dataclass(frozen=True)
@@ -71,37 +74,35 @@ class ReconcilerOptions:
 class Reconciler:
     def __init__(
         self,
-        api: ApiClient,
+        kube: KubeClient,
         ess: EssClient,
         *,
         identity: str,
         clock: Callable[[], datetime],
         options: ReconcilerOptions | None = None,
     ) -> None:
-        self._api = api
-        self._custom = CustomObjectsApi(api)
+        self._kube = kube
         self._ess = ess
         self._clock = clock
         self.options = options or ReconcilerOptions()
         ns = self.options.namespace
         self.jobsets = ResourceWatcher(
-            api, group=JOBSETS[0], version=JOBSETS[1], plural=JOBSETS[2], namespace=ns,
-            label_selector=MANAGED_BY_SELECTOR, on_change=self._on_jobset,
-            settings=self.options.watch,
+            kube, JOBSETS, namespace=ns, label_selector=MANAGED_BY_SELECTOR,
+            on_change=self._on_jobset, settings=self.options.watch,
         )  # fmt: skip
         self.workloads = ResourceWatcher(
-            api, group=WORKLOADS[0], version=WORKLOADS[1], plural=WORKLOADS[2], namespace=ns,
-            on_change=self._on_workload, settings=self.options.watch,
+            kube, WORKLOADS, namespace=ns, on_change=self._on_workload,
+            settings=self.options.watch,
         )  # fmt: skip
         self.pods = ResourceWatcher(
-            api, group="", version="v1", plural="pods", namespace=ns,
-            label_selector=EXPERIMENT_ID, on_change=self._on_pod, settings=self.options.watch,
+            kube, PODS, namespace=ns, label_selector=EXPERIMENT_ID, on_change=self._on_pod,
+            settings=self.options.watch,
         )  # fmt: skip
         self.batcher = UpdateBatcher(self._send, options=self.options.batcher)
         self.elector: LeaderElector | None = None
         if self.options.lease is not None:
             self.elector = LeaderElector(
-                api,
+                kube,
                 identity=identity,
                 settings=self.options.lease,
                 on_started_leading=self._started_leading,
@@ -109,7 +110,7 @@ class Reconciler:
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = asyncio.Event()
         self.finalizer = Finalizer(
-            self._custom,
+            kube,
             ess,
             namespace=ns,
             clock=clock,
@@ -276,23 +277,11 @@ class Reconciler:
         queue = (workload.get("spec") or {}).get("queueName")
         if not waiting or not queue:
             return None
-        path = (
-            "/apis/visibility.kueue.x-k8s.io/v1beta1/namespaces/{namespace}/localqueues/"
-            "{queue}/pendingworkloads"
-        )
         try:
-            response = await kube_request(
-                self._api,
-                "GET",
-                path,
-                path_params={"namespace": self.options.namespace, "queue": queue},
-                request_timeout=5.0,
+            body = await self._kube.pending_workloads(
+                self.options.namespace, queue, request_timeout=_VISIBILITY_TIMEOUT
             )
-            try:
-                body = await response.json()
-            finally:
-                response.release()
-        except Exception as error:
+        except KubeError as error:
             log.debug("queue position unavailable", error=str(error))
             return QueuePosition(None, None)
         items = body.get("items") or []
@@ -332,14 +321,15 @@ class Reconciler:
             if not decision.orphan:
                 continue
             try:
-                await self._custom.delete_namespaced_custom_object(
-                    *JOBSETS[:2], self.options.namespace, JOBSETS[2], meta["name"],
-                    body=V1DeleteOptions(preconditions=V1Preconditions(uid=meta["uid"])),
+                await self._kube.delete(
+                    JOBSETS, self.options.namespace, meta["name"], uid=meta["uid"],
+                    propagation_policy="Background",
                 )  # fmt: skip
-            except ApiException as error:
-                if error.status in (404, 409):
-                    continue
-                raise
+            except KubeError as error:
+                if error.failure not in _NOT_THE_ORPHAN:
+                    # The next sweep tries again; the other orphans go now.
+                    log.warning("orphan delete failed", jobset=meta["name"], error=str(error))
+                continue
             deleted += 1
             metrics.ORPHANS_DELETED_TOTAL.inc()
             log.info("orphan deleted", jobset=meta["name"], reason=decision.reason.value)

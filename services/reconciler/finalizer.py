@@ -6,6 +6,11 @@ stop or a completion is never lost between the cluster and the store. The decisi
 pure (``observe.decide_finalizer``); this shell reads, writes, judges the write's result
 (``ess_client.judge_terminal_write``) and removes the finalizer only once the execution
 has ended — or, after ``max_stopped_write_retry_age``, anyway, logged and counted.
+
+The task per JobSet ends only when the finalizer is gone (or the JobSet is, NOT_FOUND) or
+the Reconciler stops: every failure of a pass — a Kubernetes call of any
+``KubeFailure``, the ESS unavailable or refusing, a bug — is logged and the pass retried
+after a backoff, since a task that died would hold the JobSet's deletion for good.
 """
 
 from __future__ import annotations
@@ -18,8 +23,6 @@ from datetime import datetime, timedelta
 from typing import Any, Final
 
 import structlog
-from kubernetes_asyncio.client import CustomObjectsApi
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from reconciler import metrics
 from reconciler.ess_client import (
@@ -31,13 +34,13 @@ from reconciler.ess_client import (
 )
 from reconciler.observation import Observation
 from reconciler.observe import FinalizerAction, decide_finalizer, finalizer_removal_patch
+from xmc.kube import JOBSETS, KubeError, KubeFailure
+from xmc.kube_client import KubeClient
 from xmc.model.states import WorkUnitState
 
 log = structlog.get_logger()
 Obj = dict[str, Any]
 
-JOBSETS: Final = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
-_MERGE_PATCH: Final[dict[str, Any]] = {"_content_type": "application/merge-patch+json"}
 #: Seconds between attempts; the last repeats.
 BACKOFF: Final = (0.2, 0.5, 1.0, 2.0, 5.0)
 
@@ -50,14 +53,18 @@ class _Step(enum.Enum):
     WRITE_FAILED = "write_failed"
     #: The JobSet changed under the removal patch: back off, read it again.
     REREAD = "reread"
+    #: A call failed (Kubernetes, or a bug): back off, start over; the last write's
+    #: outcome stands.
+    FAILED = "failed"
 
 
 class Finalizer:
-    """One task per JobSet being deleted; ``ess`` may be swapped (tests of an outage)."""
+    """One task per JobSet being deleted; ``kube`` and ``ess`` may be swapped (tests of
+    an outage)."""
 
     def __init__(
         self,
-        custom: CustomObjectsApi,
+        kube: KubeClient,
         ess: EssClient,
         *,
         namespace: str,
@@ -65,7 +72,7 @@ class Finalizer:
         max_retry_age: timedelta,
         stopping: asyncio.Event,
     ) -> None:
-        self._custom = custom
+        self.kube = kube
         self.ess = ess
         self._namespace = namespace
         self._clock = clock
@@ -82,48 +89,48 @@ class Finalizer:
         for task in self._running.values():
             task.cancel()
 
-    async def _get_jobset(self, name: str) -> Obj | None:
-        try:
-            found: Obj = await self._custom.get_namespaced_custom_object(
-                *JOBSETS[:2], self._namespace, JOBSETS[2], name
-            )
-            return found
-        except ApiException as error:
-            if error.status == 404:
-                return None
-            raise
-
     async def _finalize(self, name: str) -> None:
-        """Write the terminal state synchronously, then remove our finalizer; retry the
-        write with backoff, and after ``max_retry_age`` remove it anyway."""
+        """Write the terminal state synchronously, then remove our finalizer; retry every
+        failure with backoff, and after ``max_retry_age`` remove it anyway."""
         failed, attempt = False, 0
         while not self._stopping.is_set():
-            try:
-                step = await self._finalize_once(name, last_write_failed=failed)
-            except EssUnavailable as error:
-                metrics.FINALIZER_RETRIES_TOTAL.inc()
-                log.warning("terminal write failed; will retry", jobset=name, error=str(error))
-                step = _Step.WRITE_FAILED
-            except EssRejected as error:
-                log.error("terminal write rejected", jobset=name, error=str(error))
-                metrics.TERMINAL_WRITES_REJECTED_TOTAL.labels(error.code.name.lower()).inc()
-                step = _Step.WRITE_FAILED
-            except ApiException as error:
-                if error.status == 404:
-                    return
-                log.info("finalizer removal conflicted; re-reading", jobset=name,
-                         status=error.status)  # fmt: skip
-                step = _Step.REREAD
+            step = await self._attempt(name, last_write_failed=failed)
             if step is _Step.DONE:
                 return
-            failed = step is _Step.WRITE_FAILED
+            if step is not _Step.FAILED:
+                failed = step is _Step.WRITE_FAILED
             delay = BACKOFF[min(attempt, len(BACKOFF) - 1)]
             attempt += 1
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), timeout=delay)
 
+    async def _attempt(self, name: str, *, last_write_failed: bool) -> _Step:
+        """One pass, every failure classified into the step that follows it."""
+        try:
+            return await self._finalize_once(name, last_write_failed=last_write_failed)
+        except EssUnavailable as error:
+            metrics.FINALIZER_RETRIES_TOTAL.inc()
+            log.warning("terminal write failed; will retry", jobset=name, error=str(error))
+            return _Step.WRITE_FAILED
+        except EssRejected as error:
+            log.error("terminal write rejected", jobset=name, error=str(error))
+            metrics.TERMINAL_WRITES_REJECTED_TOTAL.labels(error.code.name.lower()).inc()
+            return _Step.WRITE_FAILED
+        except KubeError as error:
+            if error.failure is KubeFailure.NOT_FOUND:
+                return _Step.DONE  # the JobSet is gone: nothing left to hold
+            if error.failure is KubeFailure.CONFLICT:
+                log.info("finalizer removal conflicted; re-reading", jobset=name)
+                return _Step.REREAD
+            log.warning("finalizer path: Kubernetes call failed; will retry", jobset=name,
+                        failure=error.failure.value, error=str(error))  # fmt: skip
+            return _Step.FAILED
+        except Exception:
+            log.exception("finalizer path failed unexpectedly; will retry", jobset=name)
+            return _Step.FAILED
+
     async def _finalize_once(self, name: str, *, last_write_failed: bool) -> _Step:
-        jobset = await self._get_jobset(name)
+        jobset = await self.kube.get(JOBSETS, self._namespace, name)
         if jobset is None:
             return _Step.DONE
         decision = decide_finalizer(
@@ -142,10 +149,7 @@ class Finalizer:
             name, decision.observation
         ):
             return _Step.WRITE_FAILED
-        await self._custom.patch_namespaced_custom_object(
-            *JOBSETS[:2], self._namespace, JOBSETS[2], name,
-            finalizer_removal_patch(jobset), **_MERGE_PATCH,
-        )  # fmt: skip
+        await self.kube.patch(JOBSETS, self._namespace, name, finalizer_removal_patch(jobset))
         return _Step.DONE
 
     async def _write_terminal(self, name: str, observation: Observation) -> bool:

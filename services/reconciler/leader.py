@@ -14,13 +14,14 @@ for a moment two replicas would both act. The renewal request itself is bounded 
 same deadline, so a hanging API server cannot keep a stale leader acting.
 
 Cancelling :meth:`LeaderElector.run` is a crash (the Lease is left to expire); :meth:`stop`
-is a graceful stop that releases the Lease so a standby takes over at once.
+is a graceful stop that releases the Lease so a standby takes over at once. Any failure of
+one attempt — a Kubernetes error, a timeout, a bug — is logged and counted, and the loop
+goes on: an elector that died would leave a leader acting on a stale Lease.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
@@ -28,9 +29,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 import structlog
-from kubernetes_asyncio.client import ApiClient
 
-from reconciler.watch import KubeStatusError, api_path, kube_request
+from xmc.kube import LEASES, KubeError, KubeFailure
+from xmc.kube_client import KubeClient
 
 log = structlog.get_logger()
 
@@ -38,7 +39,8 @@ Obj = dict[str, Any]
 Callback = Callable[[], Awaitable[None]]
 Sleep = Callable[[float], Coroutine[Any, Any, None]]
 
-_LEASES: Final = api_path("coordination.k8s.io", "v1", "leases")
+#: Failures of a write that lost a race with another candidate: read again.
+_LOST_RACE: Final = frozenset({KubeFailure.CONFLICT, KubeFailure.ALREADY_EXISTS})
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,8 @@ class LeaseSettings:
     """Seconds without a successful renewal after which the leader steps down; None = two
     thirds of ``lease_seconds``. Must be below ``lease_seconds``."""
     request_timeout: float = 10.0
+    """Seconds one acquire-or-renew attempt (a read and a write) may take; a renewal is
+    bounded by the renew deadline as well."""
 
     @property
     def renew_deadline(self) -> float:
@@ -98,7 +102,7 @@ class LeaderElector:
 
     def __init__(
         self,
-        api: ApiClient,
+        kube: KubeClient,
         *,
         identity: str,
         settings: LeaseSettings | None = None,
@@ -107,7 +111,7 @@ class LeaderElector:
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),  # injected for tests
         sleep: Sleep = asyncio.sleep,  # injected for tests
     ) -> None:
-        self._api = api
+        self._kube = kube
         self.identity = identity
         self._settings = settings or LeaseSettings()
         if self._settings.renew_deadline >= self._settings.lease_seconds:
@@ -171,16 +175,13 @@ class LeaderElector:
     async def _step(self) -> None:
         """One acquire-or-renew attempt, then step down if renewals have been failing past
         the deadline."""
+        held = False
         try:
             held = await self._acquire_or_renew()
-        except KubeStatusError as error:
-            self.failures += 1
-            log.warning(
-                f"{self._where}: {'renewal' if self.leading.is_set() else 'acquisition'} "
-                f"failed (attempt {self.failures}); retrying in {self._settings.retry_seconds}s",
-                error=str(error),
-            )
-            held = False
+        except KubeError as error:
+            self._count_failure(error)
+        except Exception as error:
+            self._count_failure(error, unexpected=True)
         else:
             self.failures = 0
         if held:
@@ -189,6 +190,19 @@ class LeaderElector:
                 await self._start_leading()
         elif self.leading.is_set() and not self.is_leader:
             await self._stop_leading("renewal failed past the deadline")
+
+    def _count_failure(self, error: Exception, *, unexpected: bool = False) -> None:
+        """Count and log a failed attempt (an unexpected one with its traceback)."""
+        self.failures += 1
+        what = "renewal" if self.leading.is_set() else "acquisition"
+        message = (
+            f"{self._where}: {what} failed (attempt {self.failures}); "
+            f"retrying in {self._settings.retry_seconds}s"
+        )
+        if unexpected:
+            log.exception(message)
+        else:
+            log.warning(message, error=str(error))
 
     async def _acquire_or_renew(self) -> bool:
         """True when this replica holds the Lease afterwards."""
@@ -202,7 +216,7 @@ class LeaderElector:
             async with asyncio.timeout(timeout):
                 return await self._try_acquire_or_renew()
         except TimeoutError as error:
-            raise KubeStatusError(None, None, f"no answer within {timeout:.2f}s") from error
+            raise KubeError.no_response(f"no answer within {timeout:.2f}s") from error
 
     async def _try_acquire_or_renew(self) -> bool:
         now = self._clock()
@@ -244,33 +258,35 @@ class LeaderElector:
                     lease["spec"] = spec
                     if not await self._replace(lease):
                         log.warning(f"{self._where}: changed under us; not released")
-        except (KubeStatusError, TimeoutError) as error:
+        except Exception as error:
             # The Lease then expires by itself; nothing else to do.
-            log.warning(f"{self._where}: release failed; it will expire", error=str(error))
+            log.warning(f"{self._where}: release failed; it will expire", error=repr(error))
         await self._stop_leading("released")
 
     async def _start_leading(self) -> None:
         log.info(f"{self._where}: {self.identity} started leading")
         self.leading.set()
-        if self._on_started is not None:
-            await self._on_started()
+        await self._notify(self._on_started, "started")
 
     async def _stop_leading(self, why: str) -> None:
         log.warning(f"{self._where}: {self.identity} stopped leading ({why})")
         self.leading.clear()
         self._renewed_at = None
-        if self._on_stopped is not None:
-            await self._on_stopped()
+        await self._notify(self._on_stopped, "stopped")
+
+    async def _notify(self, callback: Callback | None, what: str) -> None:
+        """A failing callback is logged; it never stops the election."""
+        if callback is None:
+            return
+        try:
+            await callback()
+        except Exception:
+            log.exception(f"{self._where}: the {what}-leading callback failed")
 
     # --- the API -----------------------------------------------------------------------
 
     async def _get(self) -> Obj | None:
-        try:
-            return await self._call("GET", "/{name}", None)
-        except KubeStatusError as error:
-            if error.status == 404:
-                return None
-            raise
+        return await self._kube.get(LEASES, self._settings.namespace, self._settings.name)
 
     async def _create(self, now: datetime) -> bool:
         lease = {
@@ -286,39 +302,20 @@ class LeaderElector:
             },
         }
         try:
-            await self._call("POST", "", lease)
-        except KubeStatusError as error:
-            if error.status == 409:  # another candidate created it first
+            await self._kube.create(LEASES, self._settings.namespace, lease)
+        except KubeError as error:
+            if error.failure in _LOST_RACE:  # another candidate created it first
                 return False
             raise
         return True
 
     async def _replace(self, lease: Obj) -> bool:
-        """PUT with the resourceVersion read; False on 409 (someone wrote in between)."""
+        """PUT with the resourceVersion read; False on CONFLICT (someone wrote in between)."""
         try:
-            await self._call("PUT", "/{name}", lease)
-        except KubeStatusError as error:
-            if error.status == 409:
+            await self._kube.replace(LEASES, self._settings.namespace, self._settings.name, lease)
+        except KubeError as error:
+            if error.failure in _LOST_RACE:
                 log.info(f"{self._where}: conflicting update; will read it again")
                 return False
             raise
         return True
-
-    async def _call(self, method: str, suffix: str, body: Obj | None) -> Obj:
-        """One call; callers bound the whole attempt with ``asyncio.timeout``."""
-        response = await kube_request(
-            self._api,
-            method,
-            _LEASES + suffix,
-            path_params={"namespace": self._settings.namespace, "name": self._settings.name},
-            body=body,
-            request_timeout=self._settings.request_timeout,
-        )
-        try:
-            raw = await response.read()
-        finally:
-            response.release()
-        parsed = json.loads(raw) if raw else {}
-        if not isinstance(parsed, dict):
-            raise KubeStatusError(response.status, None, "the answer is not a JSON object")
-        return parsed

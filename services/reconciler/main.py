@@ -16,7 +16,7 @@ from reconciler.ess_client import EssClient
 from reconciler.leader import LeaseSettings
 from xmc.config import Settings
 from xmc.health import OpsServer
-from xmc.kube import api_client_from_settings
+from xmc.kube_client import KubeClient
 from xmc.logging import configure_logging
 from xmc.supervise import run_service, supervise
 
@@ -32,7 +32,7 @@ async def _serve(
     metrics_listen: str,
     stopping: asyncio.Event,
 ) -> None:
-    api = await api_client_from_settings(settings)
+    api = await KubeClient.from_settings(settings)
     ess = EssClient.from_env(settings.ess_target)
     reconciler = Reconciler(api, ess, identity=identity, clock=_now, options=options)
     ops = OpsServer(metrics_listen, reconciler.readiness)

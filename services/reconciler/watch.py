@@ -1,13 +1,9 @@
 """Keep an in-memory cache of one Kubernetes resource in sync: list, then watch from the
 list's resourceVersion, forever (SPEC §8.6).
 
-Why not kubernetes-asyncio's ``Watch``: with ``timeout_seconds`` it does not reconnect, it
-retries a 410 once with the same (still expired) version and then raises, and it builds a
-model for every event. So this module talks to the API through ``ApiClient.call_api`` with
-``_preload_content=False`` and reads raw JSON: lists page by page, watches as
-newline-delimited events split by hand (no line-length limit for large objects). The
-client's auth, TLS and session are still kubernetes-asyncio's (build it with
-``trust_env=False`` as the Actuator does: see ``actuator.kube``).
+It reads through the shared :class:`xmc.kube_client.KubeClient` (raw JSON, no models,
+every call bounded; why not kubernetes-asyncio's ``Watch``: see there): lists page by
+page, watches as streams of events.
 
 The loop, level-triggered: the handler is told *that* an object changed and gets its
 latest state; it must not depend on the sequence of events, because
@@ -21,27 +17,27 @@ latest state; it must not depend on the sequence of events, because
 - every ``resync_seconds`` every cached object is re-delivered as RESYNC, so a handler that
   failed or a decision that depended on something outside Kubernetes is retried.
 
-Failures are classified once (:func:`classify`): 410 re-lists, a malformed request (400,
-422) stops the watcher, everything else (connection loss, timeouts, 429, 5xx, 403/404 while
-RBAC or a CRD is being installed) is retried with a bounded, logged backoff.
+Failures are classified once, by the client (``KubeError.failure``); :func:`classify`
+maps that to what the watcher does: EXPIRED (410) re-lists, INVALID (400, 422: a malformed
+selector) stops the watcher, everything else (no response, THROTTLED, SERVER, FORBIDDEN or
+NOT_FOUND while RBAC or a CRD is being installed) is retried with a bounded, logged
+backoff.
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
-import json
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Final, Literal
 
-import aiohttp
 import structlog
-from kubernetes_asyncio.client import ApiClient
 
-from xmc.kube import KubeError
+from xmc.kube import KubeError, KubeFailure, Resource
+from xmc.kube_client import KubeClient
 
 log = structlog.get_logger()
 
@@ -49,10 +45,6 @@ Obj = dict[str, Any]
 ChangeKind = Literal["ADDED", "MODIFIED", "DELETED", "RESYNC"]
 OnChange = Callable[[ChangeKind, Obj], Awaitable[None]]
 Sleep = Callable[[float], Coroutine[Any, Any, None]]
-
-#: Seconds a watch request may stay silent beyond its own ``timeoutSeconds`` before the
-#: connection is presumed dead (a half-open TCP connection never ends by itself).
-_STREAM_GRACE: Final = 30.0
 
 
 @dataclass(frozen=True)
@@ -66,18 +58,12 @@ class WatchSettings:
     max_attempts: int | None = None
     """Consecutive failures after which :meth:`ResourceWatcher.run` raises; None = retry
     forever (the watch is the Reconciler's only view of the cluster)."""
-    request_timeout: float = 30.0
-    """Seconds one list page may take."""
     page_size: int = 500
     """``limit`` of each list page."""
 
     def backoff(self, attempt: int) -> float:
         """Delay after the ``attempt``-th consecutive failure (1-based)."""
         return self.backoffs[min(attempt, len(self.backoffs)) - 1]
-
-
-#: The shared Kubernetes error (``status``, ``reason``, ``message``, ``retry_after``).
-KubeStatusError = KubeError
 
 
 class WatchFailed(Exception):
@@ -93,88 +79,19 @@ class Failure(enum.Enum):
     """Our request is wrong (bad selector, bad path); retrying cannot help."""
 
 
+#: What the watcher does per shared failure; any failure not listed is retried.
+_BY_FAILURE: Final[Mapping[KubeFailure, Failure]] = {
+    KubeFailure.EXPIRED: Failure.EXPIRED,
+    KubeFailure.INVALID: Failure.FATAL,
+}
+
+
 def classify(error: BaseException) -> Failure:
-    """The one place that decides what a failed list or watch means."""
-    if isinstance(error, KubeStatusError):
-        if error.status == 410:
-            return Failure.EXPIRED
-        if error.status in (400, 422):
-            return Failure.FATAL
+    """The one place that decides what a failed list or watch means to the watcher; an
+    error that is not a Kubernetes call's (a malformed object, a bug) is retried."""
+    if isinstance(error, KubeError):
+        return _BY_FAILURE.get(error.failure, Failure.RETRY)
     return Failure.RETRY
-
-
-def api_path(group: str, version: str, plural: str) -> str:
-    """The namespaced collection path, ``{namespace}`` left for ``call_api`` to quote."""
-    prefix = f"/api/{version}" if not group else f"/apis/{group}/{version}"
-    return f"{prefix}/namespaces/{{namespace}}/{plural}"
-
-
-async def kube_request(
-    api: ApiClient,
-    method: str,
-    path: str,
-    *,
-    path_params: Mapping[str, str] | None = None,
-    query: Sequence[tuple[str, str]] = (),
-    body: Obj | None = None,
-    request_timeout: aiohttp.ClientTimeout | float | None = None,
-) -> aiohttp.ClientResponse:
-    """One raw call through kubernetes-asyncio (its auth and session), answer unread.
-
-    An error answer is raised as :class:`KubeStatusError` (its body read and the response
-    released); so is a connection failure. The caller releases a successful response.
-    """
-    try:
-        response: aiohttp.ClientResponse = await api.call_api(
-            path,
-            method,
-            path_params=dict(path_params or {}),
-            query_params=list(query),
-            header_params={"Accept": "application/json", "Content-Type": "application/json"},
-            body=body,
-            auth_settings=["BearerToken"],
-            _preload_content=False,
-            _request_timeout=request_timeout,
-        )
-    except (aiohttp.ClientError, TimeoutError) as error:
-        raise KubeStatusError(None, None, f"{type(error).__name__}: {error}") from error
-    if 200 <= response.status < 300:
-        return response
-    try:
-        raw = await response.read()
-    except (aiohttp.ClientError, TimeoutError):
-        raw = b""
-    finally:
-        response.release()
-    raise status_error(response.status, raw, response.headers.get("Retry-After"))
-
-
-def status_error(status: int, raw: bytes | str | Obj, retry_after: str | None) -> KubeStatusError:
-    """A :class:`KubeStatusError` from an error answer's ``Status`` body."""
-    body: Any = raw
-    if isinstance(raw, bytes | str):
-        try:
-            body = json.loads(raw) if raw else {}
-        except ValueError:
-            body = {}
-    if not isinstance(body, dict):
-        body = {}
-    reason = body.get("reason")
-    message = body.get("message") or f"HTTP {status}"
-    delay: float | None = None
-    try:
-        delay = float(retry_after) if retry_after else None
-    except ValueError:
-        delay = None
-    if delay is None and isinstance(body.get("details"), dict):
-        seconds = body["details"].get("retryAfterSeconds")
-        delay = float(seconds) if isinstance(seconds, int | float) else None
-    return KubeStatusError(
-        int(body.get("code") or status),
-        reason if isinstance(reason, str) else None,
-        str(message),
-        delay,
-    )
 
 
 def _name(obj: Obj) -> str:
@@ -208,11 +125,9 @@ class ResourceWatcher:
 
     def __init__(
         self,
-        api: ApiClient,
+        kube: KubeClient,
+        resource: Resource,
         *,
-        group: str,
-        version: str,
-        plural: str,
         namespace: str,
         on_change: OnChange,
         label_selector: str | None = None,
@@ -220,16 +135,16 @@ class ResourceWatcher:
         sleep: Sleep = asyncio.sleep,  # injected for tests
         clock: Callable[[], float] = time.monotonic,  # injected for tests
     ) -> None:
-        self._api = api
-        self._path = api_path(group, version, plural)
-        self._api_version = f"{group}/{version}" if group else version
+        self._kube = kube
+        self._resource = resource
+        self._api_version = resource.api_version
         self._namespace = namespace
         self._selector = label_selector
         self._on_change = on_change
         self._settings = settings or WatchSettings()
         self._sleep = sleep
         self._clock = clock
-        self.what = plural
+        self.what = resource.plural
         self._cache: dict[str, Obj] = {}
         self._resource_version: str | None = None
         self._deliver_lock = asyncio.Lock()
@@ -313,9 +228,8 @@ class ResourceWatcher:
                 f"watch of {self.what} failed {self.failures} times; giving up: {error}"
             ) from error
         delay = self._settings.backoff(self.failures)
-        retry_after = getattr(error, "retry_after", None)
-        if isinstance(retry_after, float) and retry_after > delay:
-            delay = retry_after
+        if isinstance(error, KubeError) and error.retry_after is not None:
+            delay = max(delay, error.retry_after)
         log.warning(
             f"watch of {self.what} failed (attempt {self.failures}); retrying in {delay:.1f}s",
             error=str(error) or type(error).__name__,
@@ -332,23 +246,13 @@ class ResourceWatcher:
         token: str | None = None
         list_rv = ""
         while True:
-            query = [("limit", str(self._settings.page_size))]
-            if token:
-                query.append(("continue", token))
-            if self._selector:
-                query.append(("labelSelector", self._selector))
-            response = await kube_request(
-                self._api,
-                "GET",
-                self._path,
-                path_params={"namespace": self._namespace},
-                query=query,
-                request_timeout=self._settings.request_timeout,
+            page = await self._kube.list_page(
+                self._resource,
+                self._namespace,
+                label_selector=self._selector,
+                limit=self._settings.page_size,
+                continue_token=token,
             )
-            try:
-                page = await response.json(loads=json.loads, content_type=None)
-            finally:
-                response.release()
             kind = str(page.get("kind", "")).removesuffix("List")
             for obj in page.get("items") or ():
                 # Items of built-in lists carry no apiVersion/kind; handlers may want them.
@@ -372,47 +276,20 @@ class ResourceWatcher:
 
     async def _watch_once(self, resource_version: str) -> None:
         """One watch request, applied event by event; returns when the server ends it."""
-        query = [
-            ("watch", "true"),
-            ("resourceVersion", resource_version),
-            ("allowWatchBookmarks", "true"),
-            ("timeoutSeconds", str(self._settings.timeout_seconds)),
-        ]
-        if self._selector:
-            query.append(("labelSelector", self._selector))
-        timeout = aiohttp.ClientTimeout(
-            total=self._settings.timeout_seconds + _STREAM_GRACE,
-            sock_connect=self._settings.request_timeout,
-        )
-        response = await kube_request(
-            self._api,
-            "GET",
-            self._path,
-            path_params={"namespace": self._namespace},
-            query=query,
-            request_timeout=timeout,
-        )
-        try:
-            pending = b""
-            async for chunk in response.content.iter_any():
-                pending += chunk
-                *lines, pending = pending.split(b"\n")
-                for line in lines:
-                    if line.strip():
-                        await self._apply(json.loads(line))
-            if pending.strip():
-                await self._apply(json.loads(pending))
-        except (aiohttp.ClientError, TimeoutError) as error:
-            raise KubeStatusError(None, None, f"{type(error).__name__}: {error}") from error
-        finally:
-            # close, not release: an unfinished stream must drop its connection.
-            response.close()
+        async with self._kube.watch(
+            self._resource,
+            self._namespace,
+            resource_version=resource_version,
+            timeout_seconds=self._settings.timeout_seconds,
+            label_selector=self._selector,
+        ) as events:
+            async for event in events:
+                await self._apply(event)
 
     async def _apply(self, event: Obj) -> None:
+        """One event; an ``ERROR`` event was raised by the client already."""
         kind = event.get("type")
         obj = event.get("object") or {}
-        if kind == "ERROR":
-            raise status_error(int(obj.get("code") or 500), obj, None)
         self._succeeded()
         rv = _rv(obj)
         if kind == "BOOKMARK":

@@ -21,9 +21,17 @@ from typing import Any
 
 import grpc
 import pytest
+from structlog.testing import capture_logs
 
 from actuator.app import Actuator
 from actuator.consumer import ConsumerSettings
+from actuator.labels import (
+    EXECUTION_ID,
+    EXPERIMENT_ID,
+    MANAGED_BY,
+    MANAGED_BY_VALUE,
+    WORK_UNIT_ID,
+)
 from kubesim.resources import JOBSET
 from kubesim.server import KubeSim
 from reconciler import metrics
@@ -39,8 +47,10 @@ from tests.integration.support import (
     minimal_work_unit,
     wait_until,
 )
+from tests.kubesim.conftest import jobset
 from xmc.config import Settings
-from xmc.kube import api_client_from_settings
+from xmc.kube import JOBSETS, Resource
+from xmc.kube_client import KubeClient
 from xmc.model.states import WorkUnitState
 from xmc.store.repository import utc_now
 from xmc_api.cloud.xmanager.v1 import api_pb2
@@ -120,6 +130,7 @@ async def running_system(
     controllers: bool,
     clock_offset: timedelta = timedelta(0),
     startup_grace: timedelta = timedelta(minutes=2),
+    orphan_interval: float = 3600,
 ) -> AsyncIterator[System]:
     ess: Ess = await ess_factory(clock=WallClock())
     sim = KubeSim(controllers=controllers, time_scale=SCALE, clock_offset=clock_offset)
@@ -135,7 +146,7 @@ async def running_system(
     actuator = Actuator(settings, ConsumerSettings(claim_idle=30.0))
     await actuator.start()
     runner = asyncio.create_task(actuator.run())
-    api = await api_client_from_settings(settings)
+    api = await KubeClient.from_settings(settings)
     ess_client = EssClient(settings.ess_target, token="token-reconciler")
     reconciler = Reconciler(
         api,
@@ -147,7 +158,7 @@ async def running_system(
             batcher=BatcherOptions(flush_interval=0.05),
             startup_grace=startup_grace,
             diagnostics_interval=0.2,
-            orphan_interval=3600,
+            orphan_interval=orphan_interval,
         ),
     )
     await reconciler.start()
@@ -448,6 +459,74 @@ async def test_a_refused_terminal_write_keeps_the_finalizer(system: System) -> N
     await gone(system, name)
 
 
+async def test_the_finalizer_outlasts_kubernetes_errors(system: System) -> None:
+    """A 500 on the finalizer path's read and on its removal patch ends nothing: each pass
+    is retried with backoff until the JobSet is finalized."""
+    name = await create(system, running_forever())
+    await wait_until(lambda: system.state(name), S.RUNNING, within=30)
+    jobset_name = _jobset_name(name)
+    faults = system.sim.faults
+
+    faults.fail("get", "jobsets", code=500, times=2)
+    faults.fail("patch", "jobsets", code=500, times=2)
+    with capture_logs() as logs:
+        system.sim.store.delete(JOBSET, "default", jobset_name)
+        await wait_until(lambda: system.state(name), S.STOPPED, within=30)
+        await gone(system, name)
+
+    assert not faults.pending, "every injected fault was served"
+    retried = [
+        e for e in logs if e["event"] == "finalizer path: Kubernetes call failed; will retry"
+    ]
+    assert [e["failure"] for e in retried] == ["server"] * 4
+
+
+class FlakyKube(KubeClient):
+    """The finalizer's client with ``bugs`` reads raising as a bug would."""
+
+    bugs = 0
+
+    async def get(
+        self, resource: Resource, namespace: str, name: str, *, request_timeout: float | None = None
+    ) -> dict[str, Any] | None:
+        if self.bugs:
+            self.bugs -= 1
+            raise RuntimeError("a bug in the finalizer path")
+        return await super().get(resource, namespace, name, request_timeout=request_timeout)
+
+
+async def test_the_finalizer_outlasts_a_hanging_api_and_a_bug(system: System) -> None:
+    """A removal patch that never answers fails within the request timeout (NO_RESPONSE),
+    and an unexpected exception is logged with its traceback: both are retried, and the
+    JobSet is finalized."""
+    name = await create(system, running_forever())
+    await wait_until(lambda: system.state(name), S.RUNNING, within=30)
+    finalizer = system.reconciler.finalizer
+    real = finalizer.kube
+    flaky = await FlakyKube.for_url(system.sim.url, request_timeout=0.5)
+    flaky.bugs = 1
+    finalizer.kube = flaky
+    system.sim.faults.delay("patch", "jobsets", seconds=5, times=1)
+    try:
+        with capture_logs() as logs:
+            system.sim.store.delete(JOBSET, "default", _jobset_name(name))
+            await wait_until(lambda: system.state(name), S.STOPPED, within=30)
+            await gone(system, name)
+    finally:
+        finalizer.kube = real
+        await flaky.close()
+
+    assert flaky.bugs == 0
+    events = [(e["event"], e.get("failure"), e.get("exc_info")) for e in logs]
+    assert ("finalizer path failed unexpectedly; will retry", None, True) in events
+    assert ("finalizer path: Kubernetes call failed; will retry", "no_response", None) in events
+
+
+def _jobset_name(name: str) -> str:
+    xid, wid = name.split("/")[1::2]
+    return f"xmc-{xid}-{wid}"
+
+
 _RETRIES_AT_START = metrics.FINALIZER_RETRIES_TOTAL._value.get()
 
 
@@ -478,7 +557,7 @@ async def test_the_standby_takes_over_when_the_leader_dies(system: System) -> No
     replicas = []
     for identity in ("r-a", "r-b"):
         replica = Reconciler(
-            system.reconciler._api,
+            system.reconciler._kube,
             system.reconciler._ess,
             identity=identity,
             clock=utc_now,
@@ -716,3 +795,20 @@ async def test_a_jobset_seen_before_its_conditions_advances_with_the_cluster_beh
         )
 
         await wait_until(lambda: system.state(name), S.STARTING, within=30)
+
+
+async def test_a_500_during_an_orphan_sweep_does_not_stop_the_next_sweep(ess_factory: Any) -> None:
+    async with running_system(ess_factory, controllers=True, orphan_interval=0.2) as system:
+        labels = {MANAGED_BY: MANAGED_BY_VALUE, EXPERIMENT_ID: "999", WORK_UNIT_ID: "1",
+                  EXECUTION_ID: "1"}  # fmt: skip
+        faults = system.sim.faults
+        faults.fail("delete", "jobsets", code=500, times=2)
+        async with await KubeClient.for_url(system.sim.url) as kube:
+            await kube.create(JOBSETS, "default", jobset("xmc-999-1", labels=labels))
+
+            async def present() -> bool:
+                return system.sim.store.find(JOBSET, "default", "xmc-999-1") is not None
+
+            # No such work unit: an orphan, deleted after two sweeps that got a 500.
+            await wait_until(present, False, within=30)
+        assert not faults.pending, "both injected 500s were served"

@@ -10,13 +10,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from kubernetes_asyncio.client import ApiClient
+from structlog.testing import capture_logs
 
 from kubesim.resources import LEASE
 from kubesim.server import KubeSim
 from reconciler.leader import LeaderElector, LeaseSettings, expired, format_micro_time
 from tests.integration.support import T0, FakeClock
-from tests.kubesim.conftest import client_for, eventually
+from tests.kubesim.conftest import eventually
+from xmc.kube import Resource
+from xmc.kube_client import KubeClient
 
 #: Short durations: the lease field is whole seconds, so 1 s; step down after 0.6 s.
 SHORT = LeaseSettings(
@@ -47,13 +49,13 @@ async def sim() -> AsyncIterator[KubeSim]:
 
 
 @pytest.fixture
-async def api(sim: KubeSim) -> AsyncIterator[ApiClient]:
-    async with client_for(sim) as api:
-        yield api
+async def api(sim: KubeSim) -> AsyncIterator[KubeClient]:
+    async with await KubeClient.for_url(sim.url) as kube:
+        yield kube
 
 
 @pytest.fixture
-async def start(api: ApiClient) -> AsyncIterator[Start]:
+async def start(api: KubeClient) -> AsyncIterator[Start]:
     """Start a candidate with its own identity; cancelled (no release) after the test."""
     candidates: list[Candidate] = []
 
@@ -208,6 +210,50 @@ async def test_leader_steps_down_when_renewals_fail_past_the_deadline(
     assert a.transitions == ["started", "stopped", "started"]
 
 
+class BuggyReads(KubeClient):
+    """A client whose next ``bugs`` reads raise as a bug would (not a KubeError)."""
+
+    bugs = 0
+
+    async def get(
+        self, resource: Resource, namespace: str, name: str, *, request_timeout: float | None = None
+    ) -> dict[str, Any] | None:
+        if self.bugs:
+            self.bugs -= 1
+            raise RuntimeError("a bug in one attempt")
+        return await super().get(resource, namespace, name, request_timeout=request_timeout)
+
+
+async def test_any_failure_of_one_attempt_is_counted_and_the_election_goes_on(
+    sim: KubeSim,
+) -> None:
+    async def broken_callback() -> None:
+        raise RuntimeError("the started-leading callback failed")
+
+    async with await BuggyReads.for_url(sim.url) as kube:
+        kube.bugs = 2
+        elector = LeaderElector(
+            kube, identity="a", settings=SHORT, on_started_leading=broken_callback
+        )
+        with capture_logs() as logs:
+            task = asyncio.create_task(elector.run())
+            try:
+                await eventually(lambda: elector.is_leader, what="a leads despite two bugs")
+                await exactly_one_leader_for(0.3, Candidate(elector, task))
+                assert not task.done()
+            finally:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+
+    failed = [e for e in logs if e.get("exc_info") and "acquisition failed" in e["event"]]
+    assert [e["event"] for e in failed] == [
+        "lease default/xmc-reconciler: acquisition failed (attempt 1); retrying in 0.1s",
+        "lease default/xmc-reconciler: acquisition failed (attempt 2); retrying in 0.1s",
+    ]
+    assert any(e["event"].endswith("the started-leading callback failed") for e in logs)
+    assert elector.failures == 0, "reset by the first success"
+
+
 def test_a_lease_expires_after_its_duration_from_the_last_renewal() -> None:
     clock = FakeClock()
     spec = {"holderIdentity": "a", "renewTime": format_micro_time(T0), "leaseDurationSeconds": 15}
@@ -219,7 +265,7 @@ def test_a_lease_expires_after_its_duration_from_the_last_renewal() -> None:
 
 
 async def test_injected_clock_decides_expiry_of_a_foreign_lease(
-    sim: KubeSim, api: ApiClient
+    sim: KubeSim, api: KubeClient
 ) -> None:
     clock = FakeClock()
     sim.store.create(

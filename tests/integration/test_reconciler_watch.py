@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from kubernetes_asyncio.client import ApiClient
 from structlog.testing import capture_logs
 
 from kubesim.resources import JOBSET
@@ -21,7 +20,9 @@ from reconciler.watch import (
     WatchSettings,
     diff,
 )
-from tests.kubesim.conftest import MakeKubeSim, client_for, eventually, jobset
+from tests.kubesim.conftest import MakeKubeSim, eventually, jobset
+from xmc.kube import JOBSETS
+from xmc.kube_client import KubeClient
 
 FAST = WatchSettings(timeout_seconds=5, resync_seconds=None, backoffs=(0.01, 0.02, 0.1))
 
@@ -65,34 +66,27 @@ async def make_kubesim() -> AsyncIterator[MakeKubeSim]:
 @pytest.fixture
 async def start_watcher() -> AsyncIterator[StartWatcher]:
     """Start a JobSet watcher on a sim; stopped (and its client closed) after the test."""
-    running: list[tuple[ResourceWatcher, asyncio.Task[None], ApiClient]] = []
+    running: list[tuple[ResourceWatcher, asyncio.Task[None], KubeClient]] = []
 
     async def start(
         sim: KubeSim, *, wait_ready: bool = True, **options: Any
     ) -> tuple[ResourceWatcher, Seen]:
-        api = client_for(sim)
+        kube = await KubeClient.for_url(sim.url)
         seen = Seen()
         options.setdefault("settings", FAST)
         options.setdefault("on_change", seen)
-        watcher = ResourceWatcher(
-            api,
-            group="jobset.x-k8s.io",
-            version="v1alpha2",
-            plural="jobsets",
-            namespace="default",
-            **options,
-        )
+        watcher = ResourceWatcher(kube, JOBSETS, namespace="default", **options)
         task = asyncio.create_task(watcher.run())
-        running.append((watcher, task, api))
+        running.append((watcher, task, kube))
         if wait_ready:
             await asyncio.wait_for(watcher.ready.wait(), 5)
         return watcher, seen
 
     yield start
-    for watcher, task, api in running:
+    for watcher, task, kube in running:
         watcher.stop()
         await asyncio.wait_for(asyncio.gather(task, return_exceptions=True), 5)
-        await api.close()
+        await kube.close()
 
 
 def create(sim: KubeSim, name: str, **labels: str) -> dict[str, Any]:
@@ -280,12 +274,10 @@ async def test_failing_list_and_watch_back_off_visibly_and_recover(
 async def test_a_malformed_selector_stops_the_watcher(make_kubesim: MakeKubeSim) -> None:
     sim = await make_kubesim()
     seen = Seen()
-    async with client_for(sim) as api:
+    async with await KubeClient.for_url(sim.url) as kube:
         watcher = ResourceWatcher(
-            api,
-            group="jobset.x-k8s.io",
-            version="v1alpha2",
-            plural="jobsets",
+            kube,
+            JOBSETS,
             namespace="default",
             on_change=seen,
             label_selector="team in (",

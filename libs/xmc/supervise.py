@@ -76,6 +76,24 @@ async def supervise(tasks: Iterable[asyncio.Task[Any]], *, stopping: asyncio.Eve
                 raise ended
 
 
+async def finish(tasks: Iterable[asyncio.Task[Any]], *, within: float) -> None:
+    """Wait up to ``within`` seconds for tasks told to stop, cancel the stragglers; never
+    raises, so a stop after a crash still closes every client (the crash itself was
+    raised by :func:`supervise`; one only seen here is logged)."""
+    pending = [task for task in tasks if not task.done()]
+    if not pending:
+        return
+    done, late = await asyncio.wait(pending, timeout=within)
+    for task in late:
+        log.warning("task did not stop in time; cancelled", task=task.get_name())
+        task.cancel()
+    await asyncio.gather(*late, return_exceptions=True)
+    for task in done:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("task failed while stopping", task=task.get_name(),
+                      error=repr(task.exception()))  # fmt: skip
+
+
 async def every(
     name: str,
     interval: float,

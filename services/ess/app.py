@@ -38,7 +38,7 @@ from xmc.store import operations, outbox, scheduling
 from xmc.store.migrate import migrate
 from xmc.store.repository import Store, utc_now
 from xmc.streams import StreamNames, TaskPublisher
-from xmc.supervise import supervise
+from xmc.supervise import finish, supervise
 from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
 from xmc_api.internal.v1 import (
     executions_pb2,
@@ -247,9 +247,7 @@ class EssServer:
             # down) stays in the outbox for the next ESS to relay.
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.relay.relay_once(), timeout=grace)
-        for task in self._background:
-            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
-                await asyncio.wait_for(task, timeout=grace)
+        await finish(self._background, within=grace)
         if self.redis is not None:
             await self.redis.aclose()
         if self.store is not None:

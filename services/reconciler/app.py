@@ -15,7 +15,6 @@ Besides the batched observations, two paths write directly:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -45,7 +44,7 @@ from reconciler.watch import ChangeKind, ResourceWatcher, WatchSettings
 from xmc.health import Check
 from xmc.kube import JOBSETS, PODS, WORKLOADS, KubeError, KubeFailure
 from xmc.kube_client import KubeClient
-from xmc.supervise import every, supervise
+from xmc.supervise import every, finish, supervise
 
 log = structlog.get_logger()
 Obj = dict[str, Any]
@@ -172,9 +171,7 @@ class Reconciler:
         if self.elector is not None:
             self.elector.stop()
         self.finalizer.cancel_all()
-        for task in self._tasks:
-            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
-                await asyncio.wait_for(task, timeout=10)
+        await finish(self._tasks, within=10)
         log.info("reconciler stopped")
 
     async def abort(self) -> None:

@@ -14,7 +14,7 @@ from reconciler.ess_client import REJECTED_RETRY_DELAYS, EssRejected, retry_reje
 from reconciler.readiness import ElectionState, WatchState, decide_readiness
 from xmc.health import Check, evaluate, ready_body
 from xmc.streams import ReadFailure, classify_read_error
-from xmc.supervise import TaskEnded, every, supervise
+from xmc.supervise import TaskEnded, every, finish, supervise
 
 # --- supervise ---------------------------------------------------------------------------
 
@@ -67,6 +67,15 @@ async def test_a_nested_supervisor_keeps_the_inner_name() -> None:
     with pytest.raises(TaskEnded) as ended:
         await _run(inner())
     assert ended.value.name == "job 1"
+
+
+async def test_finish_never_raises_and_cancels_stragglers() -> None:
+    crashed = asyncio.create_task(_boom(), name="crashed")
+    stuck = asyncio.create_task(_forever(), name="stuck")
+    await asyncio.sleep(0)  # let the crash happen before the stop
+    await asyncio.wait_for(finish([crashed, stuck], within=0.01), timeout=5)
+    assert stuck.cancelled()
+    assert isinstance(crashed.exception(), RuntimeError)
 
 
 # --- every ---------------------------------------------------------------------------------

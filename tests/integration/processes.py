@@ -3,6 +3,7 @@ client: fixtures shared by the fault and supervision tests."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -59,21 +60,30 @@ class Client:
         return len(listed.work_units)
 
 
-@pytest.fixture
-async def stack(
-    private_redis: RedisServer, tmp_path: Path, request: pytest.FixtureRequest
+@contextlib.asynccontextmanager
+async def running_stack(
+    admin_dsn: str, redis_url: str, log_dir: Path, request: pytest.FixtureRequest
 ) -> AsyncIterator[Stack]:
-    database = await create_database(ADMIN_DSN)
-    started = Stack(database_url=database, redis_url=private_redis.url, log_dir=tmp_path / "logs")
+    """A started stack on a new database of ``admin_dsn``; logs printed if the test failed."""
+    database = await create_database(admin_dsn)
+    started = Stack(database_url=database, redis_url=redis_url, log_dir=log_dir)
     try:
         await started.start()
         yield started
     finally:
         await started.stop()
-        await drop_database(ADMIN_DSN, database)
+        await drop_database(admin_dsn, database)
         report = getattr(request.node, "report_call", None)
         if report is not None and report.failed:
             started.print_logs()
+
+
+@pytest.fixture
+async def stack(
+    private_redis: RedisServer, tmp_path: Path, request: pytest.FixtureRequest
+) -> AsyncIterator[Stack]:
+    async with running_stack(ADMIN_DSN, private_redis.url, tmp_path / "logs", request) as started:
+        yield started
 
 
 @pytest.fixture

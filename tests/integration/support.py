@@ -6,10 +6,12 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import asyncpg
 
+from xmc.kube import Resource
+from xmc.kube_client import KubeClient
 from xmc.model.merge import ExecutionUpdate
 from xmc.model.states import Severity, WorkUnitState
 from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
@@ -159,3 +161,18 @@ async def wait_until(probe: Callable[[], Awaitable[T]], want: T, *, within: floa
         if loop.time() > deadline:
             raise AssertionError(f"waited {within}s for {want!r}, last saw {got!r}")
         await asyncio.sleep(0.02)
+
+
+class BuggyReads(KubeClient):
+    """A Kubernetes client whose next ``bugs`` reads raise as a bug would (not a
+    ``KubeError``): loops must log such a failure and go on."""
+
+    bugs = 0
+
+    async def get(
+        self, resource: Resource, namespace: str, name: str, *, request_timeout: float | None = None
+    ) -> dict[str, Any] | None:
+        if self.bugs:
+            self.bugs -= 1
+            raise RuntimeError("a bug in one attempt")
+        return await super().get(resource, namespace, name, request_timeout=request_timeout)

@@ -41,6 +41,7 @@ from reconciler.ess_client import EssClient, EssUnavailable, UpdateResult
 from reconciler.leader import LeaseSettings
 from tests.integration.conftest import REDIS_URL, SIGNING_KEY, Ess, metadata
 from tests.integration.support import (
+    BuggyReads,
     WallClock,
     fetch_all,
     forever_work_unit,
@@ -49,7 +50,7 @@ from tests.integration.support import (
 )
 from tests.kubesim.conftest import jobset
 from xmc.config import Settings
-from xmc.kube import JOBSETS, Resource
+from xmc.kube import JOBSETS
 from xmc.kube_client import KubeClient
 from xmc.model.states import WorkUnitState
 from xmc.store.repository import utc_now
@@ -481,20 +482,6 @@ async def test_the_finalizer_outlasts_kubernetes_errors(system: System) -> None:
     assert [e["failure"] for e in retried] == ["server"] * 4
 
 
-class FlakyKube(KubeClient):
-    """The finalizer's client with ``bugs`` reads raising as a bug would."""
-
-    bugs = 0
-
-    async def get(
-        self, resource: Resource, namespace: str, name: str, *, request_timeout: float | None = None
-    ) -> dict[str, Any] | None:
-        if self.bugs:
-            self.bugs -= 1
-            raise RuntimeError("a bug in the finalizer path")
-        return await super().get(resource, namespace, name, request_timeout=request_timeout)
-
-
 async def test_the_finalizer_outlasts_a_hanging_api_and_a_bug(system: System) -> None:
     """A removal patch that never answers fails within the request timeout (NO_RESPONSE),
     and an unexpected exception is logged with its traceback: both are retried, and the
@@ -503,7 +490,7 @@ async def test_the_finalizer_outlasts_a_hanging_api_and_a_bug(system: System) ->
     await wait_until(lambda: system.state(name), S.RUNNING, within=30)
     finalizer = system.reconciler.finalizer
     real = finalizer.kube
-    flaky = await FlakyKube.for_url(system.sim.url, request_timeout=0.5)
+    flaky = await BuggyReads.for_url(system.sim.url, request_timeout=0.5)
     flaky.bugs = 1
     finalizer.kube = flaky
     system.sim.faults.delay("patch", "jobsets", seconds=5, times=1)

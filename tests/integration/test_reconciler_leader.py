@@ -15,9 +15,8 @@ from structlog.testing import capture_logs
 from kubesim.resources import LEASE
 from kubesim.server import KubeSim
 from reconciler.leader import LeaderElector, LeaseSettings, expired, format_micro_time
-from tests.integration.support import T0, FakeClock
+from tests.integration.support import T0, BuggyReads, FakeClock
 from tests.kubesim.conftest import eventually
-from xmc.kube import Resource
 from xmc.kube_client import KubeClient
 
 #: Short durations: the lease field is whole seconds, so 1 s; step down after 0.6 s.
@@ -208,20 +207,6 @@ async def test_leader_steps_down_when_renewals_fail_past_the_deadline(
     sim.faults.clear()
     await eventually(lambda: a.elector.is_leader, what="a leads again")
     assert a.transitions == ["started", "stopped", "started"]
-
-
-class BuggyReads(KubeClient):
-    """A client whose next ``bugs`` reads raise as a bug would (not a KubeError)."""
-
-    bugs = 0
-
-    async def get(
-        self, resource: Resource, namespace: str, name: str, *, request_timeout: float | None = None
-    ) -> dict[str, Any] | None:
-        if self.bugs:
-            self.bugs -= 1
-            raise RuntimeError("a bug in one attempt")
-        return await super().get(resource, namespace, name, request_timeout=request_timeout)
 
 
 async def test_any_failure_of_one_attempt_is_counted_and_the_election_goes_on(

@@ -17,10 +17,10 @@ import pytest
 import redis.asyncio as aioredis
 
 from tests.integration.postgres_server import PostgresServer
-from tests.integration.processes import Client
+from tests.integration.processes import Client, running_stack
 from tests.integration.redis_server import RedisServer
 from tests.integration.support import forever_work_unit, wait_until
-from tests.stack import Stack, create_database, drop_database
+from tests.stack import Stack
 from xmc.model.states import WorkUnitState
 from xmc_api.cloud.xmanager.v1 import api_pb2
 
@@ -153,16 +153,15 @@ def private_postgres() -> Iterator[PostgresServer]:
 
 @pytest.fixture
 async def pg_stack(
-    private_postgres: PostgresServer, private_redis: RedisServer, tmp_path: Path
+    private_postgres: PostgresServer,
+    private_redis: RedisServer,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> AsyncIterator[Stack]:
-    database = await create_database(private_postgres.admin_dsn)
-    started = Stack(database_url=database, redis_url=private_redis.url, log_dir=tmp_path / "logs")
-    try:
-        await started.start()
+    async with running_stack(
+        private_postgres.admin_dsn, private_redis.url, tmp_path / "logs", request
+    ) as started:
         yield started
-    finally:
-        await started.stop()
-        await drop_database(private_postgres.admin_dsn, database)
 
 
 async def test_a_postgres_restart_under_a_sweep_gives_clients_unavailable_only(

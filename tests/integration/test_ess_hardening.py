@@ -89,7 +89,7 @@ async def test_xmc_ess_serve_on_a_taken_port_exits_non_zero(ess: Ess) -> None:
             await process.wait()
     assert process.returncode != 0, "a second ESS on a taken port must not start"
     events = [json.loads(line) for line in err.decode().splitlines() if line.startswith("{")]
-    assert {"event": "cannot bind", "listen": taken}.items() <= events[-1].items(), events[-1:]
+    assert any(e.get("event") == "cannot bind" and e.get("listen") == taken for e in events)
     assert f"XMC_ESS_LISTEN: cannot bind {taken}" in err.decode()
 
 

@@ -221,6 +221,8 @@ _FILTERS = (
     'create_time > "2026-01-01T00:00:00Z"',
     'create_time < "0001-01-01T00:00:00Z"',
     'create_time > "9999-12-31T23:59:59Z"',
+    'create_time > "0001-01-01T00:00:00+14:00"',
+    'update_time < "9999-12-31T23:59:59-14:00"',
     "severity >= WARNING",
     "execution_id = 2",
     "done = true",

@@ -218,3 +218,17 @@ async def test_undecodable_request_bytes_are_invalid_argument(ess: Ess) -> None:
             grpc.StatusCode.INVALID_ARGUMENT,
             "request: cannot be parsed",
         )
+
+
+async def test_a_value_the_checks_miss_is_still_invalid_argument(ess: Ess) -> None:
+    """The last line of defence (decision 15): a filter time whose UTC form leaves the
+    datetime range passes the filter parser (libs/xmc/query.py) and is refused by asyncpg;
+    the answer is INVALID_ARGUMENT, not INTERNAL."""
+    await expect(
+        ess.api.ListExperiments(
+            api_pb2.ListExperimentsRequest(filter='create_time > "0001-01-01T00:00:00+14:00"'),
+            metadata=ALICE,
+        ),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "request: a value cannot be stored",
+    )

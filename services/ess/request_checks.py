@@ -40,14 +40,8 @@ MAX_DURATION_SECONDS = 315_576_000_000
 _NANOS = 1_000_000_000
 #: Enums with at most this many values list them in the error message.
 _LISTED_VALUES = 16
-
-
 #: Why a string with a NUL is refused.
 NUL_PROBLEM = "contains a NUL character (\\x00), which cannot be stored"
-
-
-def text_problem(value: str) -> str | None:
-    return NUL_PROBLEM if "\x00" in value else None
 
 
 def enum_problem(enum: EnumDescriptor, value: int) -> str | None:

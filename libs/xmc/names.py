@@ -1,4 +1,9 @@
-"""Resource names of SPEC §2.1, parsed and formatted in one place."""
+"""Resource names of SPEC §2.1, parsed and formatted in one place.
+
+Every id is a Postgres ``bigint``: a name whose id does not fit one can never name a
+resource, so it is the caller's mistake (INVALID_ARGUMENT naming the field), not a
+lookup that reaches storage (docs/decisions/0015).
+"""
 
 from __future__ import annotations
 
@@ -6,8 +11,20 @@ import re
 
 from xmc.errors import InvalidArgumentError
 
-_EXPERIMENT = re.compile(r"^experiments/([1-9][0-9]{0,18})$")
-_WORK_UNIT = re.compile(r"^experiments/([1-9][0-9]{0,18})/workUnits/([1-9][0-9]{0,18})$")
+#: Largest id of any resource (Postgres ``bigint``).
+MAX_ID = 2**63 - 1
+#: Largest work-unit id a client may choose (``CreateWorkUnit.work_unit_id``). Server-
+#: assigned ids continue after the largest id in use, so a client id near ``MAX_ID`` would
+#: leave no room for them; 2^31 - 1 leaves 2^63 - 2^31 (and keeps JobSet names
+#: ``xmc-{xid}-{wid}`` short enough for pod hostnames). docs/decisions/0015.
+MAX_CLIENT_WORK_UNIT_ID = 2**31 - 1
+
+# ASCII digits without a leading zero; up to 40 of them so an id just past the range gets
+# "out of range" rather than "not of the form" (and int() never sees a huge string).
+_ID = r"([1-9][0-9]{0,39})"
+_EXPERIMENT = re.compile(rf"experiments/{_ID}")
+_WORK_UNIT = re.compile(rf"experiments/{_ID}/workUnits/{_ID}")
+_ARTIFACT = re.compile(rf"artifacts/{_ID}")
 
 
 def experiment_name(xid: int) -> str:
@@ -27,19 +44,40 @@ def status_message_name(xid: int, wid: int | None, message_id: int) -> str:
     return f"{parent}/statusMessages/{message_id}"
 
 
+def _ids(match: re.Match[str], name: str, field: str) -> tuple[int, ...]:
+    ids = tuple(int(group) for group in match.groups())
+    for value in ids:
+        if value > MAX_ID:
+            raise InvalidArgumentError(
+                f"{field}: {name!r} has id {value}, out of range (ids are 1..{MAX_ID})"
+            )
+    return ids
+
+
 def parse_experiment_name(name: str, *, field: str = "name") -> int:
     """``experiments/{xid}`` → xid; anything else is the caller's mistake."""
-    match = _EXPERIMENT.match(name)
+    match = _EXPERIMENT.fullmatch(name)
     if not match:
         raise InvalidArgumentError(f"{field}: {name!r} is not of the form experiments/{{xid}}")
-    return int(match[1])
+    (xid,) = _ids(match, name, field)
+    return xid
 
 
 def parse_work_unit_name(name: str, *, field: str = "name") -> tuple[int, int]:
     """``experiments/{xid}/workUnits/{wid}`` → (xid, wid)."""
-    match = _WORK_UNIT.match(name)
+    match = _WORK_UNIT.fullmatch(name)
     if not match:
         raise InvalidArgumentError(
             f"{field}: {name!r} is not of the form experiments/{{xid}}/workUnits/{{wid}}"
         )
-    return int(match[1]), int(match[2])
+    xid, wid = _ids(match, name, field)
+    return xid, wid
+
+
+def parse_artifact_name(name: str, *, field: str = "name") -> int:
+    """``artifacts/{aid}`` → aid."""
+    match = _ARTIFACT.fullmatch(name)
+    if not match:
+        raise InvalidArgumentError(f"{field}: {name!r} is not of the form artifacts/{{aid}}")
+    (aid,) = _ids(match, name, field)
+    return aid

@@ -153,7 +153,8 @@ class EssServer:
             options=[
                 ("grpc.max_receive_message_length", options.max_message_bytes),
                 ("grpc.max_send_message_length", options.max_message_bytes),
-                ("grpc.so_reuseport", 1),
+                # A second ESS on a taken port must fail, not silently share it.
+                ("grpc.so_reuseport", 0),
             ],
         )
         api_pb2_grpc.add_ExperimentStateServiceServicer_to_server(
@@ -173,7 +174,13 @@ class EssServer:
         reflection.enable_server_reflection(
             (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
         )
-        self.port = self._bind(server, settings.ess_listen)
+        try:
+            self.port = self._bind(server, settings.ess_listen)
+        except RuntimeError as exc:  # gRPC's "Failed to bind to address …"
+            log.error("cannot bind", listen=settings.ess_listen)
+            raise RuntimeError(
+                f"XMC_ESS_LISTEN: cannot bind {settings.ess_listen} (in use, or not local)"
+            ) from exc
         await server.start()
         self._server = server
         for name in (*SERVICE_NAMES, ""):

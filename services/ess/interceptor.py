@@ -1,8 +1,14 @@
-"""The gRPC boundary: authentication, error classification and RPC metrics, once for
-every unary method (STYLE practice 6: one classification per boundary).
+"""The gRPC boundary: authentication, request checks, error classification and RPC
+metrics, once for every unary method (STYLE practice 6: one classification per
+boundary; the codes themselves are decided in ``status_codes.py``).
 
 The caller's identity is put in a context variable for the duration of the call, so
 servicers read it with ``caller()`` instead of threading it through every signature.
+
+Bytes that do not parse as the method's request type (bad UTF-8 in a string, a truncated
+field) would make gRPC answer UNKNOWN before any servicer runs; the request deserializer is
+wrapped so they become an ``Undecodable`` the handler refuses with INVALID_ARGUMENT. That
+holds for the public methods (health, reflection) too, which otherwise pass untouched.
 """
 
 from __future__ import annotations
@@ -11,15 +17,17 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
-import asyncpg
 import grpc
 import structlog
 
 from ess.auth import Authenticator, Identity
 from ess.metrics import RPC_SECONDS, RPC_TOTAL
-from xmc.errors import XmcError
+from ess.request_checks import check_request
+from ess.status_codes import status_code, unchecked_input
+from xmc.errors import InvalidArgumentError
 
 log = structlog.get_logger()
 
@@ -35,30 +43,57 @@ def caller() -> Identity:
     return _IDENTITY.get()
 
 
-#: Postgres is down, restarting or unreachable: nothing is wrong with the request, so the
-#: caller retries (the Reconciler's batcher keeps the items) rather than giving up on an
-#: INTERNAL. Class 08 (connection), class 57 (shutdown, starting up), a connection lost
-#: mid-query, and a pool that could not connect in time.
-_STORAGE_UNAVAILABLE = (
-    OSError,
-    TimeoutError,
-    asyncpg.exceptions.PostgresConnectionError,
-    asyncpg.exceptions.OperatorInterventionError,
-    asyncpg.exceptions.ConnectionDoesNotExistError,
-)
+@dataclass(frozen=True)
+class Undecodable:
+    """What the wrapped deserializer returns for bytes that are no valid request."""
+
+    error: str
+
+    def refusal(self) -> InvalidArgumentError:
+        return InvalidArgumentError(f"request: cannot be parsed: {self.error}")
 
 
-def _status_code(exc: BaseException) -> tuple[grpc.StatusCode, str]:
-    """Map an exception to a status code and a user-facing message."""
-    if isinstance(exc, XmcError):
-        return getattr(grpc.StatusCode, exc.code), str(exc)
-    if isinstance(exc, asyncpg.exceptions.DeadlockDetectedError):
-        return grpc.StatusCode.ABORTED, "concurrent update conflict; retry"
-    if isinstance(exc, asyncpg.exceptions.SerializationError):
-        return grpc.StatusCode.ABORTED, "concurrent update conflict; retry"
-    if isinstance(exc, _STORAGE_UNAVAILABLE):
-        return grpc.StatusCode.UNAVAILABLE, "storage unavailable; retry"
-    return grpc.StatusCode.INTERNAL, "internal error"
+def tolerant(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+    """``deserializer``, answering ``Undecodable`` instead of raising."""
+    if deserializer is None:
+        return None
+
+    def deserialize(data: bytes) -> Any:
+        try:
+            return deserializer(data)
+        except Exception as exc:  # DecodeError, or whatever a library deserializer raises
+            return Undecodable(str(exc))
+
+    return deserialize
+
+
+def _refusal(exc: Exception) -> tuple[grpc.StatusCode, str]:
+    """Classify ``exc`` for the caller; log what the operator must see."""
+    code, message = status_code(exc)
+    if code == grpc.StatusCode.INTERNAL:
+        request_id = uuid.uuid4().hex[:12]
+        log.exception("rpc failed", request_id=request_id)
+        message = f"{message} (request id {request_id})"
+    elif unchecked_input(exc):
+        log.warning("client input reached storage unchecked", exc_info=exc)
+    return code, message[:_MAX_MESSAGE]
+
+
+def _public(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    """Health and reflection: no token, no checks, no metrics; only a request that does
+    not parse is refused here."""
+    inner = handler.unary_unary
+
+    async def wrapped(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        if isinstance(request, Undecodable):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(request.refusal()))
+        return await inner(request, context)
+
+    return grpc.unary_unary_rpc_method_handler(
+        wrapped,
+        request_deserializer=tolerant(handler.request_deserializer),
+        response_serializer=handler.response_serializer,
+    )
 
 
 class EssInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
@@ -72,8 +107,10 @@ class EssInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     ) -> grpc.RpcMethodHandler:
         handler = await continuation(details)
         method: str = details.method
-        if handler is None or handler.unary_unary is None or method.startswith(PUBLIC_PREFIXES):
+        if handler is None or handler.unary_unary is None:
             return handler
+        if method.startswith(PUBLIC_PREFIXES):
+            return _public(handler)
         inner = handler.unary_unary
         authenticator = self._authenticator
         short = method.rsplit("/", 1)[-1]
@@ -86,17 +123,16 @@ class EssInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 identity = authenticator.authenticate(context.invocation_metadata())
                 token = _IDENTITY.set(identity)
                 structlog.contextvars.bind_contextvars(rpc=short, caller=identity.email)
+                if isinstance(request, Undecodable):
+                    raise request.refusal()
+                check_request(request)
                 return await inner(request, context)
             except grpc.aio.AbortError:
                 code = context.code() or grpc.StatusCode.UNKNOWN
                 raise
             except Exception as exc:
-                code, message = _status_code(exc)
-                if code == grpc.StatusCode.INTERNAL:
-                    request_id = uuid.uuid4().hex[:12]
-                    log.exception("rpc failed", request_id=request_id)
-                    message = f"{message} (request id {request_id})"
-                await context.abort(code, message[:_MAX_MESSAGE])
+                code, message = _refusal(exc)
+                await context.abort(code, message)
             finally:
                 if token is not None:
                     _IDENTITY.reset(token)
@@ -106,6 +142,6 @@ class EssInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
         return grpc.unary_unary_rpc_method_handler(
             wrapped,
-            request_deserializer=handler.request_deserializer,
+            request_deserializer=tolerant(handler.request_deserializer),
             response_serializer=handler.response_serializer,
         )

@@ -158,5 +158,6 @@ class SchedulingService(scheduling_pb2_grpc.SchedulingServiceServicer):
     async def GetSchedulingState(
         self, request: Message, context: Any
     ) -> scheduling_pb2.SchedulingState:
+        require_service(caller(), "GetSchedulingState")
         async with self._store.transaction() as conn:
             return _state_to_proto(await scheduling.fetch_scheduling_control(conn))

@@ -18,11 +18,16 @@ from google.protobuf.empty_pb2 import Empty
 from ess.auth import acl_writer_emails, require_experiment_writer
 from ess.intents import Intents
 from ess.interceptor import caller
-from ess.validation import validate_experiment, validate_new_work_unit, validate_work_unit_update
+from ess.validation import (
+    validate_experiment,
+    validate_new_work_unit,
+    validate_work_unit_id,
+    validate_work_unit_update,
+)
 from xmc.errors import InvalidArgumentError
 from xmc.masks import validate_update_mask
 from xmc.model.states import LaunchState
-from xmc.names import parse_experiment_name, parse_work_unit_name
+from xmc.names import parse_artifact_name, parse_experiment_name, parse_work_unit_name
 from xmc.store import artifacts, experiments, work_units
 from xmc.store.listing import ListRequest
 from xmc.store.repository import Store
@@ -51,13 +56,6 @@ def parse_parent(parent: str) -> tuple[int, int | None]:
     if "/workUnits/" in parent:
         return parse_work_unit_name(parent, field="parent")
     return parse_experiment_name(parent, field="parent"), None
-
-
-def parse_artifact_name(name: str) -> int:
-    prefix, _, number = name.partition("/")
-    if prefix != "artifacts" or not number.isdigit() or int(number) < 1:
-        raise InvalidArgumentError(f"name: {name!r} is not of the form artifacts/{{aid}}")
-    return int(number)
 
 
 class ExperimentStateService(api_pb2_grpc.ExperimentStateServiceServicer):
@@ -131,12 +129,9 @@ class ExperimentStateService(api_pb2_grpc.ExperimentStateServiceServicer):
         self, request: api_pb2.CreateWorkUnitRequest, context: Any
     ) -> Operation:
         xid = parse_experiment_name(request.parent, field="parent")
-        if request.work_unit_id < 0:
-            raise InvalidArgumentError(f"work_unit_id: must be >= 0, got {request.work_unit_id}")
+        wid = validate_work_unit_id(request.work_unit_id)
         validate_new_work_unit(request.work_unit)
-        return await self._intents.create_work_unit(
-            caller(), xid, request.work_unit, wid=request.work_unit_id or None
-        )
+        return await self._intents.create_work_unit(caller(), xid, request.work_unit, wid=wid)
 
     async def GetWorkUnit(self, request: api_pb2.GetWorkUnitRequest, context: Any) -> WorkUnit:
         return await self._store.get_work_unit(*parse_work_unit_name(request.name))

@@ -14,6 +14,7 @@ from google.protobuf.message import Message
 
 from xmc.errors import InvalidArgumentError
 from xmc.model.states import LaunchState, Priority
+from xmc.names import MAX_CLIENT_WORK_UNIT_ID
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
 from xmc_api.cloud.xmanager.v1.resources_pb2 import ResourceSet
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import (
@@ -163,6 +164,19 @@ def validate_jobset(jobset: JobSetExecutable, where: str) -> None:
         raise InvalidArgumentError(
             f"{where}.coordinator.replicated_job: no job named {coordinator!r}"
         )
+
+
+def validate_work_unit_id(value: int) -> int | None:
+    """``CreateWorkUnit.work_unit_id``: 0 asks the server to assign one (None); a
+    client-chosen id is 1..MAX_CLIENT_WORK_UNIT_ID, so server-assigned ids never run out."""
+    if value == 0:
+        return None
+    if not 1 <= value <= MAX_CLIENT_WORK_UNIT_ID:
+        raise InvalidArgumentError(
+            f"work_unit_id: must be 1..{MAX_CLIENT_WORK_UNIT_ID} (or 0 to have one assigned), "
+            f"got {value}"
+        )
+    return value
 
 
 def validate_new_work_unit(work_unit: WorkUnit, *, field: str = "work_unit") -> None:

@@ -204,7 +204,7 @@ async def test_pause_resume_skips_what_changed_and_enqueues_each_task_once(ess: 
         await park(ess, newer)
     await ess.redis.delete(ess.names.tasks)
     got = await ess.scheduling.GetSchedulingState(
-        scheduling_pb2.GetSchedulingStateRequest(), metadata=ALICE
+        scheduling_pb2.GetSchedulingStateRequest(), metadata=SERVICE
     )
     assert got.paused
     assert got.paused_task_count == 6
@@ -234,7 +234,7 @@ async def test_pause_resume_skips_what_changed_and_enqueues_each_task_once(ess: 
         (4, TaskKind.UPDATE, "SKIPPED", SkipReason.STILL_PAUSED),
     ]
     state = await ess.scheduling.GetSchedulingState(
-        scheduling_pb2.GetSchedulingStateRequest(), metadata=ALICE
+        scheduling_pb2.GetSchedulingStateRequest(), metadata=SERVICE
     )
     assert not state.paused
     assert state.paused_task_count == 0

@@ -20,9 +20,15 @@ from typing import Any
 
 from google.longrunning.operations_proto_pb2 import Operation
 
-from xmc.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError, XmcError
+from xmc.errors import (
+    AlreadyExistsError,
+    InvalidArgumentError,
+    NotFoundError,
+    ResourceExhaustedError,
+    XmcError,
+)
 from xmc.model.states import WorkUnitState
-from xmc.names import experiment_name, work_unit_name
+from xmc.names import MAX_CLIENT_WORK_UNIT_ID, MAX_ID, experiment_name, work_unit_name
 from xmc.store.experiments import RollupDelta, apply_rollups, experiment_doc_acls
 from xmc.store.operations import ActionType, NewOperation, insert_operations, operations_by_key
 from xmc.store.work_units import (
@@ -100,6 +106,10 @@ async def create_work_units(
     for i, item in enumerate(items):
         if item.wid is not None and item.wid < 1:
             outcomes[i] = InvalidArgumentError(f"work_unit_id: must be >= 1, got {item.wid}")
+        elif item.wid is not None and item.wid > MAX_CLIENT_WORK_UNIT_ID:
+            outcomes[i] = InvalidArgumentError(
+                f"work_unit_id: must be <= {MAX_CLIENT_WORK_UNIT_ID}, got {item.wid}"
+            )
 
     # 1. Lock the experiments (their next id and counts change), in xid order.
     xids = sorted({item.xid for item in items})
@@ -137,6 +147,12 @@ async def create_work_units(
             continue
         if item.wid is None:
             wid = next_wid[item.xid]
+            if wid >= MAX_ID:  # only ids chosen before the client bound can get here
+                outcomes[i] = ResourceExhaustedError(
+                    f"parent: {experiment_name(item.xid)} has no server-assigned work-unit "
+                    "ids left; choose a work_unit_id"
+                )
+                continue
         else:
             wid = item.wid
             key = (item.xid, wid)

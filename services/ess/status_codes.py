@@ -1,0 +1,93 @@
+"""Exception → gRPC status code, decided in one place for every RPC (STYLE practice 6).
+
+Three families besides XMC's own errors:
+
+- **storage unavailable** → UNAVAILABLE: Postgres is down, restarting, refusing or out of
+  connections, or our pool or connection to it is closed. Nothing is wrong with the
+  request, so the caller retries (the Reconciler's batcher keeps its items) rather than
+  giving up on an INTERNAL.
+- **concurrency conflicts** → ABORTED: a deadlock or serialization failure; retry.
+- **client input that reached storage unchecked** → INVALID_ARGUMENT: Postgres class 22
+  (data exception: a value out of range, a NUL in text, …) and asyncpg's refusal to encode
+  a value for a column (an int past ``int16``/``int64``). The request checks
+  (``request_checks.py``, ``validation.py``) reject these before any statement runs; this
+  is the last line of defence, and the interceptor logs each hit as a gap in them
+  (docs/decisions/0015).
+
+Everything else is a bug: INTERNAL, logged with a request id.
+"""
+
+from __future__ import annotations
+
+import asyncpg
+import grpc
+from asyncpg.exceptions import _base as asyncpg_base
+
+from xmc.errors import XmcError
+
+#: Postgres or the way to it is not there right now (see the module docstring): OS-level
+#: connection errors and timeouts, class 08 (connection), 57 (shutdown, starting up,
+#: cancelled), 53 (too many connections, out of memory or disk), 28 (login refused) and
+#: 3D000 (database missing, as while it is being restored); asyncpg's "wrong server"
+#: (a standby after a failover), protocol desync and stale schema cache, each fixed by a
+#: fresh connection.
+STORAGE_UNAVAILABLE: tuple[type[BaseException], ...] = (
+    OSError,
+    TimeoutError,
+    asyncpg.exceptions.PostgresConnectionError,
+    asyncpg.exceptions.OperatorInterventionError,
+    asyncpg.exceptions.InsufficientResourcesError,
+    asyncpg.exceptions.InvalidAuthorizationSpecificationError,
+    asyncpg.exceptions.InvalidCatalogNameError,
+    asyncpg.exceptions.TargetServerAttributeNotMatched,
+    asyncpg.exceptions.ProtocolError,
+    asyncpg.exceptions.OutdatedSchemaCacheError,
+)
+
+#: asyncpg's ``InterfaceError`` messages when the pool or the connection is going away
+#: (a pool closed at shutdown, a connection terminated under a running query).
+CLOSED_MESSAGES = (
+    "connection is closed",
+    "pool is closing",
+    "pool is closed",
+    "another operation is cancelling",
+)
+
+#: Client input the checks missed (see the module docstring).
+UNCHECKED_INPUT: tuple[type[BaseException], ...] = (
+    asyncpg.exceptions.DataError,  # Postgres class 22
+    asyncpg_base.DataError,  # asyncpg could not encode a query argument
+)
+
+_RETRY_CONFLICT = "concurrent update conflict; retry"
+
+
+def storage_unavailable(exc: BaseException) -> bool:
+    if isinstance(exc, STORAGE_UNAVAILABLE):
+        return True
+    if isinstance(exc, asyncpg.exceptions.InterfaceError):
+        return any(message in str(exc) for message in CLOSED_MESSAGES)
+    return False
+
+
+def unchecked_input(exc: BaseException) -> bool:
+    """Client input that reached storage (answered INVALID_ARGUMENT, logged as a gap)."""
+    return isinstance(exc, UNCHECKED_INPUT)
+
+
+def status_code(exc: BaseException) -> tuple[grpc.StatusCode, str]:
+    """The status code and user-facing message of an exception raised by a servicer."""
+    if isinstance(exc, XmcError):
+        return getattr(grpc.StatusCode, exc.code), str(exc)
+    if isinstance(
+        exc, asyncpg.exceptions.DeadlockDetectedError | asyncpg.exceptions.SerializationError
+    ):
+        return grpc.StatusCode.ABORTED, _RETRY_CONFLICT
+    if storage_unavailable(exc):
+        return grpc.StatusCode.UNAVAILABLE, "storage unavailable; retry"
+    if unchecked_input(exc):
+        return (
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "request: a value cannot be stored (out of range, or a character storage rejects)",
+        )
+    return grpc.StatusCode.INTERNAL, "internal error"

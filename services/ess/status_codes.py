@@ -53,6 +53,13 @@ CLOSED_MESSAGES = (
     "another operation is cancelling",
 )
 
+#: asyncpg's ``InternalClientError`` when the pool resets a connection whose server went
+#: away mid-operation ("cannot switch to state 15; another operation (2) is in progress"):
+#: seen on every ``pg_ctl restart -m fast`` under load (tests/integration/test_supervision.py).
+#: The connection is discarded; the next attempt gets a fresh one. Any other
+#: ``InternalClientError`` stays a bug.
+LOST_CONNECTION_STATES = ("cannot switch to state",)
+
 #: Client input the checks missed (see the module docstring).
 UNCHECKED_INPUT: tuple[type[BaseException], ...] = (
     asyncpg.exceptions.DataError,  # Postgres class 22
@@ -67,6 +74,8 @@ def storage_unavailable(exc: BaseException) -> bool:
         return True
     if isinstance(exc, asyncpg.exceptions.InterfaceError):
         return any(message in str(exc) for message in CLOSED_MESSAGES)
+    if isinstance(exc, asyncpg.exceptions.InternalClientError):
+        return any(message in str(exc) for message in LOST_CONNECTION_STATES)
     return False
 
 

@@ -112,6 +112,13 @@ INTERNAL = grpc.StatusCode.INTERNAL
             id="stale schema cache",
         ),
         pytest.param(
+            asyncpg.exceptions.InternalClientError(
+                "cannot switch to state 15; another operation (2) is in progress"
+            ),
+            UNAVAILABLE,
+            id="pool reset of a connection lost mid-operation (a Postgres restart)",
+        ),
+        pytest.param(
             asyncpg.exceptions.InternalClientError("holder already connected"),
             INTERNAL,
             id="asyncpg's own invariant broken: a bug",

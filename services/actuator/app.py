@@ -21,11 +21,14 @@ from actuator.settle import TaskSettler
 from xmc.config import Settings
 from xmc.errors import InvalidArgumentError
 from xmc.health import Check
-from xmc.store.repository import Store, utc_now
+from xmc.store.repository import Store, utc_now, wait_for_postgres
 from xmc.streams import StreamNames
 from xmc.supervise import supervise
 
 log = structlog.get_logger()
+
+#: Seconds a starting Actuator waits for Postgres (restarting, say) before it exits.
+STARTUP_WAIT_SECONDS = 60.0
 
 
 class Actuator:
@@ -57,6 +60,7 @@ class Actuator:
 
     async def start(self) -> None:
         settings = self.settings
+        await wait_for_postgres(settings.database_url, within=STARTUP_WAIT_SECONDS)
         self.store = await Store.connect(settings.database_url, clock=self.clock)
         # No socket timeout: XREADGROUP blocks for ConsumerSettings.block on purpose.
         self._redis = aioredis.Redis.from_url(settings.redis_url, socket_connect_timeout=5)

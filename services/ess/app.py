@@ -36,7 +36,7 @@ from xmc.health import Check
 from xmc.model.outbox import RelaySettings
 from xmc.store import operations, outbox, scheduling
 from xmc.store.migrate import migrate
-from xmc.store.repository import Store, utc_now
+from xmc.store.repository import Store, utc_now, wait_for_postgres
 from xmc.streams import StreamNames, TaskPublisher
 from xmc.supervise import finish, supervise
 from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
@@ -73,6 +73,8 @@ class EssOptions:
     relay: RelaySettings = field(default_factory=RelaySettings)
     pool_size: int = 10
     run_migrations: bool = True
+    #: Seconds a starting ESS waits for Postgres (restarting, say) before it exits.
+    startup_wait_seconds: float = 60.0
     auth: AuthSettings = field(default_factory=AuthSettings)
 
     @classmethod
@@ -131,6 +133,7 @@ class EssServer:
         settings, options = self.settings, self.options
         if not settings.task_signing_key:
             raise InvalidArgumentError("XMC_TASK_SIGNING_KEY: required to sign tasks")
+        await wait_for_postgres(settings.database_url, within=options.startup_wait_seconds)
         if options.run_migrations:
             await migrate(settings.database_url)
         self.store = await Store.connect(

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import asyncpg
 import grpc
 import pytest
 import redis.asyncio as aioredis
@@ -22,6 +23,7 @@ from tests.integration.redis_server import RedisServer
 from tests.integration.support import forever_work_unit, wait_until
 from tests.stack import Stack
 from xmc.model.states import WorkUnitState
+from xmc.store.repository import wait_for_postgres
 from xmc_api.cloud.xmanager.v1 import api_pb2
 
 S = WorkUnitState
@@ -196,6 +198,8 @@ async def test_a_postgres_restart_under_a_sweep_gives_clients_unavailable_only(
             )
 
     try:
+        for name in XMC_SERVICES:  # a restart under a running stack, not under its start
+            await wait_until(functools.partial(_ready_status, pg_stack, name), 200, within=60)
         parent = await client.experiment()
         sweeping = asyncio.create_task(sweep(parent))
         await wait_until(lambda: _at_least(created, 10), True, within=60)
@@ -218,3 +222,18 @@ async def test_a_postgres_restart_under_a_sweep_gives_clients_unavailable_only(
 
 async def _at_least(items: list[str], count: int) -> bool:
     return len(items) >= count
+
+
+async def test_a_service_starting_before_postgres_waits_for_it_then_gives_up_in_bounds() -> None:
+    server = PostgresServer()
+    try:
+        with pytest.raises(ConnectionRefusedError):  # nothing listens yet: bounded, then this
+            await wait_for_postgres(server.admin_dsn, within=0.5)
+        starting = asyncio.create_task(asyncio.to_thread(server.start))
+        await wait_for_postgres(server.admin_dsn, within=60)
+        await starting
+        conn = await asyncpg.connect(server.admin_dsn)
+        assert await conn.fetchval("SELECT 1") == 1
+        await conn.close()
+    finally:
+        server.remove()

@@ -7,12 +7,14 @@ Operation, say) can compose them under ``Store.transaction()``.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
+import structlog
 
 from xmc.errors import AlreadyExistsError, XmcError
 from xmc.model.merge import ExecutionUpdate
@@ -32,6 +34,36 @@ Clock = Callable[[], datetime]
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
+
+
+#: Postgres not there (yet): refused, shutting down, starting up. What a process starting
+#: next to a restarting Postgres waits out instead of exiting at once.
+_NOT_UP_YET: tuple[type[BaseException], ...] = (
+    OSError,
+    asyncpg.exceptions.CannotConnectNowError,
+    asyncpg.exceptions.PostgresConnectionError,
+)
+#: Seconds between attempts of :func:`wait_for_postgres`.
+_WAIT_STEP = 1.0
+
+
+async def wait_for_postgres(dsn: str, *, within: float) -> None:
+    """Return once Postgres accepts a connection; after ``within`` seconds, raise the last
+    error (the process then exits non-zero and its supervisor restarts it)."""
+    log = structlog.get_logger()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while True:
+        try:
+            conn = await asyncpg.connect(dsn, timeout=max(1.0, min(10.0, within)))
+        except _NOT_UP_YET as error:
+            if loop.time() + _WAIT_STEP > deadline:
+                raise
+            log.warning("waiting for postgres", error=f"{type(error).__name__}: {error}")
+            await asyncio.sleep(_WAIT_STEP)  # a bounded, logged retry, not synchronisation
+            continue
+        await conn.close()
+        return
 
 
 class Store:

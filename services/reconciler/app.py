@@ -25,7 +25,13 @@ import structlog
 from actuator.labels import EXPERIMENT_ID, FINALIZER, MANAGED_BY_SELECTOR
 from reconciler import metrics
 from reconciler.batcher import BatcherOptions, UpdateBatcher
-from reconciler.ess_client import EssClient, EssRejected, EssUnavailable, retry_rejected
+from reconciler.ess_client import (
+    EssClient,
+    EssRejected,
+    EssUnavailable,
+    is_verdict,
+    retry_rejected,
+)
 from reconciler.finalizer import Finalizer
 from reconciler.leader import LeaderElector, LeaseSettings
 from reconciler.observation import Observation
@@ -195,23 +201,34 @@ class Reconciler:
 
     async def _send(self, observations: Sequence[Observation]) -> None:
         """One batch to the ESS. EssUnavailable propagates (the batcher puts the items back
-        for the next flush); INTERNAL is retried here a few times; a batch the ESS refuses
-        for what it is would be refused again, so it is dropped, loudly."""
+        for the next flush); INTERNAL is retried here a few times. A batch the ESS refuses
+        for what it is (INVALID_ARGUMENT, say) is split in halves until the refused items
+        are alone, so one bad observation costs only itself; those are dropped, loudly."""
+        error = await self._send_retrying(observations)
+        if error is None:
+            return
+        if len(observations) > 1 and is_verdict(error):
+            half = len(observations) // 2
+            await self._send(observations[:half])
+            await self._send(observations[half:])
+            return
+        first = observations[0]
+        log.error("observations rejected; dropped", error=str(error), items=len(observations),
+                  xid=first.xid, wid=first.wid, eid=first.eid)  # fmt: skip
+        metrics.OBSERVATIONS_DROPPED_TOTAL.labels(error.code.name).inc(len(observations))
+
+    async def _send_retrying(self, observations: Sequence[Observation]) -> EssRejected | None:
+        """Send, retrying INTERNAL/UNKNOWN with backoff; the final refusal, if any."""
         attempt = 0
         while True:
             attempt += 1
             try:
                 await self._ess.update(observations, writer="reconciler")
-                return
+                return None
             except EssRejected as error:
                 delay = retry_rejected(error, attempt)
                 if delay is None:
-                    log.error("observations rejected; dropped", error=str(error),
-                              items=len(observations), attempts=attempt)  # fmt: skip
-                    metrics.OBSERVATIONS_DROPPED_TOTAL.labels(error.code.name).inc(
-                        len(observations)
-                    )
-                    return
+                    return error
                 log.warning("observations refused; retrying", error=str(error),
                             attempt=attempt, delay=delay)  # fmt: skip
                 await asyncio.sleep(delay)

@@ -90,6 +90,11 @@ def retry_rejected(error: EssRejected, attempt: int) -> float | None:
     return REJECTED_RETRY_DELAYS[attempt - 1]
 
 
+def is_verdict(error: EssRejected) -> bool:
+    """Whether the ESS refused the request for what it is (not a passing fault) (pure)."""
+    return error.code not in _RETRIED_REJECTIONS
+
+
 class TerminalWrite(enum.StrEnum):
     """What one finalizer write came to; also a metric label."""
 

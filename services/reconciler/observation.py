@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from google.protobuf.field_mask_pb2 import FieldMask
 
+from xmc.messages import scrub_nul
 from xmc.names import work_unit_name
 from xmc_api.cloud.xmanager.v1.work_unit_execution_pb2 import WorkUnitExecution
 from xmc_api.internal.v1.executions_pb2 import WorkUnitExecutionUpdate
@@ -38,10 +39,13 @@ class Observation:
         return (self.xid, self.wid, self.source)
 
     def to_update(self) -> WorkUnitExecutionUpdate:
-        return WorkUnitExecutionUpdate(
+        """The wire item; text from the cluster is stripped of NULs the ESS would refuse."""
+        update = WorkUnitExecutionUpdate(
             work_unit=work_unit_name(self.xid, self.wid),
             execution_id=self.eid,
             execution=self.execution,
             update_mask=FieldMask(paths=list(self.update_mask)),
             force_status_message_update=self.force_status_message_update,
         )
+        scrub_nul(update.execution)
+        return update

@@ -1,4 +1,5 @@
-"""Supervision, readiness and the error classifications behind them (pure, or asyncio only)."""
+"""Supervision, readiness, the error classifications behind them, and the NUL scrub of
+observed text (pure, or asyncio only)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,18 @@ from typing import Any
 
 import grpc
 import pytest
+from google.protobuf import json_format, struct_pb2
 from prometheus_client import REGISTRY
 
 from reconciler.ess_client import REJECTED_RETRY_DELAYS, EssRejected, retry_rejected
+from reconciler.observation import Observation, Source
 from reconciler.readiness import ElectionState, WatchState, decide_readiness
 from xmc.health import Check, evaluate, ready_body
+from xmc.messages import scrub_nul
 from xmc.streams import ReadFailure, classify_read_error
 from xmc.supervise import TaskEnded, every, finish, supervise
+from xmc_api.cloud.xmanager.v1.work_unit_execution_pb2 import WorkUnitExecution
+from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 
 # --- supervise ---------------------------------------------------------------------------
 
@@ -212,3 +218,38 @@ last = len(REJECTED_RETRY_DELAYS)
 )
 def test_retry_rejected(code: grpc.StatusCode, attempt: int, delay: float | None) -> None:
     assert retry_rejected(EssRejected(code, "x"), attempt) == delay
+
+
+# --- text from the cluster -----------------------------------------------------------------
+
+
+def test_scrub_nul_spells_out_nul_in_every_kind_of_string_field() -> None:
+    work_unit = WorkUnit(tags=["ok", "a\x00b"])
+    job = work_unit.executable.jobset.jobs.add(name="m\x00")
+    job.labels["k\x00"] = "v\x00"
+    job.annotations["plain"] = "fine"
+    detail = struct_pb2.Struct()
+    detail.update({"message": "oom\x00", "nested": {"list": ["x\x00"]}})
+
+    scrub_nul(work_unit)
+    scrub_nul(detail)
+
+    assert list(work_unit.tags) == ["ok", "a\\x00b"]
+    assert job.name == "m\\x00"
+    assert dict(job.labels) == {"k\\x00": "v\\x00"}
+    assert dict(job.annotations) == {"plain": "fine"}
+    assert detail["message"] == "oom\\x00"
+    nested = json_format.MessageToDict(detail)["nested"]
+    assert nested == {"list": ["x\\x00"]}
+
+
+def test_an_observation_on_the_wire_carries_no_nul() -> None:
+    execution = WorkUnitExecution()
+    execution.status.system_message.user_facing_text = "Back-off\x00pulling"
+    observation = Observation(
+        xid=1, wid=2, eid=1, source=Source.POD, execution=execution,
+        update_mask=("status.system_message",),
+    )  # fmt: skip
+    update = observation.to_update()
+    assert update.execution.status.system_message.user_facing_text == "Back-off\\x00pulling"
+    assert execution.status.system_message.user_facing_text == "Back-off\x00pulling"

@@ -81,6 +81,15 @@ async def test_experiment_lifecycle(ess: Ess) -> None:
         api_pb2.GetExperimentStatusRequest(name=created.name), metadata=ALICE
     )
     assert ActiveState(status.active_state) == ActiveState.INACTIVE
+    # The published client sets COMPLETED at the end of every ``with experiment:`` block,
+    # re-entries included: a repeat is an OK no-op that changes nothing.
+    again = await ess.api.UpdateExperimentLaunchState(
+        api_pb2.UpdateExperimentLaunchStateRequest(
+            name=created.name, launch_state=ExperimentStatus.COMPLETED
+        ),
+        metadata=ALICE,
+    )
+    assert again == done
     await expect_error(
         ess.api.UpdateExperimentLaunchState(
             api_pb2.UpdateExperimentLaunchStateRequest(

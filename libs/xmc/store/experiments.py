@@ -7,6 +7,7 @@ touches a thousand work units of one experiment updates that row once.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -236,11 +237,29 @@ async def apply_rollups(
 LAUNCH_TRANSITIONS = {LaunchState.LAUNCHING: {LaunchState.COMPLETED, LaunchState.FAILED}}
 
 
+class LaunchMove(enum.Enum):
+    MOVE = "move"
+    #: A repeat of the current state: the published client sets COMPLETED at the end of
+    #: every ``with experiment:`` block, re-entries of a launched experiment included.
+    NO_OP = "no_op"
+    REFUSE = "refuse"
+
+
+def decide_launch_move(current: LaunchState, requested: LaunchState) -> LaunchMove:
+    """What ``UpdateExperimentLaunchState`` does from ``current`` (pure, SPEC §2.1)."""
+    if requested == current:
+        return LaunchMove.NO_OP
+    if requested in LAUNCH_TRANSITIONS.get(current, set()):
+        return LaunchMove.MOVE
+    return LaunchMove.REFUSE
+
+
 async def update_launch_state(
     conn: Any, xid: int, launch_state: LaunchState, *, now: datetime
 ) -> Experiment:
     """Move LAUNCHING → COMPLETED | FAILED and recompute ``active_state`` in the same
-    transaction; a launch-state change alone never sets ``complete_time`` (SPEC §3.3)."""
+    transaction; a repeat of the current state changes nothing (not even ``update_time``);
+    a launch-state change alone never sets ``complete_time`` (SPEC §3.3)."""
     row = await conn.fetchrow(
         """SELECT launch_state, child_state_counts FROM experiments WHERE xid = $1 FOR UPDATE""",
         xid,
@@ -248,7 +267,10 @@ async def update_launch_state(
     if row is None:
         raise NotFoundError(f"name: {experiment_name(xid)} does not exist")
     current = LaunchState(row["launch_state"])
-    if launch_state not in LAUNCH_TRANSITIONS.get(current, set()):
+    move = decide_launch_move(current, launch_state)
+    if move is LaunchMove.NO_OP:
+        return await fetch_experiment(conn, xid)
+    if move is LaunchMove.REFUSE:
         raise FailedPreconditionError(
             f"launch_state: cannot move {current.name} → {launch_state.name}; "
             "only LAUNCHING → COMPLETED or FAILED is allowed"

@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: help install proto proto-check lint test run bench faults clean
+.PHONY: help install proto proto-check lint test run bench compat faults clean
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -40,6 +40,9 @@ bench: $(STAMP) ## benchmarks (print figures; not tests)
 	$(PY) bench/kubesim_bench.py
 	$(PY) bench/actuator_bench.py
 	$(PY) bench/reconciler_bench.py
+
+compat: $(STAMP) ## the published xmanager client against a real stack, in its own virtualenvs
+	$(VENV)/bin/pytest -m compat tests/compat $(PYTEST_ARGS)
 
 faults: $(STAMP) ## fault matrix: lost / duplicated / stuck per crash and restart (~10 min)
 	$(PY) bench/faults.py $(FAULTS_ARGS)

@@ -6,12 +6,14 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import pytest
 
+from tests.integration.redis_server import RedisServer
 from xmc.store.migrate import apply_migrations
 from xmc.store.repository import Store
 
@@ -81,3 +83,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = yield
     setattr(item, f"report_{report.when}", report)
     return report
+
+
+@pytest.fixture
+async def private_redis(tmp_path: Path) -> AsyncIterator[RedisServer]:
+    """A Redis of the test's own, to stop, kill and restart (no persistence)."""
+    server = RedisServer(tmp_path)
+    await server.start()
+    yield server
+    await server.stop()
+

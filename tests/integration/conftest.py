@@ -9,7 +9,6 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -19,7 +18,6 @@ import redis.asyncio as aioredis
 from ess.app import EssOptions, EssServer
 from ess.auth import AuthSettings
 from tests.integration.processes import client, ledger, stack  # noqa: F401  (fixtures)
-from tests.integration.redis_server import RedisServer
 from tests.integration.support import FakeClock, wait_until
 from xmc.config import Settings
 from xmc.streams import StreamNames
@@ -148,12 +146,3 @@ async def ess_factory(database_url: str) -> AsyncIterator[EssFactory]:
 async def ess(ess_factory: EssFactory) -> Ess:
     started: Ess = await ess_factory()
     return started
-
-
-@pytest.fixture
-async def private_redis(tmp_path: Path) -> AsyncIterator[RedisServer]:
-    """A Redis of the test's own, to stop, kill and restart (no persistence)."""
-    server = RedisServer(tmp_path)
-    await server.start()
-    yield server
-    await server.stop()

@@ -1,0 +1,107 @@
+"""The published client's own virtualenvs, and a real XMC stack for it to talk to.
+
+The client pins ``protobuf<7`` and ours is newer, so it can never share the test
+interpreter: each path gets its own virtualenv, built once per requirements file and
+kept (``XMC_COMPAT_HOME``, default ``~/.cache/xmc-compat``) so later runs start at once.
+The stack is ``tests.stack``'s four OS processes, with authentication on: the client
+sends ``XMC_AUTH_TOKEN`` as a bearer token, as a user's would.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ADMIN_DSN
+from tests.integration.redis_server import RedisServer
+from tests.stack import Stack, StackOptions, create_database, drop_database
+
+HERE = Path(__file__).resolve().parent
+USER_TOKEN = "compat-alice-token"
+USER_EMAIL = "alice@example.com"
+SERVICE_TOKEN = "compat-reconciler-token"
+SERVICE_EMAIL = "reconciler@xmc.internal"
+
+
+def _home() -> Path:
+    configured = os.environ.get("XMC_COMPAT_HOME", "").strip()
+    return Path(configured) if configured else Path.home() / ".cache" / "xmc-compat"
+
+
+def _pip(python: Path, *args: str) -> None:
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *args],
+        check=True,
+    )
+
+
+def client_venv(kind: str) -> Path:
+    """The Python of the ``kind`` ("stubs" or "full") virtualenv, built if missing. A
+    ``.complete`` marker is written last, so a build cut short is rebuilt."""
+    files = [HERE / "client-version.txt", HERE / f"requirements-{kind}.txt"]
+    digest = hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()[:12]
+    root = _home() / f"{kind}-{digest}"
+    python = root / "bin" / "python"
+    if (root / ".complete").exists():
+        return python
+    subprocess.run([sys.executable, "-m", "venv", "--clear", str(root)], check=True)
+    if kind == "stubs":
+        _pip(python, "--no-deps", "-r", str(HERE / "client-version.txt"))
+    _pip(python, "-r", str(HERE / f"requirements-{kind}.txt"))
+    (root / ".complete").write_text("ok\n")
+    return python
+
+
+@pytest.fixture(scope="session")
+def stubs_python() -> Path:
+    return client_venv("stubs")
+
+
+@pytest.fixture(scope="session")
+def full_python() -> Path:
+    return client_venv("full")
+
+
+@pytest.fixture
+async def compat_stack(
+    private_redis: RedisServer, tmp_path: Path, request: pytest.FixtureRequest
+) -> AsyncIterator[Stack]:
+    auth = {
+        "XMC_AUTH_DISABLED": "false",
+        "XMC_AUTH_STATIC_TOKENS": f"{USER_TOKEN}={USER_EMAIL},{SERVICE_TOKEN}={SERVICE_EMAIL}",
+        "XMC_AUTH_SERVICE_ACCOUNTS": SERVICE_EMAIL,
+        "XMC_SERVICE_TOKEN": SERVICE_TOKEN,
+    }
+    database = await create_database(ADMIN_DSN)
+    stack = Stack(
+        database_url=database,
+        redis_url=private_redis.url,
+        log_dir=tmp_path / "logs",
+        options=StackOptions(extra_env=auth),
+    )
+    try:
+        await stack.start()
+        yield stack
+    finally:
+        await stack.stop()
+        await drop_database(ADMIN_DSN, database)
+        report = getattr(request.node, "report_call", None)
+        if report is not None and report.failed:
+            stack.print_logs()
+
+
+def client_env(stack: Stack) -> dict[str, str]:
+    """Exactly what a user sets to point the published client at XMC (README)."""
+    keep = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
+    return {
+        **keep,
+        "XMANAGER_ENDPOINT": f"http://{stack.endpoint}",
+        "XMC_AUTH_TOKEN": USER_TOKEN,
+        "XMC_USER_EMAIL": USER_EMAIL,
+    }

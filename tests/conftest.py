@@ -92,4 +92,3 @@ async def private_redis(tmp_path: Path) -> AsyncIterator[RedisServer]:
     await server.start()
     yield server
     await server.stop()
-

@@ -214,8 +214,9 @@ def _banner(run: LocalRun) -> None:
     print(
         f"""
 XMC is running.
-  ESS (gRPC):   {endpoint}   (XMANAGER_ENDPOINT={endpoint}; auth disabled: any token works,
-                e.g. XMC_AUTH_TOKEN=dev)
+  ESS (gRPC):   {endpoint}   (auth disabled: any token works)
+  xmanager:     export XMANAGER_ENDPOINT=http://{endpoint} XMC_AUTH_TOKEN=dev \\
+                       XMC_USER_EMAIL=you@example.com    (README: Launching from xmanager)
   kubesim:      http://127.0.0.1:{run.kubesim_port}
   metrics:      http://127.0.0.1:{run.metrics_base}/metrics (ESS), +1 Actuator, +2 Reconciler
   health:       /healthz and /readyz on the same ports (docs/operations.md)

@@ -5,6 +5,7 @@ its own virtualenv exactly as a user runs it (``make compat``; not part of ``mak
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import sys
 from pathlib import Path
@@ -75,3 +76,66 @@ async def test_every_rpc_of_the_published_stub_layer_answers_ok(
 
         # Stopped, then restarted by the batch calls: execution 2 runs to its end.
         await wait_until(state, WorkUnitState.COMPLETED, within=60)
+
+
+async def test_a_sweep_a_re_entry_a_stop_and_a_restart_through_xm_cloud(
+    full_python: Path, compat_stack: Stack
+) -> None:
+    trials = 5
+    lines = await run_client(full_python, "client_sweep.py", compat_stack, "launch", str(trials))
+    steps = {line["step"]: line for line in lines}
+    xid = steps["sweep"]["xid"]
+    assert steps["sweep"]["work_units"] == trials
+    assert steps["re-entry"]["work_units"] == trials + 1
+    extra = trials + 1
+
+    async with grpc.aio.insecure_channel(compat_stack.endpoint) as channel:
+        api = api_pb2_grpc.ExperimentStateServiceStub(channel)
+        metadata = (("authorization", "Bearer compat-alice-token"),)
+
+        async def execution(wid: int) -> tuple[int, WorkUnitState]:
+            unit = await api.GetWorkUnit(
+                api_pb2.GetWorkUnitRequest(name=f"experiments/{xid}/workUnits/{wid}"),
+                metadata=metadata,
+            )
+            current = unit.current_work_unit_execution
+            return int(current.name.rsplit("/", 1)[1]), WorkUnitState(current.status.state)
+
+        for wid in range(1, trials + 1):
+            await wait_until(
+                functools.partial(execution, wid), (1, WorkUnitState.COMPLETED), within=90
+            )
+        await wait_until(lambda: execution(extra), (1, WorkUnitState.RUNNING), within=90)
+
+        await run_client(full_python, "client_sweep.py", compat_stack, "stop", str(xid), str(extra))
+        await wait_until(lambda: execution(extra), (1, WorkUnitState.STOPPED), within=90)
+        await run_client(
+            full_python, "client_sweep.py", compat_stack, "restart", str(xid), str(extra)
+        )
+        await wait_until(lambda: execution(extra), (2, WorkUnitState.RUNNING), within=90)
+
+        experiment = await api.GetExperiment(
+            api_pb2.GetExperimentRequest(name=f"experiments/{xid}"), metadata=metadata
+        )
+        assert experiment.creator == USER_EMAIL
+        assert LaunchState(experiment.status.launch_state) == LaunchState.COMPLETED
+        units = await api.ListWorkUnits(
+            api_pb2.ListWorkUnitsRequest(parent=f"experiments/{xid}"), metadata=metadata
+        )
+        rates = sorted(dict(u.executable.jobset.jobs[0].spec.args)["lr"] for u in units.work_units)
+        assert len(rates) == trials + 1
+        assert rates[-1] == "0.9"
+
+
+async def test_the_readme_example_sweep_runs_to_completed(
+    full_python: Path, compat_stack: Stack
+) -> None:
+    process = await asyncio.create_subprocess_exec(
+        str(full_python), str(HERE.parents[1] / "examples" / "xmanager_sweep.py"), "3",
+        env=client_env(compat_stack), stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    out, _ = await asyncio.wait_for(process.communicate(), timeout=180)
+    text = out.decode()
+    assert process.returncode == 0, text[-3000:]
+    assert text.rstrip().splitlines()[-1].endswith(": COMPLETED"), text[-3000:]

@@ -45,14 +45,17 @@ def launch(trials: int) -> None:
                 args={"args": {"lr": str(0.1 * (trial + 1))}},
                 settings=xm_cloud.WorkUnitSettings(),
             )
-    emit(step="sweep", xid=experiment.id, work_units=experiment.get_work_unit_count())
+    # ``work_units`` (the first page), not ``get_work_unit_count()``: the published client's
+    # ``list_all_work_units()`` loops forever, as it waits for a page token of None and a
+    # proto3 string is never None.
+    emit(step="sweep", xid=experiment.id, work_units=len(experiment.work_units))
 
     # One more trial, long-running, added to the launched experiment: the block's exit sets
     # COMPLETED again, which must be a no-op.
     again = xm_cloud.get_experiment(experiment.id)
     with again:
         again.add(job(None), args={"args": {"lr": "0.9"}}, settings=xm_cloud.WorkUnitSettings())
-    emit(step="re-entry", xid=experiment.id, work_units=again.get_work_unit_count())
+    emit(step="re-entry", xid=experiment.id, work_units=len(again.work_units))
 
 
 def batch(verb: str, xid: int, wid: int) -> None:

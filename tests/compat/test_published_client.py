@@ -8,6 +8,7 @@ import asyncio
 import functools
 import json
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +35,12 @@ CLIENT_RPCS = {
 
 
 async def run_client(python: Path, script: str, stack: Stack, *args: str) -> list[dict[str, Any]]:
-    """Run a client script in its virtualenv; its JSON lines, or fail with its output."""
+    """Run a client script in its virtualenv; its JSON lines, or fail with its output.
+
+    Outside any git repository: at ``create_experiment`` the client commits the working
+    tree of the repository it runs in and pushes it (``snapshot_code.push_repo_state``)."""
     process = await asyncio.create_subprocess_exec(
-        str(python), str(HERE / script), *args,
+        str(python), str(HERE / script), *args, cwd=tempfile.gettempdir(),
         env=client_env(stack), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     out, err = await asyncio.wait_for(process.communicate(), timeout=300)
@@ -132,7 +136,7 @@ async def test_the_readme_example_sweep_runs_to_completed(
 ) -> None:
     process = await asyncio.create_subprocess_exec(
         str(full_python), str(HERE.parents[1] / "examples" / "xmanager_sweep.py"), "3",
-        env=client_env(compat_stack), stdout=asyncio.subprocess.PIPE,
+        cwd=tempfile.gettempdir(), env=client_env(compat_stack), stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
     )  # fmt: skip
     out, _ = await asyncio.wait_for(process.communicate(), timeout=180)

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 from click.testing import CliRunner, Result
 
-from tests.integration.conftest import Ess
+from tests.integration.conftest import Ess, metadata
+from xmc.model.states import ActiveState, LaunchState
+from xmc_api.cloud.xmanager.v1 import api_pb2
+from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
 from xmc_cli.main import cli
 
 
@@ -135,3 +139,128 @@ async def test_no_ess_is_a_clear_error() -> None:
     assert result.exit_code == 1
     assert result.stderr.splitlines()[-1].startswith("error: UNAVAILABLE:")
     assert "127.0.0.1:1" in result.stderr
+
+
+# --------------------------------------------------------------------- launch and close
+
+BEHAVIOR = 'kubesim.xmc/behavior={"run_seconds": 20}'
+
+
+async def get_experiment(ess: Ess, name: str) -> Experiment:
+    """What the ESS itself says, not what the CLI printed."""
+    found: Experiment = await ess.api.GetExperiment(
+        api_pb2.GetExperimentRequest(name=name), metadata=metadata("alice")
+    )
+    return found
+
+
+def states(experiment: Experiment) -> tuple[LaunchState, ActiveState]:
+    status = experiment.status
+    return LaunchState(status.launch_state), ActiveState(status.active_state)
+
+
+async def test_launch_creates_the_work_units_then_completes_the_launch(ess: Ess) -> None:
+    launched = await xmc_json(
+        ess,
+        *("launch", "--title", "l", "--tag", "t", "--image", "python:3.11"),
+        *("--command", "python train.py", "--count", "3", "--annotation", BEHAVIOR),
+    )
+    name = launched["experiment"]["name"]
+    assert [c["work_unit"] for c in launched["work_units"]] == [
+        f"{name}/workUnits/{i}" for i in (1, 2, 3)
+    ]
+    stored = await get_experiment(ess, name)
+    assert (stored.title, list(stored.tags)) == ("l", ["t"])
+    # Closed, but its work units have not run yet (no Actuator here): still ACTIVE.
+    assert states(stored) == (LaunchState.COMPLETED, ActiveState.ACTIVE)
+    units = await xmc_json(ess, "wu", "list", name)
+    assert len(units) == 3
+    job = units[0]["executable"]["jobset"]["jobs"][0]
+    assert job["annotations"] == {"kubesim.xmc/behavior": '{"run_seconds": 20}'}
+    assert job["spec"]["command"] == ["python", "train.py"]
+
+    table = await xmc(ess, "launch", "--title", "one", "--image", "busybox")
+    assert table.exit_code == 0, table.output
+    assert "launch COMPLETED: experiments/" in table.stdout
+    assert "turns INACTIVE when its 1 work units are done" in table.stdout
+
+
+async def test_launch_a_sweep_from_a_spec_file(ess: Ess, tmp_path: Path) -> None:
+    spec = tmp_path / "sweep.yaml"
+    spec.write_text(
+        "title: lr sweep\ntags: [baseline]\npriority: HIGH\n"
+        "work_unit:\n  jobs:\n  - name: main\n    spec: {docker_image: busybox}\n"
+        "sweep:\n- {lr: 0.1}\n- {lr: 0.01}\n"
+    )
+    launched = await xmc_json(ess, "launch", "--spec", str(spec), "--queue", "q")
+    name = launched["experiment"]["name"]
+    assert launched["experiment"]["status"]["launch_state"] == "COMPLETED"
+    assert launched["experiment"]["priority"] == "HIGH"
+    units = await xmc_json(ess, "wu", "list", name)
+    assert [u["executable"]["jobset"]["jobs"][0]["spec"]["args"] for u in units] == [
+        {"lr": "0.1"},
+        {"lr": "0.01"},
+    ]
+    assert {u["executable"]["scheduling_constraints"]["queue_name"] for u in units} == {"q"}
+
+
+async def test_a_bad_spec_creates_nothing(ess: Ess, tmp_path: Path) -> None:
+    spec = tmp_path / "typo.yaml"
+    spec.write_text("title: t\nwork_unit: {jobs: [{name: main, spec: {docker_image: b}}]}\n"
+                    "sweep: [{lr: [1, 2]}]\n")  # fmt: skip
+    result = await xmc(ess, "launch", "--spec", str(spec))
+    assert result.exit_code == 1
+    assert result.stderr.splitlines()[-1] == (
+        f"error: --spec {spec}: sweep[0].lr: must be a string, number or boolean, got list"
+    )
+    assert await xmc_json(ess, "experiments", "list") == []
+
+
+async def test_a_work_unit_refused_midway_fails_the_launch(ess: Ess, tmp_path: Path) -> None:
+    spec = tmp_path / "units.yaml"
+    spec.write_text(
+        "title: midway\nwork_units:\n"
+        "- jobs: [{name: main, spec: {docker_image: busybox}}]\n"
+        "- jobs: [{name: main, replicas: -1, spec: {docker_image: busybox}}]\n"
+        "- jobs: [{name: main, spec: {docker_image: busybox}}]\n"
+    )
+    result = await xmc(ess, "launch", "--spec", str(spec))
+    assert result.exit_code == 1, result.output
+    first, second = result.stderr.splitlines()[-2:]
+    assert first.startswith("error: work unit 2 of 3: INVALID_ARGUMENT: work_unit.executable")
+    assert "replicas" in first
+    (experiment,) = await xmc_json(ess, "experiments", "list")
+    name = experiment["name"]
+    assert second.startswith(f"1 work unit created; the launch of {name} is marked FAILED")
+    stored = await get_experiment(ess, name)
+    assert states(stored) == (LaunchState.FAILED, ActiveState.INACTIVE)
+    assert len(await xmc_json(ess, "wu", "list", name)) == 1
+
+    # An INACTIVE experiment: the watch prints what it sees once and ends by itself.
+    watched = await xmc(ess, "watch", name, "--until-inactive")
+    assert watched.exit_code == 0, watched.output
+    lines = [line.split("  ", 1)[1] for line in watched.stdout.splitlines() if "  " in line]
+    assert lines[:2] == ["experiment  INACTIVE, launch FAILED", "wu 1  INITIALIZING"]
+    assert watched.stdout.rstrip().endswith(f"{name} is INACTIVE (launch FAILED): 1 INITIALIZING")
+
+
+async def test_experiments_close(ess: Ess) -> None:
+    xid = (await xmc_json(ess, "experiments", "create", "--title", "c"))["name"].split("/")[1]
+    await xmc_json(ess, "wu", "create", xid, "--image", "busybox")
+    closed = await xmc_json(ess, "experiments", "close", xid)
+    assert closed["status"]["launch_state"] == "COMPLETED"
+    assert closed["status"]["active_state"] == "ACTIVE"  # its work unit has not finished
+
+    refused = await xmc(ess, "experiments", "close", xid, "--failed")
+    assert refused.exit_code == 1
+    assert refused.stderr.splitlines()[-1] == (
+        "error: FAILED_PRECONDITION: launch_state: cannot move COMPLETED → FAILED; "
+        "only LAUNCHING → COMPLETED or FAILED is allowed"
+    )
+    other = (await xmc_json(ess, "experiments", "create", "--title", "f"))["name"]
+    table = await xmc(ess, "experiments", "close", other, "--failed")
+    assert table.exit_code == 0, table.output
+    assert "INACTIVE" in table.stdout
+    assert "FAILED" in table.stdout
+    denied = await xmc(ess, "experiments", "close", xid, token="token-bob")
+    assert denied.stderr.splitlines()[-1].startswith("error: PERMISSION_DENIED")

@@ -1,0 +1,181 @@
+"""``xmc watch``: follow an experiment's work-unit states by polling the ESS.
+
+On a terminal the view is a live table. Anywhere else (a pipe, a file, a test) a table
+redrawn in place is unreadable, so the output is a transcript instead: one timestamped
+line per change seen (``wu 3  STARTING → RUNNING``). What changed is decided by the pure
+:func:`changes`, from two :class:`Snapshot` values; the loop only fetches and prints.
+
+The ESS keeps only current states, so a state shorter than the poll interval can be
+missed; a kubesim job made to run longer (``--annotation kubesim.xmc/behavior=...``)
+shows every one.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+
+import click
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from xmc_api.cloud.xmanager.v1 import api_pb2
+from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
+from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
+
+from .client import (
+    TABLE_WIDTH,
+    Client,
+    experiment_name,
+    fail,
+    list_work_units,
+    pass_client,
+    short_id,
+    state_name,
+    to_dict,
+)
+from .experiments import active_name, is_inactive, launch_name
+from .work_units import work_units_table
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What one poll saw: the experiment's two states and each work unit's state."""
+
+    active: str
+    launch: str
+    units: tuple[tuple[str, str], ...]
+    """(wid, state) in the ESS's order."""
+    inactive: bool = False
+
+
+def snapshot(experiment: Experiment, units: list[WorkUnit]) -> Snapshot:
+    return Snapshot(
+        active=active_name(experiment.status),
+        launch=launch_name(experiment.status),
+        units=tuple(
+            (short_id(w.name), state_name(w.current_work_unit_execution.status.state))
+            for w in units
+        ),
+        inactive=is_inactive(experiment),
+    )
+
+
+def changes(before: Snapshot | None, after: Snapshot) -> list[str]:
+    """Transcript lines for what moved between two polls (all of ``after`` when first).
+    The experiment's line leads the first poll and follows the work units afterwards,
+    since its state moves because theirs did."""
+    experiment = f"experiment  {after.active}, launch {after.launch}"
+    if before is None:
+        return [experiment, *(f"wu {wid}  {state}" for wid, state in after.units)]
+    lines = []
+    seen = dict(before.units)
+    for wid, state in after.units:
+        old = seen.get(wid)
+        if old is None:
+            lines.append(f"wu {wid}  {state}")
+        elif old != state:
+            lines.append(f"wu {wid}  {old} → {state}")
+    if (before.active, before.launch) != (after.active, after.launch):
+        lines.append(experiment)
+    return lines
+
+
+def summary(parent: str, last: Snapshot) -> str:
+    """``experiments/1 is INACTIVE (launch COMPLETED): 5 COMPLETED``."""
+    counts: dict[str, int] = {}
+    for _, state in last.units:
+        counts[state] = counts.get(state, 0) + 1
+    shown = ", ".join(f"{n} {state}" for state, n in sorted(counts.items())) or "no work units"
+    return f"{parent} is {last.active} (launch {last.launch}): {shown}"
+
+
+@dataclass(frozen=True)
+class Followed:
+    last: Snapshot | None
+    """None when Ctrl-C came before the first answer."""
+    interrupted: bool
+    """True when Ctrl-C ended the watch."""
+
+
+def fetch(client: Client, parent: str) -> tuple[Experiment, list[WorkUnit]]:
+    """The experiment, then its work units: read in this order, an INACTIVE experiment's
+    work units are all terminal in the same poll (terminal states never change)."""
+    experiment: Experiment = client.call(
+        client.api.GetExperiment, api_pb2.GetExperimentRequest(name=parent)
+    )
+    return experiment, list_work_units(client, parent)
+
+
+def watch_table(parent: str, experiment: Experiment, units: list[WorkUnit]) -> Table:
+    status = f"{active_name(experiment.status)}, launch {launch_name(experiment.status)}"
+    title = f'{parent} "{experiment.title}" — {status} — {len(units)} work units'
+    return work_units_table(title, units)
+
+
+def follow(client: Client, parent: str, *, interval: float, until_inactive: bool) -> Followed:
+    """Poll every ``interval`` seconds until Ctrl-C or, with ``until_inactive``, until the
+    experiment is INACTIVE (its launch is closed and every work unit is terminal)."""
+    console = Console(width=TABLE_WIDTH)
+
+    def polls() -> Iterator[tuple[Experiment, list[WorkUnit]]]:
+        while True:
+            yield fetch(client, parent)
+            time.sleep(interval)
+
+    last: Snapshot | None = None
+    try:
+        if console.is_terminal:
+            with Live(console=console, refresh_per_second=4) as live:
+                for experiment, units in polls():
+                    live.update(watch_table(parent, experiment, units))
+                    last = snapshot(experiment, units)
+                    if until_inactive and last.inactive:
+                        break
+        else:
+            for experiment, units in polls():
+                current = snapshot(experiment, units)
+                clock = datetime.now().strftime("%H:%M:%S")
+                for line in changes(last, current):
+                    click.echo(f"{clock}  {line}")
+                last = current
+                if until_inactive and last.inactive:
+                    break
+    except KeyboardInterrupt:
+        interrupted = True
+    else:
+        interrupted = False
+    return Followed(last, interrupted)
+
+
+@click.command("watch")
+@click.argument("experiment")
+@click.option("--interval", type=float, default=1.0, show_default=True, help="Seconds.")
+@click.option("--once", is_flag=True, help="Print one snapshot and exit.")
+@click.option(
+    "--until-inactive",
+    is_flag=True,
+    help="Exit once the experiment is INACTIVE (launch closed, every work unit terminal).",
+)
+@pass_client
+def watch(
+    client: Client, experiment: str, interval: float, once: bool, until_inactive: bool
+) -> None:
+    """Follow EXPERIMENT's work-unit states (Ctrl-C to quit): a live table on a
+    terminal, one line per change otherwise."""
+    parent = experiment_name(experiment)
+    if client.json and not once:
+        fail("--output json needs --once (a followed watch prints a table or a transcript)")
+    if once:
+        found, units = fetch(client, parent)
+        if client.json:
+            client.emit([to_dict(w) for w in units])
+        else:
+            Console(width=TABLE_WIDTH).print(watch_table(parent, found, units))
+        return
+    followed = follow(client, parent, interval=interval, until_inactive=until_inactive)
+    if followed.last is not None and not followed.interrupted:
+        click.echo(summary(parent, followed.last))

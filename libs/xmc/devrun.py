@@ -222,9 +222,8 @@ XMC is running.
   health:       /healthz and /readyz on the same ports (docs/operations.md)
 
 Try, in another terminal (.venv/bin on PATH):
-  xmc experiments create --title "my sweep"
-  xmc wu create 1 --image python:3.11 --command "python train.py" --count 5
-  xmc watch 1
+  xmc launch --title "my sweep" --image python:3.11 --command "python train.py" \\
+      --count 5 --annotation 'kubesim.xmc/behavior={{"run_seconds": 8}}' --watch
 
 Ctrl-C stops everything.""",
         flush=True,

@@ -32,6 +32,8 @@ from reconciler.ess_client import (
     is_verdict,
     retry_rejected,
 )
+from reconciler.evidence import read_failure_evidence
+from reconciler.failure import decide_failure_reason, failure_message
 from reconciler.finalizer import Finalizer
 from reconciler.leader import LeaderElector, LeaseSettings
 from reconciler.observation import Observation
@@ -50,7 +52,10 @@ from reconciler.watch import ChangeKind, ResourceWatcher, WatchSettings
 from xmc.health import Check
 from xmc.kube import JOBSETS, PODS, WORKLOADS, KubeError, KubeFailure
 from xmc.kube_client import KubeClient
+from xmc.model.jobset import to_work_unit_state
+from xmc.model.states import WorkUnitState
 from xmc.supervise import every, finish, supervise
+from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
 
 log = structlog.get_logger()
 Obj = dict[str, Any]
@@ -121,6 +126,7 @@ class Reconciler:
             clock=clock,
             max_retry_age=self.options.max_stopped_write_retry_age,
             stopping=self._stopping,
+            describe_failure=self._failure_message,
         )
 
     # --- lifecycle ---------------------------------------------------------------------
@@ -243,7 +249,8 @@ class Reconciler:
         meta = jobset.get("metadata") or {}
         if meta.get("deletionTimestamp") and FINALIZER in (meta.get("finalizers") or []):
             self.finalizer.soon(meta["name"])
-        self._observe(observe_jobset(jobset, observed_at=self._clock()))
+        failure = await self._failure_message(jobset)
+        self._observe(observe_jobset(jobset, observed_at=self._clock(), failure=failure))
         self._diagnose(jobset)
 
     async def _on_workload(self, kind: ChangeKind, workload: Obj) -> None:
@@ -269,18 +276,36 @@ class Reconciler:
         if jobset is not None:
             self._diagnose(jobset)
 
-    def _diagnose(self, jobset: Obj) -> None:
-        """Startup diagnostics (§8.3) from the cached pods of this JobSet."""
-        name = jobset["metadata"]["name"]
-        pods = [
+    def _cached_pods(self, jobset_name: str) -> list[Obj]:
+        return [
             pod
             for pod in self.pods.cache.values()
-            if ((pod.get("metadata") or {}).get("labels") or {}).get(JOBSET_NAME_LABEL) == name
+            if ((pod.get("metadata") or {}).get("labels") or {}).get(JOBSET_NAME_LABEL)
+            == jobset_name
         ]
+
+    def _diagnose(self, jobset: Obj) -> None:
+        """Startup diagnostics (§8.3) from the cached pods of this JobSet."""
+        pods = self._cached_pods(jobset["metadata"]["name"])
         if pods:
             self._observe(
                 observe_pods(jobset, pods, now=self._clock(), grace=self.options.startup_grace)
             )
+
+    async def _failure_message(self, jobset: Obj) -> StructuredMessage | None:
+        """Why a FAILED JobSet failed (``reconciler.failure``), for its terminal
+        observation and the finalizer's write; None for any other JobSet. Never raises:
+        a reason that cannot be decided must not cost the FAILED state itself."""
+        if to_work_unit_state(jobset) is not WorkUnitState.FAILED:
+            return None
+        try:
+            jobs, pods = await read_failure_evidence(
+                self._kube, self.options.namespace, jobset, cached_pods=self._cached_pods
+            )
+            return failure_message(jobset, decide_failure_reason(jobset, jobs, pods))
+        except Exception:
+            log.exception("failure reason not decided", jobset=jobset["metadata"]["name"])
+            return None
 
     async def _queue_position(self, workload: Obj) -> QueuePosition | None:
         """Kueue's visibility API: 0-based position (the observer adds 1) and queue size."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any, Final
 
@@ -37,9 +37,13 @@ from reconciler.observe import FinalizerAction, decide_finalizer, finalizer_remo
 from xmc.kube import JOBSETS, KubeError, KubeFailure
 from xmc.kube_client import KubeClient
 from xmc.model.states import WorkUnitState
+from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
 
 log = structlog.get_logger()
 Obj = dict[str, Any]
+#: Why a FAILED JobSet failed, as its terminal write's ``system_message`` (None: nothing
+#: to say); ``Reconciler._failure_message``, which never raises.
+DescribeFailure = Callable[[Obj], Awaitable[StructuredMessage | None]]
 
 #: Seconds between attempts; the last repeats.
 BACKOFF: Final = (0.2, 0.5, 1.0, 2.0, 5.0)
@@ -71,6 +75,7 @@ class Finalizer:
         clock: Callable[[], datetime],
         max_retry_age: timedelta,
         stopping: asyncio.Event,
+        describe_failure: DescribeFailure | None = None,  # None for tests
     ) -> None:
         self.kube = kube
         self.ess = ess
@@ -78,6 +83,7 @@ class Finalizer:
         self._clock = clock
         self._max_retry_age = max_retry_age
         self._stopping = stopping
+        self._describe_failure = describe_failure
         self._running: dict[str, asyncio.Task[None]] = {}
 
     def soon(self, name: str) -> None:
@@ -133,11 +139,15 @@ class Finalizer:
         jobset = await self.kube.get(JOBSETS, self._namespace, name)
         if jobset is None:
             return _Step.DONE
+        failure = None
+        if self._describe_failure is not None:
+            failure = await self._describe_failure(jobset)
         decision = decide_finalizer(
             jobset,
             now=self._clock(),
             last_write_failed=last_write_failed,
             max_retry_age=self._max_retry_age,
+            failure=failure,
         )
         if decision.action == FinalizerAction.NOT_OURS:
             return _Step.DONE

@@ -43,6 +43,8 @@ from xmc_api.cloud.xmanager.v1.work_unit_execution_pb2 import (
 JOBSET_MASK: Final = ("status.state", "status.detailed_status", "metadata")
 WORKLOAD_MASK: Final = ("status.scheduling_information", "metadata")
 POD_MASK: Final = ("status.system_message",)
+#: A FAILED JobSet's observation also says why (``reconciler.failure``).
+FAILED_JOBSET_MASK: Final = (*JOBSET_MASK, "status.system_message")
 
 JOBSET_NAME_LABEL: Final = "jobset.sigs.k8s.io/jobset-name"
 JOBSET_UID_LABEL: Final = "jobset.sigs.k8s.io/jobset-uid"
@@ -212,8 +214,19 @@ def jobset_metadata(jobset: Mapping[str, Any]) -> WorkUnitExecutionMetadata:
     )
 
 
-def observe_jobset(jobset: Mapping[str, Any], *, observed_at: datetime) -> Observation | None:
+def observe_jobset(
+    jobset: Mapping[str, Any],
+    *,
+    observed_at: datetime,
+    failure: StructuredMessage | None = None,
+) -> Observation | None:
     """The JobSet row of SPEC §4: state (R1–R9), detailed status and metadata.
+
+    ``failure`` (``reconciler.failure``: why it failed) rides along as the
+    ``system_message`` of a FAILED observation only, forced: it is the execution's last
+    word and must replace an earlier ERROR such as the startup diagnostic it may explain.
+    A resend changes nothing — a FAILED execution is immutable, and an equal message is
+    not stored twice (§5.3) — so the status messages get it once.
 
     None when the JobSet carries no valid XMC labels: it is not ours to report.
     """
@@ -221,13 +234,20 @@ def observe_jobset(jobset: Mapping[str, Any], *, observed_at: datetime) -> Obser
     if ids is None:
         return None
     xid, wid, eid = ids
+    state = decide_work_unit_state(jobset).state
     status = WorkUnitStatus(
-        state=WorkUnitStatus.WorkUnitState.ValueType(decide_work_unit_state(jobset).state),
+        state=WorkUnitStatus.WorkUnitState.ValueType(state),
         detailed_status=ExecutableStatus(jobset_status=jobset_status(jobset)),
     )
     set_timestamp(status.state_update_time, _jobset_state_update_time(jobset, observed_at))
     execution = WorkUnitExecution(status=status, metadata=jobset_metadata(jobset))
-    return Observation(xid, wid, eid, Source.JOBSET, execution, JOBSET_MASK)
+    if failure is None or state != WorkUnitState.FAILED:
+        return Observation(xid, wid, eid, Source.JOBSET, execution, JOBSET_MASK)
+    execution.status.system_message.CopyFrom(failure)
+    return Observation(
+        xid, wid, eid, Source.JOBSET, execution, FAILED_JOBSET_MASK,
+        force_status_message_update=True,
+    )  # fmt: skip
 
 
 # --- Workload (§8.2) ------------------------------------------------------------------
@@ -477,18 +497,20 @@ def decide_finalizer(
     now: datetime,
     last_write_failed: bool,
     max_retry_age: timedelta = DEFAULT_MAX_STOPPED_WRITE_RETRY_AGE,
+    failure: StructuredMessage | None = None,
 ) -> FinalizerDecision:
     """Hold the deletion until the terminal state is written, but never forever.
 
     The write targets the eid from the JobSet's label, so an old execution's JobSet is
     fenced off from a newer execution by the store (§5.1). A JobSet whose labels name no
-    execution can never be written for, so its finalizer goes at once.
+    execution can never be written for, so its finalizer goes at once. ``failure`` is
+    the reason a FAILED JobSet failed (see :func:`observe_jobset`).
     """
     metadata = _metadata(jobset)
     deletion = metadata.get("deletionTimestamp")
     if not deletion or FINALIZER not in _sequence(metadata.get("finalizers")):
         return FinalizerDecision(FinalizerAction.NOT_OURS, None, "no XMC finalizer to release")
-    observation = observe_jobset(jobset, observed_at=now)
+    observation = observe_jobset(jobset, observed_at=now, failure=failure)
     if observation is None:
         return FinalizerDecision(
             FinalizerAction.REMOVE_ANYWAY, None, "no valid XMC labels: nothing to write"

@@ -7,6 +7,7 @@ the pod-wide ones). Both hold a JSON object::
 
     {"start_seconds": 5, "run_seconds": 30, "exit_code": 1}
     {"crash": true}                 # exits at once (exit code 1 unless given)
+    {"oom_killed": true}            # after run_seconds (at once if null): OOMKilled, exit 137
     {"image_pull_error": true}      # ErrImagePull, then ImagePullBackOff; never runs
     {"config_error": true}          # CreateContainerConfigError; never runs
     {"waiting_reason": "InvalidImageName", "message": "..."}   # any waiting reason
@@ -39,6 +40,7 @@ _KEYS = frozenset(
         "run_seconds",
         "exit_code",
         "crash",
+        "oom_killed",
         "image_pull_error",
         "config_error",
         "waiting_reason",
@@ -58,6 +60,9 @@ class ContainerBehavior:
     """When set the container never starts and waits with this reason."""
     message: str | None = None
     """Message for the waiting or terminated state (a default is made when None)."""
+    terminated_reason: str | None = None
+    """``state.terminated.reason`` when it exits; None: ``Completed`` or ``Error`` by the
+    exit code, as a container runtime reports a plain exit."""
 
 
 def _number(spec: Mapping[str, Any], key: str, default: float) -> float:
@@ -93,7 +98,12 @@ def behavior_from_spec(
         waiting = CREATE_CONTAINER_CONFIG_ERROR
     if spec.get("crash"):
         run, exit_code = 0.0, exit_code or 1
-    return ContainerBehavior(start, run, exit_code, waiting, message)
+    terminated_reason = None
+    if spec.get("oom_killed"):
+        # The kernel's OOM killer sends SIGKILL: 128 + 9, and the kubelet says why.
+        terminated_reason, exit_code = "OOMKilled", exit_code or 137
+        run = 0.0 if run is None else run
+    return ContainerBehavior(start, run, exit_code, waiting, message, terminated_reason)
 
 
 def _load(annotations: Mapping[str, str], key: str) -> dict[str, Any]:

@@ -2,19 +2,24 @@
 of the batch/v1 Job controller it needs (a Job's pods and status).
 
 One reconcile pass per JobSet, level-triggered: list its Jobs and Pods, then
-1. per Job, ``job_status`` recomputes the Job's status and ``plan_job_pods`` says which
-   pods to create (while not suspended) or delete (suspended or finished);
+1. per Job, ``job_status`` recomputes the Job's status (``Failed`` with upstream's
+   ``BackoffLimitExceeded``, then ``DeadlineExceeded`` past ``activeDeadlineSeconds``)
+   and ``plan_job_pods`` says which pods to create (while not suspended) or delete
+   (suspended or finished);
 2. ``plan_jobset`` decides the JobSet's status and which Jobs to create, delete, suspend
    or resume: failure policy (restart all Jobs up to ``maxRestarts``), success policy
    (``All``/``Any`` of ``targetReplicatedJobs``), suspend/resume (Kueue's lever) and
    ``dependsOn`` (a replicated job's Jobs are created once its dependency is Ready or
    Complete).
 The shell applies the plan; the writes it makes come back as events and trigger the next
-pass, which converges because every write of an unchanged object is a no-op.
+pass, which converges because every write of an unchanged object is a no-op. Nothing
+happens at a Job's deadline, so the shell also wakes itself then (upstream's
+``queue.AddAfter``).
 
 Shapes follow upstream: child Job ``{jobset}-{rjob}-{index}`` with the
 ``jobset.sigs.k8s.io/*`` labels, pods ``{job}-{index}-{random5}`` of an Indexed Job, the
-``Completed``/``Failed``/``Suspended`` conditions with upstream reasons and messages, and
+``Completed``/``Failed``/``Suspended`` conditions with upstream reasons and messages (the
+``Failed`` message names the first failed Job), and
 ``status.replicatedJobsStatus`` counting Jobs (not pods). A JobSet being deleted (held by
 a foreign finalizer such as XMC's) has its Jobs, and so its pods, deleted at once; its
 finalizers are never touched.
@@ -27,6 +32,8 @@ completion index, so a suspended JobSet reports active Jobs until its pods have 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import copy
 import enum
 import hashlib
@@ -35,6 +42,7 @@ import random
 from collections import defaultdict
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from kubesim.clock import SimClock
@@ -225,6 +233,10 @@ def job_status(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], now: s
     if job_finished(job):
         return status
     conditions = status.get("conditions") or []
+    if _resumed(conditions, spec):
+        # Upstream restarts the activeDeadlineSeconds clock on every resume: the deadline
+        # counts time continuously active, never time spent suspended in a queue.
+        status["startTime"] = now
     if failed > backoff_limit:
         conditions = set_condition(
             conditions,
@@ -232,6 +244,15 @@ def job_status(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], now: s
             True,
             "BackoffLimitExceeded",
             "Job has reached the specified backoff limit",
+            now,
+        )
+    elif past_active_deadline(spec, status, now):
+        conditions = set_condition(
+            conditions,
+            "Failed",
+            True,
+            "DeadlineExceeded",
+            "Job was active longer than specified deadline",
             now,
         )
     elif len(done) >= completions:
@@ -255,6 +276,37 @@ def job_status(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], now: s
     if conditions:
         status["conditions"] = conditions
     return status
+
+
+def _resumed(conditions: Sequence[Mapping[str, Any]], spec: Mapping[str, Any]) -> bool:
+    """The Job was suspended and its spec no longer is: this pass resumes it."""
+    return not spec.get("suspend") and any(
+        c.get("type") == "Suspended" and c.get("status") == "True" for c in conditions
+    )
+
+
+def _seconds(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def active_deadline(job: Mapping[str, Any]) -> datetime | None:
+    """When an unfinished, running Job runs out of ``activeDeadlineSeconds`` (from its
+    ``startTime``); None when it has no deadline, has not started, is suspended or done."""
+    spec, status = job.get("spec") or {}, job.get("status") or {}
+    deadline = _seconds(spec.get("activeDeadlineSeconds"))
+    start = status.get("startTime")
+    if deadline is None or not start or spec.get("suspend") or job_finished(job):
+        return None
+    return datetime.fromisoformat(start) + timedelta(seconds=deadline)
+
+
+def past_active_deadline(spec: Mapping[str, Any], status: Mapping[str, Any], now: str) -> bool:
+    """batch/v1's ``pastActiveDeadline``: running at least ``activeDeadlineSeconds`` since
+    ``startTime``; never while suspended."""
+    due = active_deadline({"spec": spec, "status": status})
+    return due is not None and datetime.fromisoformat(now) >= due
 
 
 @dataclass(frozen=True)
@@ -503,6 +555,16 @@ def _terminal(status: Obj, type_: str, reason: str, message: str, now: str) -> O
     return status
 
 
+def first_failed_job(jobs: Sequence[Mapping[str, Any]]) -> str:
+    """The Job whose ``Failed`` condition is oldest (the first in list order on a tie),
+    which upstream names in the JobSet's failure message; "" when none has failed."""
+    failed = [(j, condition(j, "Failed")) for j in jobs if job_finished(j) == "Failed"]
+    if not failed:
+        return ""
+    first, _ = min(failed, key=lambda pair: str((pair[1] or {}).get("lastTransitionTime") or ""))
+    return str(first["metadata"]["name"])
+
+
 def plan_jobset(
     jobset: Mapping[str, Any], jobs: Sequence[Mapping[str, Any]], now: str
 ) -> JobSetPlan:
@@ -535,6 +597,7 @@ def plan_jobset(
                     "ReachedMaxRestarts",
                     "jobset failed due to reaching max number of restarts",
                 )
+            message = f"{message} (first failed job: {first_failed_job(current)})"
             status = _terminal(status, "Failed", reason, message, now)
             return JobSetPlan(JobSetStep.FAILED, status, delete_jobs=stale + _names(unfinished))
         status["restarts"] = restarts + 1
@@ -596,6 +659,10 @@ class JobSetController:
         self._clock = clock
         self._rng = rng or random.Random()
         self._pod_finalizers = (KUBELET_FINALIZER,) if kubelet_finalizer else ()
+        #: One wake-up per JobSet whose Jobs have an ``activeDeadlineSeconds`` running:
+        #: nothing else happens at a deadline, so no event would reconcile it (upstream's
+        #: ``queue.AddAfter``).
+        self._deadline_timers: dict[Hashable, tuple[datetime, asyncio.Task[None]]] = {}
 
     def keys_for(self, event: Event) -> Iterable[Hashable]:
         meta = event.object.get("metadata", {})
@@ -610,13 +677,42 @@ class JobSetController:
         ]
 
     async def close(self) -> None:
-        return None
+        timers = [task for _, task in self._deadline_timers.values()]
+        self._deadline_timers.clear()
+        for task in timers:
+            task.cancel()
+        for task in timers:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def _wake_at(self, key: Hashable, due: datetime | None) -> None:
+        """Reconcile ``key`` again at ``due`` (None: no deadline pending)."""
+        current = self._deadline_timers.get(key)
+        if current is not None and (current[0] == due and not current[1].done()):
+            return
+        if current is not None:
+            current[1].cancel()
+            del self._deadline_timers[key]
+        if due is not None:
+            task = asyncio.create_task(self._wake(key, due))
+            self._deadline_timers[key] = (due, task)
+
+    async def _wake(self, key: Hashable, due: datetime) -> None:
+        # A little past ``due``: the pass compares whole seconds, and must see it passed.
+        await self._clock.sleep((due - self._clock.now()).total_seconds() + 0.01)
+        if self._deadline_timers.get(key, (None, None))[1] is asyncio.current_task():
+            del self._deadline_timers[key]
+        try:
+            self.reconcile(key)
+        except Exception:
+            log.exception("jobset: reconcile %s at a Job deadline failed", key)
 
     def reconcile(self, key: Hashable) -> None:
         assert isinstance(key, tuple)
         namespace, name = key
         jobset = self._store.find(JOBSET, namespace, name)
         if jobset is None:
+            self._wake_at(key, None)
             return  # its Jobs and pods go by garbage collection
         uid = jobset["metadata"]["uid"]
         selector = (Requirement(JOBSET_NAME_LABEL, "=", frozenset({name})),)
@@ -631,6 +727,8 @@ class JobSetController:
         now = rfc3339(self._clock.now())
         jobs = [self._sync_job(job, pods_by_job[job["metadata"]["uid"]], now) for job in jobs]
         self._apply(namespace, name, plan_jobset(jobset, jobs, now))
+        deadlines = [d for d in map(active_deadline, jobs) if d is not None]
+        self._wake_at(key, min(deadlines, default=None))
 
     def _sync_job(self, job: Obj, pods: list[Obj], now: str) -> Obj:
         """The Job controller's part: status from pods, then create/delete pods."""

@@ -162,7 +162,8 @@ def _container(
         )
     terminated: dict[str, Any] = {
         "exitCode": behavior.exit_code,
-        "reason": "Completed" if behavior.exit_code == 0 else "Error",
+        "reason": behavior.terminated_reason
+        or ("Completed" if behavior.exit_code == 0 else "Error"),
         "startedAt": line.stamp(start),
         "finishedAt": line.stamp(end),
         "containerID": pulled["containerID"],

@@ -1,0 +1,384 @@
+"""Why a JobSet failed, as one bounded sentence a researcher can act on (issue 12.4).
+
+A FAILED work unit must say why: the failing container's exit code and reason
+(``Error``, ``OOMKilled``), the Job's own reason (``DeadlineExceeded``,
+``BackoffLimitExceeded``, ``PodFailurePolicy``), a container that never started, or at
+least the JobSet's failure message. :func:`decide_failure_reason` reads the failed
+JobSet, its child Jobs (whichever the shell could read) and its pods, and returns a
+:class:`FailureReason`; :func:`failure_message` makes it the ERROR ``system_message``
+that the terminal FAILED observation carries. Pure: no I/O, no clock, so every case is
+a row of a table test.
+
+The order of the evidence is the point:
+
+1. *Which Job.* The JobSet's ``Failed`` message names the first failed Job
+   (upstream's ``messageWithFirstFailedJob``: ``… (first failed job: NAME)``); else the
+   Job whose ``Failed`` condition is oldest (upstream's ``findFirstFailedJob``); else the
+   Job of the first pod that failed.
+2. *The Job stopped its pods itself* (``DeadlineExceeded``): the Job's reason is the
+   cause, and the exit codes of its pods (SIGTERM's 143) are consequences, so they are
+   not reported; a container that was stuck before it could start (an image that cannot
+   be pulled) is added, because that is usually why the deadline passed.
+3. *A pod that failed on its own*: the earliest container, init containers included,
+   that terminated with a non-zero exit code — ``state.terminated``, or
+   ``lastState.terminated`` of a container that was restarted in place — *before* its pod
+   was deleted (whatever ends after the deletion was killed by it); or a pod-level
+   ``status.reason`` (``Evicted``, a pod's own ``DeadlineExceeded``).
+4. *A container that never started* (``ErrImagePull``, ``CreateContainerConfigError``…).
+5. The Job's ``Failed`` condition alone, then the JobSet's alone.
+
+Text copied from the cluster goes through ``xmc.messages.printable`` and the whole text
+is cut to :data:`MAX_TEXT` characters: termination messages can be long.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from reconciler.observe import (
+    JOBSET_NAME_LABEL,
+    JOBSET_UID_LABEL,
+    STARTUP_FAILURE_REASONS,
+    work_unit_ids,
+)
+from xmc.messages import printable
+from xmc.names import work_unit_name
+from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
+
+#: Characters of ``user_facing_text`` at most (the cut ends in "…").
+MAX_TEXT: Final = 1000
+JOB_NAME_LABEL: Final = "batch.kubernetes.io/job-name"
+#: The label batch/v1 put on pods before ``batch.kubernetes.io/job-name``.
+LEGACY_JOB_NAME_LABEL: Final = "job-name"
+JOB_UID_LABEL: Final = "batch.kubernetes.io/controller-uid"
+RESTART_ATTEMPT_LABEL: Final = "jobset.sigs.k8s.io/restart-attempt"
+
+#: Job failure reasons for which the Job controller itself deleted the running pods.
+JOB_STOPPED_ITS_PODS: Final = frozenset({"DeadlineExceeded"})
+
+_FIRST_FAILED_JOB = re.compile(r"\(first failed job: ([^)\s]+)\)")
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_CONTAINER_KINDS: Final = (
+    ("initContainerStatuses", "init container"),
+    ("containerStatuses", "container"),
+)
+
+
+class FailureCause(enum.StrEnum):
+    """Where the reason came from; small, so it can label a metric."""
+
+    #: The JobSet has not failed: nothing to say (not an error, an explicit answer).
+    NOT_FAILED = "not_failed"
+    #: A container exited with a non-zero code (init containers too).
+    CONTAINER = "container"
+    #: The pod failed with a reason of its own (``Evicted``, ``DeadlineExceeded``).
+    POD = "pod"
+    #: A container never started (image pull, container config).
+    STARTUP = "startup"
+    #: The Job's ``Failed`` condition (``DeadlineExceeded``, ``BackoffLimitExceeded``…).
+    JOB = "job"
+    #: Nothing but the JobSet's own ``Failed`` condition.
+    JOBSET = "jobset"
+
+
+@dataclass(frozen=True)
+class FailureReason:
+    cause: FailureCause
+    #: Printable, at most :data:`MAX_TEXT` characters; "" for NOT_FAILED.
+    text: str
+    #: The failed Job, "" when not known.
+    job: str = ""
+
+
+NOT_FAILED: Final = FailureReason(FailureCause.NOT_FAILED, "")
+
+
+# --- small readers of API objects -----------------------------------------------------
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _sequence(value: Any) -> Sequence[Any]:
+    return value if isinstance(value, list | tuple) else ()
+
+
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return _mapping(obj.get("metadata"))
+
+
+def _labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return _mapping(_meta(obj).get("labels"))
+
+
+def _name(obj: Mapping[str, Any]) -> str:
+    return _str(_meta(obj).get("name"))
+
+
+def _time(value: Any) -> datetime | None:
+    """RFC 3339 as the API server writes it; None for absent or malformed."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed
+
+
+def _true_condition(obj: Mapping[str, Any], *types: str) -> Mapping[str, Any] | None:
+    """The first of ``types`` (in that order) that is True."""
+    conditions = [_mapping(c) for c in _sequence(_mapping(obj.get("status")).get("conditions"))]
+    for wanted in types:
+        for condition in conditions:
+            if condition.get("type") == wanted and condition.get("status") == "True":
+                return condition
+    return None
+
+
+def _belongs_to(obj: Mapping[str, Any], jobset: Mapping[str, Any]) -> bool:
+    """By the JobSet's UID when labelled with it: every execution reuses the name."""
+    labels, meta = _labels(obj), _meta(jobset)
+    uid = labels.get(JOBSET_UID_LABEL)
+    if uid is not None:
+        return bool(uid == meta.get("uid"))
+    return bool(labels.get(JOBSET_NAME_LABEL) == meta.get("name"))
+
+
+def _current_attempt(pod: Mapping[str, Any], jobset: Mapping[str, Any]) -> bool:
+    """Pods of an earlier JobSet restart tell nothing about the failure that ended it."""
+    attempt = _labels(pod).get(RESTART_ATTEMPT_LABEL)
+    restarts = _mapping(jobset.get("status")).get("restarts")
+    return attempt is None or not isinstance(restarts, int) or attempt == str(restarts)
+
+
+def _pod_job(pod: Mapping[str, Any]) -> str:
+    labels = _labels(pod)
+    return _str(labels.get(JOB_NAME_LABEL)) or _str(labels.get(LEGACY_JOB_NAME_LABEL))
+
+
+# --- the failed Job -------------------------------------------------------------------
+
+
+def named_failed_job(jobset: Mapping[str, Any]) -> str:
+    """The Job the JobSet's ``Failed`` message names; "" when it names none."""
+    failed = _true_condition(jobset, "Failed")
+    match = _FIRST_FAILED_JOB.search(_str((failed or {}).get("message")))
+    return match.group(1) if match else ""
+
+
+def _oldest_failed_job(jobs: Sequence[Mapping[str, Any]]) -> str:
+    """The Job whose ``Failed`` condition is oldest; list order breaks ties (and ranks
+    unparseable times last)."""
+    failed: list[tuple[bool, datetime, int, str]] = []
+    for index, job in enumerate(jobs):
+        condition = _true_condition(job, "Failed")
+        if condition is not None:
+            at = _time(condition.get("lastTransitionTime"))
+            failed.append((at is None, at or _EPOCH, index, _name(job)))
+    return min(failed)[3] if failed else ""
+
+
+# --- what the pods say ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _PodFailure:
+    """One piece of evidence from one pod, with when it happened (None: unknown)."""
+
+    at: datetime | None
+    pod: str
+    order: int
+    cause: FailureCause
+    detail: str
+    job: str
+
+
+def _container_detail(kind: str, container: str, pod: str, terminated: Mapping[str, Any]) -> str:
+    code = terminated.get("exitCode")
+    text = f'{kind} "{container}" of pod "{pod}" exited with code {code}'
+    reason = _str(terminated.get("reason"))
+    if reason:
+        text += f" ({reason})"
+    message = _str(terminated.get("message")).strip()
+    return f"{text}: {message}" if message else text
+
+
+def _killed(terminated: Mapping[str, Any], deleted_at: datetime | None) -> bool:
+    """Ended at or after its pod's deletion (or at an unknown time after one): killed."""
+    if deleted_at is None:
+        return False
+    finished = _time(terminated.get("finishedAt"))
+    return finished is None or finished >= deleted_at
+
+
+def _container_failures(pod: Mapping[str, Any]) -> list[_PodFailure]:
+    """Non-zero exits of this pod's containers that were not caused by its deletion."""
+    status, name, job = _mapping(pod.get("status")), _name(pod), _pod_job(pod)
+    deleted_at = _time(_meta(pod).get("deletionTimestamp"))
+    found: list[_PodFailure] = []
+    order = 0
+    for key, kind in _CONTAINER_KINDS:
+        for container in map(_mapping, _sequence(status.get(key))):
+            for state_key in ("state", "lastState"):
+                terminated = _mapping(_mapping(container.get(state_key)).get("terminated"))
+                code = terminated.get("exitCode")
+                order += 1
+                if not isinstance(code, int) or code == 0 or _killed(terminated, deleted_at):
+                    continue
+                detail = _container_detail(kind, _str(container.get("name")), name, terminated)
+                at = _time(terminated.get("finishedAt"))
+                found.append(_PodFailure(at, name, order, FailureCause.CONTAINER, detail, job))
+    return found
+
+
+def _pod_reason(pod: Mapping[str, Any]) -> _PodFailure | None:
+    """A failed pod's own ``status.reason`` (the kubelet evicted it, or its
+    ``activeDeadlineSeconds`` passed): its containers were killed *because* of it."""
+    status = _mapping(pod.get("status"))
+    reason = _str(status.get("reason"))
+    if status.get("phase") != "Failed" or not reason:
+        return None
+    detail = f'pod "{_name(pod)}" failed: {reason}'
+    message = _str(status.get("message")).strip()
+    if message:
+        detail += f" ({message})"
+    ends = [t for c in _sequence(status.get("containerStatuses")) if (t := _finished_at(c))]
+    at = min(ends, default=None)
+    return _PodFailure(at, _name(pod), 0, FailureCause.POD, detail, _pod_job(pod))
+
+
+def _finished_at(container: Any) -> datetime | None:
+    terminated = _mapping(_mapping(_mapping(container).get("state")).get("terminated"))
+    return _time(terminated.get("finishedAt"))
+
+
+def _stuck(pods: Sequence[Mapping[str, Any]]) -> _PodFailure | None:
+    """The first container (init containers first, pods by name) waiting with a reason
+    that never clears on its own."""
+    for pod in sorted(pods, key=_name):
+        status = _mapping(pod.get("status"))
+        for key, kind in _CONTAINER_KINDS:
+            for container in map(_mapping, _sequence(status.get(key))):
+                waiting = _mapping(_mapping(container.get("state")).get("waiting"))
+                reason = _str(waiting.get("reason"))
+                if reason not in STARTUP_FAILURE_REASONS:
+                    continue
+                where = f'{kind} "{_str(container.get("name"))}" of pod "{_name(pod)}"'
+                detail = f"{where} could not start: {reason}"
+                message = _str(waiting.get("message")).strip()
+                if message:
+                    detail += f" ({message})"
+                return _PodFailure(None, _name(pod), 0, FailureCause.STARTUP, detail, _pod_job(pod))
+    return None
+
+
+def _first_failure(pods: Sequence[Mapping[str, Any]]) -> _PodFailure | None:
+    """The earliest failure among the pods; a pod's own reason stands for its containers."""
+    found: list[_PodFailure] = []
+    for pod in pods:
+        own = _pod_reason(pod)
+        found.extend([own] if own is not None else _container_failures(pod))
+    if not found:
+        return None
+    return min(found, key=lambda f: (f.at is None, f.at or _EPOCH, f.pod, f.order))
+
+
+# --- the decision ---------------------------------------------------------------------
+
+
+def _bounded(text: str) -> str:
+    text = printable(text)
+    return text if len(text) <= MAX_TEXT else text[: MAX_TEXT - 1] + "…"
+
+
+def _job_prefix(job: str, condition: Mapping[str, Any] | None) -> str:
+    reason = _str((condition or {}).get("reason"))
+    return f'job "{job}" failed' + (f" ({reason})" if reason else "")
+
+
+def _jobset_only(jobset: Mapping[str, Any], failed: Mapping[str, Any], job: str) -> FailureReason:
+    reason, message = _str(failed.get("reason")), _str(failed.get("message")).strip()
+    text = f'JobSet "{_name(jobset)}" failed' + (f" ({reason})" if reason else "")
+    return FailureReason(
+        FailureCause.JOBSET, _bounded(f"{text}: {message}" if message else text), job
+    )
+
+
+def decide_failure_reason(
+    jobset: Mapping[str, Any],
+    jobs: Iterable[Mapping[str, Any]] = (),
+    pods: Iterable[Mapping[str, Any]] = (),
+) -> FailureReason:
+    """The reason a failed JobSet failed (see the module docstring for the order).
+
+    ``jobs`` and ``pods`` may hold anything the shell read (other JobSets' objects, an
+    older incarnation's, nothing at all when the reads failed): only this JobSet's, of
+    its current restart attempt, are considered.
+    """
+    failed = _true_condition(jobset, "Failed")
+    if failed is None:
+        return NOT_FAILED
+    own_jobs = [j for j in jobs if _belongs_to(j, jobset)]
+    own_pods = [p for p in pods if _belongs_to(p, jobset) and _current_attempt(p, jobset)]
+
+    # 1. Which Job failed first.
+    name = named_failed_job(jobset) or _oldest_failed_job(own_jobs)
+    if not name:
+        first = _first_failure(own_pods)
+        name = first.job if first is not None else ""
+    job = next((j for j in own_jobs if _name(j) == name), None)
+    condition = None if job is None else _true_condition(job, "Failed", "FailureTarget")
+    job_uid = _str(_meta(job or {}).get("uid"))
+    job_pods = [
+        p
+        for p in own_pods
+        if (not name or _pod_job(p) == name)
+        and (not job_uid or _labels(p).get(JOB_UID_LABEL, job_uid) == job_uid)
+    ]
+    prefix = _job_prefix(name, condition) if name else f'JobSet "{_name(jobset)}" failed'
+
+    # 2. The Job stopped its pods itself: its reason, and what kept a container from starting.
+    if condition is not None and _str(condition.get("reason")) in JOB_STOPPED_ITS_PODS:
+        text = f"{prefix}: {_str(condition.get('message')).strip() or condition.get('reason')}"
+        stuck = _stuck(job_pods)
+        if stuck is not None:
+            return FailureReason(FailureCause.STARTUP, _bounded(f"{text}; {stuck.detail}"), name)
+        return FailureReason(FailureCause.JOB, _bounded(text), name)
+
+    # 3. A pod that failed on its own, then 4. a container that never started.
+    evidence = _first_failure(job_pods) or _stuck(job_pods)
+    if evidence is not None:
+        return FailureReason(evidence.cause, _bounded(f"{prefix}: {evidence.detail}"), name)
+
+    # 5. The Job's condition alone, then the JobSet's.
+    if condition is not None:
+        message = _str(condition.get("message")).strip()
+        return FailureReason(
+            FailureCause.JOB, _bounded(f"{prefix}: {message}" if message else prefix), name
+        )
+    return _jobset_only(jobset, failed, name)
+
+
+def failure_message(jobset: Mapping[str, Any], reason: FailureReason) -> StructuredMessage | None:
+    """The ERROR ``system_message`` (source KUBERNETES: the text is the cluster's) of the
+    FAILED observation; None when there is nothing to say."""
+    if reason.cause is FailureCause.NOT_FAILED:
+        return None
+    ids = work_unit_ids(jobset)
+    return StructuredMessage(
+        severity=StructuredMessage.ERROR,
+        source=StructuredMessage.KUBERNETES,
+        parent="" if ids is None else work_unit_name(ids[0], ids[1]),
+        user_facing_text=reason.text,
+    )

@@ -1,0 +1,272 @@
+"""A FAILED work unit says why (issue 12.4), end to end: ESS (gRPC) → Actuator → kubesim
+(HTTP, with its JobSet/Kueue/kubelet simulators) → Reconciler → ESS. The stored execution's
+``system_message`` and its status messages name the container, its exit code and reason,
+or the Job's reason (``DeadlineExceeded``), once, however often the failure is observed,
+on the batched path and on the finalizer's; ``xmc wu get`` and ``xmc wu messages`` show it.
+
+Real time throughout (kubesim time scale 1), like tests/integration/test_reconciler_e2e.py,
+whose system setup this file copies in miniature.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import Any
+
+from actuator.app import Actuator
+from actuator.consumer import ConsumerSettings
+from kubesim.resources import JOBSET
+from kubesim.server import KubeSim
+from reconciler.app import Reconciler, ReconcilerOptions
+from reconciler.batcher import BatcherOptions
+from reconciler.ess_client import EssClient
+from tests.integration.conftest import REDIS_URL, SIGNING_KEY, Ess, metadata
+from tests.integration.support import WallClock, minimal_work_unit, wait_until
+from tests.integration.test_cli import xmc
+from xmc.config import Settings
+from xmc.kube import JOBSETS
+from xmc.kube_client import KubeClient
+from xmc.model.states import WorkUnitState
+from xmc.store.repository import utc_now
+from xmc_api.cloud.xmanager.v1 import api_pb2
+from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
+from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
+from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
+
+S = WorkUnitState
+ALICE = metadata("alice")
+ERROR = StructuredMessage.ERROR
+
+
+@dataclasses.dataclass
+class System:
+    ess: Ess
+    sim: KubeSim
+    kube: KubeClient
+    reconciler: Reconciler
+
+    async def state(self, name: str) -> WorkUnitState:
+        unit = await self.ess.api.GetWorkUnit(api_pb2.GetWorkUnitRequest(name=name), metadata=ALICE)
+        return S(unit.current_work_unit_execution.status.state)
+
+    async def system_message(self, name: str) -> StructuredMessage:
+        unit = await self.ess.api.GetWorkUnit(api_pb2.GetWorkUnitRequest(name=name), metadata=ALICE)
+        message: StructuredMessage = unit.current_work_unit_execution.status.system_message
+        return message
+
+    async def messages(self, name: str) -> list[tuple[int, int, str]]:
+        """(execution id, severity, text) of every status message, oldest first."""
+        found = await self.ess.api.ListStatusMessages(
+            api_pb2.ListStatusMessagesRequest(parent=name), metadata=ALICE
+        )
+        return [
+            (m.execution_id, int(m.content.severity), m.content.user_facing_text)
+            for m in found.status_messages
+        ]
+
+    def jobset(self, name: str) -> dict[str, Any] | None:
+        xid, wid = name.split("/")[1::2]
+        found: dict[str, Any] | None = self.sim.store.find(JOBSET, "default", f"xmc-{xid}-{wid}")
+        return found
+
+
+@contextlib.asynccontextmanager
+async def running_system(
+    ess_factory: Any,
+    *,
+    startup_grace: timedelta = timedelta(minutes=2),
+    flush_interval: float = 0.05,
+) -> AsyncIterator[System]:
+    ess: Ess = await ess_factory(clock=WallClock())
+    sim = KubeSim(controllers=True, time_scale=1.0)
+    await sim.start()
+    settings = Settings(
+        database_url=ess.database_url,
+        redis_url=REDIS_URL,
+        kube_url=sim.url,
+        task_signing_key=SIGNING_KEY,
+        stream_prefix=ess.names.prefix,
+        ess_target=f"127.0.0.1:{ess.server.port}",
+    )
+    actuator = Actuator(settings, ConsumerSettings(claim_idle=30.0))
+    await actuator.start()
+    runner = asyncio.create_task(actuator.run())
+    kube = await KubeClient.from_settings(settings)
+    ess_client = EssClient(settings.ess_target, token="token-reconciler")
+    reconciler = Reconciler(
+        kube,
+        ess_client,
+        identity="r1",
+        clock=utc_now,
+        options=ReconcilerOptions(
+            lease=None,
+            batcher=BatcherOptions(flush_interval=flush_interval),
+            startup_grace=startup_grace,
+            diagnostics_interval=0.2,
+            orphan_interval=3600,
+        ),
+    )
+    await reconciler.start()
+    try:
+        yield System(ess, sim, kube, reconciler)
+    finally:
+        await reconciler.stop()
+        await ess_client.close()
+        await kube.close()
+        await actuator.stop()
+        runner.cancel()
+        await sim.stop()
+
+
+def failing_unit(behavior: dict[str, Any], *, deadline_seconds: int = 0) -> WorkUnit:
+    unit = minimal_work_unit()
+    job = unit.executable.jobset.jobs[0]
+    job.annotations["kubesim.xmc/behavior"] = json.dumps(behavior)
+    job.termination_grace_period_seconds = 1
+    if deadline_seconds:
+        job.active_deadline_seconds = deadline_seconds
+    return unit
+
+
+async def create(system: System, unit: WorkUnit) -> str:
+    experiment: Experiment = await system.ess.api.CreateExperiment(
+        api_pb2.CreateExperimentRequest(experiment=Experiment()), metadata=ALICE
+    )
+    operation = await system.ess.api.CreateWorkUnit(
+        api_pb2.CreateWorkUnitRequest(parent=experiment.name, work_unit=unit), metadata=ALICE
+    )
+    return str(operation.name).split("/operations/")[0]
+
+
+async def failed(system: System, name: str, *, within: float = 30) -> str:
+    """Wait for FAILED; the stored reason (the ERROR system message's text)."""
+    await wait_until(lambda: system.state(name), S.FAILED, within=within)
+    message = await system.system_message(name)
+    assert (message.severity, message.source) == (ERROR, StructuredMessage.KUBERNETES)
+    return str(message.user_facing_text)
+
+
+def jobset_name(name: str) -> str:
+    xid, wid = name.split("/")[1::2]
+    return f"xmc-{xid}-{wid}"
+
+
+def job_name(name: str) -> str:
+    return f"{jobset_name(name)}-main-0"
+
+
+async def test_a_container_that_exits_1_names_its_exit_code(ess_factory: Any) -> None:
+    async with running_system(ess_factory) as system:
+        name = await create(system, failing_unit({"run_seconds": 1, "exit_code": 1}))
+        reason = await failed(system, name)
+
+        job = job_name(name)
+        assert reason.startswith(f'job "{job}" failed (BackoffLimitExceeded): container "main"')
+        assert reason.endswith("exited with code 1 (Error)")
+        assert f'of pod "{job}-0-' in reason
+        assert await system.messages(name) == [(1, ERROR, reason)]
+
+
+async def test_an_oom_killed_container_says_so(ess_factory: Any) -> None:
+    async with running_system(ess_factory) as system:
+        name = await create(system, failing_unit({"oom_killed": True, "run_seconds": 1}))
+        reason = await failed(system, name)
+        assert "exited with code 137 (OOMKilled)" in reason
+        assert await system.messages(name) == [(1, ERROR, reason)]
+
+
+async def test_a_job_past_its_deadline_says_deadline_exceeded(ess_factory: Any) -> None:
+    async with running_system(ess_factory) as system:
+        name = await create(system, failing_unit({"run_seconds": None}, deadline_seconds=3))
+        reason = await failed(system, name)
+        assert reason == (
+            f'job "{job_name(name)}" failed (DeadlineExceeded): '
+            "Job was active longer than specified deadline"
+        )
+        assert await system.messages(name) == [(1, ERROR, reason)]
+
+
+async def test_an_image_that_never_pulls_ends_at_the_deadline_with_both_reasons(
+    ess_factory: Any,
+) -> None:
+    grace = timedelta(seconds=1)
+    async with running_system(ess_factory, startup_grace=grace) as system:
+        unit = failing_unit({"image_pull_error": True}, deadline_seconds=5)
+        name = await create(system, unit)
+        reason = await failed(system, name)
+
+        assert reason.startswith(f'job "{job_name(name)}" failed (DeadlineExceeded): ')
+        texts = [text for _eid, severity, text in await system.messages(name)]
+        assert texts[-1] == reason, "the failure is the last word"
+        assert any("ErrImagePull" in t or "ImagePullBackOff" in t for t in texts[:-1]), texts
+
+
+async def test_the_reason_is_stored_once_through_resyncs_and_the_finalizer(
+    ess_factory: Any,
+) -> None:
+    async with running_system(ess_factory) as system:
+        name = await create(system, failing_unit({"crash": True}))
+        reason = await failed(system, name)
+
+        # Re-observe it as a resync and a new leader would, then let the orphan sweep
+        # delete it: the finalizer path writes FAILED again.
+        jobset = system.reconciler.jobsets.get(jobset_name(name))
+        assert jobset is not None
+        for _ in range(3):
+            await system.reconciler._on_jobset("RESYNC", jobset)
+        assert await system.reconciler.collect_orphans() == 1
+
+        async def gone() -> bool:
+            return system.jobset(name) is None
+
+        await wait_until(gone, True, within=30)
+        await system.reconciler.batcher.flush_now()
+        assert await system.messages(name) == [(1, ERROR, reason)]
+        assert await system.state(name) == S.FAILED
+
+
+async def test_the_finalizer_path_writes_the_reason_when_it_writes_first(
+    ess_factory: Any,
+) -> None:
+    # A batcher that never flushes on its own: only the finalizer's synchronous write
+    # lands before the JobSet is gone (the final flush at shutdown then changes nothing).
+    async with running_system(ess_factory, flush_interval=3600) as system:
+        name = await create(system, failing_unit({"crash": True}))
+
+        async def kubesim_failed() -> bool:
+            conditions = ((system.jobset(name) or {}).get("status") or {}).get("conditions")
+            return any(c["type"] == "Failed" and c["status"] == "True" for c in conditions or [])
+
+        await wait_until(kubesim_failed, True, within=30)
+        assert await system.state(name) != S.FAILED, "nothing was flushed"
+        await system.kube.delete(JOBSETS, "default", jobset_name(name))
+        reason = await failed(system, name)
+        # kubesim deletes a deleted JobSet's Jobs and pods at once (upstream keeps them
+        # until the finalizer goes), so only the JobSet is left to say why.
+        assert reason.endswith(f"(first failed job: {job_name(name)})")
+        assert await system.messages(name) == [(1, ERROR, reason)]
+
+
+async def test_the_cli_shows_the_reason(ess_factory: Any) -> None:
+    async with running_system(ess_factory) as system:
+        name = await create(system, failing_unit({"run_seconds": 1, "exit_code": 3}))
+        reason = await failed(system, name)
+
+        shown = await xmc(system.ess, "wu", "get", name)
+        assert shown.exit_code == 0, shown.output
+        assert f"system: {reason}" in shown.stdout
+
+        listed = await xmc(system.ess, "wu", "messages", name)
+        assert listed.exit_code == 0, listed.output
+        assert reason in _text_column(listed.stdout)
+
+
+def _text_column(table: str) -> str:
+    """The last column of a rich table, its wrapped lines joined again."""
+    cells = [line.split("│")[-2].strip() for line in table.splitlines() if line.count("│") > 2]
+    return " ".join(cell for cell in cells if cell and cell != "text")

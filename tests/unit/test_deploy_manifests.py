@@ -37,6 +37,7 @@ RECONCILER_NEEDS = (
     {("jobset.x-k8s.io", "jobsets", v) for v in ("get", "list", "watch", "patch", "delete")}
     | {("kueue.x-k8s.io", "workloads", v) for v in ("get", "list", "watch")}
     | {("", "pods", v) for v in ("get", "list", "watch")}
+    | {("batch", "jobs", "get")}
     | {("coordination.k8s.io", "leases", v) for v in ("get", "create", "update")}
     | {
         ("visibility.kueue.x-k8s.io", "localqueues/pendingworkloads", "get"),

@@ -9,6 +9,7 @@ precision is the microsecond, the resolution of Postgres ``timestamptz``.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
@@ -37,3 +38,20 @@ def stamp_after(stored: datetime | None, now: datetime) -> datetime:
     the stored state's time + 1 µs, so a host whose clock is behind the one that stamped
     the stored state cannot lose to the time order (docs/decisions/0007, 0011)."""
     return now if stored is None else max(now, stored + _ONE_MICROSECOND)
+
+
+def as_utc(value: datetime) -> datetime:
+    """Naive datetimes are UTC (Kubernetes and protobuf both speak UTC); aware ones are
+    converted, so the two never mix in a comparison."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def parse_rfc3339(value: Any) -> datetime | None:
+    """An RFC 3339 time as the API server writes it (``...Z``, fractions or not) → aware
+    UTC; None for absent or malformed: one bad field must not stop an observation."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return as_utc(datetime.fromisoformat(value))
+    except ValueError:
+        return None

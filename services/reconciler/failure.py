@@ -48,6 +48,7 @@ from reconciler.observe import (
 )
 from xmc.messages import printable
 from xmc.names import work_unit_name
+from xmc.timestamps import parse_rfc3339
 from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
 
 #: Characters of ``user_facing_text`` at most (the cut ends in "…").
@@ -125,17 +126,6 @@ def _name(obj: Mapping[str, Any]) -> str:
     return _str(_meta(obj).get("name"))
 
 
-def _time(value: Any) -> datetime | None:
-    """RFC 3339 as the API server writes it; None for absent or malformed."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed
-
-
 def _true_condition(obj: Mapping[str, Any], *types: str) -> Mapping[str, Any] | None:
     """The first of ``types`` (in that order) that is True."""
     conditions = [_mapping(c) for c in _sequence(_mapping(obj.get("status")).get("conditions"))]
@@ -184,7 +174,7 @@ def _oldest_failed_job(jobs: Sequence[Mapping[str, Any]]) -> str:
     for index, job in enumerate(jobs):
         condition = _true_condition(job, "Failed")
         if condition is not None:
-            at = _time(condition.get("lastTransitionTime"))
+            at = parse_rfc3339(condition.get("lastTransitionTime"))
             failed.append((at is None, at or _EPOCH, index, _name(job)))
     return min(failed)[3] if failed else ""
 
@@ -218,14 +208,14 @@ def _killed(terminated: Mapping[str, Any], deleted_at: datetime | None) -> bool:
     """Ended at or after its pod's deletion (or at an unknown time after one): killed."""
     if deleted_at is None:
         return False
-    finished = _time(terminated.get("finishedAt"))
+    finished = parse_rfc3339(terminated.get("finishedAt"))
     return finished is None or finished >= deleted_at
 
 
 def _container_failures(pod: Mapping[str, Any]) -> list[_PodFailure]:
     """Non-zero exits of this pod's containers that were not caused by its deletion."""
     status, name, job = _mapping(pod.get("status")), _name(pod), _pod_job(pod)
-    deleted_at = _time(_meta(pod).get("deletionTimestamp"))
+    deleted_at = parse_rfc3339(_meta(pod).get("deletionTimestamp"))
     found: list[_PodFailure] = []
     order = 0
     for key, kind in _CONTAINER_KINDS:
@@ -237,7 +227,7 @@ def _container_failures(pod: Mapping[str, Any]) -> list[_PodFailure]:
                 if not isinstance(code, int) or code == 0 or _killed(terminated, deleted_at):
                     continue
                 detail = _container_detail(kind, _str(container.get("name")), name, terminated)
-                at = _time(terminated.get("finishedAt"))
+                at = parse_rfc3339(terminated.get("finishedAt"))
                 found.append(_PodFailure(at, name, order, FailureCause.CONTAINER, detail, job))
     return found
 
@@ -260,7 +250,7 @@ def _pod_reason(pod: Mapping[str, Any]) -> _PodFailure | None:
 
 def _finished_at(container: Any) -> datetime | None:
     terminated = _mapping(_mapping(_mapping(container).get("state")).get("terminated"))
-    return _time(terminated.get("finishedAt"))
+    return parse_rfc3339(terminated.get("finishedAt"))
 
 
 def _stuck(pods: Sequence[Mapping[str, Any]]) -> _PodFailure | None:

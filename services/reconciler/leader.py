@@ -32,6 +32,7 @@ import structlog
 
 from xmc.kube import LEASES, KubeError, KubeFailure
 from xmc.kube_client import KubeClient
+from xmc.timestamps import parse_rfc3339
 
 log = structlog.get_logger()
 
@@ -77,18 +78,9 @@ def format_micro_time(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def parse_time(value: Any) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
 def expired(spec: Obj, now: datetime) -> bool:
     """Whether the holder has stopped renewing: no ``renewTime`` counts as expired."""
-    renewed = parse_time(spec.get("renewTime"))
+    renewed = parse_rfc3339(spec.get("renewTime"))
     if renewed is None:
         return True
     duration = spec.get("leaseDurationSeconds")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Final
 
 from actuator.labels import EXECUTION_ID, EXPERIMENT_ID, FINALIZER, WORK_UNIT_ID
@@ -21,7 +21,7 @@ from reconciler.observation import Observation, Source
 from xmc.model.jobset import MappingRule, decide_work_unit_state, observation_state_update_time
 from xmc.model.states import EXECUTION_TERMINAL_STATES, WorkUnitState
 from xmc.names import work_unit_name
-from xmc.timestamps import set_timestamp
+from xmc.timestamps import as_utc, parse_rfc3339, set_timestamp
 from xmc_api.cloud.xmanager.v1.status_pb2 import (
     Condition,
     ExecutableStatus,
@@ -98,22 +98,6 @@ def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
-def _as_utc(value: datetime) -> datetime:
-    """Naive datetimes are UTC, as everywhere in xmc; aware and naive must not mix."""
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
-def _parse_time(value: Any) -> datetime | None:
-    """RFC 3339 → aware UTC; None for absent or malformed (one bad field must not stop us)."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return _as_utc(parsed)
-
-
 def _conditions(obj: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [_mapping(c) for c in _sequence(_mapping(obj.get("status")).get("conditions"))]
 
@@ -160,7 +144,7 @@ def _jobset_state_update_time(jobset: Mapping[str, Any], observed_at: datetime) 
     stop, and then the §5.2 time order would reject STOPPED after STOPPING.
     """
     newest = observation_state_update_time(jobset, observed_at)
-    deleted_at = _parse_time(_metadata(jobset).get("deletionTimestamp"))
+    deleted_at = parse_rfc3339(_metadata(jobset).get("deletionTimestamp"))
     return newest if deleted_at is None else max(newest, deleted_at)
 
 
@@ -171,7 +155,7 @@ def _proto_condition(item: Mapping[str, Any]) -> Condition:
         reason=_str(item.get("reason")),
         message=_str(item.get("message")),
     )
-    set_timestamp(condition.update_time, _parse_time(item.get("lastTransitionTime")))
+    set_timestamp(condition.update_time, parse_rfc3339(item.get("lastTransitionTime")))
     return condition
 
 
@@ -295,7 +279,7 @@ def scheduling_message(
             )
         ),
     )
-    set_timestamp(message.create_time, _parse_time(reserved.get("lastTransitionTime")))
+    set_timestamp(message.create_time, parse_rfc3339(reserved.get("lastTransitionTime")))
     return message
 
 
@@ -402,7 +386,7 @@ def _admitted_since(jobset: Mapping[str, Any]) -> datetime | None:
     suspended = _condition(jobset, "Suspended")
     if suspended is None or suspended.get("status") != "False":
         return None
-    return _parse_time(suspended.get("lastTransitionTime"))
+    return parse_rfc3339(suspended.get("lastTransitionTime"))
 
 
 def _diagnostic_text(stuck: Sequence[StuckContainer]) -> str:
@@ -431,7 +415,7 @@ def startup_diagnostics(
     then container order, so a resync does not produce a "different" message.
     """
     admitted_at = _admitted_since(jobset)
-    if admitted_at is None or _as_utc(now) - admitted_at < grace:
+    if admitted_at is None or as_utc(now) - admitted_at < grace:
         return None
     stuck = _stuck_containers(p for p in pods if _belongs_to(p, jobset))
     if not stuck:
@@ -519,8 +503,8 @@ def decide_finalizer(
         return FinalizerDecision(
             FinalizerAction.WRITE_THEN_REMOVE, observation, "deleting: write the terminal state"
         )
-    deleted_at = _parse_time(deletion)
-    if deleted_at is None or _as_utc(now) - deleted_at >= max_retry_age:
+    deleted_at = parse_rfc3339(deletion)
+    if deleted_at is None or as_utc(now) - deleted_at >= max_retry_age:
         return FinalizerDecision(
             FinalizerAction.REMOVE_ANYWAY,
             None,

@@ -8,10 +8,11 @@ tolerate absent or null fields the way the API omits them.
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from xmc.model.states import WorkUnitState
+from xmc.timestamps import as_utc, parse_rfc3339
 
 _CONDITION_COMPLETED = "Completed"
 _CONDITION_FAILED = "Failed"
@@ -138,20 +139,6 @@ def to_work_unit_state(jobset: Mapping[str, Any]) -> WorkUnitState:
     return decide_work_unit_state(jobset).state
 
 
-def _as_utc(value: datetime) -> datetime:
-    # Naive datetimes are read as UTC: Kubernetes and protobuf both speak UTC.
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
-def _parse_rfc3339(value: Any) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return _as_utc(datetime.fromisoformat(value))
-    except ValueError:
-        return None
-
-
 def observation_state_update_time(jobset: Mapping[str, Any], observed_at: datetime) -> datetime:
     """The time of the JobSet's current state on the cluster's clock (tz-aware UTC): the
     newest condition ``lastTransitionTime``, else the ``creationTimestamp`` (a JobSet
@@ -167,12 +154,12 @@ def observation_state_update_time(jobset: Mapping[str, Any], observed_at: dateti
     is. Unparseable timestamps are skipped like absent ones: one malformed field must not
     stop the Reconciler from reporting the state.
     """
-    parsed = (_parse_rfc3339(c.get("lastTransitionTime")) for c in _conditions(jobset))
+    parsed = (parse_rfc3339(c.get("lastTransitionTime")) for c in _conditions(jobset))
     times = [t for t in parsed if t is not None]
     if times:
         return max(times)
     metadata = jobset.get("metadata")
     created = (
-        _parse_rfc3339(metadata.get("creationTimestamp")) if isinstance(metadata, Mapping) else None
+        parse_rfc3339(metadata.get("creationTimestamp")) if isinstance(metadata, Mapping) else None
     )
-    return created if created is not None else _as_utc(observed_at).replace(microsecond=0)
+    return created if created is not None else as_utc(observed_at).replace(microsecond=0)

@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ADMIN_DSN
+from tests.integration.processes import running_stack
 from tests.integration.redis_server import RedisServer
-from tests.stack import Stack, StackOptions, create_database, drop_database
+from tests.stack import Stack, StackOptions
 
 HERE = Path(__file__).resolve().parent
 USER_TOKEN = "compat-alice-token"
@@ -78,22 +79,10 @@ async def compat_stack(
         "XMC_AUTH_SERVICE_ACCOUNTS": SERVICE_EMAIL,
         "XMC_SERVICE_TOKEN": SERVICE_TOKEN,
     }
-    database = await create_database(ADMIN_DSN)
-    stack = Stack(
-        database_url=database,
-        redis_url=private_redis.url,
-        log_dir=tmp_path / "logs",
-        options=StackOptions(extra_env=auth),
-    )
-    try:
-        await stack.start()
+    async with running_stack(
+        ADMIN_DSN, private_redis.url, tmp_path / "logs", request, StackOptions(extra_env=auth)
+    ) as stack:
         yield stack
-    finally:
-        await stack.stop()
-        await drop_database(ADMIN_DSN, database)
-        report = getattr(request.node, "report_call", None)
-        if report is not None and report.failed:
-            stack.print_logs()
 
 
 def client_env(stack: Stack) -> dict[str, str]:

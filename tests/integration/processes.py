@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import ADMIN_DSN
 from tests.integration.redis_server import RedisServer
 from tests.integration.support import minimal_work_unit
-from tests.stack import JobSetLedger, Stack, create_database, drop_database
+from tests.stack import JobSetLedger, Stack, StackOptions, create_database, drop_database
 from xmc.model.states import WorkUnitState
 from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
@@ -62,11 +62,15 @@ class Client:
 
 @contextlib.asynccontextmanager
 async def running_stack(
-    admin_dsn: str, redis_url: str, log_dir: Path, request: pytest.FixtureRequest
+    admin_dsn: str,
+    redis_url: str,
+    log_dir: Path,
+    request: pytest.FixtureRequest,
+    options: StackOptions | None = None,
 ) -> AsyncIterator[Stack]:
     """A started stack on a new database of ``admin_dsn``; logs printed if the test failed."""
     database = await create_database(admin_dsn)
-    started = Stack(database_url=database, redis_url=redis_url, log_dir=log_dir)
+    started = Stack(database_url=database, redis_url=redis_url, log_dir=log_dir, options=options)
     try:
         await started.start()
         yield started

@@ -32,6 +32,16 @@ SIGNING_KEY: Final = "fault-test-signing-key-of-at-least-32-bytes"
 SERVICES: Final = ("kubesim", "ess", "actuator", "reconciler")
 
 
+def free_ports(count: int) -> list[int]:
+    """``count`` different free ports."""
+    ports: list[int] = []
+    while len(ports) < count:
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    return ports
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -91,10 +101,12 @@ class Stack:
         self.database_url = database_url
         self.redis_url = redis_url
         self.prefix = f"stack-{uuid.uuid4().hex[:8]}:"
-        self.kube_port = free_port()
-        self.ess_port = free_port()
+        # Distinct ports: each probe releases its port, so two probes may return the same
+        # one (an ESS and a metrics listener once did, and the Reconciler exited on it).
+        ports = free_ports(2 + len(SERVICES) - 1)
+        self.kube_port, self.ess_port = ports[0], ports[1]
         #: ``/metrics``, ``/healthz`` and ``/readyz`` of each XMC service.
-        self.ops_ports = {name: free_port() for name in SERVICES if name != "kubesim"}
+        self.ops_ports = dict(zip((n for n in SERVICES if n != "kubesim"), ports[2:], strict=True))
         self.log_dir = log_dir
         log_dir.mkdir(parents=True, exist_ok=True)
         self.processes: dict[str, asyncio.subprocess.Process] = {}

@@ -41,9 +41,8 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from reconciler.observe import (
-    JOBSET_NAME_LABEL,
-    JOBSET_UID_LABEL,
     STARTUP_FAILURE_REASONS,
+    belongs_to,
     work_unit_ids,
 )
 from xmc.messages import printable
@@ -134,15 +133,6 @@ def _true_condition(obj: Mapping[str, Any], *types: str) -> Mapping[str, Any] | 
             if condition.get("type") == wanted and condition.get("status") == "True":
                 return condition
     return None
-
-
-def _belongs_to(obj: Mapping[str, Any], jobset: Mapping[str, Any]) -> bool:
-    """By the JobSet's UID when labelled with it: every execution reuses the name."""
-    labels, meta = _labels(obj), _meta(jobset)
-    uid = labels.get(JOBSET_UID_LABEL)
-    if uid is not None:
-        return bool(uid == meta.get("uid"))
-    return bool(labels.get(JOBSET_NAME_LABEL) == meta.get("name"))
 
 
 def _current_attempt(pod: Mapping[str, Any], jobset: Mapping[str, Any]) -> bool:
@@ -319,8 +309,8 @@ def decide_failure_reason(
     failed = _true_condition(jobset, "Failed")
     if failed is None:
         return NOT_FAILED
-    own_jobs = [j for j in jobs if _belongs_to(j, jobset)]
-    own_pods = [p for p in pods if _belongs_to(p, jobset) and _current_attempt(p, jobset)]
+    own_jobs = [j for j in jobs if belongs_to(j, jobset)]
+    own_pods = [p for p in pods if belongs_to(p, jobset) and _current_attempt(p, jobset)]
 
     # 1. Which Job failed first.
     name = named_failed_job(jobset) or _oldest_failed_job(own_jobs)

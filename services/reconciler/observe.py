@@ -353,9 +353,10 @@ class StuckContainer:
     message: str
 
 
-def _belongs_to(pod: Mapping[str, Any], jobset: Mapping[str, Any]) -> bool:
-    """By JobSet UID when the pod carries it: every execution reuses the JobSet's name."""
-    labels, metadata = _labels(pod), _metadata(jobset)
+def belongs_to(obj: Mapping[str, Any], jobset: Mapping[str, Any]) -> bool:
+    """Whether a pod or Job is this JobSet's: by the JobSet's UID when labelled with it,
+    since every execution reuses the JobSet's name."""
+    labels, metadata = _labels(obj), _metadata(jobset)
     uid = labels.get(JOBSET_UID_LABEL)
     if uid is not None:
         return bool(uid == metadata.get("uid"))
@@ -417,7 +418,7 @@ def startup_diagnostics(
     admitted_at = _admitted_since(jobset)
     if admitted_at is None or as_utc(now) - admitted_at < grace:
         return None
-    stuck = _stuck_containers(p for p in pods if _belongs_to(p, jobset))
+    stuck = _stuck_containers(p for p in pods if belongs_to(p, jobset))
     if not stuck:
         return None
     ids = work_unit_ids(jobset)

@@ -49,6 +49,18 @@ def ready_body(checks: Sequence[Check]) -> tuple[int, dict[str, object]]:
     return (200 if ok else 503), body
 
 
+async def probe(name: str, call: Awaitable[object] | None) -> Check:
+    """One dependency round trip (``PING``, ``SELECT 1``) as a readiness check; None means
+    the client was never connected."""
+    if call is None:
+        return Check(name, False, "not connected")
+    try:
+        await call
+    except Exception as error:
+        return Check(name, False, f"{type(error).__name__}: {error}")
+    return Check(name, True, "answering")
+
+
 async def evaluate(readiness: Readiness, *, limit: float = READY_TIMEOUT) -> list[Check]:
     """Run the readiness checks; one that raises or hangs is a failed check, not a 500."""
     try:

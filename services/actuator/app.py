@@ -4,7 +4,7 @@ and pause gates, the JobSet handlers and the stream consumer."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -20,7 +20,7 @@ from actuator.repair import RepairSettings, RepairSweep
 from actuator.settle import TaskSettler
 from xmc.config import Settings
 from xmc.errors import InvalidArgumentError
-from xmc.health import Check
+from xmc.health import Check, probe
 from xmc.store.repository import Store, utc_now, wait_for_postgres
 from xmc.streams import StreamNames
 from xmc.supervise import supervise
@@ -114,8 +114,8 @@ class Actuator:
         """``/readyz``: consuming, Redis and Postgres answering."""
         consuming = self.consumer is not None and not self._stopping.is_set()
         checks = [Check("consumer", consuming, "consuming" if consuming else "not consuming")]
-        checks.append(await _probe("redis", self._redis.ping() if self._redis else None))
-        checks.append(await _probe("postgres", self.store.ping() if self.store else None))
+        checks.append(await probe("redis", self._redis.ping() if self._redis else None))
+        checks.append(await probe("postgres", self.store.ping() if self.store else None))
         return checks
 
     async def stop(self) -> None:
@@ -131,14 +131,3 @@ class Actuator:
         if self.store is not None:
             await self.store.close()
         log.info("actuator stopped")
-
-
-async def _probe(name: str, call: Awaitable[object] | None) -> Check:
-    """One dependency round trip as a readiness check."""
-    if call is None:
-        return Check(name, False, "not connected")
-    try:
-        await call
-    except Exception as error:
-        return Check(name, False, f"{type(error).__name__}: {error}")
-    return Check(name, True, "answering")

@@ -32,7 +32,7 @@ from ess.resume import ResumeWorker
 from ess.service import ExperimentStateService
 from xmc.config import Settings
 from xmc.errors import InvalidArgumentError
-from xmc.health import Check
+from xmc.health import Check, probe
 from xmc.model.outbox import RelaySettings
 from xmc.store import operations, outbox, scheduling
 from xmc.store.migrate import migrate
@@ -232,14 +232,8 @@ class EssServer:
         """``/readyz``: serving (not draining) and Postgres answering. Redis is not a
         condition: intents land in the outbox while it is down."""
         serving = self._server is not None and not self._stop.is_set()
-        checks = [Check("grpc", serving, "serving" if serving else "draining or not started")]
-        if self.store is None:
-            return [*checks, Check("postgres", False, "not connected")]
-        try:
-            await self.store.ping()
-        except Exception as error:
-            return [*checks, Check("postgres", False, f"{type(error).__name__}: {error}")]
-        return [*checks, Check("postgres", True, "answering")]
+        grpc_check = Check("grpc", serving, "serving" if serving else "draining or not started")
+        return [grpc_check, await probe("postgres", self.store.ping() if self.store else None)]
 
     async def stop(self, grace: float = 10.0) -> None:
         """Graceful: report NOT_SERVING (health checks and ``/readyz``), refuse new RPCs, let

@@ -21,7 +21,7 @@ import dataclasses
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
@@ -61,6 +61,9 @@ class ApiContext:
     watches: WatchHub
     bookmark_interval: float = 1.0
     """Seconds between BOOKMARK events on watches that allow them."""
+    update_checks: dict[str, Callable[[Obj, Obj], None]] = field(default_factory=dict)
+    """Per resource key, a validating admission check of (old, new) for updates and
+    patches of the main resource; it raises ``ApiError`` to deny (stands in for webhooks)."""
 
 
 CONTEXT = web.AppKey("kubesim", ApiContext)
@@ -416,6 +419,7 @@ async def _replace(context: ApiContext, request: web.Request, target: Target) ->
             _name(target),
             "metadata.resourceVersion: Invalid value: 0x0: must be specified for an update",
         )
+    _check_update(context, target, body)
     updated = context.store.replace(
         target.resource, body, target.namespace, subresource=target.subresource
     )
@@ -431,10 +435,17 @@ async def _patch(context: ApiContext, request: web.Request, target: Target) -> w
     current = store.get(target.resource, target.namespace, _name(target))
     patched = apply_patch(patch_type, current, body)
     check_identity(patched, target)
+    _check_update(context, target, patched)
     updated = store.replace(
         target.resource, patched, target.namespace, subresource=target.subresource
     )
     return json_response(_in_version(updated, target))
+
+
+def _check_update(context: ApiContext, target: Target, new: Obj) -> None:
+    check = context.update_checks.get(target.resource.key)
+    if check is not None and target.subresource is None:
+        check(context.store.get(target.resource, target.namespace, _name(target)), new)
 
 
 async def _delete(context: ApiContext, request: web.Request, target: Target) -> web.Response:

@@ -14,6 +14,10 @@ from kubesim.clock import parse_offset
 from kubesim.server import KubeSim
 from xmc.logging import configure_logging
 
+KUEUE_VERSIONS = ("0.19", "0.20")
+"""``--kueue-version`` values (kubesim.controllers.KueueVersion; not imported, so the API
+alone never loads the controllers)."""
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
@@ -45,6 +49,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=1.0,
         help="seconds between BOOKMARK events on watches that allow them",
     )
+    parser.add_argument(
+        "--kueue-version",
+        choices=KUEUE_VERSIONS,
+        default=KUEUE_VERSIONS[0],
+        help="whose defaults the Kueue simulator's waiting reasons follow: 0.19 (Pending, "
+        "Inadmissible) or 0.20, current upstream (WaitingForQuota, ExceedsMaxQuota, ...)",
+    )
     parser.add_argument("--log-level", default="INFO")
     return parser.parse_args(argv)
 
@@ -56,6 +67,7 @@ async def serve(args: argparse.Namespace) -> None:
         time_scale=args.time_scale,
         bookmark_interval=args.bookmark_interval,
         clock_offset=args.clock_offset,
+        kueue_version=args.kueue_version,
     )
     url = await sim.start(args.host, args.port)
     log = structlog.get_logger()
@@ -64,6 +76,7 @@ async def serve(args: argparse.Namespace) -> None:
         url=url,
         controllers=not args.no_controllers,
         clock_offset_seconds=args.clock_offset.total_seconds(),
+        kueue_version=args.kueue_version,
     )
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -7,6 +7,7 @@ The controllers are imported only when enabled, so the API alone never depends o
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -16,6 +17,7 @@ from aiohttp import web
 from kubesim.api import ApiContext, build_app
 from kubesim.clock import SimClock
 from kubesim.faults import Faults
+from kubesim.resources import JOBSET
 from kubesim.store import ObjectStore
 from kubesim.watch import WatchHub
 
@@ -33,14 +35,17 @@ class KubeSim:
         time_scale: float = 1.0,
         bookmark_interval: float = 1.0,
         clock_offset: timedelta = timedelta(),
+        kueue_version: str | None = None,
     ) -> None:
         """``watch_history`` is how many events a watch can resume across (older → 410);
         ``time_scale`` is simulated seconds per real second (``controller_settings``, when
         given, carries its own); ``bookmark_interval`` is the real seconds between BOOKMARK
         events on watches that allow them; ``clock_offset`` puts the cluster's clock that far
-        from the host's (negative: behind)."""
+        from the host's (negative: behind); ``kueue_version`` (``"0.19"``, ``"0.20"``) picks
+        the Kueue simulator's waiting reasons (``controller_settings`` carries its own)."""
         self._with_controllers = controllers
         self._controller_settings = controller_settings
+        self._kueue_version = kueue_version
         scale = controller_settings.time_scale if controller_settings else time_scale
         self.clock = SimClock(scale, offset=clock_offset)
         self._store = ObjectStore(clock=self.clock, history=watch_history)
@@ -90,10 +95,17 @@ class KubeSim:
         return self._url
 
     async def _start_controllers(self) -> None:
-        from kubesim.controllers import Controllers, ControllerSettings
+        from kubesim.controllers import Controllers, ControllerSettings, KueueVersion
+        from kubesim.controllers.kueue import validate_jobset_update
         from kubesim.defaults import install_defaults
 
         settings = self._controller_settings or ControllerSettings(time_scale=self.clock.scale)
+        if self._kueue_version is not None and self._controller_settings is None:
+            settings = dataclasses.replace(
+                settings, kueue_version=KueueVersion(self._kueue_version)
+            )
+        if settings.kueue:  # Kueue's JobSet webhook comes with Kueue
+            self._context.update_checks[JOBSET.key] = validate_jobset_update
         install_defaults(self._store)
         self._controllers = Controllers(self._store, self.clock, settings)
         await self._controllers.start()

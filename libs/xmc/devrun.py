@@ -37,6 +37,8 @@ class LocalRun:
     time_scale: float
     #: kubesim's clock against the host's, as ``xmc-kubesim --clock-offset`` takes it.
     clock_offset: str
+    #: Whose Kueue defaults kubesim follows (``xmc-kubesim --kueue-version``).
+    kueue_version: str
     ess_listen: str
     metrics_base: int
     pidfile: Path
@@ -47,6 +49,7 @@ def _options(env: dict[str, str]) -> LocalRun:
         kubesim_port=int(env.get("XMC_KUBESIM_PORT", "8081")),
         time_scale=float(env.get("XMC_KUBESIM_TIME_SCALE", "1")),
         clock_offset=env.get("XMC_KUBESIM_CLOCK_OFFSET", "0s"),
+        kueue_version=env.get("XMC_KUBESIM_KUEUE_VERSION", "0.19"),
         ess_listen=env.get("XMC_ESS_LISTEN", "127.0.0.1:50051"),
         metrics_base=int(env.get("XMC_METRICS_BASE_PORT", "9464")),
         pidfile=Path(env.get("XMC_RUN_DIR", ".run")) / "xmc.pid",
@@ -158,6 +161,7 @@ async def serve(settings: Settings, run: LocalRun) -> int:
             "--time-scale",
             str(run.time_scale),
             f"--clock-offset={run.clock_offset}",
+            f"--kueue-version={run.kueue_version}",
         ],
         "ess": ["xmc-ess", "serve", "--metrics-listen", f"127.0.0.1:{run.metrics_base}"],
         "actuator": ["xmc-actuator", "--metrics-listen", f"127.0.0.1:{run.metrics_base + 1}"],

@@ -49,9 +49,26 @@ FAILED_JOBSET_MASK: Final = (*JOBSET_MASK, "status.system_message")
 JOBSET_NAME_LABEL: Final = "jobset.sigs.k8s.io/jobset-name"
 JOBSET_UID_LABEL: Final = "jobset.sigs.k8s.io/jobset-uid"
 
-#: QuotaReserved=False reasons that mean "still waiting in the queue" (Kueue's
-#: ``Pending`` after an eviction or while it does not fit; ``Inadmissible`` when it never can).
-WAITING_REASONS: Final = frozenset({"Pending", "Inadmissible"})
+#: QuotaReserved=False reasons that mean "still waiting in the queue". Kueue up to v0.19
+#: by default: ``Pending`` after an eviction or while it does not fit, ``Inadmissible``
+#: when it never can. With ``UnadmittedWorkloadsObservability`` (on by default after
+#: v0.19) the granular reasons of kueue ``apis/kueue/v1beta2/workload_types.go``.
+WAITING_REASONS: Final = frozenset(
+    {
+        "Pending",
+        "Inadmissible",
+        "WaitingForQuota",
+        "ExceedsMaxQuota",
+        "NoMatchingFlavor",
+        "TopologyPlacementFailed",
+        "WaitingForPreemptedWorkloads",
+        "WaitingForPodsReady",
+        "PendingEvaluation",
+        "Misconfigured",
+        "Suspended",
+        "AdmissionGated",
+    }
+)
 
 #: Container waiting reasons that will not clear on their own: the image cannot be pulled
 #: or the container cannot be configured, so the user must be told.
@@ -329,7 +346,8 @@ def observe_workload(
     A Workload that is not waiting sends ``status.scheduling_information`` masked but
     unset, which clears the waiting message left from before admission. Kueue's
     ``Admitted`` and ``Evicted`` conditions are not read: an eviction shows up as
-    ``QuotaReserved=False/Pending`` again. ``observed_at`` is unused today; it is part of
+    ``QuotaReserved=False`` (``Pending`` or ``PendingEvaluation``) again once its quota is
+    released. ``observed_at`` is unused today; it is part of
     the signature so every ``observe_*`` reads alike and may stamp later.
     """
     del observed_at

@@ -165,7 +165,7 @@ async def test_pending_workloads_get_a_quota_message_and_queue_positions(
     second = await cluster.workload_of("second")
     reserved = conditions(second)["QuotaReserved"]
     assert (reserved["status"], reserved["reason"]) == ("False", "Pending")
-    assert "insufficient quota for cpu" in reserved["message"]
+    assert "insufficient unused quota for cpu" in reserved["message"]
 
 
 async def test_preemption_suspends_the_lower_priority_jobset_and_requeues_it(

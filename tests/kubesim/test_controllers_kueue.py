@@ -107,7 +107,8 @@ async def test_too_large_workload_waits_with_the_missing_quota_in_its_message() 
         )
         assert quota_reserved(sim, "big")["message"] == (
             "couldn't assign flavors to pod set main: insufficient quota for cpu in flavor "
-            "default-flavor, 4 more needed"
+            "default-flavor, previously considered podsets requests (0) + current podset "
+            "request (6) > maximum capacity (2)"
         )
         assert (sim.jobset("big") or {})["spec"]["suspend"] is True
 
@@ -202,11 +203,31 @@ async def test_higher_priority_preempts_and_the_evicted_jobset_is_readmitted_lat
         evicted_conditions = conditions(evicted)
         assert evicted_conditions["Evicted"]["reason"] == "Preempted"
         assert evicted_conditions["Preempted"]["reason"] == "InClusterQueue"
-        assert evicted_conditions["QuotaReserved"]["status"] == "False"
-        assert evicted_conditions["Admitted"]["status"] == "False"
-        assert "admission" not in evicted["status"]
+        # phase one: the victim keeps its quota until its pods are gone
+        assert evicted_conditions["QuotaReserved"]["status"] == "True"
+        assert evicted_conditions["Admitted"]["status"] == "True"
+        assert "admission" in evicted["status"]
+        assert not condition_is(sim.workload("high"), "QuotaReserved")
         high_uid = (sim.workload("high") or {})["metadata"]["uid"]
         assert f"(UID: {high_uid}," in evicted_conditions["Evicted"]["message"]
+        assert evicted_conditions["Evicted"]["message"].endswith(
+            "preemptor path: /small; preemptee path: /small"
+        )
+
+        released = await sim.until(
+            lambda: sim.workload("low"),
+            lambda w: condition_is(w, "QuotaReserved", "False"),
+            "the evicted workload to give its quota back",
+        )
+        released_conditions = conditions(released)
+        assert released_conditions["Admitted"]["status"] == "False"
+        assert released_conditions["Requeued"]["status"] == "True"
+        assert released_conditions["Requeued"]["reason"] == "Preempted"
+        assert released_conditions["QuotaReserved"]["reason"] == "Pending"
+        assert "admission" not in released["status"]
+        assert sim.pods("low") == [] or all(
+            p["metadata"].get("deletionTimestamp") for p in sim.pods("low")
+        )
 
         suspended = await sim.until(
             lambda: sim.jobset("low"),

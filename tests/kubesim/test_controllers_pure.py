@@ -792,6 +792,7 @@ CQ = ClusterQueueModel(
             (FlavorQuota("default-flavor", {"cpu": Decimal(4), "memory": Decimal(8 * 2**30)}),),
         ),
     ),
+    preemption="LowerPriority",
 )
 SPOT_THEN_ON_DEMAND = ClusterQueueModel(
     "cq",
@@ -845,7 +846,8 @@ def _wl(
             _wl("a", "6"),
             {},
             None,
-            f"{NO_FIT}insufficient quota for cpu in flavor default-flavor, 2 more needed",
+            f"{NO_FIT}insufficient quota for cpu in flavor default-flavor, previously "
+            "considered podsets requests (0) + current podset request (6) > maximum capacity (4)",
             id="request above nominal quota",
         ),
         pytest.param(
@@ -853,7 +855,7 @@ def _wl(
             _wl("a", "1500m"),
             {("default-flavor", "cpu"): Decimal(3)},
             None,
-            f"{NO_FIT}insufficient quota for cpu in flavor default-flavor, 500m more needed",
+            f"{NO_FIT}insufficient unused quota for cpu in flavor default-flavor, 500m more needed",
             id="not enough left after others",
         ),
         pytest.param(
@@ -933,8 +935,8 @@ def _verdicts(decision: Any) -> list[tuple[str, str]]:
         ),
         pytest.param(
             [_wl("low", "4", priority=100, admitted=True), _wl("high", "2", priority=900)],
-            [("low", "Evict"), ("high", "Admit")],
-            id="higher priority preempts",
+            [("low", "Evict"), ("high", "Pending")],
+            id="higher priority preempts and waits for the victim",
         ),
         pytest.param(
             [_wl("same", "4", priority=500, admitted=True), _wl("peer", "2", priority=500)],

@@ -26,11 +26,18 @@ from kubesim.store import Event, ObjectStore, Subscription
 
 from .jobset import JobSetController
 from .kubelet import Kubelet
-from .kueue import KueueController, pending_workloads, pending_workloads_in_local_queue
+from .kueue import (
+    DEFAULT_KUEUE_VERSION,
+    KueueController,
+    KueueVersion,
+    pending_workloads,
+    pending_workloads_in_local_queue,
+)
 
 __all__ = [
     "ControllerSettings",
     "Controllers",
+    "KueueVersion",
     "pending_workloads",
     "pending_workloads_in_local_queue",
 ]
@@ -52,6 +59,8 @@ class ControllerSettings:
     """Simulated seconds from a pod's creation until it runs and is ready (no annotation)."""
     pod_run_seconds: float = 3.0
     """Simulated seconds a pod runs before it succeeds (no annotation)."""
+    kueue_version: KueueVersion = DEFAULT_KUEUE_VERSION
+    """Whose defaults the Kueue simulator's waiting reasons follow."""
 
 
 class Reconciler(Protocol):
@@ -135,7 +144,9 @@ class Controllers:
                 JobSetController(self._store, self._clock, kubelet_finalizer=settings.kubelet)
             )
         if settings.kueue:
-            reconcilers.append(KueueController(self._store, self._clock))
+            reconcilers.append(
+                KueueController(self._store, self._clock, KueueVersion(settings.kueue_version))
+            )
         if settings.kubelet:
             reconcilers.append(
                 Kubelet(

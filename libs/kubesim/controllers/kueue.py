@@ -3,19 +3,28 @@ admission in priority-then-FIFO order, preemption within a ClusterQueue, and the
 visibility API's pending-workload positions.
 
 Two kinds of pass, both level-triggered:
-- per JobSet (Kueue's job framework): create its Workload, mark it ``Finished`` when the
-  JobSet finished, delete it when the JobSet is being deleted, and make the JobSet's
-  ``spec.suspend`` agree with the Workload (admitted → run, not admitted → suspended);
+- per JobSet (Kueue's job framework): create its Workload (none while its
+  WorkloadPriorityClass is missing), mark it ``Finished`` when the JobSet finished,
+  delete it when the JobSet is being deleted, follow its priority-class label, and make
+  the JobSet's ``spec.suspend`` agree with the Workload (admitted → run, not admitted or
+  evicted → suspended);
 - one scheduling pass over everything: ``admit(queue_state, workloads)`` is a pure
   function that returns what to admit, evict and leave pending (with Kueue's reasons
   and messages); the shell writes Workload statuses and the queues' status counters.
-Eviction writes only the Workload; the JobSet pass then suspends the JobSet, and the
-JobSet controller deletes its pods, as in the real system.
+
+Eviction is two-phase, as upstream: the scheduler only marks the victim ``Evicted`` and
+``Preempted``; the JobSet pass suspends the JobSet (the JobSet controller deletes its
+pods) and, once the JobSet reports no active pods, releases the quota
+(``QuotaReserved=False``, ``Requeued=True``). Until then the victim keeps its quota and
+the preemptor waits (``WaitingForPreemptedWorkloads``).
+
+``KueueVersion`` picks the waiting reasons: v0.19's defaults (``Pending``,
+``Inadmissible``) or current upstream's with ``UnadmittedWorkloadsObservability``
+(``WaitingForQuota``, ``ExceedsMaxQuota``, ...). docs/kubesim.md names the upstream
+files followed.
 
 Simplified: no cohorts or borrowing, no admission checks, no topology; flavors are tried
-in order per resource group; a ClusterQueue without ``spec.preemption`` preempts lower
-priorities (upstream's default is ``Never``; set ``withinClusterQueue: Never`` to turn it
-off); ``namespaceSelector`` is ignored. A ClusterQueue annotated
+in order per resource group; ``namespaceSelector`` is ignored. A ClusterQueue annotated
 ``kubesim.xmc/multikueue-cluster: <name>`` stamps that name into ``status.clusterName``
 of the Workloads it admits, standing in for MultiKueue.
 """
@@ -27,7 +36,7 @@ import hashlib
 import logging
 import re
 from collections import defaultdict
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -37,6 +46,7 @@ from kubesim.controllers.mutate import set_status, set_suspend
 from kubesim.errors import ApiError
 from kubesim.resources import (
     CLUSTER_QUEUE,
+    EVENT,
     JOBSET,
     LOCAL_QUEUE,
     RESOURCE_FLAVOR,
@@ -71,6 +81,38 @@ SEQUENCE_ANNOTATION = "kubesim.xmc/queue-sequence"
 WORKLOAD_PRIORITY_CLASS_SOURCE = "kueue.x-k8s.io/workloadpriorityclass"
 
 SCHEDULE = ("schedule",)
+
+
+class KueueVersion(enum.StrEnum):
+    """Which upstream defaults the simulator follows for the reasons of waiting Workloads."""
+
+    V0_19 = "0.19"
+    """v0.19.2: ``UnadmittedWorkloadsObservability`` off — ``Pending`` / ``Inadmissible``."""
+    V0_20 = "0.20"
+    """Current upstream (main, v0.20.0-devel): the gate on — the granular reasons."""
+
+
+DEFAULT_KUEUE_VERSION = KueueVersion.V0_19
+
+
+class WaitReason(enum.StrEnum):
+    """Kueue's granular ``QuotaReserved=False`` reasons (``UnadmittedWorkloadsObservability``)."""
+
+    WAITING_FOR_QUOTA = "WaitingForQuota"
+    EXCEEDS_MAX_QUOTA = "ExceedsMaxQuota"
+    NO_MATCHING_FLAVOR = "NoMatchingFlavor"
+    WAITING_FOR_PREEMPTED_WORKLOADS = "WaitingForPreemptedWorkloads"
+    PENDING_EVALUATION = "PendingEvaluation"
+    MISCONFIGURED = "Misconfigured"
+
+
+def quota_reserved_reason(reason: WaitReason, version: KueueVersion) -> str:
+    """The reason a version writes: the granular one, or (gate off) the queue blockers'
+    ``Inadmissible`` and the scheduler's ``Pending`` (``UnadmittedWorkloadReasonWithFallback``)."""
+    if version != KueueVersion.V0_19:
+        return str(reason)
+    return "Inadmissible" if reason == WaitReason.MISCONFIGURED else "Pending"
+
 
 # --- quantities -----------------------------------------------------------------------
 
@@ -281,7 +323,8 @@ class ResourceGroup:
 class ClusterQueueModel:
     name: str
     groups: tuple[ResourceGroup, ...]
-    preemption: str = "LowerPriority"
+    preemption: str = "Never"
+    """``spec.preemption.withinClusterQueue``; upstream's default is ``Never``."""
     strict_fifo: bool = False
     cluster_name: str | None = None
 
@@ -312,8 +355,9 @@ class PodSetAssignment:
 @dataclass(frozen=True)
 class FlavorFit:
     assignments: tuple[PodSetAssignment, ...] | None
-    """None when the workload does not fit; then ``message`` says why."""
+    """None when the workload does not fit; then ``message`` and ``reason`` say why."""
     message: str = ""
+    reason: WaitReason = WaitReason.WAITING_FOR_QUOTA
 
     @property
     def fits(self) -> bool:
@@ -335,6 +379,8 @@ class WorkloadDecision:
     assignments: tuple[PodSetAssignment, ...] = ()
     message: str = ""
     cluster_name: str | None = None
+    reason: WaitReason = WaitReason.PENDING_EVALUATION
+    """Why a PENDING or INADMISSIBLE workload waits (granular; mapped per version)."""
 
 
 @dataclass(frozen=True)
@@ -364,12 +410,43 @@ def _add(
     return result
 
 
+def _shortfall(
+    resource: str, flavor: FlavorQuota, own: Decimal, used: Decimal, request: Decimal
+) -> tuple[str, bool] | None:
+    """Why ``request`` (after this workload's earlier pod sets, ``own``) does not fit in
+    ``flavor`` where others use ``used``, and whether it exceeds the quota outright;
+    None when it fits (upstream ``fitsResourceQuota``, no cohort: capacity = nominal)."""
+    nominal = flavor.nominal.get(resource, Decimal(0))
+    wanted = own + request
+    if wanted > nominal:
+        return (
+            f"insufficient quota for {resource} in flavor {flavor.name}, previously considered "
+            f"podsets requests ({format_quantity(own, resource)}) + current podset request "
+            f"({format_quantity(request, resource)}) > maximum capacity "
+            f"({format_quantity(nominal, resource)})",
+            True,
+        )
+    missing = wanted - (nominal - used)
+    if missing > 0:
+        return (
+            f"insufficient unused quota for {resource} in flavor {flavor.name}, "
+            f"{format_quantity(missing, resource)} more needed",
+            False,
+        )
+    return None
+
+
+_SEVERITY = (WaitReason.WAITING_FOR_QUOTA, WaitReason.EXCEEDS_MAX_QUOTA)
+
+
 def assign_flavors(
     cq: ClusterQueueModel, workload: QueuedWorkload, usage: Mapping[tuple[str, str], Decimal]
 ) -> FlavorFit:
     """Kueue's flavor assignment, reduced: per pod set and resource group, the first
-    flavor whose free nominal quota covers the pod set's total request."""
-    used: Usage = defaultdict(Decimal, usage)
+    flavor whose free nominal quota covers the pod set's total request. A group none of
+    whose flavors could ever hold the request is ``ExceedsMaxQuota``; otherwise the
+    workload waits for quota (upstream ``resolveNoFitReason``)."""
+    own: Usage = defaultdict(Decimal)
     assignments = []
     for pod_set in workload.pod_sets:
         total = pod_set.total()
@@ -380,34 +457,46 @@ def assign_flavors(
                 None,
                 f"couldn't assign flavors to pod set {pod_set.name}: resource {uncovered[0]} "
                 "unavailable in ClusterQueue",
+                WaitReason.NO_MATCHING_FLAVOR,
             )
         for group in cq.groups:
             wanted = sorted(r for r in total if r in group.covered)
             if not wanted:
                 continue
-            reasons = []
+            reasons: list[str] = []
+            exceeds_everywhere = bool(group.flavors)
             for flavor in group.flavors:
-                short = {
-                    r: used[(flavor.name, r)] + total[r] - flavor.nominal.get(r, Decimal(0))
+                short = [
+                    found
                     for r in wanted
-                }
-                short = {r: q for r, q in short.items() if q > 0}
+                    if (
+                        found := _shortfall(
+                            r,
+                            flavor,
+                            own[(flavor.name, r)],
+                            Decimal(usage.get((flavor.name, r), 0)),
+                            total[r],
+                        )
+                    )
+                ]
                 if not short:
                     flavors.update({r: flavor.name for r in wanted})
                     break
-                reasons += [
-                    f"insufficient quota for {r} in flavor {flavor.name}, "
-                    f"{format_quantity(q, r)} more needed"
-                    for r, q in short.items()
-                ]
+                reasons += [message for message, _ in short]
+                exceeds_everywhere = exceeds_everywhere and any(e for _, e in short)
             else:
                 detail = ", ".join(reasons) or "no flavors in ClusterQueue"
+                why = (
+                    _SEVERITY[exceeds_everywhere]
+                    if group.flavors
+                    else WaitReason.NO_MATCHING_FLAVOR
+                )
                 return FlavorFit(
-                    None, f"couldn't assign flavors to pod set {pod_set.name}: {detail}"
+                    None, f"couldn't assign flavors to pod set {pod_set.name}: {detail}", why
                 )
         assignment = PodSetAssignment(pod_set.name, flavors, total, pod_set.count)
         for resource, quantity in total.items():
-            used[(flavors[resource], resource)] += quantity
+            own[(flavors[resource], resource)] += quantity
         assignments.append(assignment)
     return FlavorFit(tuple(assignments))
 
@@ -428,15 +517,17 @@ def choose_victims(
     admitted: Sequence[QueuedWorkload],
     usage: Mapping[tuple[str, str], Decimal],
 ) -> tuple[QueuedWorkload, ...]:
-    """The fewest admitted workloads to evict so ``preemptor`` fits: candidates from the
-    lowest priority and, within it, the most recently admitted; then any victim whose
-    quota turns out not to be needed is spared. Empty when eviction would not help."""
+    """The fewest admitted workloads to evict so ``preemptor`` fits: candidates already
+    being evicted first, then from the lowest priority and, within it, the most recently
+    admitted (upstream ``CandidatesOrdering``); then any victim whose quota turns out not
+    to be needed is spared. Empty when eviction would not help."""
     candidates = sorted(
         (w for w in admitted if _preemptible(cq, preemptor, w)),
         key=lambda w: w.admitted_at,
         reverse=True,
     )
     candidates.sort(key=lambda w: w.priority)
+    candidates.sort(key=lambda w: not w.evicted)
     remaining: Usage = defaultdict(Decimal, usage)
     chosen: list[QueuedWorkload] = []
     for candidate in candidates:
@@ -454,10 +545,13 @@ def choose_victims(
     return tuple(chosen)
 
 
-def preemption_message(preemptor: QueuedWorkload) -> str:
+def preemption_message(preemptor: QueuedWorkload, cluster_queue: str) -> str:
+    """Upstream ``preemptionMessage`` for ``InClusterQueue`` (a path is ``/<cq>`` without
+    cohorts)."""
     return (
-        f"Preempted to accommodate a workload (UID: {preemptor.uid}, JobUID: "
-        f"{preemptor.job_uid}) due to prioritization in the ClusterQueue"
+        f"Preempted to accommodate a workload (UID: {preemptor.uid or 'UNKNOWN'}, JobUID: "
+        f"{preemptor.job_uid or 'UNKNOWN'}) due to prioritization in the ClusterQueue; "
+        f"preemptor path: /{cluster_queue}; preemptee path: /{cluster_queue}"
     )
 
 
@@ -491,8 +585,13 @@ def pending_by_cluster_queue(
 
 
 def admit(state: QueueState, workloads: Sequence[QueuedWorkload]) -> AdmissionDecision:
-    """One scheduling cycle: which pending workloads to admit (evicting lower-priority ones
-    when that makes room) and why the others wait."""
+    """One scheduling cycle: which pending workloads to admit, which admitted ones to
+    evict so a higher priority fits, and why the others wait.
+
+    A preemptor is never admitted in the cycle that evicts: its victims keep their quota
+    until their jobs have stopped (the JobSet pass releases it), so it waits with
+    ``WaitingForPreemptedWorkloads`` and, as upstream's ``cq.AddUsage``, its request is
+    held for it in this cycle so nothing behind it takes the room being freed."""
     decisions: list[WorkloadDecision] = []
     usage: dict[str, Usage] = defaultdict(lambda: defaultdict(Decimal))
     admitted: dict[str, list[QueuedWorkload]] = defaultdict(list)
@@ -505,25 +604,17 @@ def admit(state: QueueState, workloads: Sequence[QueuedWorkload]) -> AdmissionDe
         pending = not workload.finished and workload.admitted_to is None and workload.active
         cq_name, why = _resolve(state, workload)
         if pending and cq_name is None:
-            decisions.append(WorkloadDecision(workload.key, Verdict.INADMISSIBLE, message=why))
+            decisions.append(
+                WorkloadDecision(
+                    workload.key, Verdict.INADMISSIBLE, message=why, reason=WaitReason.MISCONFIGURED
+                )
+            )
+    targeted: set[WorkloadKey] = set()
     for cq_name, queue in sorted(pending_by_cluster_queue(state, workloads).items()):
         cq = state.cluster_queues[cq_name]
         blocked = False
         for workload in queue:
             fit = assign_flavors(cq, workload, usage[cq_name])
-            victims: tuple[QueuedWorkload, ...] = ()
-            if not fit.fits and not blocked:
-                victims = choose_victims(cq, workload, admitted[cq_name], usage[cq_name])
-            for victim in victims:
-                usage[cq_name] = _add(usage[cq_name], victim.usage, -1)
-                admitted[cq_name].remove(victim)
-                decisions.append(
-                    WorkloadDecision(
-                        victim.key, Verdict.EVICT, cq_name, message=preemption_message(workload)
-                    )
-                )
-            if victims:
-                fit = assign_flavors(cq, workload, usage[cq_name])
             if fit.fits and not blocked and fit.assignments is not None:
                 usage[cq_name] = _add(usage[cq_name], _usage_of(fit.assignments))
                 admitted[cq_name].append(workload)
@@ -533,12 +624,56 @@ def admit(state: QueueState, workloads: Sequence[QueuedWorkload]) -> AdmissionDe
                     )
                 )
                 continue
-            message = fit.message or f"Workload is waiting behind others in ClusterQueue {cq_name}"
+            victims: tuple[QueuedWorkload, ...] = ()
+            if not fit.fits and not blocked:
+                victims = choose_victims(cq, workload, admitted[cq_name], usage[cq_name])
+            if victims and targeted.isdisjoint(v.key for v in victims):
+                decisions += _preempt(cq_name, workload, victims)
+                targeted.update(v.key for v in victims)
+                freed = usage[cq_name]
+                for victim in victims:
+                    freed = _add(freed, victim.usage, -1)
+                after = assign_flavors(cq, workload, freed).assignments or ()
+                usage[cq_name] = _add(usage[cq_name], _usage_of(after))
+                message = f"{fit.message}. Pending the preemption of {len(victims)} workload(s)"
+                decisions.append(
+                    WorkloadDecision(
+                        workload.key,
+                        Verdict.PENDING,
+                        cq_name,
+                        message=message,
+                        reason=WaitReason.WAITING_FOR_PREEMPTED_WORKLOADS,
+                    )
+                )
+                continue
+            if victims:
+                message = "Workload has overlapping preemption targets with another workload"
+                reason = WaitReason.WAITING_FOR_QUOTA
+            elif fit.fits:
+                message = f"Workload is waiting behind others in ClusterQueue {cq_name}"
+                reason = WaitReason.PENDING_EVALUATION
+            else:
+                message, reason = fit.message, fit.reason
             decisions.append(
-                WorkloadDecision(workload.key, Verdict.PENDING, cq_name, message=message)
+                WorkloadDecision(
+                    workload.key, Verdict.PENDING, cq_name, message=message, reason=reason
+                )
             )
             blocked = blocked or cq.strict_fifo
     return AdmissionDecision(tuple(decisions))
+
+
+def _preempt(
+    cq_name: str, preemptor: QueuedWorkload, victims: Iterable[QueuedWorkload]
+) -> list[WorkloadDecision]:
+    """EVICT the victims not already being evicted (upstream ``IssuePreemptions`` counts
+    those as preempted without writing them again)."""
+    message = preemption_message(preemptor, cq_name)
+    return [
+        WorkloadDecision(victim.key, Verdict.EVICT, cq_name, message=message)
+        for victim in victims
+        if not victim.evicted
+    ]
 
 
 # --- parsing API objects into the model -----------------------------------------------
@@ -620,7 +755,7 @@ def parse_cluster_queue(obj: Mapping[str, Any]) -> ClusterQueueModel:
         covered = set(group.get("coveredResources") or [])
         covered |= {r for f in flavors for r in f.nominal}
         groups.append(ResourceGroup(frozenset(covered), flavors))
-    preemption = (spec.get("preemption") or {}).get("withinClusterQueue") or "LowerPriority"
+    preemption = (spec.get("preemption") or {}).get("withinClusterQueue") or "Never"
     annotations = (obj.get("metadata") or {}).get("annotations") or {}
     return ClusterQueueModel(
         name=obj["metadata"]["name"],
@@ -702,9 +837,11 @@ def admitted_status(status: Mapping[str, Any], decision: WorkloadDecision, now: 
     conditions = set_condition(
         conditions, "Admitted", True, "Admitted", "The workload is admitted", now
     )
-    for type_ in ("Evicted", "Preempted"):
-        if any(c.get("type") == type_ for c in conditions):
-            conditions = set_condition(conditions, type_, False, "QuotaReserved", reserved, now)
+    for type_ in ("Evicted", "Preempted"):  # upstream resetActiveCondition
+        previous = next((c for c in conditions if c.get("type") == type_), None)
+        if previous is not None and previous.get("status") == "True":
+            message = f"Previously: {previous.get('message', '')}"
+            conditions = set_condition(conditions, type_, False, "QuotaReserved", message, now)
     result: Obj = {
         **status,
         "conditions": conditions,
@@ -719,12 +856,26 @@ def admitted_status(status: Mapping[str, Any], decision: WorkloadDecision, now: 
 
 
 def evicted_status(status: Mapping[str, Any], decision: WorkloadDecision, now: str) -> Obj:
+    """Phase one of a preemption (upstream ``Evict`` + ``SetPreemptedCondition``): the
+    Workload keeps its admission and quota until its job has stopped."""
     conditions = status.get("conditions") or []
     conditions = set_condition(conditions, "Evicted", True, "Preempted", decision.message, now)
     conditions = set_condition(
         conditions, "Preempted", True, "InClusterQueue", decision.message, now
     )
-    conditions = set_condition(conditions, "QuotaReserved", False, "Pending", decision.message, now)
+    result = {k: v for k, v in status.items() if k != "clusterName"}
+    return {**result, "conditions": conditions}
+
+
+def released_status(status: Mapping[str, Any], version: KueueVersion, now: str) -> Obj:
+    """Phase two, once the evicted Workload's job has no active pods (upstream job
+    framework, "handle eviction"): ``Requeued`` and the quota given back."""
+    conditions = status.get("conditions") or []
+    evicted: Mapping[str, Any] = next((c for c in conditions if c.get("type") == "Evicted"), {})
+    reason, message = evicted.get("reason", "Preempted"), evicted.get("message", "")
+    conditions = set_condition(conditions, "Requeued", True, reason, message, now)
+    waiting = quota_reserved_reason(WaitReason.PENDING_EVALUATION, version)
+    conditions = set_condition(conditions, "QuotaReserved", False, waiting, message, now)
     conditions = set_condition(
         conditions, "Admitted", False, "NoReservation", "The workload has no reservation", now
     )
@@ -732,24 +883,29 @@ def evicted_status(status: Mapping[str, Any], decision: WorkloadDecision, now: s
     return {**result, "conditions": conditions}
 
 
-def waiting_status(status: Mapping[str, Any], decision: WorkloadDecision, now: str) -> Obj:
+def waiting_status(
+    status: Mapping[str, Any], decision: WorkloadDecision, now: str, version: KueueVersion
+) -> Obj:
     conditions = set_condition(
         status.get("conditions") or [],
         "QuotaReserved",
         False,
-        str(decision.verdict),
+        quota_reserved_reason(decision.reason, version),
         decision.message,
         now,
     )
     return {**status, "conditions": conditions}
 
 
-_STATUS_WRITERS: dict[Verdict, Callable[[Mapping[str, Any], WorkloadDecision, str], Obj]] = {
-    Verdict.ADMIT: admitted_status,
-    Verdict.EVICT: evicted_status,
-    Verdict.PENDING: waiting_status,
-    Verdict.INADMISSIBLE: waiting_status,
-}
+def decided_status(
+    status: Mapping[str, Any], decision: WorkloadDecision, now: str, version: KueueVersion
+) -> Obj:
+    """The Workload status one scheduling decision writes."""
+    if decision.verdict == Verdict.ADMIT:
+        return admitted_status(status, decision, now)
+    if decision.verdict == Verdict.EVICT:
+        return evicted_status(status, decision, now)
+    return waiting_status(status, decision, now, version)
 
 
 def _counts(workloads: Iterable[QueuedWorkload], pending: int) -> Obj:
@@ -814,6 +970,56 @@ def local_queue_status(
 # --- the shell ------------------------------------------------------------------------
 
 
+def jobset_active(jobset: Mapping[str, Any]) -> bool:
+    """Upstream's JobSet ``IsActive``: some replicated job reports active Jobs."""
+    statuses = (jobset.get("status") or {}).get("replicatedJobsStatus") or []
+    return any(int(s.get("active") or 0) > 0 for s in statuses)
+
+
+def missing_priority_class_event(jobset: Mapping[str, Any], class_name: str, now: str) -> Obj:
+    """The Warning upstream's ``ExtractPriority`` records when the label names no
+    WorkloadPriorityClass (and no Workload is created)."""
+    meta = jobset["metadata"]
+    digest = hashlib.sha1(f"{meta.get('uid', '')}/{class_name}".encode()).hexdigest()[:16]
+    return {
+        "metadata": {"name": f"{meta['name']}.{digest}", "namespace": meta["namespace"]},
+        "involvedObject": {
+            "apiVersion": JOBSET.api_version(),
+            "kind": "JobSet",
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "uid": meta.get("uid", ""),
+        },
+        "type": "Warning",
+        "reason": "WorkloadPriorityClassNotFound",
+        "message": f'WorkloadPriorityClass "{class_name}" not found',
+        "source": {"component": "kueue-controller-manager"},
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
+
+
+def validate_jobset_update(old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
+    """Kueue's JobSet webhook (``vjobset.kb.io``), the one rule kubesim keeps: the
+    queue-name label is immutable unless the updated JobSet is suspended (upstream
+    ``validateUpdateForQueueName``)."""
+    if (new.get("spec") or {}).get("suspend"):
+        return
+    before = ((old.get("metadata") or {}).get("labels") or {}).get(QUEUE_NAME_LABEL, "")
+    after = ((new.get("metadata") or {}).get("labels") or {}).get(QUEUE_NAME_LABEL, "")
+    if before == after:
+        return
+    name = (new.get("metadata") or {}).get("name", "")
+    raise ApiError(
+        422,
+        "Invalid",
+        f'admission webhook "vjobset.kb.io" denied the request: '
+        f'metadata.labels[{QUEUE_NAME_LABEL}]: Invalid value: "{after}": field is immutable',
+        {"name": name, "group": JOBSET.group, "kind": "JobSet"},
+    )
+
+
 class KueueController:
     name = "kueue"
     watches: tuple[Resource, ...] = (
@@ -825,9 +1031,12 @@ class KueueController:
         WORKLOAD_PRIORITY_CLASS,
     )
 
-    def __init__(self, store: ObjectStore, clock: SimClock) -> None:
+    def __init__(
+        self, store: ObjectStore, clock: SimClock, version: KueueVersion = DEFAULT_KUEUE_VERSION
+    ) -> None:
         self._store = store
         self._clock = clock
+        self._version = version
 
     def keys_for(self, event: Event) -> Iterable[Hashable]:
         meta = event.object.get("metadata", {})
@@ -840,6 +1049,13 @@ class KueueController:
                 if ref.get("kind") == "JobSet" and ref.get("controller")
             ]
             return [*owners, SCHEDULE]
+        if event.resource.key == WORKLOAD_PRIORITY_CLASS.key:  # a JobSet may wait for it
+            named = [
+                ("jobset", j["metadata"]["namespace"], j["metadata"]["name"])
+                for j in self._store.list(JOBSET)
+                if (j["metadata"].get("labels") or {}).get(PRIORITY_CLASS_LABEL) == meta.get("name")
+            ]
+            return [*named, SCHEDULE]
         return [SCHEDULE]
 
     def initial_keys(self) -> Iterable[Hashable]:
@@ -862,12 +1078,14 @@ class KueueController:
 
     # -- the job framework: one JobSet and its Workload
 
-    def _priority(self, jobset: Mapping[str, Any]) -> int:
+    def _priority(self, jobset: Mapping[str, Any]) -> int | None:
+        """The labelled WorkloadPriorityClass's value; 0 without a label, None when the
+        class does not exist."""
         class_name = (jobset["metadata"].get("labels") or {}).get(PRIORITY_CLASS_LABEL)
         if not class_name:
             return 0
         found = self._store.find(WORKLOAD_PRIORITY_CLASS, None, class_name)
-        return int((found or {}).get("value") or 0)
+        return None if found is None else int(found.get("value") or 0)
 
     def sync_jobset(self, namespace: str, name: str) -> None:
         jobset = self._store.find(JOBSET, namespace, name)
@@ -880,15 +1098,20 @@ class KueueController:
             if workload is not None:
                 self._store.delete(WORKLOAD, namespace, wl_name)
             return
-        # 2. Every queued JobSet has a Workload.
-        if workload is None:
-            built = build_workload(
-                jobset, priority=self._priority(jobset), sequence=self._store.resource_version
-            )
-            self._store.create(WORKLOAD, built)
-            self._match_suspend(jobset, admitted=False)
-            return
         now = rfc3339(self._clock.now())
+        # 2. Every queued JobSet has a Workload, unless its priority class is missing.
+        if workload is None:
+            self._match_suspend(jobset, admitted=False)
+            priority = self._priority(jobset)
+            if priority is None:
+                class_name = jobset["metadata"]["labels"][PRIORITY_CLASS_LABEL]
+                event = missing_priority_class_event(jobset, class_name, now)
+                if self._store.find(EVENT, namespace, event["metadata"]["name"]) is None:
+                    self._store.create(EVENT, event)
+                return
+            built = build_workload(jobset, priority=priority, sequence=self._store.resource_version)
+            self._store.create(WORKLOAD, built)
+            return
         # 3. A finished JobSet finishes its Workload (which releases the quota).
         if jobset_finished(jobset):
             if not condition_true(workload, "Finished"):
@@ -908,12 +1131,22 @@ class KueueController:
                     WORKLOAD, namespace, wl_name, set_status(new_status), subresource="status"
                 )
             return
-        # 4. The JobSet runs exactly while its Workload is admitted.
+        # 4. The priority-class label is followed, admitted or not (upstream since v0.15).
+        self._sync_priority(jobset, workload)
+        # 5. An evicted Workload stops its JobSet and gives its quota back once the
+        #    JobSet has no active pods.
+        if condition_true(workload, "Evicted"):
+            self._match_suspend(jobset, admitted=False)
+            if is_admitted(workload) and not jobset_active(jobset):
+                status = released_status(workload.get("status") or {}, self._version, now)
+                self._write_status(WORKLOAD, namespace, wl_name, status)
+            return
+        # 6. The JobSet runs exactly while its Workload is admitted.
         admitted = is_admitted(workload)
         self._match_suspend(jobset, admitted=admitted)
-        # 5. While queued, queue and priority follow the JobSet's labels.
+        # 7. While suspended, the Workload follows the queue-name label.
         if not admitted:
-            self._sync_workload_spec(jobset, workload)
+            self._sync_queue_name(jobset, workload)
 
     def _match_suspend(self, jobset: Mapping[str, Any], *, admitted: bool) -> None:
         suspended = bool((jobset.get("spec") or {}).get("suspend"))
@@ -922,24 +1155,41 @@ class KueueController:
         meta = jobset["metadata"]
         self._store.update(JOBSET, meta["namespace"], meta["name"], set_suspend(not admitted))
 
-    def _sync_workload_spec(self, jobset: Mapping[str, Any], workload: Mapping[str, Any]) -> None:
-        labels = jobset["metadata"].get("labels") or {}
-        wanted: Obj = {
-            "queueName": labels.get(QUEUE_NAME_LABEL, ""),
-            "priority": self._priority(jobset),
-        }
-        class_name = labels.get(PRIORITY_CLASS_LABEL)
-        if class_name:
-            wanted.update(_priority_fields(class_name))
+    def _update_workload_spec(self, workload: Mapping[str, Any], wanted: Obj) -> None:
         spec = workload.get("spec") or {}
         if all(spec.get(k) == v for k, v in wanted.items()):
             return
 
         def mutate(obj: Obj) -> None:
-            obj.setdefault("spec", {}).update(wanted)
+            spec = obj.setdefault("spec", {})
+            spec.update({k: v for k, v in wanted.items() if v is not None})
+            for key in [k for k, v in wanted.items() if v is None]:
+                spec.pop(key, None)
 
         meta = workload["metadata"]
         self._store.update(WORKLOAD, meta["namespace"], meta["name"], mutate)
+
+    def _sync_queue_name(self, jobset: Mapping[str, Any], workload: Mapping[str, Any]) -> None:
+        queue = (jobset["metadata"].get("labels") or {}).get(QUEUE_NAME_LABEL, "")
+        self._update_workload_spec(workload, {"queueName": queue})
+
+    def _sync_priority(self, jobset: Mapping[str, Any], workload: Mapping[str, Any]) -> None:
+        """Upstream ``UpdateWorkloadPriority``: a changed class name is resolved and
+        written (while the class is missing nothing changes); a Workload that reserved
+        quota without a class cannot be given one."""
+        class_name = (jobset["metadata"].get("labels") or {}).get(PRIORITY_CLASS_LABEL, "")
+        spec = workload.get("spec") or {}
+        if class_name == spec.get("priorityClassName", ""):
+            return
+        if not spec.get("priorityClassName") and is_admitted(workload):
+            return
+        priority = self._priority(jobset)
+        if priority is None:
+            return
+        fields = _priority_fields(class_name)
+        wanted: Obj = {"priority": priority}
+        wanted.update(fields if class_name else dict.fromkeys(fields))
+        self._update_workload_spec(workload, wanted)
 
     # -- the scheduler: every queue at once
 
@@ -954,7 +1204,7 @@ class KueueController:
         now = rfc3339(self._clock.now())
         for item in decision.decisions:
             current = objects[item.workload]
-            status = _STATUS_WRITERS[item.verdict](current.get("status") or {}, item, now)
+            status = decided_status(current.get("status") or {}, item, now, self._version)
             self._write_status(WORKLOAD, item.workload[0], item.workload[1], status)
         self._update_queue_statuses(state, now)
 

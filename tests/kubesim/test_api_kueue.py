@@ -1,0 +1,312 @@
+"""The Kueue simulator's upstream behaviours XMC depends on, observed through the real
+kubernetes-asyncio client over HTTP: two-phase eviction, the priority-class label
+followed after admission, a missing WorkloadPriorityClass, the queue-name label's
+immutability, no preemption without ``spec.preemption``, and the waiting reasons of both
+simulated Kueue versions (kueue v0.19.2 and main)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from kubernetes_asyncio.client import ApiException
+
+from tests.kubesim.conftest import MERGE_PATCH, MakeKubeSim, client_for, failure
+
+pytest.importorskip("kubesim.controllers", reason="the simulated controllers are not built")
+
+from tests.kubesim.controller_support import (
+    cluster_queue,
+    condition_is,
+    conditions,
+    local_queue,
+    make_jobset,
+    replicated_job,
+)
+from tests.kubesim.test_api_scenarios import KUEUE, Cluster, until
+
+Obj = dict[str, Any]
+LOW = "xmc-priority-low-low"
+HIGH = "xmc-priority-high-high"
+FOREVER = {"run_seconds": None}
+VERSIONS = [pytest.param("0.19", id="kueue-0.19"), pytest.param("0.20", id="kueue-0.20")]
+#: QuotaReserved=False reasons per version: v0.19's fallbacks, then the granular ones.
+REASONS = {
+    "0.19": {
+        "misconfigured": "Inadmissible",
+        "exceeds": "Pending",
+        "quota": "Pending",
+        "preempted": "Pending",
+        "released": "Pending",
+    },
+    "0.20": {
+        "misconfigured": "Misconfigured",
+        "exceeds": "ExceedsMaxQuota",
+        "quota": "WaitingForQuota",
+        "preempted": "WaitingForPreemptedWorkloads",
+        "released": "PendingEvaluation",
+    },
+}
+
+
+@pytest.fixture(params=VERSIONS)
+async def versioned(make_kubesim: MakeKubeSim, request: pytest.FixtureRequest) -> Any:
+    sim = await make_kubesim(controllers=True, time_scale=100.0, kueue_version=request.param)
+    async with client_for(sim) as api:
+        yield Cluster(api, sim.url), request.param
+
+
+@pytest.fixture
+async def cluster(make_kubesim: MakeKubeSim) -> AsyncIterator[Cluster]:
+    sim = await make_kubesim(controllers=True, time_scale=100.0)
+    async with client_for(sim) as api:
+        yield Cluster(api, sim.url)
+
+
+async def add_queue(cluster: Cluster, name: str, *, cpu: str, preemption: str | None) -> None:
+    kind = {"apiVersion": "kueue.x-k8s.io/v1beta2"}
+    await cluster.custom.create_cluster_custom_object(
+        *KUEUE,
+        "clusterqueues",
+        {**kind, "kind": "ClusterQueue", **cluster_queue(name, cpu=cpu, preemption=preemption)},
+    )
+    await cluster.custom.create_namespaced_custom_object(
+        *KUEUE, "default", "localqueues", {**kind, "kind": "LocalQueue", **local_queue(name, name)}
+    )
+
+
+def slow_to_stop(rjob: Obj, grace_seconds: int = 120) -> Obj:
+    """A replicated job whose pods stay Terminating ``grace_seconds`` (simulated)."""
+    rjob["template"]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = grace_seconds
+    return rjob
+
+
+async def patch_labels(cluster: Cluster, name: str, labels: dict[str, str]) -> None:
+    await cluster.custom.patch_namespaced_custom_object(
+        "jobset.x-k8s.io",
+        "v1alpha2",
+        "default",
+        "jobsets",
+        name,
+        {"metadata": {"labels": labels}},
+        **MERGE_PATCH,
+    )
+
+
+def reserved(workload: Obj | None) -> dict[str, str]:
+    return dict(conditions(workload).get("QuotaReserved") or {})
+
+
+async def test_eviction_is_two_phase_and_the_preemptor_waits_for_the_pods(
+    versioned: tuple[Cluster, str],
+) -> None:
+    cluster, version = versioned
+    await add_queue(cluster, "two", cpu="2", preemption="LowerPriority")
+    victim = replicated_job(cpu="2", behavior=FOREVER)
+    await cluster.create_jobset(
+        make_jobset("low", slow_to_stop(victim), queue="two", priority_class=LOW)
+    )
+    await until(lambda: _running(cluster, "low"), what="low to run")
+    await cluster.create_jobset(
+        make_jobset(
+            "high", replicated_job(cpu="2", behavior=FOREVER), queue="two", priority_class=HIGH
+        )
+    )
+
+    async def evicted() -> Obj | None:
+        workload = await cluster.workload_of("low")
+        return workload if condition_is(workload, "Evicted") else None
+
+    # Phase one: Evicted and Preempted, the JobSet stopped, the quota still held.
+    workload = await until(evicted, what="low to be evicted")
+    assert conditions(workload)["Evicted"]["reason"] == "Preempted"
+    assert conditions(workload)["Preempted"]["reason"] == "InClusterQueue"
+    assert condition_is(workload, "QuotaReserved")
+    assert workload["status"]["admission"]["clusterQueue"] == "two"
+    await until(lambda: _suspended(cluster, "low"), what="low to be suspended")
+    pods = await cluster.pods("low")
+    assert pods, "the victim's pods are still terminating"
+    preemptor = await cluster.workload_of("high")
+    assert not condition_is(preemptor, "Admitted"), "admitted while the victim's pods remain"
+    assert (await cluster.jobset("high"))["spec"]["suspend"] is True
+    waiting = reserved(preemptor)
+    assert (waiting["status"], waiting["reason"]) == ("False", REASONS[version]["preempted"])
+    assert waiting["message"] == (
+        "couldn't assign flavors to pod set main: insufficient unused quota for cpu in flavor "
+        "default-flavor, 2 more needed. Pending the preemption of 1 workload(s)"
+    )
+
+    # Phase two: once the JobSet reports no active pods, the quota goes back.
+    high = await until(
+        lambda: _admitted(cluster, "high"), what="high to be admitted after the victim stopped"
+    )
+    assert high["status"]["admission"]["clusterQueue"] == "two"
+    low_jobset = await cluster.jobset("low")
+    assert all(s["active"] == 0 for s in low_jobset["status"]["replicatedJobsStatus"])
+    released = await cluster.workload_of("low")
+    released_conditions = conditions(released)
+    assert "admission" not in (released or {})["status"]
+    assert released_conditions["QuotaReserved"]["status"] == "False"
+    assert released_conditions["Admitted"]["status"] == "False"
+    assert released_conditions["Requeued"]["status"] == "True"
+    assert released_conditions["Requeued"]["reason"] == "Preempted"
+    assert released_conditions["Evicted"]["status"] == "True"
+    assert released_conditions["QuotaReserved"]["reason"] in {
+        REASONS[version]["released"],
+        REASONS[version]["quota"],  # the next scheduling cycle's verdict
+    }
+
+
+async def test_a_cluster_queue_without_preemption_never_preempts(cluster: Cluster) -> None:
+    await add_queue(cluster, "plain", cpu="2", preemption=None)
+    forever = replicated_job(cpu="2", behavior=FOREVER)
+    await cluster.create_jobset(make_jobset("low", forever, queue="plain", priority_class=LOW))
+    await until(lambda: _admitted(cluster, "low"), what="low to be admitted")
+    await cluster.create_jobset(
+        make_jobset("high", replicated_job(cpu="2"), queue="plain", priority_class=HIGH)
+    )
+
+    async def high_waits() -> dict[str, str]:
+        found = reserved(await cluster.workload_of("high"))
+        return found if found.get("status") == "False" else {}
+
+    waiting = await until(high_waits, what="high to wait")
+    assert waiting["reason"] == "Pending"
+    assert "Pending the preemption" not in waiting["message"]
+    low = await cluster.workload_of("low")
+    assert condition_is(low, "Admitted")
+    assert "Evicted" not in conditions(low)
+
+
+async def test_changing_the_priority_class_of_an_admitted_jobset_updates_its_workload(
+    cluster: Cluster,
+) -> None:
+    await cluster.create_jobset(
+        make_jobset("job", replicated_job(behavior=FOREVER), priority_class=LOW)
+    )
+    await until(lambda: _admitted(cluster, "job"), what="the JobSet to be admitted")
+
+    await patch_labels(cluster, "job", {"kueue.x-k8s.io/priority-class": HIGH})
+
+    async def raised() -> Obj | None:
+        workload = await cluster.workload_of("job")
+        return workload if (workload or {})["spec"].get("priority") == 900 else None
+
+    workload = await until(raised, what="the Workload's priority to follow the label")
+    assert workload["spec"]["priorityClassName"] == HIGH
+    assert workload["spec"]["priorityClassRef"]["name"] == HIGH
+    assert condition_is(workload, "Admitted"), "a priority change does not evict"
+
+
+async def test_a_missing_workload_priority_class_creates_no_workload(cluster: Cluster) -> None:
+    await cluster.create_jobset(make_jobset("orphan", priority_class="no-such"))
+
+    async def warned() -> list[Any]:
+        events = await cluster.core.list_namespaced_event("default")
+        return [
+            e
+            for e in events.items
+            if e.involved_object.name == "orphan" and e.reason == "WorkloadPriorityClassNotFound"
+        ]
+
+    (event,) = await until(warned, what="the WorkloadPriorityClassNotFound event")
+    assert event.type == "Warning"
+    assert event.message == 'WorkloadPriorityClass "no-such" not found'
+    assert await cluster.workload_of("orphan") is None
+    assert (await cluster.jobset("orphan"))["spec"]["suspend"] is True
+    assert await cluster.pods("orphan") == []
+
+    await cluster.custom.create_cluster_custom_object(
+        *KUEUE,
+        "workloadpriorityclasses",
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "WorkloadPriorityClass",
+            "metadata": {"name": "no-such"},
+            "value": 42,
+        },
+    )
+    workload = await until(
+        lambda: _admitted(cluster, "orphan"), what="a Workload once the class exists"
+    )
+    assert workload["spec"]["priority"] == 42
+
+
+async def test_the_queue_name_cannot_change_on_a_running_jobset(cluster: Cluster) -> None:
+    await cluster.create_jobset(make_jobset("job", replicated_job(behavior=FOREVER)))
+    await until(lambda: _admitted(cluster, "job"), what="the JobSet to be admitted")
+    await until(lambda: _unsuspended(cluster, "job"), what="the JobSet to run")
+
+    with pytest.raises(ApiException) as raised:
+        await patch_labels(cluster, "job", {"kueue.x-k8s.io/queue-name": "gpu-queue"})
+    assert failure(raised.value) == (422, "Invalid")
+    assert "metadata.labels[kueue.x-k8s.io/queue-name]" in str(raised.value.body)
+    assert "field is immutable" in str(raised.value.body)
+    jobset = await cluster.jobset("job")
+    assert jobset["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "cpu-queue"
+
+    await cluster.create_jobset(make_jobset("queued", queue="nowhere"))
+    await patch_labels(cluster, "queued", {"kueue.x-k8s.io/queue-name": "gpu-queue"})
+
+    async def requeued() -> Obj | None:
+        workload = await cluster.workload_of("queued")
+        return workload if (workload or {})["spec"]["queueName"] == "gpu-queue" else None
+
+    await until(requeued, what="a suspended JobSet's queue change to reach its Workload")
+
+
+async def test_waiting_reasons_and_messages_follow_the_kueue_version(
+    versioned: tuple[Cluster, str],
+) -> None:
+    cluster, version = versioned
+    await add_queue(cluster, "small", cpu="2", preemption=None)
+    await cluster.create_jobset(make_jobset("lost", queue="nope"))
+    await cluster.create_jobset(make_jobset("big", replicated_job(cpu="6"), queue="small"))
+    await cluster.create_jobset(
+        make_jobset("first", replicated_job(cpu="2", behavior=FOREVER), queue="small")
+    )
+    await until(lambda: _admitted(cluster, "first"), what="first to be admitted")
+    await cluster.create_jobset(make_jobset("second", replicated_job(cpu="1"), queue="small"))
+
+    async def waiting(name: str) -> dict[str, str]:
+        found = reserved(await cluster.workload_of(name))
+        return found if found.get("status") == "False" else {}
+
+    expected = REASONS[version]
+    lost = await until(lambda: waiting("lost"), what="lost to wait")
+    assert (lost["reason"], lost["message"]) == (
+        expected["misconfigured"],
+        "LocalQueue nope doesn't exist",
+    )
+    big = await until(lambda: waiting("big"), what="big to wait")
+    assert (big["reason"], big["message"]) == (
+        expected["exceeds"],
+        "couldn't assign flavors to pod set main: insufficient quota for cpu in flavor "
+        "default-flavor, previously considered podsets requests (0) + current podset request "
+        "(6) > maximum capacity (2)",
+    )
+    second = await until(lambda: waiting("second"), what="second to wait")
+    assert (second["reason"], second["message"]) == (
+        expected["quota"],
+        "couldn't assign flavors to pod set main: insufficient unused quota for cpu in flavor "
+        "default-flavor, 1 more needed",
+    )
+
+
+async def _admitted(cluster: Cluster, jobset: str) -> Obj | None:
+    workload = await cluster.workload_of(jobset)
+    return workload if condition_is(workload, "Admitted") else None
+
+
+async def _running(cluster: Cluster, jobset: str) -> bool:
+    pods = await cluster.pods(jobset)
+    return bool(pods) and all(pod.status.phase == "Running" for pod in pods)
+
+
+async def _suspended(cluster: Cluster, jobset: str) -> bool:
+    return bool((await cluster.jobset(jobset))["spec"].get("suspend"))
+
+
+async def _unsuspended(cluster: Cluster, jobset: str) -> bool:
+    return not (await cluster.jobset(jobset))["spec"].get("suspend")

@@ -32,7 +32,7 @@ from actuator.labels import (
     MANAGED_BY_VALUE,
     WORK_UNIT_ID,
 )
-from kubesim.resources import JOBSET
+from kubesim.resources import JOBSET, WORKLOAD
 from kubesim.server import KubeSim
 from reconciler import metrics
 from reconciler.app import Reconciler, ReconcilerOptions
@@ -76,6 +76,7 @@ class System:
     sim: KubeSim
     actuator: Actuator
     reconciler: Reconciler
+    kueue_version: str = "0.19"
 
     async def state(self, name: str) -> WorkUnitState:
         work_unit = await self.ess.api.GetWorkUnit(
@@ -117,6 +118,22 @@ async def skewed_system(ess_factory: Any, request: pytest.FixtureRequest) -> Asy
         yield started
 
 
+#: The simulated Kueue's versions: v0.19's waiting reasons (Pending, Inadmissible) and
+#: current upstream's (WaitingForQuota, ...): the Reconciler must show a message under both.
+KUEUE_VERSIONS = [pytest.param("0.19", id="kueue 0.19"), pytest.param("0.20", id="kueue 0.20")]
+
+
+@pytest.fixture(params=KUEUE_VERSIONS)
+async def versioned_system(
+    ess_factory: Any, request: pytest.FixtureRequest
+) -> AsyncIterator[System]:
+    """The system with each simulated Kueue version."""
+    async with running_system(
+        ess_factory, controllers=True, kueue_version=request.param
+    ) as started:
+        yield started
+
+
 @pytest.fixture
 async def quiet_system(ess_factory: Any) -> AsyncIterator[System]:
     """No simulated controllers: the test writes JobSet status itself."""
@@ -132,9 +149,15 @@ async def running_system(
     clock_offset: timedelta = timedelta(0),
     startup_grace: timedelta = timedelta(minutes=2),
     orphan_interval: float = 3600,
+    kueue_version: str | None = None,
 ) -> AsyncIterator[System]:
     ess: Ess = await ess_factory(clock=WallClock())
-    sim = KubeSim(controllers=controllers, time_scale=SCALE, clock_offset=clock_offset)
+    sim = KubeSim(
+        controllers=controllers,
+        time_scale=SCALE,
+        clock_offset=clock_offset,
+        kueue_version=kueue_version,
+    )
     await sim.start()
     settings = Settings(
         database_url=ess.database_url,
@@ -163,7 +186,7 @@ async def running_system(
         ),
     )
     await reconciler.start()
-    yield System(ess, sim, actuator, reconciler)
+    yield System(ess, sim, actuator, reconciler, kueue_version or "0.19")
     await reconciler.stop()
     await ess_client.close()
     await api.close()
@@ -521,7 +544,8 @@ async def _finalizer_retries() -> bool:
     return bool(metrics.FINALIZER_RETRIES_TOTAL._value.get() > _RETRIES_AT_START)
 
 
-async def test_preempted_work_units_show_why_they_wait(system: System) -> None:
+async def test_preempted_work_units_show_why_they_wait(versioned_system: System) -> None:
+    system = versioned_system
     low = await create(system, running_forever(cpu_millicores=60_000), priority=1)
     await wait_until(lambda: system.state(low), S.RUNNING, within=30)
     await create(system, running_forever(cpu_millicores=10_000), priority=3)
@@ -535,6 +559,14 @@ async def test_preempted_work_units_show_why_they_wait(system: System) -> None:
         return bool(info.user_facing_text) and info.auxiliary_info.queue_info.position_in_queue >= 1
 
     await wait_until(waiting_message, True, within=30)
+    workload = next(
+        w
+        for w in system.sim.store.list(WORKLOAD, "default")
+        if w["metadata"]["ownerReferences"][0]["name"] == _jobset_name(low)
+    )
+    reserved = next(c for c in workload["status"]["conditions"] if c["type"] == "QuotaReserved")
+    waiting = {"0.19": {"Pending"}, "0.20": {"PendingEvaluation", "WaitingForQuota"}}
+    assert reserved["reason"] in waiting[system.kueue_version]
 
 
 async def test_the_standby_takes_over_when_the_leader_dies(system: System) -> None:
@@ -570,8 +602,11 @@ async def test_the_standby_takes_over_when_the_leader_dies(system: System) -> No
     await standby.stop()
 
 
-async def test_a_preempted_jobset_with_a_finished_job_stays_running(system: System) -> None:
+async def test_a_preempted_jobset_with_a_finished_job_stays_running(
+    versioned_system: System,
+) -> None:
     """R8b: once some jobs succeeded, an eviction keeps the work unit RUNNING."""
+    system = versioned_system
     work_unit = forever_work_unit(cpu_millicores=30_000, grace_seconds=3)  # R4 lasts 3 s
     template = work_unit.executable.jobset.jobs[0]
     quick = work_unit.executable.jobset.jobs.add()

@@ -619,6 +619,21 @@ WORKLOAD_CASES = [
         workload_observation(None),
         id="new workload without conditions sends the message unset",
     ),
+    *(
+        pytest.param(
+            make_workload().waiting(reason, NO_FIT).obj(),
+            QueuePosition(position_in_cluster_queue=1, total=2),
+            workload_observation(waiting_message(NO_FIT, position=2, total=2)),
+            id=f"Kueue after v0.19 (UnadmittedWorkloadsObservability): {reason} is waiting",
+        )
+        for reason in (
+            "WaitingForQuota",
+            "ExceedsMaxQuota",
+            "WaitingForPreemptedWorkloads",
+            "PendingEvaluation",
+            "Misconfigured",
+        )
+    ),
 ]
 
 

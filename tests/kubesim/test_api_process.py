@@ -208,3 +208,44 @@ def test_parse_offset(text: str, seconds: float) -> None:
 def test_parse_offset_refuses_garbage(text: str) -> None:
     with pytest.raises(ValueError, match="clock offset"):
         parse_offset(text)
+
+
+@pytest.mark.parametrize(
+    ("version", "reason"), [("0.19", "Inadmissible"), ("0.20", "Misconfigured")]
+)
+async def test_kueue_version_picks_the_waiting_reasons(version: str, reason: str) -> None:
+    """``--kueue-version``: v0.19's reasons or current upstream's granular ones."""
+    from tests.kubesim.test_api_scenarios import until  # needs the controllers
+
+    async with (
+        _running(f"--kueue-version={version}", "--time-scale", "100") as (url, _process),
+        ApiClient(Configuration(host=url)) as api,
+    ):
+        custom = CustomObjectsApi(api)
+        body = jobset("lost", labels={"kueue.x-k8s.io/queue-name": "nope"})
+        body["spec"]["suspend"] = True
+        await custom.create_namespaced_custom_object(G, V, "default", "jobsets", body)
+
+        async def waiting() -> dict[str, Any]:
+            listed = await custom.list_namespaced_custom_object(
+                "kueue.x-k8s.io", "v1beta2", "default", "workloads"
+            )
+            for item in listed["items"]:
+                for found in (item.get("status") or {}).get("conditions") or []:
+                    if found["type"] == "QuotaReserved":
+                        return dict(found)
+            return {}
+
+        found = await until(waiting, what="the Workload's QuotaReserved condition")
+    assert (found["status"], found["reason"], found["message"]) == (
+        "False",
+        reason,
+        "LocalQueue nope doesn't exist",
+    )
+
+
+def test_the_cli_offers_every_kueue_version() -> None:
+    from kubesim.controllers import KueueVersion
+    from kubesim.main import KUEUE_VERSIONS
+
+    assert set(KUEUE_VERSIONS) == {str(v) for v in KueueVersion}

@@ -398,7 +398,8 @@ async def _create(context: ApiContext, request: web.Request, target: Target) -> 
     body = object_body(await request.read(), target)
     if body["metadata"].get("resourceVersion"):  # an object re-sent as read: a real 500
         raise ApiError(500, "", "resourceVersion should not be set on objects to be created")
-    created = context.store.create(target.resource, body, target.namespace)
+    dry_run = dry_run_of(query_values(request.query, "dryRun"), "CreateOptions")
+    created = context.store.create(target.resource, body, target.namespace, dry_run=dry_run)
     return json_response(_in_version(created, target), 201)
 
 
@@ -408,6 +409,7 @@ async def _get(context: ApiContext, _: web.Request, target: Target) -> web.Respo
 
 
 async def _replace(context: ApiContext, request: web.Request, target: Target) -> web.Response:
+    dry_run = dry_run_of(query_values(request.query, "dryRun"), "UpdateOptions")
     body = object_body(await request.read(), target)
     check_identity(body, target)
     if not target.built_in and not body["metadata"].get("resourceVersion"):
@@ -417,7 +419,7 @@ async def _replace(context: ApiContext, request: web.Request, target: Target) ->
             "metadata.resourceVersion: Invalid value: 0x0: must be specified for an update",
         )
     updated = context.store.replace(
-        target.resource, body, target.namespace, subresource=target.subresource
+        target.resource, body, target.namespace, subresource=target.subresource, dry_run=dry_run
     )
     return json_response(_in_version(updated, target))
 
@@ -426,13 +428,14 @@ async def _patch(context: ApiContext, request: web.Request, target: Target) -> w
     patch_type = patch_type_for(
         request.headers.get("Content-Type"), strategic_allowed=target.built_in
     )
+    dry_run = dry_run_of(query_values(request.query, "dryRun"), "PatchOptions")
     body = await request.read()
     store = context.store
     current = store.get(target.resource, target.namespace, _name(target))
     patched = apply_patch(patch_type, current, body)
     check_identity(patched, target)
     updated = store.replace(
-        target.resource, patched, target.namespace, subresource=target.subresource
+        target.resource, patched, target.namespace, subresource=target.subresource, dry_run=dry_run
     )
     return json_response(_in_version(updated, target))
 
@@ -446,6 +449,7 @@ async def _delete(context: ApiContext, request: web.Request, target: Target) -> 
         uid=options.uid,
         resource_version=options.resource_version,
         propagation=options.propagation,
+        dry_run=options.dry_run,
     )
     return json_response(_in_version(deleted, target))
 
@@ -467,6 +471,7 @@ async def _delete_collection(
                     meta.get("namespace"),
                     meta["name"],
                     propagation=options.propagation,
+                    dry_run=options.dry_run,
                 )
             )
     return json_response(
@@ -552,6 +557,7 @@ class DeleteOptions:
     uid: str | None = None
     resource_version: str | None = None
     propagation: str = "Background"
+    dry_run: bool = False
 
 
 _PROPAGATION = {"Background": "Background", "Foreground": "Background", "Orphan": "Orphan"}
@@ -573,9 +579,40 @@ def delete_options(body: Any, query: Any) -> DeleteOptions:
             f'DeleteOptions.propagationPolicy: Unsupported value: "{policy}": supported values: '
             '"Foreground", "Background", "Orphan"',
         )
+    dry_run = query_values(query, "dryRun") or body.get("dryRun") or []
     return DeleteOptions(
-        preconditions.get("uid"), preconditions.get("resourceVersion"), _PROPAGATION[policy]
+        preconditions.get("uid"),
+        preconditions.get("resourceVersion"),
+        _PROPAGATION[policy],
+        dry_run_of(dry_run, "DeleteOptions"),
     )
+
+
+def query_values(query: Any, name: str) -> list[str]:
+    """Every value of a repeatable query parameter (a plain mapping has one at most)."""
+    if hasattr(query, "getall"):
+        return list(query.getall(name, []))
+    value = query.get(name)
+    return [] if value is None else [value]
+
+
+def _go_strings(values: Any) -> str:
+    if not isinstance(values, list):
+        return json.dumps(values)
+    return "[]string{" + ", ".join(json.dumps(str(v)) for v in values) + "}"
+
+
+def dry_run_of(values: Any, options_kind: str) -> bool:
+    """Whether ``dryRun`` asks for a dry run: only ``All`` is known; anything else is 422
+    Invalid against the verb's options kind, as apimachinery's ``ValidateDryRun``."""
+    if not isinstance(values, list) or any(value != "All" for value in values):
+        raise ApiError(
+            422,
+            "Invalid",
+            f'{options_kind}.meta.k8s.io "" is invalid: dryRun: Unsupported value: '
+            f'{_go_strings(values)}: supported values: "All"',
+        )
+    return bool(values)
 
 
 def _non_negative_int(value: str | None, name: str) -> int:

@@ -26,12 +26,14 @@ from typing import Any
 
 from aiohttp import web
 
+from kubesim import openapi
 from kubesim.errors import ApiError, bad_request, invalid, not_found
 from kubesim.faults import Faults, fault_from_json
 from kubesim.patch import apply_patch, patch_type_for
 from kubesim.resources import CLUSTER_QUEUE, LOCAL_QUEUE, RESOURCES, Resource, find_resource
 from kubesim.selectors import parse_field_selector, parse_label_selector
 from kubesim.store import ObjectStore
+from kubesim.tables import table, wants_table
 from kubesim.watch import (
     WatchHub,
     WatchSpec,
@@ -73,6 +75,9 @@ def build_app(context: ApiContext) -> web.Application:
     for path in ("/healthz", "/livez", "/readyz"):
         add("GET", path, _ok)
     add("GET", "/version", _version)
+    add("GET", "/openapi/v2", _openapi_v2)
+    add("GET", "/openapi/v3", _openapi_v3_root)
+    add("GET", "/openapi/v3/{tail:.+}", _openapi_v3)
     for slash in ("", "/"):  # kubernetes-asyncio asks for "/api/", "/api/v1/", ...
         add("GET", "/api" + slash, _api_versions)
         add("GET", "/apis" + slash, _group_list)
@@ -154,6 +159,29 @@ async def _version(_: web.Request) -> web.Response:
     return json_response(
         {"major": "1", "minor": "33", "gitVersion": "v1.33.0-kubesim", "platform": "linux/amd64"}
     )
+
+
+async def _openapi_v2(request: web.Request) -> web.Response:
+    if "protobuf" in request.headers.get("Accept", ""):
+        return web.Response(body=openapi.v2_protobuf(), content_type=openapi.PROTOBUF_V2)
+    return json_response(openapi.v2_document())
+
+
+async def _openapi_v3_root(_: web.Request) -> web.Response:
+    return json_response(openapi.v3_root())
+
+
+async def _openapi_v3(request: web.Request) -> web.Response:
+    segments = request.match_info["tail"].strip("/").split("/")
+    if segments[:1] == ["api"] and len(segments) == 2:
+        document = openapi.v3_document("", segments[1])
+    elif segments[:1] == ["apis"] and len(segments) == 3:
+        document = openapi.v3_document(segments[1], segments[2])
+    else:
+        document = None
+    if document is None:
+        raise _no_route()
+    return json_response(document)
 
 
 async def _api_versions(request: web.Request) -> web.Response:
@@ -366,6 +394,8 @@ async def _list(context: ApiContext, request: web.Request, target: Target) -> we
     if after is not None:
         metadata["continue"] = encode_continue(resource_version, after)
         metadata["remainingItemCount"] = remaining
+    if wants_table(request.headers.get("Accept")):
+        return _table_response(context, request, target, items, metadata)
     return json_response(
         {
             "apiVersion": target.resource.api_version(target.version),
@@ -388,6 +418,7 @@ async def _watch(context: ApiContext, request: web.Request, target: Target) -> w
         resource_version=parse_resource_version(query.get("resourceVersion")),
         bookmarks=is_true(query.get("allowWatchBookmarks")),
         timeout_seconds=None if not timeout else _non_negative_int(timeout, "timeoutSeconds"),
+        render=_table_renderer(context, request, target),
     )
     return await serve_watch(
         request, context.store, context.watches, spec, bookmark_interval=context.bookmark_interval
@@ -403,9 +434,49 @@ async def _create(context: ApiContext, request: web.Request, target: Target) -> 
     return json_response(_in_version(created, target), 201)
 
 
-async def _get(context: ApiContext, _: web.Request, target: Target) -> web.Response:
+async def _get(context: ApiContext, request: web.Request, target: Target) -> web.Response:
     obj = context.store.get(target.resource, target.namespace, _name(target))
+    if target.subresource is None and wants_table(request.headers.get("Accept")):
+        metadata = {"resourceVersion": obj["metadata"]["resourceVersion"]}
+        return _table_response(context, request, target, [obj], metadata)
     return json_response(_in_version(obj, target))
+
+
+def _include_object(request: web.Request) -> str:
+    include = request.query.get("includeObject") or "Metadata"
+    if include not in ("None", "Metadata", "Object"):
+        raise bad_request(f'invalid includeObject: "{include}"')
+    return include
+
+
+def _table_response(
+    context: ApiContext, request: web.Request, target: Target, objects: list[Obj], metadata: Obj
+) -> web.Response:
+    body = table(
+        target.resource,
+        [_in_version(obj, target) for obj in objects],
+        metadata,
+        context.store.clock(),
+        include_object=_include_object(request),
+    )
+    return json_response(body)
+
+
+def _table_renderer(
+    context: ApiContext, request: web.Request, target: Target
+) -> Callable[[Obj], Obj] | None:
+    """For a watch asked ``as=Table`` (``kubectl get -w``): each event's object becomes a
+    one-row Table, as the API server's watch encoder converts it."""
+    if not wants_table(request.headers.get("Accept")):
+        return None
+    include = _include_object(request)
+
+    def render(obj: Obj) -> Obj:
+        metadata = {"resourceVersion": obj.get("metadata", {}).get("resourceVersion", "")}
+        now = context.store.clock()
+        return table(target.resource, [obj], metadata, now, include_object=include)
+
+    return render
 
 
 async def _replace(context: ApiContext, request: web.Request, target: Target) -> web.Response:

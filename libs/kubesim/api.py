@@ -26,12 +26,14 @@ from typing import Any
 
 from aiohttp import web
 
+from kubesim import openapi
 from kubesim.errors import ApiError, bad_request, invalid, not_found
 from kubesim.faults import Faults, fault_from_json
 from kubesim.patch import apply_patch, patch_type_for
 from kubesim.resources import CLUSTER_QUEUE, LOCAL_QUEUE, RESOURCES, Resource, find_resource
 from kubesim.selectors import parse_field_selector, parse_label_selector
 from kubesim.store import ObjectStore
+from kubesim.tables import table, wants_table
 from kubesim.watch import (
     WatchHub,
     WatchSpec,
@@ -76,6 +78,9 @@ def build_app(context: ApiContext) -> web.Application:
     for path in ("/healthz", "/livez", "/readyz"):
         add("GET", path, _ok)
     add("GET", "/version", _version)
+    add("GET", "/openapi/v2", _openapi_v2)
+    add("GET", "/openapi/v3", _openapi_v3_root)
+    add("GET", "/openapi/v3/{tail:.+}", _openapi_v3)
     for slash in ("", "/"):  # kubernetes-asyncio asks for "/api/", "/api/v1/", ...
         add("GET", "/api" + slash, _api_versions)
         add("GET", "/apis" + slash, _group_list)
@@ -157,6 +162,29 @@ async def _version(_: web.Request) -> web.Response:
     return json_response(
         {"major": "1", "minor": "33", "gitVersion": "v1.33.0-kubesim", "platform": "linux/amd64"}
     )
+
+
+async def _openapi_v2(request: web.Request) -> web.Response:
+    if "protobuf" in request.headers.get("Accept", ""):
+        return web.Response(body=openapi.v2_protobuf(), content_type=openapi.PROTOBUF_V2)
+    return json_response(openapi.v2_document())
+
+
+async def _openapi_v3_root(_: web.Request) -> web.Response:
+    return json_response(openapi.v3_root())
+
+
+async def _openapi_v3(request: web.Request) -> web.Response:
+    segments = request.match_info["tail"].strip("/").split("/")
+    if segments[:1] == ["api"] and len(segments) == 2:
+        document = openapi.v3_document("", segments[1])
+    elif segments[:1] == ["apis"] and len(segments) == 3:
+        document = openapi.v3_document(segments[1], segments[2])
+    else:
+        document = None
+    if document is None:
+        raise _no_route()
+    return json_response(document)
 
 
 async def _api_versions(request: web.Request) -> web.Response:
@@ -369,6 +397,8 @@ async def _list(context: ApiContext, request: web.Request, target: Target) -> we
     if after is not None:
         metadata["continue"] = encode_continue(resource_version, after)
         metadata["remainingItemCount"] = remaining
+    if wants_table(request.headers.get("Accept")):
+        return _table_response(context, request, target, items, metadata)
     return json_response(
         {
             "apiVersion": target.resource.api_version(target.version),
@@ -391,6 +421,7 @@ async def _watch(context: ApiContext, request: web.Request, target: Target) -> w
         resource_version=parse_resource_version(query.get("resourceVersion")),
         bookmarks=is_true(query.get("allowWatchBookmarks")),
         timeout_seconds=None if not timeout else _non_negative_int(timeout, "timeoutSeconds"),
+        render=_table_renderer(context, request, target),
     )
     return await serve_watch(
         request, context.store, context.watches, spec, bookmark_interval=context.bookmark_interval
@@ -401,16 +432,58 @@ async def _create(context: ApiContext, request: web.Request, target: Target) -> 
     body = object_body(await request.read(), target)
     if body["metadata"].get("resourceVersion"):  # an object re-sent as read: a real 500
         raise ApiError(500, "", "resourceVersion should not be set on objects to be created")
-    created = context.store.create(target.resource, body, target.namespace)
+    dry_run = dry_run_of(query_values(request.query, "dryRun"), "CreateOptions")
+    created = context.store.create(target.resource, body, target.namespace, dry_run=dry_run)
     return json_response(_in_version(created, target), 201)
 
 
-async def _get(context: ApiContext, _: web.Request, target: Target) -> web.Response:
+async def _get(context: ApiContext, request: web.Request, target: Target) -> web.Response:
     obj = context.store.get(target.resource, target.namespace, _name(target))
+    if target.subresource is None and wants_table(request.headers.get("Accept")):
+        metadata = {"resourceVersion": obj["metadata"]["resourceVersion"]}
+        return _table_response(context, request, target, [obj], metadata)
     return json_response(_in_version(obj, target))
 
 
+def _include_object(request: web.Request) -> str:
+    include = request.query.get("includeObject") or "Metadata"
+    if include not in ("None", "Metadata", "Object"):
+        raise bad_request(f'invalid includeObject: "{include}"')
+    return include
+
+
+def _table_response(
+    context: ApiContext, request: web.Request, target: Target, objects: list[Obj], metadata: Obj
+) -> web.Response:
+    body = table(
+        target.resource,
+        [_in_version(obj, target) for obj in objects],
+        metadata,
+        context.store.clock(),
+        include_object=_include_object(request),
+    )
+    return json_response(body)
+
+
+def _table_renderer(
+    context: ApiContext, request: web.Request, target: Target
+) -> Callable[[Obj], Obj] | None:
+    """For a watch asked ``as=Table`` (``kubectl get -w``): each event's object becomes a
+    one-row Table, as the API server's watch encoder converts it."""
+    if not wants_table(request.headers.get("Accept")):
+        return None
+    include = _include_object(request)
+
+    def render(obj: Obj) -> Obj:
+        metadata = {"resourceVersion": obj.get("metadata", {}).get("resourceVersion", "")}
+        now = context.store.clock()
+        return table(target.resource, [obj], metadata, now, include_object=include)
+
+    return render
+
+
 async def _replace(context: ApiContext, request: web.Request, target: Target) -> web.Response:
+    dry_run = dry_run_of(query_values(request.query, "dryRun"), "UpdateOptions")
     body = object_body(await request.read(), target)
     check_identity(body, target)
     if not target.built_in and not body["metadata"].get("resourceVersion"):
@@ -421,7 +494,7 @@ async def _replace(context: ApiContext, request: web.Request, target: Target) ->
         )
     _check_update(context, target, body)
     updated = context.store.replace(
-        target.resource, body, target.namespace, subresource=target.subresource
+        target.resource, body, target.namespace, subresource=target.subresource, dry_run=dry_run
     )
     return json_response(_in_version(updated, target))
 
@@ -430,6 +503,7 @@ async def _patch(context: ApiContext, request: web.Request, target: Target) -> w
     patch_type = patch_type_for(
         request.headers.get("Content-Type"), strategic_allowed=target.built_in
     )
+    dry_run = dry_run_of(query_values(request.query, "dryRun"), "PatchOptions")
     body = await request.read()
     store = context.store
     current = store.get(target.resource, target.namespace, _name(target))
@@ -437,7 +511,7 @@ async def _patch(context: ApiContext, request: web.Request, target: Target) -> w
     check_identity(patched, target)
     _check_update(context, target, patched)
     updated = store.replace(
-        target.resource, patched, target.namespace, subresource=target.subresource
+        target.resource, patched, target.namespace, subresource=target.subresource, dry_run=dry_run
     )
     return json_response(_in_version(updated, target))
 
@@ -457,6 +531,7 @@ async def _delete(context: ApiContext, request: web.Request, target: Target) -> 
         uid=options.uid,
         resource_version=options.resource_version,
         propagation=options.propagation,
+        dry_run=options.dry_run,
     )
     return json_response(_in_version(deleted, target))
 
@@ -478,6 +553,7 @@ async def _delete_collection(
                     meta.get("namespace"),
                     meta["name"],
                     propagation=options.propagation,
+                    dry_run=options.dry_run,
                 )
             )
     return json_response(
@@ -563,6 +639,7 @@ class DeleteOptions:
     uid: str | None = None
     resource_version: str | None = None
     propagation: str = "Background"
+    dry_run: bool = False
 
 
 _PROPAGATION = {"Background": "Background", "Foreground": "Background", "Orphan": "Orphan"}
@@ -584,9 +661,40 @@ def delete_options(body: Any, query: Any) -> DeleteOptions:
             f'DeleteOptions.propagationPolicy: Unsupported value: "{policy}": supported values: '
             '"Foreground", "Background", "Orphan"',
         )
+    dry_run = query_values(query, "dryRun") or body.get("dryRun") or []
     return DeleteOptions(
-        preconditions.get("uid"), preconditions.get("resourceVersion"), _PROPAGATION[policy]
+        preconditions.get("uid"),
+        preconditions.get("resourceVersion"),
+        _PROPAGATION[policy],
+        dry_run_of(dry_run, "DeleteOptions"),
     )
+
+
+def query_values(query: Any, name: str) -> list[str]:
+    """Every value of a repeatable query parameter (a plain mapping has one at most)."""
+    if hasattr(query, "getall"):
+        return list(query.getall(name, []))
+    value = query.get(name)
+    return [] if value is None else [value]
+
+
+def _go_strings(values: Any) -> str:
+    if not isinstance(values, list):
+        return json.dumps(values)
+    return "[]string{" + ", ".join(json.dumps(str(v)) for v in values) + "}"
+
+
+def dry_run_of(values: Any, options_kind: str) -> bool:
+    """Whether ``dryRun`` asks for a dry run: only ``All`` is known; anything else is 422
+    Invalid against the verb's options kind, as apimachinery's ``ValidateDryRun``."""
+    if not isinstance(values, list) or any(value != "All" for value in values):
+        raise ApiError(
+            422,
+            "Invalid",
+            f'{options_kind}.meta.k8s.io "" is invalid: dryRun: Unsupported value: '
+            f'{_go_strings(values)}: supported values: "All"',
+        )
+    return bool(values)
 
 
 def _non_negative_int(value: str | None, name: str) -> int:

@@ -19,6 +19,9 @@ class Resource:
     served_versions: tuple[str, ...] = ()
     """Every version served (the stored one included); objects are identical across them."""
     short_names: tuple[str, ...] = ()
+    """As upstream's discovery lists them (kubectl resolves ``kubectl get cq`` with them):
+    kubernetes' built-in REST storage ``ShortNames()`` and the CRDs' ``names.shortNames``
+    (kueue v0.19 and main; JobSet's CRD declares none)."""
 
     @property
     def key(self) -> str:
@@ -39,22 +42,52 @@ class Resource:
 
 
 POD = Resource("", "v1", "pods", "Pod", True, status_subresource=True, short_names=("po",))
-NAMESPACE = Resource("", "v1", "namespaces", "Namespace", False, status_subresource=True)
+NAMESPACE = Resource(
+    "", "v1", "namespaces", "Namespace", False, status_subresource=True, short_names=("ns",)
+)
 EVENT = Resource("", "v1", "events", "Event", True, short_names=("ev",))
 JOB = Resource("batch", "v1", "jobs", "Job", True, status_subresource=True)
 JOBSET = Resource("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", True, status_subresource=True)
 _KUEUE_VERSIONS = ("v1beta2", "v1beta1")
 WORKLOAD = Resource(
-    "kueue.x-k8s.io", "v1beta2", "workloads", "Workload", True, True, _KUEUE_VERSIONS, ("wl",)
+    "kueue.x-k8s.io",
+    "v1beta2",
+    "workloads",
+    "Workload",
+    True,
+    True,
+    _KUEUE_VERSIONS,
+    ("kwl", "kueueworkload", "kueueworkloads"),
 )
 CLUSTER_QUEUE = Resource(
-    "kueue.x-k8s.io", "v1beta2", "clusterqueues", "ClusterQueue", False, True, _KUEUE_VERSIONS
+    "kueue.x-k8s.io",
+    "v1beta2",
+    "clusterqueues",
+    "ClusterQueue",
+    False,
+    True,
+    _KUEUE_VERSIONS,
+    ("cq",),
 )
 LOCAL_QUEUE = Resource(
-    "kueue.x-k8s.io", "v1beta2", "localqueues", "LocalQueue", True, True, _KUEUE_VERSIONS
+    "kueue.x-k8s.io",
+    "v1beta2",
+    "localqueues",
+    "LocalQueue",
+    True,
+    True,
+    _KUEUE_VERSIONS,
+    ("queue", "queues", "lq"),
 )
 RESOURCE_FLAVOR = Resource(
-    "kueue.x-k8s.io", "v1beta2", "resourceflavors", "ResourceFlavor", False, False, _KUEUE_VERSIONS
+    "kueue.x-k8s.io",
+    "v1beta2",
+    "resourceflavors",
+    "ResourceFlavor",
+    False,
+    False,
+    _KUEUE_VERSIONS,
+    ("flavor", "flavors", "rf"),
 )
 WORKLOAD_PRIORITY_CLASS = Resource(
     "kueue.x-k8s.io",
@@ -64,6 +97,7 @@ WORKLOAD_PRIORITY_CLASS = Resource(
     False,
     False,
     _KUEUE_VERSIONS,
+    ("wpc",),
 )
 LEASE = Resource("coordination.k8s.io", "v1", "leases", "Lease", True)
 

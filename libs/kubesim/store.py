@@ -10,7 +10,9 @@ Semantics follow the Kubernetes API server where our code depends on them:
   ``deletionGracePeriodSeconds`` from its spec) until the last one goes;
 - background cascading deletion through controller/owner references;
 - a bounded event history so watches can resume from a ``resourceVersion`` (older →
-  410 Expired).
+  410 Expired);
+- ``dry_run`` writes (``dryRun=All``) run every check and return what would be stored,
+  but store nothing, consume no ``resourceVersion`` and emit no event.
 
 The store is synchronous (it is memory) and emits events to subscribers' asyncio queues.
 Everything returned is a deep copy: callers can never alias stored state.
@@ -205,7 +207,11 @@ class ObjectStore:
             raise not_found("namespaces", namespace)
         return namespace
 
-    def create(self, resource: Resource, obj: Obj, namespace: str | None = None) -> Obj:
+    def create(
+        self, resource: Resource, obj: Obj, namespace: str | None = None, *, dry_run: bool = False
+    ) -> Obj:
+        """A dry run returns the object with its generated fields but no
+        ``resourceVersion``, as the API server's dry-run storage copies it unstored."""
         obj = clone(obj)
         meta = obj.setdefault("metadata", {})
         namespace = self._namespace_of(resource, namespace, obj)
@@ -223,12 +229,9 @@ class ObjectStore:
         if key in self._objects:
             raise already_exists(resource.plural, name, resource.group)
         meta.update(
-            name=name,
-            uid=str(uuid.uuid4()),
-            resourceVersion=self._next_rv(),
-            generation=1,
-            creationTimestamp=rfc3339(self.clock()),
+            name=name, uid=str(uuid.uuid4()), generation=1, creationTimestamp=rfc3339(self.clock())
         )
+        meta.pop("resourceVersion", None)
         if namespace is not None:
             meta["namespace"] = namespace
         meta.pop("deletionTimestamp", None)
@@ -236,6 +239,9 @@ class ObjectStore:
         obj["kind"] = resource.kind
         if resource.status_subresource:
             obj.pop("status", None)
+        if dry_run:
+            return obj
+        meta["resourceVersion"] = self._next_rv()
         self._objects[key] = obj
         self._emit("ADDED", resource, obj, None)
         return clone(obj)
@@ -247,6 +253,7 @@ class ObjectStore:
         namespace: str | None = None,
         *,
         subresource: str | None = None,
+        dry_run: bool = False,
     ) -> Obj:
         """PUT semantics: optimistic concurrency on ``metadata.resourceVersion`` when set."""
         meta = obj.get("metadata", {})
@@ -266,7 +273,7 @@ class ObjectStore:
                 "version and try again",
                 resource.group,
             )
-        return self._write(resource, key, current, clone(obj), subresource)
+        return self._write(resource, key, current, clone(obj), subresource, dry_run)
 
     def _write(
         self,
@@ -275,9 +282,11 @@ class ObjectStore:
         current: Obj,
         proposed: Obj,
         subresource: str | None,
+        dry_run: bool = False,
     ) -> Obj:
         """``subresource`` is None (spec and metadata), "status", or "metadata" (the
-        store's own writes, which may set ``deletionTimestamp``)."""
+        store's own writes, which may set ``deletionTimestamp``). A dry run returns the
+        result at the current ``resourceVersion`` and changes nothing."""
         old = clone(current)
         if subresource == "status":
             updated = clone(current)
@@ -305,6 +314,8 @@ class ObjectStore:
             updated["kind"] = resource.kind
         if updated == current:
             return clone(current)  # a no-op write does not bump resourceVersion
+        if dry_run:
+            return updated
         updated["metadata"]["resourceVersion"] = self._next_rv()
         if updated["metadata"].get("deletionTimestamp") and not updated["metadata"].get(
             "finalizers"
@@ -322,6 +333,7 @@ class ObjectStore:
         mutate: Callable[[Obj], None],
         *,
         subresource: str | None = None,
+        dry_run: bool = False,
     ) -> Obj:
         """Read-modify-write in one step (controllers; patches after they are applied)."""
         key = _key(resource, namespace, name)
@@ -330,7 +342,7 @@ class ObjectStore:
             raise not_found(resource.plural, name, resource.group)
         proposed = clone(current)
         mutate(proposed)
-        return self._write(resource, key, current, proposed, subresource)
+        return self._write(resource, key, current, proposed, subresource, dry_run)
 
     def delete(
         self,
@@ -341,7 +353,10 @@ class ObjectStore:
         uid: str | None = None,
         resource_version: str | None = None,
         propagation: str = "Background",
+        dry_run: bool = False,
     ) -> Obj:
+        """A dry run checks the preconditions and returns what the delete would answer
+        (the object, marked for deletion if finalizers hold it) without deleting."""
         key = _key(resource, namespace, name)
         current = self._objects.get(key)
         if current is None:
@@ -375,7 +390,10 @@ class ObjectStore:
                     deletionTimestamp=rfc3339(self.clock()), deletionGracePeriodSeconds=grace
                 ),
                 subresource="metadata",
+                dry_run=dry_run,
             )
+        if dry_run:
+            return clone(current)
         self._rv += 1
         deleted = clone(current)
         deleted["metadata"]["resourceVersion"] = str(self._rv)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,6 +70,8 @@ class WatchSpec:
     resource_version: int | None = None
     bookmarks: bool = False
     timeout_seconds: float | None = None
+    render: Callable[[Obj], Obj] | None = None
+    """How event objects are sent when not as stored (``as=Table``: a one-row Table)."""
 
     def matches(self, obj: Obj) -> bool:
         namespace = obj.get("metadata", {}).get("namespace")
@@ -105,10 +108,10 @@ def served_as(obj: Obj, resource: Resource, version: str) -> Obj:
 
 
 def encode(spec: WatchSpec, type_: str, obj: Obj) -> bytes:
-    line = json.dumps(
-        {"type": type_, "object": served_as(obj, spec.resource, spec.version)},
-        separators=(",", ":"),
-    )
+    obj = served_as(obj, spec.resource, spec.version)
+    if spec.render is not None and type_ != "BOOKMARK":
+        obj = spec.render(obj)
+    line = json.dumps({"type": type_, "object": obj}, separators=(",", ":"))
     return line.encode() + b"\n"
 
 

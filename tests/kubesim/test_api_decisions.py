@@ -11,6 +11,7 @@ from kubesim.api import (
     Target,
     decode_continue,
     delete_options,
+    dry_run_of,
     encode_continue,
     list_page,
     parse_target,
@@ -235,3 +236,29 @@ def test_continue_tokens_round_trip_and_reject_garbage() -> None:
 def test_delete_options(body: Any, query: dict[str, str], expected: tuple[Any, ...]) -> None:
     options = delete_options(body, query)
     assert (options.uid, options.resource_version, options.propagation) == expected
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        pytest.param([], False, id="absent"),
+        pytest.param(["All"], True, id="All"),
+        pytest.param(["All", "All"], True, id="repeated"),
+        pytest.param(["all"], None, id="case matters"),
+        pytest.param(["All", "Server"], None, id="one unknown value"),
+        pytest.param("All", None, id="not a list (a DeleteOptions body)"),
+    ],
+)
+def test_dry_run_of(values: Any, expected: bool | None) -> None:
+    if expected is None:
+        with pytest.raises(ApiError) as raised:
+            dry_run_of(values, "PatchOptions")
+        assert (raised.value.code, raised.value.reason) == (422, "Invalid")
+    else:
+        assert dry_run_of(values, "PatchOptions") is expected
+
+
+def test_delete_options_dry_run_from_the_body_or_the_query() -> None:
+    assert delete_options({"dryRun": ["All"]}, {}).dry_run
+    assert delete_options(None, {"dryRun": "All"}).dry_run
+    assert not delete_options({}, {}).dry_run

@@ -1,0 +1,121 @@
+"""The ``cluster`` fixture: an embedded kubesim with its controllers by default, or the
+real cluster of ``KUBECONFIG`` when that is set (docs/testing.md, "Contract suite").
+
+On a real cluster every test gets a fresh namespace ``xmc-contract-<random>`` with the
+LocalQueue ``xmc-contract``; JobSet, Kueue and ``tests.contract.setup``'s objects must be
+installed, else every test is skipped saying what is missing. The namespace is deleted
+afterwards (XMC's finalizers removed first, so nothing hangs).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+from kubernetes_asyncio.client import ApiClient, Configuration
+
+from kubesim.server import KubeSim
+from tests.contract.cluster import FINALIZER, Cluster
+from tests.contract.setup import CLUSTER_QUEUE, cluster_objects, local_queue
+from xmc.config import Settings
+from xmc.kube import JOBSETS, KubeError, KubeFailure, api_client, load_configuration
+from xmc.kube_client import KubeClient
+
+ON_REAL_CLUSTER = bool(os.environ.get("KUBECONFIG"))
+KUBESIM_TIME_SCALE = 20.0
+"""Cluster seconds per real second on kubesim: a 30 s pod termination takes 1.5 s."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/contract/" in str(item.path).replace(os.sep, "/"):
+            item.add_marker(pytest.mark.contract)
+
+
+def _path(obj: dict[str, object]) -> str:
+    api_version = str(obj["apiVersion"])
+    plural = f"{str(obj['kind']).lower()}s".replace("classs", "classes")
+    base = f"/apis/{api_version}" if "/" in api_version else f"/api/{api_version}"
+    meta = obj["metadata"]
+    assert isinstance(meta, dict)
+    namespace = meta.get("namespace")
+    scoped = f"{base}/namespaces/{namespace}" if namespace else base
+    return f"{scoped}/{plural}"
+
+
+async def _create(kube: KubeClient, obj: dict[str, object]) -> None:
+    try:
+        await kube.request("POST", _path(obj), body=obj)
+    except KubeError as error:
+        if error.failure is not KubeFailure.ALREADY_EXISTS:
+            raise
+
+
+async def _missing_on(kube: KubeClient) -> str | None:
+    """What the real cluster lacks for the suite, or None."""
+    checks = [
+        ("/apis/jobset.x-k8s.io/v1alpha2", "JobSet (jobset.x-k8s.io/v1alpha2) is not installed"),
+        ("/apis/kueue.x-k8s.io/v1beta2", "Kueue (kueue.x-k8s.io/v1beta2) is not installed"),
+        (
+            f"/apis/kueue.x-k8s.io/v1beta2/clusterqueues/{CLUSTER_QUEUE}",
+            f"ClusterQueue {CLUSTER_QUEUE} is missing: "
+            "`python -m tests.contract.setup | kubectl apply -f -`",
+        ),
+    ]
+    for path, reason in checks:
+        try:
+            await kube.request("GET", path)
+        except KubeError as error:
+            if error.failure is KubeFailure.NOT_FOUND:
+                return reason
+            raise
+    return None
+
+
+@pytest.fixture
+async def cluster() -> AsyncIterator[Cluster]:
+    namespace = f"xmc-contract-{uuid.uuid4().hex[:8]}"
+    sim: KubeSim | None = None
+    if ON_REAL_CLUSTER:
+        configuration = await load_configuration(Settings())
+        scale = 1.0
+    else:
+        sim = KubeSim(controllers=True, time_scale=KUBESIM_TIME_SCALE)
+        configuration = Configuration(host=await sim.start())
+        scale = KUBESIM_TIME_SCALE
+    api: ApiClient = await api_client(configuration)
+    kube = KubeClient(api)
+    try:
+        if ON_REAL_CLUSTER:
+            missing = await _missing_on(kube)
+            if missing:
+                pytest.skip(f"the contract suite's cluster is not ready: {missing}")
+        else:
+            for obj in cluster_objects():
+                await _create(kube, obj)
+        await _create(
+            kube, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
+        )
+        await _create(kube, local_queue(namespace))
+        yield Cluster(api=api, kube=kube, namespace=namespace, scale=scale, sim=sim)
+    finally:
+        if ON_REAL_CLUSTER:
+            await _clean_up(kube, namespace)
+        await kube.close()
+        if sim is not None:
+            await sim.stop()
+
+
+async def _clean_up(kube: KubeClient, namespace: str) -> None:
+    try:
+        page = await kube.list_page(JOBSETS, namespace)
+        for jobset in page["items"]:
+            finalizers = [f for f in jobset["metadata"].get("finalizers", []) if f != FINALIZER]
+            name = jobset["metadata"]["name"]
+            await kube.patch(JOBSETS, namespace, name, {"metadata": {"finalizers": finalizers}})
+        await kube.request("DELETE", f"/api/v1/namespaces/{namespace}")
+    except KubeError as error:
+        if error.failure is not KubeFailure.NOT_FOUND:
+            raise

@@ -3,18 +3,20 @@ of the batch/v1 Job controller it needs (a Job's pods and status).
 
 One reconcile pass per JobSet, level-triggered: list its Jobs and Pods, then
 1. per Job, ``job_status`` recomputes the Job's status (``Failed`` with upstream's
-   ``BackoffLimitExceeded``, then ``DeadlineExceeded`` past ``activeDeadlineSeconds``)
-   and ``plan_job_pods`` says which pods to create (while not suspended) or delete
-   (suspended or finished);
+   ``PodFailurePolicy``, then ``BackoffLimitExceeded`` counting the failures the
+   ``podFailurePolicy`` does not ignore, then ``DeadlineExceeded`` past
+   ``activeDeadlineSeconds``) and ``plan_job_pods`` says which pods to create (while not
+   suspended, and not before the failure backoff has passed) or delete (suspended or
+   finished); see ``job_failure.py``;
 2. ``plan_jobset`` decides the JobSet's status and which Jobs to create, delete, suspend
-   or resume: failure policy (restart all Jobs up to ``maxRestarts``), success policy
-   (``All``/``Any`` of ``targetReplicatedJobs``), suspend/resume (Kueue's lever) and
-   ``dependsOn`` (a replicated job's Jobs are created once its dependency is Ready or
-   Complete).
+   or resume: failure policy (``jobset_failure.py``: fail, or restart all Jobs, each
+   recreated once its old Job and pods are gone), success policy (``All``/``Any`` of
+   ``targetReplicatedJobs``), suspend/resume (Kueue's lever) and ``dependsOn`` (a
+   replicated job's Jobs are created once its dependency is Ready or Complete).
 The shell applies the plan; the writes it makes come back as events and trigger the next
 pass, which converges because every write of an unchanged object is a no-op. Nothing
-happens at a Job's deadline, so the shell also wakes itself then (upstream's
-``queue.AddAfter``).
+happens at a Job's deadline or when its backoff ends, so the shell also wakes itself then
+(upstream's ``queue.AddAfter``).
 
 Shapes follow upstream: child Job ``{jobset}-{rjob}-{index}`` with the
 ``jobset.sigs.k8s.io/*`` labels, pods ``{job}-{index}-{random5}`` of an Indexed Job, the

@@ -799,7 +799,12 @@ class JobSetController:
         now = rfc3339(self._clock.now())
         synced = [self._sync_job(job, pods_by_job[job["metadata"]["uid"]], now) for job in jobs]
         jobs = [job for job, _ in synced]
-        pods = [p for group in pods_by_job.values() for p in group]
+        pods = [
+            p
+            for group in pods_by_job.values()
+            for p in group
+            if _labels(p).get(JOBSET_UID_LABEL) == uid  # not an earlier namesake's
+        ]
         self._apply(namespace, name, plan_jobset(jobset, jobs, now, pods))
         deadlines = [d for d in map(active_deadline, jobs) if d is not None]
         retries = [retry for _, retry in synced if retry is not None]

@@ -128,7 +128,7 @@ async def test_a_job_past_its_active_deadline_fails_and_fails_the_jobset(
         "Job was active longer than specified deadline",
     )
     waited = _time(job_failed["lastTransitionTime"]) - _time(job["status"]["startTime"])
-    assert 20 <= waited.total_seconds() <= 22
+    assert 20 <= waited.total_seconds() <= 30
     js_failed = conditions(failed)["Failed"]
     assert (js_failed["reason"], js_failed["message"]) == (
         "FailedJobs",
@@ -285,7 +285,8 @@ async def test_failed_pods_are_replaced_after_a_doubling_backoff(
         finished = _time(container["state"]["terminated"]["finishedAt"])
         waited = (_time(replacement["metadata"]["creationTimestamp"]) - finished).total_seconds()
         backoff = 10 * 2 ** (failures - 1)
-        assert backoff <= waited <= backoff + 3, (failures, waited)
+        # At least the backoff; the slack (0.1 s real) allows for a loaded machine.
+        assert backoff <= waited <= backoff + 10, (failures, waited)
 
 
 # --- a JobSet restart under failurePolicy ----------------------------------------------------
@@ -294,11 +295,11 @@ async def test_failed_pods_are_replaced_after_a_doubling_backoff(
 async def test_a_restart_recreates_each_job_once_the_old_one_has_stopped(
     make_kubesim: MakeKubeSim,
 ) -> None:
-    """``main`` fails after 120 s; ``side`` runs until stopped (grace 30 s). The restart
+    """``main`` fails after 200 s; ``side`` runs until stopped (grace 30 s). The restart
     recreates ``main`` at once (its pod had finished) and ``side`` only once its old pod
     is gone; the second failure reaches ``maxRestarts``."""
     async with cluster(make_kubesim) as kube:
-        main = _rjob("main", behavior={"run_seconds": 120, "exit_code": 1})
+        main = _rjob("main", behavior={"run_seconds": 200, "exit_code": 1})
         side = _rjob(
             "side", behavior={"run_seconds": None}, pod={"terminationGracePeriodSeconds": 30}
         )

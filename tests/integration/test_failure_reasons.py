@@ -20,14 +20,17 @@ from typing import Any
 
 from actuator.app import Actuator
 from actuator.consumer import ConsumerSettings
-from kubesim.resources import JOBSET
+from kubesim.resources import JOB, JOBSET, POD
 from kubesim.server import KubeSim
 from reconciler.app import Reconciler, ReconcilerOptions
 from reconciler.batcher import BatcherOptions
 from reconciler.ess_client import EssClient
+from reconciler.failure import decide_failure_reason
 from tests.integration.conftest import REDIS_URL, SIGNING_KEY, Ess, metadata
 from tests.integration.support import WallClock, minimal_work_unit, wait_until
 from tests.integration.test_cli import xmc
+from tests.kubesim.conftest import eventually
+from tests.kubesim.controller_support import condition_is, make_jobset, replicated_job
 from xmc.config import Settings
 from xmc.kube import JOBSETS
 from xmc.kube_client import KubeClient
@@ -270,3 +273,31 @@ def _text_column(table: str) -> str:
     """The last column of a rich table, its wrapped lines joined again."""
     cells = [line.split("│")[-2].strip() for line in table.splitlines() if line.count("│") > 2]
     return " ".join(cell for cell in cells if cell and cell != "text")
+
+
+async def test_a_pod_failure_policy_failure_names_the_container_it_matched() -> None:
+    """XMC's Jobs carry only an ``Ignore`` rule, but a JobSet made elsewhere may fail a
+    Job by ``FailJob``: the Reconciler's reason for what kubesim writes then (as upstream:
+    ``PodFailurePolicy``, upstream's message) names the matched container's exit."""
+    policy = {"rules": [{"action": "FailJob", "onExitCodes": {"operator": "In", "values": [42]}}]}
+    rjob = replicated_job(behavior={"run_seconds": 1, "exit_code": 42}, backoff_limit=3)
+    rjob["template"]["spec"]["podFailurePolicy"] = policy
+    sim = KubeSim(controllers=True, time_scale=100.0)
+    await sim.start()
+    try:
+        sim.store.create(JOBSET, make_jobset("fatal", rjob, queue=None, suspend=False))
+        await eventually(
+            lambda: condition_is(sim.store.find(JOBSET, "default", "fatal"), "Failed"),
+            within=10,
+            what="the JobSet to fail",
+        )
+        jobset = sim.store.get(JOBSET, "default", "fatal")
+        jobs, pods = sim.store.list(JOB, "default"), sim.store.list(POD, "default")
+    finally:
+        await sim.stop()
+    (pod,) = pods
+    found = decide_failure_reason(jobset, jobs, pods)
+    assert found.text == (
+        f'job "fatal-main-0" failed (PodFailurePolicy): container "worker" of pod '
+        f'"{pod["metadata"]["name"]}" exited with code 42 (Error)'
+    )

@@ -15,11 +15,11 @@ import pytest
 
 from kubesim.controllers.behavior import ContainerBehavior, parse_behaviors
 from kubesim.controllers.jobset import (
-    first_failed_job,
     job_status,
     plan_job_pods,
     plan_jobset,
 )
+from kubesim.controllers.jobset_failure import first_failed_job
 from kubesim.controllers.kubelet import pod_status_at
 from kubesim.resources import JOB, JOBSET
 from tests.kubesim.controller_support import (
@@ -179,7 +179,7 @@ def test_job_deadline(
 def test_a_job_past_its_deadline_deletes_its_active_pods() -> None:
     job = _job()
     job["status"] = job_status(job, [_pod("Running")], NOW)
-    assert plan_job_pods(job, [_pod("Running")]).delete_pods == ("js-main-0-0-abcde",)
+    assert plan_job_pods(job, [_pod("Running")], NOW).delete_pods == ("js-main-0-0-abcde",)
 
 
 # --- the JobSet's failure message -----------------------------------------------------

@@ -506,7 +506,7 @@ def test_job_status(
     ],
 )
 def test_plan_job_pods(job: dict[str, Any], pods: list[dict[str, Any]], plan: JobPodPlan) -> None:
-    assert plan_job_pods(job, pods) == plan
+    assert plan_job_pods(job, pods, NOW) == plan
 
 
 def test_format_indexes() -> None:
@@ -662,17 +662,21 @@ def _true_conditions(plan_status: Mapping[str, Any]) -> dict[str, str]:
             id="no failure policy fails at once",
         ),
         pytest.param(
-            _jobset(failure={"maxRestarts": 2}, status={"restarts": 1}),
+            _jobset(
+                failure={"maxRestarts": 2}, status={"restarts": 1, "restartsCountTowardsMax": 1}
+            ),
             [_child("main", 0, "Failed", attempt=1)],
             JobSetStep.RESTARTING,
-            {},
+            {"RestartingJobSet": "DefaultFailurePolicy"},
             ("js-main-0",),
-            ("js-main-0",),
+            (),
             2,
-            id="a failure with restarts left recreates the jobs",
+            id="a failure with restarts left deletes the jobs, recreated once gone",
         ),
         pytest.param(
-            _jobset(failure={"maxRestarts": 2}, status={"restarts": 2}),
+            _jobset(
+                failure={"maxRestarts": 2}, status={"restarts": 2, "restartsCountTowardsMax": 2}
+            ),
             [_child("main", 0, "Failed", attempt=2)],
             JobSetStep.FAILED,
             {"Failed": "ReachedMaxRestarts"},
@@ -682,14 +686,46 @@ def _true_conditions(plan_status: Mapping[str, Any]) -> dict[str, str]:
             id="no restarts left fails",
         ),
         pytest.param(
+            _jobset(failure={"maxRestarts": 0}),
+            [_child("main", 0, "Failed")],
+            JobSetStep.FAILED,
+            {"Failed": "ReachedMaxRestarts"},
+            (),
+            (),
+            0,
+            id="a failure policy of maxRestarts 0 fails with ReachedMaxRestarts",
+        ),
+        pytest.param(
+            _jobset(
+                failure={"maxRestarts": 5, "rules": [{"name": "r", "action": "FailJobSet"}]},
+            ),
+            [_child("main", 0, "Failed")],
+            JobSetStep.FAILED,
+            {"Failed": "FailJobSetFailurePolicyAction"},
+            (),
+            (),
+            0,
+            id="a FailJobSet rule fails at once",
+        ),
+        pytest.param(
             _jobset(status={"restarts": 1}),
             [_child("main", 0, attempt=0)],
             JobSetStep.RUNNING,
             {},
             ("js-main-0",),
+            (),
+            1,
+            id="a job of an older attempt is deleted; its name is held until it is gone",
+        ),
+        pytest.param(
+            _jobset(status={"restarts": 1}),
+            [],
+            JobSetStep.RUNNING,
+            {},
+            (),
             ("js-main-0",),
             1,
-            id="jobs of an older attempt are replaced",
+            id="once the older attempt's job is gone it is recreated",
         ),
         pytest.param(
             _jobset(deleting=True),

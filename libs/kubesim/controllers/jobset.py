@@ -3,18 +3,20 @@ of the batch/v1 Job controller it needs (a Job's pods and status).
 
 One reconcile pass per JobSet, level-triggered: list its Jobs and Pods, then
 1. per Job, ``job_status`` recomputes the Job's status (``Failed`` with upstream's
-   ``BackoffLimitExceeded``, then ``DeadlineExceeded`` past ``activeDeadlineSeconds``)
-   and ``plan_job_pods`` says which pods to create (while not suspended) or delete
-   (suspended or finished);
+   ``PodFailurePolicy``, then ``BackoffLimitExceeded`` counting the failures the
+   ``podFailurePolicy`` does not ignore, then ``DeadlineExceeded`` past
+   ``activeDeadlineSeconds``) and ``plan_job_pods`` says which pods to create (while not
+   suspended, and not before the failure backoff has passed) or delete (suspended or
+   finished); see ``job_failure.py``;
 2. ``plan_jobset`` decides the JobSet's status and which Jobs to create, delete, suspend
-   or resume: failure policy (restart all Jobs up to ``maxRestarts``), success policy
-   (``All``/``Any`` of ``targetReplicatedJobs``), suspend/resume (Kueue's lever) and
-   ``dependsOn`` (a replicated job's Jobs are created once its dependency is Ready or
-   Complete).
+   or resume: failure policy (``jobset_failure.py``: fail, or restart all Jobs, each
+   recreated once its old Job and pods are gone), success policy (``All``/``Any`` of
+   ``targetReplicatedJobs``), suspend/resume (Kueue's lever) and ``dependsOn`` (a
+   replicated job's Jobs are created once its dependency is Ready or Complete).
 The shell applies the plan; the writes it makes come back as events and trigger the next
 pass, which converges because every write of an unchanged object is a no-op. Nothing
-happens at a Job's deadline, so the shell also wakes itself then (upstream's
-``queue.AddAfter``).
+happens at a Job's deadline or when its backoff ends, so the shell also wakes itself then
+(upstream's ``queue.AddAfter``).
 
 Shapes follow upstream: child Job ``{jobset}-{rjob}-{index}`` with the
 ``jobset.sigs.k8s.io/*`` labels, pods ``{job}-{index}-{random5}`` of an Indexed Job, the
@@ -52,6 +54,13 @@ from kubesim.resources import JOB, JOBSET, POD, Resource
 from kubesim.selectors import Requirement
 from kubesim.store import Event, ObjectStore, rfc3339
 
+from .job_failure import (
+    backoff_record,
+    fail_job_message,
+    match_pod_failure_policy,
+    replacement_due,
+)
+from .jobset_failure import RESTARTING, decide_failure
 from .kubelet import KUBELET_FINALIZER
 
 log = logging.getLogger(__name__)
@@ -220,7 +229,10 @@ def job_status(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], now: s
     live = _live(pods)
     active = _active(pods)
     succeeded = [p for p in live if _phase(p) == "Succeeded"]
-    failed = sum(1 for p in live if _phase(p) == "Failed")
+    policy = spec.get("podFailurePolicy")
+    failed_pods = [p for p in live if _phase(p) == "Failed"]
+    # An ``Ignore`` rule keeps a failure out of ``failed`` and so off the backoff limit.
+    failed = sum(1 for p in failed_pods if match_pod_failure_policy(policy, p).counts)
     done = {i for p in succeeded if (i := _pod_index(p)) is not None}
     status.update(
         active=len(active),
@@ -237,7 +249,11 @@ def job_status(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], now: s
         # Upstream restarts the activeDeadlineSeconds clock on every resume: the deadline
         # counts time continuously active, never time spent suspended in a queue.
         status["startTime"] = now
-    if failed > backoff_limit:
+    if (policy_message := fail_job_message(policy, failed_pods)) is not None:
+        conditions = set_condition(
+            conditions, "Failed", True, "PodFailurePolicy", policy_message, now
+        )
+    elif failed > backoff_limit:
         conditions = set_condition(
             conditions,
             "Failed",
@@ -313,12 +329,17 @@ def past_active_deadline(spec: Mapping[str, Any], status: Mapping[str, Any], now
 class JobPodPlan:
     create_indexes: tuple[int, ...] = ()
     delete_pods: tuple[str, ...] = ()
+    retry_at: datetime | None = None
+    """Pods are missing but the failure backoff holds them back until then."""
 
 
-def plan_job_pods(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> JobPodPlan:
+def plan_job_pods(
+    job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], now: str
+) -> JobPodPlan:
     """Pods to create (missing completion indexes, up to parallelism) or delete. A
     Terminating pod is not deleted again and keeps its index (and its place within
-    parallelism) until it is gone."""
+    parallelism) until it is gone. After failures, no pod is created before the
+    backoff (10 s, doubling per consecutive failure) has passed since the last one."""
     spec = job.get("spec") or {}
     active = _active(pods)
     if job_finished(job) or spec.get("suspend"):
@@ -328,7 +349,18 @@ def plan_job_pods(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> 
     running = {_pod_index(p) for p in active}
     budget = parallelism - len(active)
     missing = [i for i in range(completions) if i not in done and i not in running]
-    return JobPodPlan(create_indexes=tuple(missing[: max(budget, 0)]))
+    create = tuple(missing[: max(budget, 0)])
+    if create:
+        live = _live(pods)
+        due = replacement_due(
+            backoff_record(
+                (p for p in live if _phase(p) == "Succeeded"),
+                (p for p in live if _phase(p) == "Failed"),
+            )
+        )
+        if due is not None and datetime.fromisoformat(now) < due:
+            return JobPodPlan(retry_at=due)
+    return JobPodPlan(create_indexes=create)
 
 
 def build_pod(
@@ -555,21 +587,56 @@ def _terminal(status: Obj, type_: str, reason: str, message: str, now: str) -> O
     return status
 
 
-def first_failed_job(jobs: Sequence[Mapping[str, Any]]) -> str:
-    """The Job whose ``Failed`` condition is oldest (the first in list order on a tie),
-    which upstream names in the JobSet's failure message; "" when none has failed."""
-    failed = [(j, condition(j, "Failed")) for j in jobs if job_finished(j) == "Failed"]
-    if not failed:
-        return ""
-    first, _ = min(failed, key=lambda pair: str((pair[1] or {}).get("lastTransitionTime") or ""))
-    return str(first["metadata"]["name"])
+def _restart_settled(status: Obj, reason: str, message: str, now: str) -> Obj:
+    """``RestartingJobSet`` turns False (with why) if the JobSet has one; upstream never
+    adds a False condition that was not there."""
+    if condition({"status": status}, RESTARTING) is None:
+        return status
+    conditions = set_condition(status["conditions"], RESTARTING, False, reason, message, now)
+    return {**status, "conditions": conditions}
+
+
+def _all_jobs_ready(jobset: Mapping[str, Any], statuses: Sequence[Mapping[str, Any]]) -> bool:
+    total = sum(_replicas(r) for r in (jobset.get("spec") or {}).get("replicatedJobs") or [])
+    return total == sum(int(s["ready"]) + int(s["succeeded"]) for s in statuses)
+
+
+def lingering_jobs(
+    restarts: int, jobs: Sequence[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]
+) -> set[str]:
+    """Names of Jobs of an earlier attempt that are gone while their pods still run down.
+
+    Upstream deletes those Jobs with ``propagationPolicy: Foreground``, so each stays (and
+    holds its name) until its pods are gone; kubesim's API serves Foreground as
+    Background, so the controller holds the name itself while such pods remain."""
+    listed = {j["metadata"].get("uid") for j in jobs}
+    names: set[str] = set()
+    for pod in pods:
+        labels = _labels(pod)
+        owner = next(
+            (
+                r.get("uid")
+                for r in pod["metadata"].get("ownerReferences") or []
+                if r.get("controller")
+            ),
+            None,
+        )
+        attempt = labels.get(RESTART_ATTEMPT_LABEL, "0")
+        name = labels.get(JOB_NAME_LABEL)
+        if name and owner not in listed and attempt.isdigit() and int(attempt) < restarts:
+            names.add(name)
+    return names
 
 
 def plan_jobset(
-    jobset: Mapping[str, Any], jobs: Sequence[Mapping[str, Any]], now: str
+    jobset: Mapping[str, Any],
+    jobs: Sequence[Mapping[str, Any]],
+    now: str,
+    pods: Sequence[Mapping[str, Any]] = (),
 ) -> JobSetPlan:
-    """The JobSet's next status and child-Job actions, from the JobSet and its Jobs
-    (whose statuses are already current)."""
+    """The JobSet's next status and child-Job actions, from the JobSet, its Jobs (whose
+    statuses are already current) and its pods (for Jobs of an earlier attempt that are
+    still stopping)."""
     spec = jobset.get("spec") or {}
     status: Obj = copy.deepcopy(dict(jobset.get("status") or {}))
     restarts = int(status.get("restarts") or 0)
@@ -586,44 +653,49 @@ def plan_jobset(
     if jobset_finished(jobset):
         return JobSetPlan(JobSetStep.FINISHED, status, delete_jobs=_names(unfinished))
     stale = _names(previous)
-    # 3. A Job failed: restart everything while restarts remain, else fail.
-    if any(job_finished(j) == "Failed" for j in current):
-        policy = spec.get("failurePolicy")
-        max_restarts = int((policy or {}).get("maxRestarts") or 0)
-        if restarts >= max_restarts:
-            reason, message = ("FailedJobs", "jobset failed due to one or more job failures")
-            if policy is not None and max_restarts > 0:
-                reason, message = (
-                    "ReachedMaxRestarts",
-                    "jobset failed due to reaching max number of restarts",
-                )
-            message = f"{message} (first failed job: {first_failed_job(current)})"
-            status = _terminal(status, "Failed", reason, message, now)
+    if not spec.get("suspend") and _all_jobs_ready(jobset, status["replicatedJobsStatus"]):
+        status = _restart_settled(status, "JobsReady", "all jobs are ready", now)
+    # 3. A Job failed: the failure policy fails the JobSet or restarts all its Jobs.
+    failed = [j for j in current if job_finished(j) == "Failed"]
+    if failed:
+        decision = decide_failure({**jobset, "status": status}, failed)
+        if decision is None:  # an action upstream refuses: nothing happens
+            return JobSetPlan(JobSetStep.RUNNING, status, stale)
+        if not decision.restart:
+            status = _terminal(status, "Failed", decision.reason, decision.message, now)
+            status = _restart_settled(status, "JobSetFailed", "jobset failed", now)
             return JobSetPlan(JobSetStep.FAILED, status, delete_jobs=stale + _names(unfinished))
+        # Every Job now belongs to an earlier attempt: they are deleted, and each is
+        # recreated once it (and its pods) are gone.
         status["restarts"] = restarts + 1
-        status["restartsCountTowardsMax"] = int(status.get("restartsCountTowardsMax") or 0) + 1
-        restarted = {**jobset, "status": status}
-        empty = replicated_job_statuses(jobset, [])
-        status["replicatedJobsStatus"] = empty
-        return JobSetPlan(
-            JobSetStep.RESTARTING,
-            status,
-            delete_jobs=_names(jobs),
-            create_jobs=_jobs_to_create(restarted, set(), empty),
+        if decision.counts_towards_max:
+            status["restartsCountTowardsMax"] = int(status.get("restartsCountTowardsMax") or 0) + 1
+        status["conditions"] = set_condition(
+            status.get("conditions") or [], RESTARTING, True, decision.reason, decision.message, now
         )
+        return JobSetPlan(JobSetStep.RESTARTING, status, delete_jobs=_names(jobs))
     # 4. The success policy is met.
     if success_policy_met(jobset, current):
         status = _terminal(
             status, "Completed", "AllJobsCompleted", "jobset completed successfully", now
         )
+        status = _restart_settled(status, "JobSetCompleted", "jobset completed successfully", now)
         return JobSetPlan(JobSetStep.COMPLETED, status, delete_jobs=stale + _names(unfinished))
-    # 5. Create missing Jobs, then suspend or resume the unfinished ones.
-    create = _jobs_to_create(jobset, set(_names(current)), status["replicatedJobsStatus"])
+    # 5. Create missing Jobs (a name still held by an earlier attempt's Job waits; with
+    #    ``BlockingRecreate`` every name waits for all of them), then suspend or resume
+    #    the unfinished ones.
+    lingering = lingering_jobs(restarts, jobs, pods)
+    blocking = (spec.get("failurePolicy") or {}).get("restartStrategy") == "BlockingRecreate"
+    create: tuple[Obj, ...] = ()
+    if not (blocking and (previous or lingering)):
+        held = set(_names(jobs)) | lingering
+        create = _jobs_to_create(jobset, held, status["replicatedJobsStatus"])
     conditions = status.get("conditions") or []
     if spec.get("suspend"):
         status["conditions"] = set_condition(
             conditions, "Suspended", True, "SuspendedJobs", "jobset is suspended", now
         )
+        status = _restart_settled(status, "JobSetSuspended", "jobset is suspended", now)
         suspend = _names(j for j in unfinished if not (j.get("spec") or {}).get("suspend"))
         return JobSetPlan(JobSetStep.SUSPENDED, status, stale, create, suspend_jobs=suspend)
     # Kueue's webhook suspends a queued JobSet at creation, so a queued JobSet never seen
@@ -659,9 +731,9 @@ class JobSetController:
         self._clock = clock
         self._rng = rng or random.Random()
         self._pod_finalizers = (KUBELET_FINALIZER,) if kubelet_finalizer else ()
-        #: One wake-up per JobSet whose Jobs have an ``activeDeadlineSeconds`` running:
-        #: nothing else happens at a deadline, so no event would reconcile it (upstream's
-        #: ``queue.AddAfter``).
+        #: One wake-up per JobSet whose Jobs have an ``activeDeadlineSeconds`` running or
+        #: wait out a failure backoff: nothing else happens then, so no event would
+        #: reconcile it (upstream's ``queue.AddAfter``).
         self._deadline_timers: dict[Hashable, tuple[datetime, asyncio.Task[None]]] = {}
 
     def keys_for(self, event: Event) -> Iterable[Hashable]:
@@ -705,7 +777,7 @@ class JobSetController:
         try:
             self.reconcile(key)
         except Exception:
-            log.exception("jobset: reconcile %s at a Job deadline failed", key)
+            log.exception("jobset: reconcile %s at a Job deadline or backoff failed", key)
 
     def reconcile(self, key: Hashable) -> None:
         assert isinstance(key, tuple)
@@ -725,25 +797,34 @@ class JobSetController:
                 if ref.get("controller"):
                     pods_by_job[ref.get("uid", "")].append(pod)
         now = rfc3339(self._clock.now())
-        jobs = [self._sync_job(job, pods_by_job[job["metadata"]["uid"]], now) for job in jobs]
-        self._apply(namespace, name, plan_jobset(jobset, jobs, now))
+        synced = [self._sync_job(job, pods_by_job[job["metadata"]["uid"]], now) for job in jobs]
+        jobs = [job for job, _ in synced]
+        pods = [
+            p
+            for group in pods_by_job.values()
+            for p in group
+            if _labels(p).get(JOBSET_UID_LABEL) == uid  # not an earlier namesake's
+        ]
+        self._apply(namespace, name, plan_jobset(jobset, jobs, now, pods))
         deadlines = [d for d in map(active_deadline, jobs) if d is not None]
-        self._wake_at(key, min(deadlines, default=None))
+        retries = [retry for _, retry in synced if retry is not None]
+        self._wake_at(key, min(deadlines + retries, default=None))
 
-    def _sync_job(self, job: Obj, pods: list[Obj], now: str) -> Obj:
-        """The Job controller's part: status from pods, then create/delete pods."""
+    def _sync_job(self, job: Obj, pods: list[Obj], now: str) -> tuple[Obj, datetime | None]:
+        """The Job controller's part: status from pods, then create/delete pods; returns
+        the Job and when its failure backoff ends (None: not waiting)."""
         namespace, name = job["metadata"]["namespace"], job["metadata"]["name"]
         job = self._store.update(
             JOB, namespace, name, set_status(job_status(job, pods, now)), subresource="status"
         )
-        plan = plan_job_pods(job, pods)
+        plan = plan_job_pods(job, pods, now)
         for pod_name in plan.delete_pods:
             self._delete(POD, namespace, pod_name)
         for index in plan.create_indexes:
             suffix = "".join(self._rng.choices(_POD_SUFFIX_ALPHABET, k=5))
             pod = build_pod(job, index, suffix, finalizers=self._pod_finalizers)
             self._store.create(POD, pod)
-        return job
+        return job, plan.retry_at
 
     def _apply(self, namespace: str, name: str, plan: JobSetPlan) -> None:
         for job_name_ in plan.delete_jobs:

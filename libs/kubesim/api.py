@@ -66,6 +66,9 @@ class ApiContext:
     update_checks: dict[str, Callable[[Obj, Obj], None]] = field(default_factory=dict)
     """Per resource key, a validating admission check of (old, new) for updates and
     patches of the main resource; it raises ``ApiError`` to deny (stands in for webhooks)."""
+    create_defaults: dict[str, Callable[[Obj], Obj]] = field(default_factory=dict)
+    """Per resource key, a mutating admission step applied to a create's body before it is
+    stored (stands in for mutating webhooks)."""
 
 
 CONTEXT = web.AppKey("kubesim", ApiContext)
@@ -433,6 +436,9 @@ async def _create(context: ApiContext, request: web.Request, target: Target) -> 
     if body["metadata"].get("resourceVersion"):  # an object re-sent as read: a real 500
         raise ApiError(500, "", "resourceVersion should not be set on objects to be created")
     dry_run = dry_run_of(query_values(request.query, "dryRun"), "CreateOptions")
+    default = context.create_defaults.get(target.resource.key)
+    if default is not None and target.subresource is None:
+        body = default(body)
     created = context.store.create(target.resource, body, target.namespace, dry_run=dry_run)
     return json_response(_in_version(created, target), 201)
 

@@ -96,7 +96,7 @@ class KubeSim:
 
     async def _start_controllers(self) -> None:
         from kubesim.controllers import Controllers, ControllerSettings, KueueVersion
-        from kubesim.controllers.kueue import validate_jobset_update
+        from kubesim.controllers.kueue import default_jobset_create, validate_jobset_update
         from kubesim.defaults import install_defaults
 
         settings = self._controller_settings or ControllerSettings(time_scale=self.clock.scale)
@@ -106,6 +106,7 @@ class KubeSim:
             )
         if settings.kueue:  # Kueue's JobSet webhook comes with Kueue
             self._context.update_checks[JOBSET.key] = validate_jobset_update
+            self._context.create_defaults[JOBSET.key] = default_jobset_create
         install_defaults(self._store)
         self._controllers = Controllers(self._store, self.clock, settings)
         await self._controllers.start()

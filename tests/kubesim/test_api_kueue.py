@@ -310,3 +310,22 @@ async def _suspended(cluster: Cluster, jobset: str) -> bool:
 
 async def _unsuspended(cluster: Cluster, jobset: str) -> bool:
     return not (await cluster.jobset(jobset))["spec"].get("suspend")
+
+
+async def test_a_jobset_naming_a_queue_is_created_suspended(cluster: Cluster) -> None:
+    """Kueue's mutating webhook suspends it on create, so no pod can start before
+    admission; a JobSet without a queue is left alone (``manageJobsWithoutQueueName``
+    off)."""
+    G, V = "jobset.x-k8s.io", "v1alpha2"
+    queued = {"apiVersion": f"{G}/{V}", "kind": "JobSet", **make_jobset("q", suspend=False)}
+    created = await cluster.custom.create_namespaced_custom_object(
+        G, V, "default", "jobsets", queued
+    )
+    assert created["spec"]["suspend"] is True
+    free = {
+        "apiVersion": f"{G}/{V}",
+        "kind": "JobSet",
+        **make_jobset("free", queue=None, suspend=False),
+    }
+    created = await cluster.custom.create_namespaced_custom_object(G, V, "default", "jobsets", free)
+    assert created["spec"]["suspend"] is False

@@ -1000,6 +1000,18 @@ def missing_priority_class_event(jobset: Mapping[str, Any], class_name: str, now
     }
 
 
+def default_jobset_create(jobset: Obj) -> Obj:
+    """Kueue's mutating JobSet webhook (``mjobset.kb.io``, create only): a JobSet naming a
+    queue is created suspended, so no pod starts before admission (upstream
+    ``ApplyDefaultForSuspend`` / ``WorkloadShouldBeSuspended``; kubesim runs with
+    ``manageJobsWithoutQueueName`` off, as upstream's default configuration)."""
+    labels = (jobset.get("metadata") or {}).get("labels") or {}
+    spec = jobset.get("spec")
+    if not labels.get(QUEUE_NAME_LABEL) or not isinstance(spec, dict) or spec.get("suspend"):
+        return jobset
+    return {**jobset, "spec": {**spec, "suspend": True}}
+
+
 def validate_jobset_update(old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
     """Kueue's JobSet webhook (``vjobset.kb.io``), the one rule kubesim keeps: the
     queue-name label is immutable unless the updated JobSet is suspended (upstream

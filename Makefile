@@ -38,6 +38,7 @@ bench: $(STAMP) ## benchmarks (print figures; not tests)
 	$(PY) bench/store_update.py
 	$(PY) bench/ess_create.py
 	$(PY) bench/kubesim_bench.py
+	$(PY) bench/kubesim_store_bench.py
 	$(PY) bench/actuator_bench.py
 	$(PY) bench/reconciler_bench.py
 

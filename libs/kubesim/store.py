@@ -31,6 +31,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar, cast
 
 from kubesim.errors import ApiError, already_exists, conflict, gone, invalid, not_found
+from kubesim.index import ObjectIndex
 from kubesim.resources import NAMESPACE, POD, RESOURCES, Resource
 from kubesim.selectors import Requirement, fields_match, labels_match
 
@@ -106,6 +107,7 @@ class ObjectStore:
     def __init__(self, *, clock: Clock = utc_now, history: int = 10_000) -> None:
         self.clock = clock
         self._objects: dict[tuple[str, str, str], Obj] = {}
+        self._index = ObjectIndex()
         self._rv = 0
         self._history: deque[Event] = deque(maxlen=max(history, 1))
         self._subscriptions: list[Subscription] = []
@@ -136,16 +138,14 @@ class ObjectStore:
         labels: tuple[Requirement, ...] = (),
         fields: tuple[tuple[str, str, str], ...] = (),
     ) -> list[Obj]:
-        """Matching objects in (namespace, name) order; ``namespace`` None = all."""
-        found = []
-        for (kind, ns, _name), obj in sorted(self._objects.items()):
-            if kind != resource.key or (
-                namespace is not None and resource.namespaced and ns != namespace
-            ):
-                continue
-            if labels_match(labels, obj) and fields_match(fields, obj):
-                found.append(clone(obj))
-        return found
+        """Matching objects in (namespace, name) order; ``namespace`` None = all. Costs
+        the objects of this kind in the namespace, or fewer with an equality selector."""
+        scope = namespace if resource.namespaced else None
+        return [
+            clone(obj)
+            for _key_, obj in self._index.candidates(resource.key, scope, labels)
+            if labels_match(labels, obj) and fields_match(fields, obj)
+        ]
 
     def events_since(self, resource_version: int) -> builtins.list[Event]:
         """Retained events newer than ``resource_version``; 410 when some were dropped."""
@@ -243,6 +243,7 @@ class ObjectStore:
             return obj
         meta["resourceVersion"] = self._next_rv()
         self._objects[key] = obj
+        self._index.put(key, None, obj)
         self._emit("ADDED", resource, obj, None)
         return clone(obj)
 
@@ -322,6 +323,7 @@ class ObjectStore:
         ):
             return self._remove(resource, key, updated)
         self._objects[key] = updated
+        self._index.put(key, current, updated)
         self._emit("MODIFIED", resource, updated, old)
         return clone(updated)
 
@@ -408,16 +410,15 @@ class ObjectStore:
         propagation: str = "Background",
     ) -> Obj:
         old = self._objects.pop(key, None)
+        if old is not None:
+            self._index.drop(key, old)
         self._emit("DELETED", resource, obj, old)
         self._collect_dependents(obj["metadata"]["uid"], orphan=propagation == "Orphan")
         return clone(obj)
 
     def _collect_dependents(self, owner_uid: str, *, orphan: bool) -> None:
         """Garbage collection of objects owned by a deleted one (background policy)."""
-        for (kind, ns, name), obj in list(self._objects.items()):
-            refs = obj["metadata"].get("ownerReferences") or []
-            if not any(ref.get("uid") == owner_uid for ref in refs):
-                continue
+        for kind, ns, name in self._index.owned_by(owner_uid):
             resource = self._by_key[kind]
             if orphan:
                 self.update(

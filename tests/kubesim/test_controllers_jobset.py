@@ -227,27 +227,48 @@ async def test_exit_code_is_reported_on_the_failed_container() -> None:
         assert pod["status"]["phase"] == "Failed"
 
 
-async def test_deleting_a_jobset_with_a_foreign_finalizer_removes_its_pods() -> None:
+async def test_a_jobset_held_by_a_foreign_finalizer_is_left_alone() -> None:
     async with running_sim() as sim:
-        sim.create(JOBSET, make_jobset("doomed", replicated_job(replicas=2, behavior=FOREVER)))
-        await sim.wait_for(
-            lambda: rjob_status(sim, "doomed", "main").get("ready") == 2, "both jobs to be ready"
+        sim.create(
+            JOBSET,
+            make_jobset(
+                "doomed",
+                replicated_job(replicas=2, behavior=FOREVER),
+                replicated_job("quick", behavior={"run_seconds": 20}),
+            ),
         )
+        await sim.wait_for(
+            lambda: (
+                rjob_status(sim, "doomed", "main").get("ready") == 2
+                and rjob_status(sim, "doomed", "quick").get("ready") == 1
+            ),
+            "every job to be ready",
+        )
+        before = sim.jobset("doomed")
+        assert before is not None
 
         sim.store.delete(JOBSET, "default", "doomed")
         await sim.wait_for(
-            lambda: not sim.pods("doomed") and not sim.store.list(JOB, "default"),
-            "the pods and jobs to go",
+            lambda: condition_is(sim.store.get(JOB, "default", "doomed-quick-0"), "Complete"),
+            "the quick Job to complete while the JobSet is held",
         )
         held = sim.jobset("doomed")
         assert held is not None
         assert held["metadata"]["deletionTimestamp"]
         assert held["metadata"]["finalizers"] == [XMC_FINALIZER]
-        await sim.wait_for(lambda: sim.workload("doomed") is None, "the Workload to go")
+        assert held["status"] == before["status"], "not reconciled while being deleted"
+        assert len(sim.store.list(JOB, "default")) == 3
+        running = [p for p in sim.pods("doomed") if "deletionTimestamp" not in p["metadata"]]
+        assert len(running) == 3
+        workload = sim.workload("doomed")
+        assert workload is not None
+        assert conditions(workload)["Finished"]["reason"] == "OwnerNotFound"
 
         sim.store.update(JOBSET, "default", "doomed", lambda o: o["metadata"].update(finalizers=[]))
         assert sim.jobset("doomed") is None
+        assert sim.store.list(JOB, "default") == []
         assert sim.store.list(WORKLOAD, "default") == []
+        await sim.wait_for(lambda: not sim.pods("doomed"), "the pods to go")
 
 
 async def test_depends_on_creates_dependent_jobs_once_the_dependency_is_ready() -> None:

@@ -19,6 +19,7 @@ from kubesim.controllers.jobset import (
     job_status,
     plan_job_pods,
     plan_jobset,
+    replaces_terminating_pods,
     replicated_job_statuses,
 )
 from kubesim.controllers.kubelet import pod_status_at
@@ -509,6 +510,98 @@ def test_plan_job_pods(job: dict[str, Any], pods: list[dict[str, Any]], plan: Jo
     assert plan_job_pods(job, pods, NOW) == plan
 
 
+def _deleted(pod: dict[str, Any]) -> dict[str, Any]:
+    return {**pod, "metadata": {**pod["metadata"], "deletionTimestamp": NOW}}
+
+
+def _with_spec(job: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    return {**job, "spec": {**job["spec"], **spec}}
+
+
+_POD_FAILURE_POLICY = {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "X"}]}]}
+
+
+@pytest.mark.parametrize(
+    ("pods", "counts"),
+    [
+        pytest.param(_pods("Running", "Running"), (2, 2, 0), id="running pods are active"),
+        pytest.param(
+            [_deleted(p) for p in _pods("Running", "Running")],
+            (0, 0, 2),
+            id="Terminating pods are neither active nor ready, but terminating",
+        ),
+        pytest.param(
+            [_deleted(_pods("Running")[0]), _pods("Running", "Pending")[1]],
+            (1, 0, 1),
+            id="one Terminating, one starting",
+        ),
+        pytest.param(
+            [_deleted(p) for p in _pods("Failed")],
+            (0, 0, 0),
+            id="a finished pod being deleted is not terminating",
+        ),
+    ],
+)
+def test_job_status_terminating(pods: list[dict[str, Any]], counts: tuple[int, int, int]) -> None:
+    status = job_status(_job(parallelism=2), pods, NOW)
+    assert (status["active"], status["ready"], status["terminating"]) == counts
+
+
+@pytest.mark.parametrize(
+    ("spec", "replaces"),
+    [
+        pytest.param({}, True, id="default TerminatingOrFailed"),
+        pytest.param({"podReplacementPolicy": "Failed"}, False, id="Failed"),
+        pytest.param({"podFailurePolicy": _POD_FAILURE_POLICY}, False, id="podFailurePolicy"),
+        pytest.param(
+            {
+                "podFailurePolicy": _POD_FAILURE_POLICY,
+                "podReplacementPolicy": "TerminatingOrFailed",
+            },
+            False,
+            id="podFailurePolicy wins",
+        ),
+    ],
+)
+def test_replaces_terminating_pods(spec: dict[str, Any], replaces: bool) -> None:
+    assert replaces_terminating_pods(spec) is replaces
+
+
+@pytest.mark.parametrize(
+    ("job", "pods", "plan"),
+    [
+        pytest.param(
+            _job(),
+            [_deleted(p) for p in _pods("Running")],
+            JobPodPlan(create_indexes=(0,)),
+            id="TerminatingOrFailed replaces a Terminating pod at once",
+        ),
+        pytest.param(
+            _with_spec(_job(), podFailurePolicy=_POD_FAILURE_POLICY),
+            [_deleted(p) for p in _pods("Running")],
+            JobPodPlan(),
+            id="Failed waits until the Terminating pod is gone",
+        ),
+        pytest.param(
+            _with_spec(_job(), podReplacementPolicy="Failed"),
+            [_deleted(p) for p in _pods("Failed")],
+            JobPodPlan(create_indexes=(0,)),
+            id="Failed replaces a failed pod being deleted",
+        ),
+        pytest.param(
+            _job(suspend=True),
+            [_deleted(p) for p in _pods("Running")],
+            JobPodPlan(),
+            id="a Terminating pod is not deleted again",
+        ),
+    ],
+)
+def test_plan_job_pods_with_terminating_pods(
+    job: dict[str, Any], pods: list[dict[str, Any]], plan: JobPodPlan
+) -> None:
+    assert plan_job_pods(job, pods) == plan
+
+
 def test_format_indexes() -> None:
     assert format_indexes([4, 0, 2, 3]) == "0,2-4"
 
@@ -726,16 +819,6 @@ def _true_conditions(plan_status: Mapping[str, Any]) -> dict[str, str]:
             ("js-main-0",),
             1,
             id="once the older attempt's job is gone it is recreated",
-        ),
-        pytest.param(
-            _jobset(deleting=True),
-            [_child("main", 0)],
-            JobSetStep.DELETING,
-            {},
-            ("js-main-0",),
-            (),
-            0,
-            id="deletion removes every job",
         ),
         pytest.param(
             _jobset(

@@ -1,5 +1,6 @@
 """Graceful pod termination: deleted pods stay Terminating for their grace period (the
-kubelet simulator's finalizer) and still count as active in their Job and JobSet."""
+kubelet simulator's finalizer); as in batch/v1 they are ``terminating``, not ``active``, in
+their Job, and hold their index only under ``podReplacementPolicy: Failed``."""
 
 from __future__ import annotations
 
@@ -61,7 +62,7 @@ async def start_running(sim: Sim, name: str, rjob: Obj) -> list[Obj]:
     return sim.pods(name)
 
 
-async def test_a_suspended_jobset_stays_active_until_its_pods_have_terminated() -> None:
+async def test_a_suspended_jobset_s_terminating_pods_are_not_active() -> None:
     async with running_sim(NO_KUEUE) as sim:
         pods = await start_running(sim, "evicted", replicated_job(replicas=2, behavior=FOREVER))
         assert all(p["metadata"]["finalizers"] == [KUBELET_FINALIZER] for p in pods)
@@ -72,10 +73,10 @@ async def test_a_suspended_jobset_stays_active_until_its_pods_have_terminated() 
                 len(sim.pods("evicted")) == 2
                 and all(stopped(p) for p in sim.pods("evicted"))
                 and condition_is(sim.jobset("evicted"), "Suspended")
-                and rjob_status(sim, "evicted")["active"] == 2
+                and rjob_status(sim, "evicted")["active"] == 0
                 and rjob_status(sim, "evicted")["suspended"] == 2
             ),
-            "the pods to be Terminating while the JobSet still counts its jobs active",
+            "the pods to be Terminating, and the JobSet to count no active Job",
         )
         terminating = sim.pods("evicted")
         for pod in terminating:
@@ -85,11 +86,14 @@ async def test_a_suspended_jobset_stays_active_until_its_pods_have_terminated() 
             assert container["state"]["terminated"]["exitCode"] == 143
             assert condition_is(pod, "Ready"), "readiness is left as it was"
         job = sim.store.get(JOB, "default", "evicted-main-0")
-        assert job["status"]["active"] == 1
+        assert (job["status"]["active"], job["status"]["terminating"]) == (0, 1)
 
         await sim.wait_for(
-            lambda: not sim.pods("evicted") and rjob_status(sim, "evicted")["active"] == 0,
-            "the pods to go and the active count to drop",
+            lambda: (
+                not sim.pods("evicted")
+                and sim.store.get(JOB, "default", "evicted-main-0")["status"]["terminating"] == 0
+            ),
+            "the pods to go and the terminating count to drop",
         )
         gone_at = sim.clock.now()
         assert gone_at >= max(deleted_at(p) for p in terminating) + timedelta(seconds=30)
@@ -113,6 +117,10 @@ async def test_a_zero_grace_period_removes_the_pods_at_once() -> None:
 async def test_deleting_a_pod_directly_goes_through_graceful_termination() -> None:
     async with running_sim(NO_KUEUE) as sim:
         rjob = with_grace(replicated_job(behavior=FOREVER), 20)
+        # With a podFailurePolicy the Job replaces pods only once they are gone (Failed).
+        rjob["template"]["spec"]["podFailurePolicy"] = {
+            "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]
+        }
         (pod,) = await start_running(sim, "direct", rjob)
         name = pod["metadata"]["name"]
 

@@ -23,13 +23,18 @@ Shapes follow upstream: child Job ``{jobset}-{rjob}-{index}`` with the
 ``Completed``/``Failed``/``Suspended`` conditions with upstream reasons and messages (the
 ``Failed`` message names the first failed Job), and
 ``status.replicatedJobsStatus`` counting Jobs (not pods). A JobSet being deleted (held by
-a foreign finalizer such as XMC's) has its Jobs, and so its pods, deleted at once; its
-finalizers are never touched.
+a foreign finalizer such as XMC's) is not reconciled at all, as upstream's ``Reconcile``
+returns early for it: its status stays as it was and its Jobs keep running (their Job
+controller part still runs); once the last finalizer goes, garbage collection deletes the
+Jobs and so, gracefully, their pods. Its finalizers are never touched.
 
 Pods carry the kubelet's finalizer (when the kubelet simulator runs), so a deleted pod stays
-Terminating for its grace period (see ``kubelet.py``). Until it is gone it still counts in
-its Job's ``active`` (and ``ready`` while its Ready condition holds) and still holds its
-completion index, so a suspended JobSet reports active Jobs until its pods have stopped.
+Terminating for its grace period (see ``kubelet.py``). As in batch/v1, a Terminating pod is
+not ``active`` (nor ``ready``) but counted in ``terminating``, so a suspended JobSet's Jobs
+stop being active at once. Whether it still holds its completion index and its place within
+``parallelism`` follows ``podReplacementPolicy``: it does under ``Failed`` (the default
+when the Job has a ``podFailurePolicy``), not under ``TerminatingOrFailed``, where its
+replacement is created at once.
 """
 
 from __future__ import annotations
@@ -204,9 +209,28 @@ def _live(pods: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return [p for p in pods if not _terminating(p)]
 
 
-def _active(pods: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """Unfinished pods, Terminating ones included (they still run until they are gone)."""
+def _unfinished(pods: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Pods not yet Succeeded or Failed, Terminating ones included (they still run)."""
     return [p for p in pods if _phase(p) not in _TERMINAL_PHASES]
+
+
+def _active(pods: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """batch/v1's active pods: unfinished and not Terminating."""
+    return _live(_unfinished(pods))
+
+
+def _terminating_pods(pods: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """batch/v1's terminating pods: unfinished, with a ``deletionTimestamp``."""
+    return [p for p in _unfinished(pods) if _terminating(p)]
+
+
+def replaces_terminating_pods(job_spec: Mapping[str, Any]) -> bool:
+    """``podReplacementPolicy: TerminatingOrFailed``: a Terminating pod is replaced at once.
+    It defaults to ``Failed`` (replace only once the pod is gone or failed) when the Job
+    has a ``podFailurePolicy``, which then wins over an explicit ``TerminatingOrFailed``."""
+    if job_spec.get("podFailurePolicy") is not None:
+        return False
+    return bool(job_spec.get("podReplacementPolicy", "TerminatingOrFailed") != "Failed")
 
 
 def format_indexes(indexes: Iterable[int]) -> str:
@@ -237,6 +261,7 @@ def job_status(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], now: s
     status.update(
         active=len(active),
         ready=sum(1 for p in active if condition_true(p, "Ready")),
+        terminating=len(_terminating_pods(pods)),
         succeeded=len(succeeded),
         failed=failed,
     )
@@ -337,13 +362,16 @@ def plan_job_pods(
     job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], now: str
 ) -> JobPodPlan:
     """Pods to create (missing completion indexes, up to parallelism) or delete. A
-    Terminating pod is not deleted again and keeps its index (and its place within
-    parallelism) until it is gone. After failures, no pod is created before the
+    Terminating pod is not deleted again; it keeps its index (and its place within
+    parallelism) until it is gone only when the Job does not replace Terminating pods
+    (``replaces_terminating_pods``). After failures, no pod is created before the
     backoff (10 s, doubling per consecutive failure) has passed since the last one."""
     spec = job.get("spec") or {}
     active = _active(pods)
     if job_finished(job) or spec.get("suspend"):
-        return JobPodPlan(delete_pods=tuple(p["metadata"]["name"] for p in _live(active)))
+        return JobPodPlan(delete_pods=tuple(p["metadata"]["name"] for p in active))
+    if not replaces_terminating_pods(spec):
+        active = _unfinished(pods)
     completions, parallelism = job_shape(spec)
     done = {_pod_index(p) for p in _live(pods) if _phase(p) == "Succeeded"}
     running = {_pod_index(p) for p in active}
@@ -537,7 +565,6 @@ def _dependencies_reached(
 class JobSetStep(enum.StrEnum):
     """What a pass decided; low-cardinality, for logs and tests."""
 
-    DELETING = "Deleting"
     FINISHED = "Finished"
     FAILED = "Failed"
     RESTARTING = "Restarting"
@@ -646,9 +673,7 @@ def plan_jobset(
     unfinished = [j for j in current if not job_finished(j)]
     status["replicatedJobsStatus"] = replicated_job_statuses(jobset, current)
 
-    # 1. Being deleted (held by a finalizer): stop everything, keep the conditions.
-    if jobset["metadata"].get("deletionTimestamp"):
-        return JobSetPlan(JobSetStep.DELETING, status, delete_jobs=_names(jobs))
+    # 1. (A JobSet being deleted never gets here: ``reconcile`` leaves it alone.)
     # 2. Already finished: clean up Jobs that are still running.
     if jobset_finished(jobset):
         return JobSetPlan(JobSetStep.FINISHED, status, delete_jobs=_names(unfinished))
@@ -805,7 +830,11 @@ class JobSetController:
             for p in group
             if _labels(p).get(JOBSET_UID_LABEL) == uid  # not an earlier namesake's
         ]
-        self._apply(namespace, name, plan_jobset(jobset, jobs, now, pods))
+        # Upstream's Reconcile returns at once for a JobSet marked for deletion: no status
+        # write and no Job changes until garbage collection takes its Jobs (the Job
+        # controller, above, still runs them).
+        if not jobset["metadata"].get("deletionTimestamp"):
+            self._apply(namespace, name, plan_jobset(jobset, jobs, now, pods))
         deadlines = [d for d in map(active_deadline, jobs) if d is not None]
         retries = [retry for _, retry in synced if retry is not None]
         self._wake_at(key, min(deadlines + retries, default=None))

@@ -4,8 +4,9 @@ visibility API's pending-workload positions.
 
 Two kinds of pass, both level-triggered:
 - per JobSet (Kueue's job framework): create its Workload (none while its
-  WorkloadPriorityClass is missing), mark it ``Finished`` when the JobSet finished,
-  delete it when the JobSet is being deleted, follow its priority-class label, and make
+  WorkloadPriorityClass is missing), mark it ``Finished`` when the JobSet finished or is
+  being deleted (``OwnerNotFound``, which releases its quota; the Workload itself goes
+  with the JobSet, by garbage collection), follow its priority-class label, and make
   the JobSet's ``spec.suspend`` agree with the Workload (admitted → run, not admitted or
   evicted → suspended);
 - one scheduling pass over everything: ``admit(queue_state, workloads)`` is a pure
@@ -77,6 +78,9 @@ PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 MULTIKUEUE_CLUSTER_ANNOTATION = "kubesim.xmc/multikueue-cluster"
 SEQUENCE_ANNOTATION = "kubesim.xmc/queue-sequence"
+OWNER_NOT_FOUND = "OwnerNotFound"
+OWNER_NOT_FOUND_MESSAGE = "The workload's owner no longer exists"
+"""Upstream's ``WorkloadFinishedReasonOwnerNotFound`` and its message."""
 """Store revision at the Workload's creation: FIFO tie-break below timestamps' 1 s grain."""
 WORKLOAD_PRIORITY_CLASS_SOURCE = "kueue.x-k8s.io/workloadpriorityclass"
 
@@ -1105,10 +1109,12 @@ class KueueController:
             return
         wl_name = workload_name(name, jobset["metadata"]["uid"])
         workload = self._store.find(WORKLOAD, namespace, wl_name)
-        # 1. A JobSet being deleted gives its quota back at once.
+        # 1. A JobSet being deleted finishes its Workload, which gives the quota back; the
+        # Workload is garbage-collected with the JobSet (upstream's FinishOrphanedWorkloads,
+        # on by default since v0.18: jobframework's finalize → FinalizeOrphanedWorkload).
         if jobset["metadata"].get("deletionTimestamp"):
-            if workload is not None:
-                self._store.delete(WORKLOAD, namespace, wl_name)
+            if workload is not None and not condition_true(workload, "Finished"):
+                self._finish(workload, OWNER_NOT_FOUND, OWNER_NOT_FOUND_MESSAGE)
             return
         now = rfc3339(self._clock.now())
         # 2. Every queued JobSet has a Workload, unless its priority class is missing.
@@ -1129,19 +1135,8 @@ class KueueController:
             if not condition_true(workload, "Finished"):
                 succeeded = condition_true(jobset, "Completed")
                 source = condition(jobset, "Completed" if succeeded else "Failed") or {}
-                status = workload.get("status") or {}
-                conditions = set_condition(
-                    status.get("conditions") or [],
-                    "Finished",
-                    True,
-                    "Succeeded" if succeeded else "Failed",
-                    source.get("message", ""),
-                    now,
-                )
-                new_status = {**status, "conditions": conditions}
-                self._store.update(
-                    WORKLOAD, namespace, wl_name, set_status(new_status), subresource="status"
-                )
+                reason = "Succeeded" if succeeded else "Failed"
+                self._finish(workload, reason, source.get("message", ""))
             return
         # 4. The priority-class label is followed, admitted or not (upstream since v0.15).
         self._sync_priority(jobset, workload)
@@ -1159,6 +1154,25 @@ class KueueController:
         # 7. While suspended, the Workload follows the queue-name label.
         if not admitted:
             self._sync_queue_name(jobset, workload)
+
+    def _finish(self, workload: Mapping[str, Any], reason: str, message: str) -> None:
+        status = workload.get("status") or {}
+        conditions = set_condition(
+            status.get("conditions") or [],
+            "Finished",
+            True,
+            reason,
+            message,
+            rfc3339(self._clock.now()),
+        )
+        meta = workload["metadata"]
+        self._store.update(
+            WORKLOAD,
+            meta["namespace"],
+            meta["name"],
+            set_status({**status, "conditions": conditions}),
+            subresource="status",
+        )
 
     def _match_suspend(self, jobset: Mapping[str, Any], *, admitted: bool) -> None:
         suspended = bool((jobset.get("spec") or {}).get("suspend"))

@@ -41,9 +41,11 @@ from reconciler.observe import (
     JOBSET_NAME_LABEL,
     QueuePosition,
     decide_orphan,
+    jobset_pods,
     observe_jobset,
     observe_pods,
     observe_workload,
+    reobserve_on_pod_change,
     work_unit_ids,
     workload_owner,
 )
@@ -250,7 +252,8 @@ class Reconciler:
         if meta.get("deletionTimestamp") and FINALIZER in (meta.get("finalizers") or []):
             self.finalizer.soon(meta["name"])
         failure = await self._failure_message(jobset)
-        self._observe(observe_jobset(jobset, observed_at=self._clock(), failure=failure))
+        pods = jobset_pods(jobset, self._cached_pods(meta.get("name", "")))
+        self._observe(observe_jobset(jobset, observed_at=self._clock(), failure=failure, pods=pods))
         self._diagnose(jobset)
 
     async def _on_workload(self, kind: ChangeKind, workload: Obj) -> None:
@@ -273,7 +276,13 @@ class Reconciler:
             return
         name = ((pod.get("metadata") or {}).get("labels") or {}).get(JOBSET_NAME_LABEL)
         jobset = self.jobsets.get(name) if name else None
-        if jobset is not None:
+        if jobset is None:
+            return
+        if reobserve_on_pod_change(jobset):
+            # R4 reads the pods (docs/decisions/0019): the last one going is what turns
+            # DESCHEDULING into SCHEDULING, and no JobSet event says so.
+            await self._on_jobset("RESYNC", jobset)
+        else:
             self._diagnose(jobset)
 
     def _cached_pods(self, jobset_name: str) -> list[Obj]:

@@ -18,7 +18,14 @@ from typing import Any, Final
 
 from actuator.labels import EXECUTION_ID, EXPERIMENT_ID, FINALIZER, WORK_UNIT_ID
 from reconciler.observation import Observation, Source
-from xmc.model.jobset import MappingRule, decide_work_unit_state, observation_state_update_time
+from xmc.model.jobset import (
+    NO_PODS,
+    MappingRule,
+    PodSummary,
+    decide_work_unit_state,
+    observation_state_update_time,
+    summarize_pods,
+)
 from xmc.model.states import EXECUTION_TERMINAL_STATES, WorkUnitState
 from xmc.names import work_unit_name
 from xmc.timestamps import as_utc, parse_rfc3339, set_timestamp
@@ -149,9 +156,15 @@ def work_unit_ids(obj: Mapping[str, Any]) -> tuple[int, int, int] | None:
 # --- JobSet (§8.1) --------------------------------------------------------------------
 
 
-def jobset_state_rule(jobset: Mapping[str, Any]) -> MappingRule:
+def jobset_state_rule(jobset: Mapping[str, Any], pods: PodSummary = NO_PODS) -> MappingRule:
     """The §8.1 rule behind :func:`observe_jobset`'s state, for a metric label."""
-    return decide_work_unit_state(jobset).rule
+    return decide_work_unit_state(jobset, pods).rule
+
+
+def jobset_pods(jobset: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> PodSummary:
+    """The summary R4 reads (docs/decisions/0019) of those of ``pods`` that are this
+    JobSet's: the pod cache holds every execution's pods under the same JobSet name."""
+    return summarize_pods(p for p in pods if belongs_to(p, jobset))
 
 
 def _jobset_state_update_time(jobset: Mapping[str, Any], observed_at: datetime) -> datetime:
@@ -215,13 +228,22 @@ def jobset_metadata(jobset: Mapping[str, Any]) -> WorkUnitExecutionMetadata:
     )
 
 
+def reobserve_on_pod_change(jobset: Mapping[str, Any]) -> bool:
+    """Whether a change to one of this JobSet's pods may change its state: only R4 reads
+    the pods, and only for a suspended JobSet that is not being deleted (R1 first)."""
+    suspended = _mapping(jobset.get("spec")).get("suspend") is True
+    return suspended and not _metadata(jobset).get("deletionTimestamp")
+
+
 def observe_jobset(
     jobset: Mapping[str, Any],
     *,
     observed_at: datetime,
     failure: StructuredMessage | None = None,
+    pods: PodSummary = NO_PODS,
 ) -> Observation | None:
-    """The JobSet row of SPEC §4: state (R1–R9), detailed status and metadata.
+    """The JobSet row of SPEC §4: state (R1–R9, R4 reading ``pods`` too), detailed status
+    and metadata.
 
     ``failure`` (``reconciler.failure``: why it failed) rides along as the
     ``system_message`` of a FAILED observation only, forced: it is the execution's last
@@ -235,7 +257,7 @@ def observe_jobset(
     if ids is None:
         return None
     xid, wid, eid = ids
-    state = decide_work_unit_state(jobset).state
+    state = decide_work_unit_state(jobset, pods).state
     status = WorkUnitStatus(
         state=WorkUnitStatus.WorkUnitState.ValueType(state),
         detailed_status=ExecutableStatus(jobset_status=jobset_status(jobset)),

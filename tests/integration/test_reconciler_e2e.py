@@ -32,7 +32,7 @@ from actuator.labels import (
     MANAGED_BY_VALUE,
     WORK_UNIT_ID,
 )
-from kubesim.resources import JOBSET, WORKLOAD
+from kubesim.resources import JOBSET, POD, WORKLOAD
 from kubesim.server import KubeSim
 from reconciler import metrics
 from reconciler.app import Reconciler, ReconcilerOptions
@@ -296,6 +296,45 @@ async def test_restart_makes_a_new_jobset_and_the_old_execution_is_fenced(
     await gone(system, name)
 
 
+def eviction_signals(system: System, name: str) -> tuple[bool, int]:
+    """What a real cluster shows of an evicted JobSet (docs/decisions/0019): whether it is
+    suspended with no Job active or ready, and how many of its pods are still Terminating
+    (deleted, not yet Succeeded or Failed)."""
+    jobset = system.jobset(name) or {}
+    statuses = (jobset.get("status") or {}).get("replicatedJobsStatus") or []
+    idle = bool((jobset.get("spec") or {}).get("suspend")) and not any(
+        s.get("active") or s.get("ready") for s in statuses
+    )
+    uid = (jobset.get("metadata") or {}).get("uid")
+    terminating = sum(
+        1
+        for pod in system.sim.store.list(POD, "default")
+        if (pod["metadata"].get("labels") or {}).get("jobset.sigs.k8s.io/jobset-uid") == uid
+        and pod["metadata"].get("deletionTimestamp")
+        and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+    )
+    return idle, terminating
+
+
+async def through_descheduling(system: System, name: str, *, then: WorkUnitState) -> None:
+    """Wait until an evicted work unit reaches ``then`` after DESCHEDULING, asserting that
+    DESCHEDULING held while the JobSet's counts already showed nothing running and only its
+    Terminating pods said otherwise (R4 from the pods), and that ``then`` came once they
+    were gone."""
+    seen = False
+
+    async def probe() -> tuple[bool, WorkUnitState]:
+        nonlocal seen
+        state = await system.state(name)
+        idle, terminating = eviction_signals(system, name)
+        if state is S.DESCHEDULING and idle and terminating:
+            seen = True
+        return seen, state
+
+    await wait_until(probe, (True, then), within=30)
+    assert eviction_signals(system, name)[1] == 0, f"{then.name} only once the pods are gone"
+
+
 async def test_preemption_goes_back_to_scheduling_on_the_same_execution(
     skewed_system: System,
 ) -> None:
@@ -307,9 +346,9 @@ async def test_preemption_goes_back_to_scheduling_on_the_same_execution(
     await wait_until(lambda: system.state(low), S.RUNNING, within=30)
 
     high = await create(system, running_forever(cpu_millicores=10_000), priority=3)
+    await through_descheduling(system, low, then=S.SCHEDULING)
     await wait_until(lambda: system.state(high), S.RUNNING, within=30)
 
-    await wait_until(lambda: system.state(low), S.SCHEDULING, within=30)
     states = [state for eid, state in await system.history(low) if eid == 1]
     after_running = states[states.index(S.RUNNING) :]
     assert after_running[:3] == [S.RUNNING, S.DESCHEDULING, S.SCHEDULING], (
@@ -627,16 +666,8 @@ async def test_a_preempted_jobset_with_a_finished_job_stays_running(
 
     await wait_until(quick_done, True, within=30)
     high = await create(system, running_forever(cpu_millicores=10_000), priority=3)
+    await through_descheduling(system, low, then=S.RUNNING)
     await wait_until(lambda: system.state(high), S.RUNNING, within=30)
-
-    async def evicted_and_drained() -> bool:
-        jobset = system.sim.store.get(JOBSET, "default", f"xmc-{xid}-{wid}")
-        statuses = (jobset.get("status") or {}).get("replicatedJobsStatus") or []
-        active = sum(s.get("active", 0) for s in statuses)
-        return bool(jobset["spec"]["suspend"]) and active == 0
-
-    await wait_until(evicted_and_drained, True, within=30)
-    await wait_until(lambda: system.state(low), S.RUNNING, within=30)
     states = [state for eid, state in await system.history(low) if eid == 1]
     evicted = states[states.index(S.DESCHEDULING) :]
     assert evicted == [S.DESCHEDULING, S.RUNNING], "R4 while draining, then R8b: RUNNING"

@@ -244,17 +244,51 @@ async def test_restart_makes_execution_2(client: Client) -> None:
     await client.api.StopWorkUnit(api_pb2.StopWorkUnitRequest(name=name))
 
 
+def _eviction_signals(client: Client, name: str) -> tuple[bool, int]:
+    """What the cluster shows of an evicted JobSet (docs/decisions/0019): suspended with no
+    Job active or ready, and how many of its pods are still Terminating."""
+    jobset = client.jobset(name) or {}
+    statuses = (jobset.get("status") or {}).get("replicatedJobsStatus") or []
+    idle = bool((jobset.get("spec") or {}).get("suspend")) and not any(
+        s.get("active") or s.get("ready") for s in statuses
+    )
+    uid = (jobset.get("metadata") or {}).get("uid")
+    path = f"/api/v1/namespaces/default/pods?labelSelector=jobset.sigs.k8s.io/jobset-uid%3D{uid}"
+    with urlopen(client.system.kube_url + path, timeout=5) as response:
+        pods = json.loads(response.read())["items"]
+    terminating = sum(
+        1
+        for pod in pods
+        if pod["metadata"].get("deletionTimestamp")
+        and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+    )
+    return idle, terminating
+
+
 async def test_preemption_and_readmission_on_the_same_execution(client: Client) -> None:
-    low = await client.work_unit(await client.experiment(priority=1), forever(60_000))
+    # Its pods take 3 s to go, so DESCHEDULING outlives the batcher's coalescing.
+    evicted = forever_work_unit(60_000, grace_seconds=3)
+    low = await client.work_unit(await client.experiment(priority=1), evicted)
     await wait_until(lambda: client.state(low), S.RUNNING, within=60)
     high = await client.work_unit(await client.experiment(priority=3), forever(10_000))
-    await wait_until(lambda: client.state(low), S.SCHEDULING, within=90)
+    seen = False
+
+    async def descheduled_then_scheduling() -> tuple[bool, WorkUnitState]:
+        # R4 from the pods: DESCHEDULING while the counts already say nothing runs.
+        nonlocal seen
+        state = await client.state(low)
+        idle, terminating = _eviction_signals(client, low)
+        seen = seen or (state is S.DESCHEDULING and idle and terminating > 0)
+        return seen, state
+
+    await wait_until(descheduled_then_scheduling, (True, S.SCHEDULING), within=90)
+    assert _eviction_signals(client, low)[1] == 0, "SCHEDULING once the evicted pods are gone"
     await wait_until(lambda: client.state(high), S.RUNNING, within=60)
     await client.api.StopWorkUnit(api_pb2.StopWorkUnitRequest(name=high))
     await wait_until(lambda: client.state(low), S.RUNNING, within=90)
     states = [state for eid, state in await client.history(low) if eid == 1]
     first_run = states.index(S.RUNNING)
-    assert S.SCHEDULING in states[first_run:]
+    assert states[first_run : first_run + 3] == [S.RUNNING, S.DESCHEDULING, S.SCHEDULING]
     assert states[-1] == S.RUNNING
     await client.api.StopWorkUnit(api_pb2.StopWorkUnitRequest(name=low))
 

@@ -7,12 +7,15 @@ from typing import Any, Self
 import pytest
 
 from xmc.model.jobset import (
+    NO_PODS,
     JobTotals,
     MappingRule,
+    PodSummary,
     StateDecision,
     decide_work_unit_state,
     job_totals,
     observation_state_update_time,
+    summarize_pods,
     to_work_unit_state,
 )
 from xmc.model.states import WorkUnitState
@@ -336,17 +339,104 @@ def test_every_rule_has_a_case() -> None:
 
 
 def test_preemption_goes_running_descheduling_scheduling() -> None:
+    """What a real cluster shows: once the Jobs are suspended their Terminating pods are
+    no longer active, so only the pods tell DESCHEDULING from SCHEDULING (ADR 0019)."""
     running = two_workers().status_counts("workers", ready=2, active=2).obj()
-    evicted = two_workers().status_counts("workers", ready=1, active=2).suspend(True).obj()
-    drained = two_workers().status_counts("workers", suspended=2).suspend(True).obj()
+    evicted = two_workers().status_counts("workers", suspended=2).suspend(True).obj()
 
-    path = [decide_work_unit_state(js) for js in (running, evicted, drained)]
+    path = [
+        decide_work_unit_state(running),
+        decide_work_unit_state(evicted, PodSummary(terminating=2)),
+        decide_work_unit_state(evicted, PodSummary(terminating=0)),
+    ]
 
     assert path == [
         StateDecision(S.RUNNING, R.R6),
         StateDecision(S.DESCHEDULING, R.R4),
         StateDecision(S.SCHEDULING, R.R9),
     ]
+
+
+POD_CASES = [
+    pytest.param(
+        two_workers().status_counts("workers", suspended=2).suspend(True).obj(),
+        PodSummary(terminating=1),
+        StateDecision(S.DESCHEDULING, R.R4),
+        id="R4 suspended, Jobs inactive, a pod still terminating",
+    ),
+    pytest.param(
+        two_workers().status_counts("workers", suspended=2).suspend(True).obj(),
+        NO_PODS,
+        StateDecision(S.SCHEDULING, R.R9),
+        id="R9 suspended and every pod gone",
+    ),
+    pytest.param(
+        two_workers().status_counts("workers", succeeded=1, suspended=1).suspend(True).obj(),
+        PodSummary(terminating=1),
+        StateDecision(S.DESCHEDULING, R.R4),
+        id="R4 before R8b while the evicted pods terminate",
+    ),
+    pytest.param(
+        two_workers().status_counts("workers", succeeded=1, suspended=1).suspend(True).obj(),
+        NO_PODS,
+        StateDecision(S.RUNNING, R.R8B),
+        id="R8b once they are gone",
+    ),
+    pytest.param(
+        two_workers().status_counts("workers", ready=2, active=2).suspend(False).obj(),
+        PodSummary(terminating=1),
+        StateDecision(S.RUNNING, R.R6),
+        id="a terminating pod of a running JobSet is no eviction",
+    ),
+    pytest.param(
+        two_workers().status_counts("workers", suspended=2).suspend(True).deleting().obj(),
+        PodSummary(terminating=2),
+        StateDecision(S.STOPPED, R.R1),
+        id="R1 before R4 while deleting",
+    ),
+    pytest.param(
+        two_workers()
+        .status_counts("workers", failed=1)
+        .suspend(True)
+        .condition("Failed", "True")
+        .obj(),
+        PodSummary(terminating=1),
+        StateDecision(S.FAILED, R.R3),
+        id="R3 before R4",
+    ),
+]
+
+
+@pytest.mark.parametrize(("jobset", "pods", "expected"), POD_CASES)
+def test_decide_work_unit_state_with_pods(
+    jobset: dict[str, Any], pods: PodSummary, expected: StateDecision
+) -> None:
+    assert decide_work_unit_state(jobset, pods) == expected
+    assert to_work_unit_state(jobset, pods) == expected.state
+
+
+def _pod(phase: str, *, deleted: bool) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": "p"}
+    if deleted:
+        metadata["deletionTimestamp"] = T0
+    return {"metadata": metadata, "status": {"phase": phase}}
+
+
+@pytest.mark.parametrize(
+    ("pods", "terminating"),
+    [
+        pytest.param([], 0, id="no pods"),
+        pytest.param([_pod("Running", deleted=False)], 0, id="running"),
+        pytest.param([_pod("Running", deleted=True)], 1, id="deleted while running"),
+        pytest.param([_pod("Pending", deleted=True)], 1, id="deleted while pending"),
+        pytest.param([_pod("Failed", deleted=True)], 0, id="deleted after it failed"),
+        pytest.param([_pod("Succeeded", deleted=True)], 0, id="deleted after it succeeded"),
+        pytest.param([{"metadata": {"deletionTimestamp": T0}}], 1, id="no status yet"),
+        pytest.param([{}, {"metadata": None, "status": None}], 0, id="sparse"),
+    ],
+)
+def test_summarize_pods(pods: list[dict[str, Any]], terminating: int) -> None:
+    assert summarize_pods(pods) == PodSummary(terminating=terminating)
 
 
 def test_rule_is_a_plain_string_label() -> None:

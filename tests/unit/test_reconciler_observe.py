@@ -21,15 +21,17 @@ from reconciler.observe import (
     decide_finalizer,
     decide_orphan,
     finalizer_removal_patch,
+    jobset_pods,
     jobset_state_rule,
     observe_jobset,
     observe_pods,
     observe_workload,
+    reobserve_on_pod_change,
     startup_diagnostics,
     work_unit_ids,
     workload_owner,
 )
-from xmc.model.jobset import MappingRule
+from xmc.model.jobset import NO_PODS, MappingRule, PodSummary
 from xmc.model.states import WorkUnitState
 from xmc.timestamps import set_timestamp, to_datetime
 from xmc_api.cloud.xmanager.v1.status_pb2 import (
@@ -1136,3 +1138,72 @@ _ORPHANS = {
 
 def test_orphan_flag_covers_every_reason() -> None:
     assert {r: OrphanDecision(r).orphan for r in OrphanReason} == _ORPHANS
+
+
+# --- R4 from the pods (docs/decisions/0019) ---------------------------------------------
+
+
+def terminating_pod(name: str, **labels: Any) -> dict[str, Any]:
+    pod = make_pod(name, running_container("main"), **labels)
+    pod["metadata"]["deletionTimestamp"] = T_LATER
+    pod["status"]["phase"] = "Running"
+    return pod
+
+
+@pytest.mark.parametrize(
+    ("pods", "expected"),
+    [
+        pytest.param([], NO_PODS, id="no pods"),
+        pytest.param(
+            [terminating_pod("a"), terminating_pod("b")],
+            PodSummary(terminating=2),
+            id="this JobSet's Terminating pods",
+        ),
+        pytest.param(
+            [terminating_pod("old", jobset_uid="uid-of-an-older-execution")],
+            NO_PODS,
+            id="an older execution's pods under the same name do not count",
+        ),
+        pytest.param(
+            [terminating_pod("other", jobset_uid=None, jobset_name="xmc-7-4")],
+            NO_PODS,
+            id="another JobSet's pods do not count",
+        ),
+        pytest.param([make_pod("running", running_container("main"))], NO_PODS, id="a live pod"),
+    ],
+)
+def test_jobset_pods(pods: list[dict[str, Any]], expected: PodSummary) -> None:
+    assert jobset_pods(two_workers().obj(), pods) == expected
+
+
+@pytest.mark.parametrize(
+    ("jobset", "expected"),
+    [
+        pytest.param(two_workers().suspend(True).obj(), True, id="suspended"),
+        pytest.param(two_workers().admitted().obj(), False, id="running"),
+        pytest.param(two_workers().obj(), False, id="suspend unset"),
+        pytest.param(two_workers().suspend(True).deleting().obj(), False, id="being deleted"),
+    ],
+)
+def test_reobserve_on_pod_change(jobset: dict[str, Any], expected: bool) -> None:
+    assert reobserve_on_pod_change(jobset) is expected
+
+
+def test_an_evicted_jobset_is_descheduling_while_its_pods_terminate() -> None:
+    evicted = (
+        two_workers()
+        .suspend(True)
+        .condition("Suspended", "True", T_LATER)
+        .status_counts("workers")
+        .obj()
+    )
+    draining = observe_jobset(evicted, observed_at=NOW, pods=PodSummary(terminating=2))
+    drained = observe_jobset(evicted, observed_at=NOW, pods=NO_PODS)
+    assert draining is not None
+    assert drained is not None
+    assert S(draining.execution.status.state) == S.DESCHEDULING
+    assert jobset_state_rule(evicted, PodSummary(terminating=2)) == R.R4
+    assert S(drained.execution.status.state) == S.SCHEDULING
+    assert (
+        draining.execution.status.state_update_time == drained.execution.status.state_update_time
+    ), "both at the Suspended transition, so SCHEDULING is not stale after DESCHEDULING"

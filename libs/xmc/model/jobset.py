@@ -6,7 +6,7 @@ tolerate absent or null fields the way the API omits them.
 """
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -18,6 +18,7 @@ _CONDITION_COMPLETED = "Completed"
 _CONDITION_FAILED = "Failed"
 _DEFAULT_REPLICAS = 1
 """The JobSet API defaults `replicatedJobs[].replicas` to 1 when it is omitted."""
+_TERMINAL_POD_PHASES = frozenset({"Succeeded", "Failed"})
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,31 @@ class JobTotals:
     active: int
     succeeded: int
     failed: int
+
+
+@dataclass(frozen=True)
+class PodSummary:
+    """What a JobSet's pods tell that its status does not (docs/decisions/0019): a real
+    Job stops counting a pod as active once it is Terminating, so only the pods show that
+    an evicted JobSet's pods are still on the way out."""
+
+    terminating: int = 0
+
+
+NO_PODS = PodSummary()
+
+
+def summarize_pods(pods: Iterable[Mapping[str, Any]]) -> PodSummary:
+    """Count the pods that are Terminating: deleted (``deletionTimestamp``) but not yet
+    Succeeded or Failed, as batch/v1 counts ``status.terminating``. The caller passes
+    only the JobSet's own pods."""
+    terminating = 0
+    for pod in pods:
+        deleted = _mapping(pod.get("metadata")).get("deletionTimestamp")
+        phase = _mapping(pod.get("status")).get("phase")
+        if deleted and phase not in _TERMINAL_POD_PHASES:
+            terminating += 1
+    return PodSummary(terminating=terminating)
 
 
 class MappingRule(enum.StrEnum):
@@ -94,12 +120,16 @@ def _condition_true(jobset: Mapping[str, Any], condition_type: str) -> bool:
     )
 
 
-def decide_work_unit_state(jobset: Mapping[str, Any]) -> StateDecision:
+def decide_work_unit_state(jobset: Mapping[str, Any], pods: PodSummary = NO_PODS) -> StateDecision:
     """Apply rules R1–R9 of SPEC §8.1 in order; the first match wins.
 
     The order is the point: terminal conditions beat counts (R2/R3 before R4+), and an
     eviction (R4) beats a partial failure (R5) so a preempted JobSet heads back to
     SCHEDULING on the same execution.
+
+    R4 also fires for a suspended JobSet whose ``pods`` are still Terminating
+    (docs/decisions/0019): a real cluster's Jobs no longer count those as active, so the
+    counts alone would go straight from RUNNING to SCHEDULING.
     """
     completed = _condition_true(jobset, _CONDITION_COMPLETED)
     failed = _condition_true(jobset, _CONDITION_FAILED)
@@ -118,7 +148,7 @@ def decide_work_unit_state(jobset: Mapping[str, Any]) -> StateDecision:
     totals = job_totals(jobset)
     suspended = _mapping(jobset.get("spec")).get("suspend") is True
     running = totals.active > 0 or totals.ready > 0
-    if suspended and running:
+    if suspended and (running or pods.terminating > 0):
         return StateDecision(WorkUnitState.DESCHEDULING, MappingRule.R4)
     if totals.failed > 0 and running:
         return StateDecision(WorkUnitState.PARTIALLY_FAILED, MappingRule.R5)
@@ -134,9 +164,9 @@ def decide_work_unit_state(jobset: Mapping[str, Any]) -> StateDecision:
     return StateDecision(WorkUnitState.SCHEDULING, MappingRule.R9)
 
 
-def to_work_unit_state(jobset: Mapping[str, Any]) -> WorkUnitState:
+def to_work_unit_state(jobset: Mapping[str, Any], pods: PodSummary = NO_PODS) -> WorkUnitState:
     """`ToWorkUnitState`: the state only, for callers that do not report the rule."""
-    return decide_work_unit_state(jobset).state
+    return decide_work_unit_state(jobset, pods).state
 
 
 def observation_state_update_time(jobset: Mapping[str, Any], observed_at: datetime) -> datetime:

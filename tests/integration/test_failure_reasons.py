@@ -249,9 +249,11 @@ async def test_the_finalizer_path_writes_the_reason_when_it_writes_first(
         assert await system.state(name) != S.FAILED, "nothing was flushed"
         await system.kube.delete(JOBSETS, "default", jobset_name(name))
         reason = await failed(system, name)
-        # kubesim deletes a deleted JobSet's Jobs and pods at once (upstream keeps them
-        # until the finalizer goes), so only the JobSet is left to say why.
-        assert reason.endswith(f"(first failed job: {job_name(name)})")
+        # As upstream, a JobSet held by the finalizer keeps its Jobs and pods until the
+        # finalizer goes, so the finalizer's write has the same evidence as the batch's.
+        job = job_name(name)
+        assert reason.startswith(f'job "{job}" failed (BackoffLimitExceeded): container "main"')
+        assert reason.endswith("exited with code 1 (Error)")
         assert await system.messages(name) == [(1, ERROR, reason)]
 
 

@@ -1,8 +1,9 @@
 """Cluster-level contract scenarios: what XMC relies on of JobSet, Kueue and the Job
 controller, asserted the same way on kubesim and on a real cluster (kind, GKE).
 
-Scenarios kubesim does not meet yet are expected failures on kubesim only (strict: they
-must start passing when the behaviour lands, and are un-marked then)."""
+Scenarios kubesim does not meet yet are expected failures on kubesim only
+(``on_kubesim_xfail``, strict: they must start passing when the behaviour lands, and are
+un-marked then)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ from tests.contract.cluster import (
     JOBS,
     Cluster,
     condition_true,
-    on_kubesim_xfail,
     xmc_jobset,
 )
 from xmc.kube import PODS, WORKLOADS
@@ -48,7 +48,6 @@ async def test_create_stop_restart(cluster: Cluster) -> None:
     assert all(_execution_of(pod) == "2" for pod in pods)
 
 
-@on_kubesim_xfail(1, "deleting a finalizer-held JobSet deletes its Jobs and Workload at once")
 async def test_a_finalizer_held_jobset_keeps_running_until_released(cluster: Cluster) -> None:
     jobset = await cluster.create_work_unit(wid=2)
     await cluster.running(jobset)
@@ -74,7 +73,6 @@ async def test_a_finalizer_held_jobset_keeps_running_until_released(cluster: Clu
     assert not await cluster.owned(JOBS, jobset)
 
 
-@on_kubesim_xfail(2, "a Job counts Terminating pods as active and reports no terminating")
 async def test_a_suspended_jobsets_job_reports_terminating_pods(cluster: Cluster) -> None:
     """Kueue preempts the low-priority JobSet (suspends it); while its pods terminate, its
     Job reports ``active: 0`` and ``terminating > 0`` (Job controller since 1.28)."""
@@ -101,23 +99,28 @@ async def test_a_suspended_jobsets_job_reports_terminating_pods(cluster: Cluster
     assert all(pod["metadata"].get("deletionTimestamp") for pod in pods)
 
 
-async def test_a_preemptor_waits_for_the_victims_pods(cluster: Cluster) -> None:
+async def test_a_preemptor_waits_for_the_victim_to_stop(cluster: Cluster) -> None:
+    """Kueue releases the victim's quota once its JobSet reports no active Job (its
+    ``IsActive``), and a Job's Terminating pods are not active: so the preemptor is never
+    admitted while a victim's Job still has an active pod, but may be while they terminate."""
     victim = await cluster.create_work_unit(wid=5)
     await cluster.running(victim)
     preemptor = await cluster.create_work_unit(wid=6, priority=HIGH)
 
-    async def victim_gone_preemptor_not_early() -> bool:
-        victim_pods = await cluster.owned(PODS, victim)
-        if victim_pods:
-            assert not await cluster.admitted(preemptor), (
-                "the preemptor was admitted while the victim's pods still ran: "
-                + ", ".join(p["metadata"]["name"] for p in victim_pods)
-            )
-            return False
-        return True
+    async def admitted_only_once_the_victim_stopped() -> bool:
+        # The preemptor first, then the victim: a victim's Job that is active now was
+        # active at the earlier look too (a suspended Job's active count only falls).
+        admitted = await cluster.admitted(preemptor)
+        active = [
+            job["metadata"]["name"]
+            for job in await cluster.owned(JOBS, victim)
+            if (job.get("status") or {}).get("active", 0) > 0
+        ]
+        assert not (admitted and active), f"admitted while the victim's {active} still ran"
+        return admitted
 
     await cluster.wait(
-        victim_gone_preemptor_not_early, within=120, what="the victim's pods are gone"
+        admitted_only_once_the_victim_stopped, within=120, what="the preemptor is admitted"
     )
     await cluster.running(preemptor)
     victim_workloads = await cluster.owned(WORKLOADS, victim)

@@ -6,11 +6,15 @@ simulated Kueue versions (kueue v0.19.2 and main)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
 from kubernetes_asyncio.client import ApiException
+from kubernetes_asyncio.watch import Watch
 
 from tests.kubesim.conftest import MERGE_PATCH, MakeKubeSim, client_for, failure
 
@@ -98,9 +102,50 @@ def reserved(workload: Obj | None) -> dict[str, str]:
     return dict(conditions(workload).get("QuotaReserved") or {})
 
 
-async def test_eviction_is_two_phase_and_the_preemptor_waits_for_the_pods(
+@asynccontextmanager
+async def recording(
+    cluster: Cluster, group: str, version: str, plural: str
+) -> AsyncIterator[list[Obj]]:
+    """Every object a watch of ``plural`` (namespace default) delivers from now on, in order:
+    a snapshot can miss a state that lasts a moment, the event stream cannot."""
+    listed = await cluster.custom.list_namespaced_custom_object(group, version, "default", plural)
+    seen: list[Obj] = []
+
+    async def follow() -> None:
+        async with Watch() as watch:
+            async for event in watch.stream(
+                cluster.custom.list_namespaced_custom_object,
+                group,
+                version,
+                "default",
+                plural,
+                resource_version=listed["metadata"]["resourceVersion"],
+            ):
+                seen.append(event["raw_object"])
+
+    task = asyncio.create_task(follow())
+    try:
+        yield seen
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def _owned_by(obj: Obj, jobset: str) -> bool:
+    return any(ref["name"] == jobset for ref in obj["metadata"].get("ownerReferences") or [])
+
+
+def _rv(obj: Obj) -> int:
+    return int(obj["metadata"]["resourceVersion"])
+
+
+async def test_eviction_is_two_phase_and_the_preemptor_waits_for_the_victim_to_stop(
     versioned: tuple[Cluster, str],
 ) -> None:
+    """Kueue releases the victim's quota only once its JobSet reports no active Job
+    (``IsActive``); a Job's Terminating pods are not active, so that is as soon as the
+    victim's pods are all Terminating, not when they are gone."""
     cluster, version = versioned
     await add_queue(cluster, "two", cpu="2", preemption="LowerPriority")
     victim = replicated_job(cpu="2", behavior=FOREVER)
@@ -108,45 +153,63 @@ async def test_eviction_is_two_phase_and_the_preemptor_waits_for_the_pods(
         make_jobset("low", slow_to_stop(victim), queue="two", priority_class=LOW)
     )
     await until(lambda: _running(cluster, "low"), what="low to run")
-    await cluster.create_jobset(
-        make_jobset(
-            "high", replicated_job(cpu="2", behavior=FOREVER), queue="two", priority_class=HIGH
+    async with (
+        recording(cluster, *KUEUE, "workloads") as workloads,
+        recording(cluster, "jobset.x-k8s.io", "v1alpha2", "jobsets") as jobsets,
+    ):
+        await cluster.create_jobset(
+            make_jobset(
+                "high", replicated_job(cpu="2", behavior=FOREVER), queue="two", priority_class=HIGH
+            )
         )
-    )
+        high = await until(
+            lambda: _admitted(cluster, "high"), what="high to be admitted after the victim stopped"
+        )
 
-    async def evicted() -> Obj | None:
-        workload = await cluster.workload_of("low")
-        return workload if condition_is(workload, "Evicted") else None
+        def admitted_seen() -> list[Obj]:
+            return [w for w in workloads if _owned_by(w, "high") and condition_is(w, "Admitted")]
 
-    # Phase one: Evicted and Preempted, the JobSet stopped, the quota still held.
-    workload = await until(evicted, what="low to be evicted")
-    assert conditions(workload)["Evicted"]["reason"] == "Preempted"
-    assert conditions(workload)["Preempted"]["reason"] == "InClusterQueue"
-    assert condition_is(workload, "QuotaReserved")
-    assert workload["status"]["admission"]["clusterQueue"] == "two"
-    await until(lambda: _suspended(cluster, "low"), what="low to be suspended")
+        async def recorded() -> bool:
+            return bool(admitted_seen())
+
+        await until(recorded, what="the watch to deliver the admission")
     pods = await cluster.pods("low")
-    assert pods, "the victim's pods are still terminating"
-    preemptor = await cluster.workload_of("high")
-    assert not condition_is(preemptor, "Admitted"), "admitted while the victim's pods remain"
-    assert (await cluster.jobset("high"))["spec"]["suspend"] is True
-    waiting = reserved(preemptor)
+    assert pods, "Kueue does not wait for the victim's Terminating pods to be gone"
+    assert all(pod.metadata.deletion_timestamp is not None for pod in pods)
+    assert high["status"]["admission"]["clusterQueue"] == "two"
+
+    # Phase one: Evicted and Preempted, the quota still held; the preemptor waits.
+    low_states = [w for w in workloads if _owned_by(w, "low")]
+    evicted = next(w for w in low_states if condition_is(w, "Evicted"))
+    assert conditions(evicted)["Evicted"]["reason"] == "Preempted"
+    assert conditions(evicted)["Preempted"]["reason"] == "InClusterQueue"
+    assert condition_is(evicted, "QuotaReserved")
+    assert evicted["status"]["admission"]["clusterQueue"] == "two"
+    waiting = next(
+        reserved(w)
+        for w in workloads
+        if _owned_by(w, "high") and reserved(w).get("status") == "False"
+    )
     assert (waiting["status"], waiting["reason"]) == ("False", REASONS[version]["preempted"])
     assert waiting["message"] == (
         "couldn't assign flavors to pod set main: insufficient unused quota for cpu in flavor "
         "default-flavor, 2 more needed. Pending the preemption of 1 workload(s)"
     )
 
-    # Phase two: once the JobSet reports no active pods, the quota goes back.
-    high = await until(
-        lambda: _admitted(cluster, "high"), what="high to be admitted after the victim stopped"
+    # Phase two, in this order: the victim's JobSet reports no active Job, its quota goes
+    # back, the preemptor is admitted.
+    stopped = next(
+        j
+        for j in jobsets
+        if j["metadata"]["name"] == "low"
+        and j["spec"].get("suspend")
+        and all(s["active"] == 0 for s in j["status"]["replicatedJobsStatus"])
     )
-    assert high["status"]["admission"]["clusterQueue"] == "two"
-    low_jobset = await cluster.jobset("low")
-    assert all(s["active"] == 0 for s in low_jobset["status"]["replicatedJobsStatus"])
-    released = await cluster.workload_of("low")
-    released_conditions = conditions(released)
-    assert "admission" not in (released or {})["status"]
+    released = next(
+        w for w in low_states if reserved(w).get("status") == "False" and _rv(w) > _rv(evicted)
+    )
+    assert _rv(evicted) < _rv(stopped) < _rv(released) < _rv(admitted_seen()[0])
+    released_conditions = conditions(await cluster.workload_of("low"))
     assert released_conditions["QuotaReserved"]["status"] == "False"
     assert released_conditions["Admitted"]["status"] == "False"
     assert released_conditions["Requeued"]["status"] == "True"
@@ -156,6 +219,7 @@ async def test_eviction_is_two_phase_and_the_preemptor_waits_for_the_pods(
         REASONS[version]["released"],
         REASONS[version]["quota"],  # the next scheduling cycle's verdict
     }
+    assert "admission" not in released["status"]
 
 
 async def test_a_cluster_queue_without_preemption_never_preempts(cluster: Cluster) -> None:

@@ -599,7 +599,7 @@ def test_replaces_terminating_pods(spec: dict[str, Any], replaces: bool) -> None
 def test_plan_job_pods_with_terminating_pods(
     job: dict[str, Any], pods: list[dict[str, Any]], plan: JobPodPlan
 ) -> None:
-    assert plan_job_pods(job, pods) == plan
+    assert plan_job_pods(job, pods, NOW) == plan
 
 
 def test_format_indexes() -> None:

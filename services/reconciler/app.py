@@ -68,6 +68,12 @@ _NOT_THE_ORPHAN = frozenset({KubeFailure.NOT_FOUND, KubeFailure.CONFLICT})
 _VISIBILITY_TIMEOUT = 5.0
 
 
+def _jobset_name_of(pod: Obj) -> str | None:
+    """The pod cache's grouping: every execution's pods share their JobSet's name."""
+    name = ((pod.get("metadata") or {}).get("labels") or {}).get(JOBSET_NAME_LABEL)
+    return name if isinstance(name, str) and name else None
+
+
 @dataclass(frozen=True)
 class ReconcilerOptions:
     namespace: str = "default"
@@ -108,7 +114,7 @@ class Reconciler:
         )  # fmt: skip
         self.pods = ResourceWatcher(
             kube, PODS, namespace=ns, label_selector=EXPERIMENT_ID, on_change=self._on_pod,
-            settings=self.options.watch,
+            group_by=_jobset_name_of, settings=self.options.watch,
         )  # fmt: skip
         self.batcher = UpdateBatcher(self._send, options=self.options.batcher)
         self.elector: LeaderElector | None = None
@@ -286,12 +292,7 @@ class Reconciler:
             self._diagnose(jobset)
 
     def _cached_pods(self, jobset_name: str) -> list[Obj]:
-        return [
-            pod
-            for pod in self.pods.cache.values()
-            if ((pod.get("metadata") or {}).get("labels") or {}).get(JOBSET_NAME_LABEL)
-            == jobset_name
-        ]
+        return self.pods.group(jobset_name)
 
     def _diagnose(self, jobset: Obj) -> None:
         """Startup diagnostics (§8.3) from the cached pods of this JobSet."""

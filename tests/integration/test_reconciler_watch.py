@@ -317,3 +317,48 @@ def test_diff_reports_what_a_watch_would_have_sent() -> None:
         ("MODIFIED", "moved"),
         ("ADDED", "new"),
     ]
+
+
+async def test_groups_follow_every_change_and_every_relist(
+    make_kubesim: MakeKubeSim, start_watcher: StartWatcher
+) -> None:
+    """``group(key)`` is always the cache filtered by ``group_by``, through adds, label
+    moves, deletes and a re-list after 410: the Reconciler reads one JobSet's pods from
+    it instead of scanning every cached pod."""
+    sim = await make_kubesim(watch_history=5, bookmark_interval=0.1)
+    create(sim, "a1", team="a")
+    create(sim, "b1", team="b")
+
+    def team(obj: dict[str, Any]) -> str | None:
+        return (obj["metadata"].get("labels") or {}).get("team")
+
+    watcher, seen = await start_watcher(sim, group_by=team)
+
+    def groups() -> dict[str, list[str]]:
+        return {
+            key: sorted(o["metadata"]["name"] for o in watcher.group(key))
+            for key in ("a", "b", "c")
+        }
+
+    def filtered() -> dict[str, list[str]]:
+        return {
+            key: sorted(n for n, o in watcher.cache.items() if team(o) == key)
+            for key in ("a", "b", "c")
+        }
+
+    assert groups() == {"a": ["a1"], "b": ["b1"], "c": []}
+    create(sim, "a2", team="a")
+    touch(sim, "b1", team="c")  # moves from b to c
+    create(sim, "none")
+    await eventually(lambda: seen.has("ADDED", "none"), what="ADDED none")
+    assert groups() == filtered() == {"a": ["a1", "a2"], "b": [], "c": ["b1"]}
+
+    await eventually(lambda: sim.watches.open_count == 1, what="the watch")
+    sim.faults.close_watches()
+    sim.store.delete(JOBSET, "default", "a1")
+    create(sim, "c2", team="c")
+    for _ in range(10):  # push the watcher's version out of the history: a re-list
+        touch(sim, "none")
+    await eventually(lambda: watcher.lists == 2, what="a re-list")
+    await eventually(lambda: "c2" in watcher.cache, what="the re-listed cache")
+    assert groups() == filtered() == {"a": ["a2"], "b": [], "c": ["b1", "c2"]}

@@ -41,6 +41,7 @@ bench: $(STAMP) ## benchmarks (print figures; not tests)
 	$(PY) bench/kubesim_store_bench.py
 	$(PY) bench/actuator_bench.py
 	$(PY) bench/reconciler_bench.py
+	$(PY) bench/e2e_sweep.py
 
 compat: $(STAMP) ## the published xmanager client against a real stack, in its own virtualenvs
 	$(VENV)/bin/pytest -m compat tests/compat $(PYTEST_ARGS)

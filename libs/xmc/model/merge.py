@@ -101,24 +101,8 @@ class StoredExecution:
 
     def to_proto(self, name: str) -> WorkUnitExecution:
         """The API form; ``state`` (ACTIVE/INACTIVE) is left for the reader to stamp."""
-        execution = WorkUnitExecution(name=name)
-        set_timestamp(execution.create_time, self.create_time)
-        set_timestamp(execution.update_time, self.update_time)
-        set_timestamp(execution.complete_time, self.complete_time)
-        status = execution.status
-        status.state = WorkUnitStatus.WorkUnitState.Value(self.state.name)
-        set_timestamp(status.state_update_time, self.state_update_time)
-        set_timestamp(status.update_time, self.status_update_time)
-        for field, data in (
-            (status.system_message, self.system_message),
-            (status.user_message, self.user_message),
-            (status.scheduling_information, self.scheduling_information),
-            (status.detailed_status, self.detailed_status),
-            (execution.metadata, self.metadata),
-        ):
-            if data is not None:
-                field.SetInParent()
-                field.MergeFromString(data)
+        execution = WorkUnitExecution()
+        write_execution(execution, name, [getattr(self, f) for f in _STORED_FIELDS])
         return execution
 
     def replace(self, changes: Mapping[str, Any]) -> StoredExecution:
@@ -156,6 +140,45 @@ class StoredExecution:
 
 
 _STORED_FIELDS = tuple(f.name for f in dataclasses.fields(StoredExecution))
+
+
+def write_execution(target: WorkUnitExecution, name: str, values: Sequence[Any]) -> None:
+    """Fill an empty ``target`` in place from ``values`` in ``StoredExecution`` field order
+    (rows carry them in that order too): readers build each response message where it
+    lands, with no intermediate message and no copy. ``state`` is left to the reader."""
+    (create, update, complete, state, state_time, status_time, *messages, metadata) = values
+    target.name = name
+    set_timestamp(target.create_time, create)
+    set_timestamp(target.update_time, update)
+    set_timestamp(target.complete_time, complete)
+    status = target.status
+    status.state = int(state)  # type: ignore[assignment]
+    set_timestamp(status.state_update_time, state_time)
+    set_timestamp(status.update_time, status_time)
+    for field, data in zip(_STATUS_MESSAGE_FIELDS, messages, strict=True):
+        if data is not None:
+            _merge_bytes(getattr(status, field), data)
+    if metadata is not None:
+        _merge_bytes(target.metadata, metadata)
+
+
+#: The status messages of ``StoredExecution``, in its field order.
+_STATUS_MESSAGE_FIELDS = (
+    "system_message",
+    "user_message",
+    "scheduling_information",
+    "detailed_status",
+)
+
+
+def _merge_bytes(field: Any, data: bytes) -> None:
+    """Set a message field from stored bytes; ``b''`` is a present but empty message."""
+    if data:
+        field.MergeFromString(data)
+    else:
+        field.SetInParent()
+
+
 #: Message paths mirrored into StatusMessages, with the field they land in.
 _HISTORY_MESSAGE_PATHS: tuple[tuple[str, MessageField, MessageName], ...] = (
     (SYSTEM_MESSAGE_PATH, MessageField.SYSTEM, "system_message"),

@@ -273,6 +273,7 @@ async def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="update rounds per run")
     parser.add_argument("--walks", type=int, default=2, help="list walks per run")
     parser.add_argument("--profile", default="", help="run the ESS under cProfile into FILE")
+    parser.add_argument("--only", choices=("update", "list"), default="", help="one figure")
     args = parser.parse_args()
 
     name = f"xmc_bench_{uuid.uuid4().hex[:8]}"
@@ -296,13 +297,15 @@ async def main() -> None:
         for _run in range(args.runs):
             rounds = range(next_round, next_round + args.rounds)
             next_round += args.rounds
-            figures["raw_u"].append(await raw_updates(conn, batches, args.rounds))
-            figures["ess_u"].append(await ess_updates(channel, xid, args.work_units, rounds))
-            figures["raw_l"].append(await raw_pages(conn, pages, args.walks))
-            figures["ess_l"].append(await ess_pages(channel, xid, args.walks))
+            if args.only != "list":
+                figures["raw_u"].append(await raw_updates(conn, batches, args.rounds))
+                figures["ess_u"].append(await ess_updates(channel, xid, args.work_units, rounds))
+            if args.only != "update":
+                figures["raw_l"].append(await raw_pages(conn, pages, args.walks))
+                figures["ess_l"].append(await ess_pages(channel, xid, args.walks))
         await channel.close()
         await conn.close()
-        median = {k: statistics.median(v) for k, v in figures.items()}
+        median = {k: statistics.median(v) for k, v in figures.items() if v}
         print(
             f"work units: {args.work_units} in one experiment; one call in flight;"
             f" median of {args.runs} runs (each: ESS and raw back to back)"
@@ -311,6 +314,8 @@ async def main() -> None:
             ("UpdateWorkUnitExecutions batch 100", "ess_u", "raw_u", "items/s", 0.6),
             ("ListWorkUnits page 100", "ess_l", "raw_l", "rows/s", 0.4),
         ):
+            if not figures[ess]:
+                continue
             ratios = [e / r for e, r in zip(figures[ess], figures[raw], strict=True)]
             print(
                 f"{label:36} ESS {median[ess]:9,.0f} {unit} | raw {median[raw]:9,.0f} {unit}"

@@ -102,12 +102,31 @@ class StoredExecution:
     def to_proto(self, name: str) -> WorkUnitExecution:
         """The API form; ``state`` (ACTIVE/INACTIVE) is left for the reader to stamp."""
         execution = WorkUnitExecution()
-        write_execution(execution, name, [getattr(self, f) for f in _STORED_FIELDS])
+        write_execution(execution, name, self.values())
         return execution
 
     def replace(self, changes: Mapping[str, Any]) -> StoredExecution:
         """``dataclasses.replace`` without its per-call introspection (hot path)."""
-        return StoredExecution(*[changes.get(f, getattr(self, f)) for f in _STORED_FIELDS])
+        values = self.values()
+        for name, value in changes.items():
+            values[_FIELD_INDEX[name]] = value
+        return StoredExecution(*values)
+
+    def values(self) -> list[Any]:
+        """The fields in order (= ``EXECUTION_COLUMNS``); ``astuple`` would deep-copy."""
+        return [
+            self.create_time,
+            self.update_time,
+            self.complete_time,
+            self.state,
+            self.state_update_time,
+            self.status_update_time,
+            self.system_message,
+            self.user_message,
+            self.scheduling_information,
+            self.detailed_status,
+            self.metadata,
+        ]
 
     def best_severity(self) -> Severity | None:
         """What this execution contributes to ``message_severity_counts`` (SPEC §3.3)."""
@@ -140,6 +159,7 @@ class StoredExecution:
 
 
 _STORED_FIELDS = tuple(f.name for f in dataclasses.fields(StoredExecution))
+_FIELD_INDEX = {name: i for i, name in enumerate(_STORED_FIELDS)}
 
 
 def write_execution(target: WorkUnitExecution, name: str, values: Sequence[Any]) -> None:
@@ -358,6 +378,7 @@ def merge_work_unit_execution(
 ) -> MergeResult:
     """``MergeWorkUnitExecution`` (SPEC §5.2–§5.3) for one validated item."""
     mask = frozenset(update_mask)
+    status = new.status
     current = stored.state
     force = force_status_message_update
     changes: dict[str, Any] = {}
@@ -370,11 +391,9 @@ def merge_work_unit_execution(
     state_change: tuple[WorkUnitState, WorkUnitState] | None = None
     rejection: GuardReason | None = None
     if STATE_PATH in mask:
-        new_state = WorkUnitState(new.status.state)
+        new_state = WorkUnitState(status.state)
         new_time = (
-            to_datetime(new.status.state_update_time)
-            if new.status.HasField("state_update_time")
-            else None
+            to_datetime(status.state_update_time) if status.HasField("state_update_time") else None
         )
         decision = decide_state_update(current, stored.state_update_time, new_state, new_time)
         if decision.allowed:
@@ -389,7 +408,7 @@ def merge_work_unit_execution(
     for path, field, name in _HISTORY_MESSAGE_PATHS:
         if path in mask:
             data, message = _merge_message(
-                getattr(stored, name), new.status, name, force=force, defer=True, now=now
+                getattr(stored, name), status, name, force=force, defer=True, now=now
             )
             changes[name] = data
             if message is not None:
@@ -397,14 +416,14 @@ def merge_work_unit_execution(
     if SCHEDULING_INFORMATION_PATH in mask:
         changes["scheduling_information"], _ = _merge_message(
             stored.scheduling_information,
-            new.status,
+            status,
             "scheduling_information",
             force=True,
             defer=False,
             now=now,
         )
     if DETAILED_STATUS_PATH in mask:
-        changes["detailed_status"] = _optional_bytes(new.status, "detailed_status")
+        changes["detailed_status"] = _optional_bytes(status, "detailed_status")
     if METADATA_PATH in mask:
         changes["metadata"] = _merged_metadata(stored.metadata, new)
 
@@ -414,7 +433,7 @@ def merge_work_unit_execution(
         if should_reset_status_message(
             parse_message(stored.system_message),
             item_sets_system_message=(
-                SYSTEM_MESSAGE_PATH in mask and new.status.HasField("system_message")
+                SYSTEM_MESSAGE_PATH in mask and status.HasField("system_message")
             ),
             new_state=new_state,
             force=force,

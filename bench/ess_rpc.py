@@ -30,8 +30,9 @@ import statistics
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -178,49 +179,62 @@ async def record_pages(conn: Any, xid: int) -> list[list[Any]]:
             return pages
 
 
-async def raw_updates(conn: Any, batches: list[list[Any]], rounds: int) -> float:
-    """Items/s of the recorded statements, one transaction per batch."""
+#: Calls per slice: the ESS and its raw baseline take turns slice by slice, so both see
+#: the same load from whatever else runs on the machine.
+SLICE = 10
+
+
+class Clocks:
+    """Seconds spent by the ESS and by the raw baseline, slice by slice."""
+
+    def __init__(self) -> None:
+        self.ess = self.raw = 0.0
+
+
+async def timed(calls: Sequence[Callable[[], Awaitable[Any]]]) -> tuple[float, list[Any]]:
+    """Run the calls one after another (a gRPC call starts when it is made, so each is
+    made only when the previous one is done)."""
     began = time.perf_counter()
-    for _ in range(rounds):
-        for calls in batches:
-            async with conn.transaction():
-                await replay(conn, calls)
-    return rounds * len(batches) * BATCH / (time.perf_counter() - began)
+    results = [await call() for call in calls]
+    return time.perf_counter() - began, results
 
 
-async def raw_pages(conn: Any, pages: list[list[Any]], walks: int) -> float:
-    began = time.perf_counter()
-    rows = 0
-    for _ in range(walks):
-        for calls in pages:
-            for _method, query, args, _kw in calls:
-                rows += len(await conn.fetch(query, *args))
-    return rows / (time.perf_counter() - began)
+async def raw_batch(conn: Any, calls: list[Any]) -> None:
+    async with conn.transaction():
+        await replay(conn, calls)
 
 
-async def ess_updates(channel: grpc.aio.Channel, xid: int, work_units: int, rounds: range) -> float:
+async def measure_updates(
+    conn: Any, channel: grpc.aio.Channel, recorded: list[list[Any]], requests: list[bytes]
+) -> tuple[float, float]:
+    """(ESS items/s, raw items/s): each request, and the recorded statements of a batch
+    of the same size, one transaction per batch."""
     call = channel.unary_unary(UPDATE_METHOD)
-    requests = [
-        update_request(xid, range(start, min(start + BATCH, work_units + 1)), round_)
-        for round_ in rounds
-        for start in range(1, work_units + 1, BATCH)
-    ]
-    began = time.perf_counter()
-    responses = [await call(request, metadata=METADATA) for request in requests]
-    elapsed = time.perf_counter() - began
+    clocks, responses = Clocks(), []
+    for start in range(0, len(requests), SLICE):
+        chunk = range(start, min(start + SLICE, len(requests)))
+        seconds, _ = await timed(
+            [partial(raw_batch, conn, recorded[i % len(recorded)]) for i in chunk]
+        )
+        clocks.raw += seconds
+        seconds, out = await timed([partial(call, requests[i], metadata=METADATA) for i in chunk])
+        clocks.ess += seconds
+        responses += out
     changed = sum(
         r.state_changed
         for data in responses
         for r in executions_pb2.UpdateWorkUnitExecutionsResponse.FromString(data).results
     )
-    assert changed == len(rounds) * work_units, "every observation must change the state"
-    return changed / elapsed
+    assert changed == len(requests) * BATCH, "every observation must change the state"
+    items = len(requests) * BATCH
+    return items / clocks.ess, items / clocks.raw
 
 
-async def ess_pages(channel: grpc.aio.Channel, xid: int, walks: int) -> float:
+async def page_requests(channel: grpc.aio.Channel, xid: int) -> list[bytes]:
+    """Every page's request, tokens included, so the timed walk sends prepared bytes."""
     call = channel.unary_unary(LIST_METHOD)
     requests, token = [], ""
-    while True:  # the tokens of every page, so the timed walk sends prepared bytes
+    while True:
         request = api_pb2.ListWorkUnitsRequest(
             parent=experiment_name(xid), page_size=PAGE, page_token=token
         ).SerializeToString()
@@ -228,12 +242,26 @@ async def ess_pages(channel: grpc.aio.Channel, xid: int, walks: int) -> float:
         response = api_pb2.ListWorkUnitsResponse.FromString(await call(request, metadata=METADATA))
         token = response.next_page_token
         if not token:
-            break
-    began = time.perf_counter()
-    responses = [await call(r, metadata=METADATA) for _ in range(walks) for r in requests]
-    elapsed = time.perf_counter() - began
-    rows = sum(len(api_pb2.ListWorkUnitsResponse.FromString(d).work_units) for d in responses)
-    return rows / elapsed
+            return requests
+
+
+async def measure_pages(
+    conn: Any, channel: grpc.aio.Channel, recorded: list[list[Any]], requests: list[bytes]
+) -> tuple[float, float]:
+    """(ESS rows/s, raw rows/s) walking every page: the RPC vs the page's SELECT."""
+    call = channel.unary_unary(LIST_METHOD)
+    clocks, ess_rows, raw_rows = Clocks(), 0, 0
+    for start in range(0, len(requests), SLICE):
+        chunk = range(start, min(start + SLICE, len(requests)))
+        selects = [recorded[i][0] for i in chunk]  # (method, query, args, kwargs)
+        seconds, rows = await timed([partial(conn.fetch, q, *args) for _m, q, args, _k in selects])
+        clocks.raw += seconds
+        raw_rows += sum(min(len(r), PAGE) for r in rows)  # the SELECT reads one more
+        seconds, out = await timed([partial(call, requests[i], metadata=METADATA) for i in chunk])
+        clocks.ess += seconds
+        ess_rows += sum(len(api_pb2.ListWorkUnitsResponse.FromString(d).work_units) for d in out)
+    assert ess_rows == raw_rows, "the ESS and the raw SELECT must read the same rows"
+    return ess_rows / clocks.ess, raw_rows / clocks.raw
 
 
 def free_port() -> int:
@@ -293,16 +321,25 @@ async def main() -> None:
         proc = await start_ess(dsn, port, args.profile)
         channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
         figures: dict[str, list[float]] = {k: [] for k in ("ess_u", "raw_u", "ess_l", "raw_l")}
+        pages_out = await page_requests(channel, xid)
         next_round = 1
         for _run in range(args.runs):
-            rounds = range(next_round, next_round + args.rounds)
-            next_round += args.rounds
             if args.only != "list":
-                figures["raw_u"].append(await raw_updates(conn, batches, args.rounds))
-                figures["ess_u"].append(await ess_updates(channel, xid, args.work_units, rounds))
+                requests = [
+                    update_request(xid, range(start, min(start + BATCH, args.work_units + 1)), r)
+                    for r in range(next_round, next_round + args.rounds)
+                    for start in range(1, args.work_units + 1, BATCH)
+                ]
+                next_round += args.rounds
+                ess, raw = await measure_updates(conn, channel, batches, requests)
+                figures["ess_u"].append(ess)
+                figures["raw_u"].append(raw)
             if args.only != "update":
-                figures["raw_l"].append(await raw_pages(conn, pages, args.walks))
-                figures["ess_l"].append(await ess_pages(channel, xid, args.walks))
+                ess, raw = await measure_pages(
+                    conn, channel, pages * args.walks, pages_out * args.walks
+                )
+                figures["ess_l"].append(ess)
+                figures["raw_l"].append(raw)
         await channel.close()
         await conn.close()
         median = {k: statistics.median(v) for k, v in figures.items() if v}
@@ -310,15 +347,16 @@ async def main() -> None:
             f"work units: {args.work_units} in one experiment; one call in flight;"
             f" median of {args.runs} runs (each: ESS and raw back to back)"
         )
-        for label, ess, raw, unit, target in (
+        for label, ess_key, raw_key, unit, target in (
             ("UpdateWorkUnitExecutions batch 100", "ess_u", "raw_u", "items/s", 0.6),
             ("ListWorkUnits page 100", "ess_l", "raw_l", "rows/s", 0.4),
         ):
-            if not figures[ess]:
+            if not figures[ess_key]:
                 continue
-            ratios = [e / r for e, r in zip(figures[ess], figures[raw], strict=True)]
+            ratios = [e / r for e, r in zip(figures[ess_key], figures[raw_key], strict=True)]
             print(
-                f"{label:36} ESS {median[ess]:9,.0f} {unit} | raw {median[raw]:9,.0f} {unit}"
+                f"{label:36} ESS {median[ess_key]:9,.0f} {unit}"
+                f" | raw {median[raw_key]:9,.0f} {unit}"
                 f" | {statistics.median(ratios):.2f}x raw (target >= {target}x;"
                 f" runs: {', '.join(f'{x:.2f}' for x in ratios)})"
             )

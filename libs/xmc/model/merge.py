@@ -51,6 +51,7 @@ MASK_PATHS = frozenset(
     }
 )
 _SETTABLE_STATES = frozenset(int(s) for s in WorkUnitState) - {0}
+_STATES = {int(s): s for s in WorkUnitState}
 _SEVERITIES = frozenset(int(s) for s in Severity)
 _MESSAGE_PATHS = {
     SYSTEM_MESSAGE_PATH: "system_message",
@@ -391,7 +392,7 @@ def merge_work_unit_execution(
     state_change: tuple[WorkUnitState, WorkUnitState] | None = None
     rejection: GuardReason | None = None
     if STATE_PATH in mask:
-        new_state = WorkUnitState(status.state)
+        new_state = _STATES[status.state]  # validated: a settable state
         new_time = (
             to_datetime(status.state_update_time) if status.HasField("state_update_time") else None
         )
@@ -430,7 +431,7 @@ def merge_work_unit_execution(
     # 4. Consequences of an accepted state change.
     if state_change is not None:
         new_state = state_change[1]
-        if should_reset_status_message(
+        if stored.system_message is not None and should_reset_status_message(
             parse_message(stored.system_message),
             item_sets_system_message=(
                 SYSTEM_MESSAGE_PATH in mask and status.HasField("system_message")

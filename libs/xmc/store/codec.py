@@ -44,7 +44,7 @@ def stored_from_row(row: Mapping[str, Any]) -> StoredExecution:
         row["exec_create_time"],
         row["exec_update_time"],
         row["exec_complete_time"],
-        WorkUnitState(row["state"]),
+        _STATES[row["state"]],
         row["state_update_time"],
         row["status_update_time"],
         row["system_message"],
@@ -53,6 +53,10 @@ def stored_from_row(row: Mapping[str, Any]) -> StoredExecution:
         row["detailed_status"],
         row["metadata"],
     )
+
+
+#: ``WorkUnitState`` by number: a dict lookup instead of an Enum call per row.
+_STATES = {int(state): state for state in WorkUnitState}
 
 
 def stored_to_columns(stored: StoredExecution) -> tuple[Any, ...]:

@@ -264,6 +264,13 @@ async def measure_pages(
     return ess_rows / clocks.ess, raw_rows / clocks.raw
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process so far (Linux ``/proc``)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -320,7 +327,9 @@ async def main() -> None:
         port = free_port()
         proc = await start_ess(dsn, port, args.profile)
         channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
-        figures: dict[str, list[float]] = {k: [] for k in ("ess_u", "raw_u", "ess_l", "raw_l")}
+        figures: dict[str, list[float]] = {
+            k: [] for k in ("ess_u", "raw_u", "cpu_u", "ess_l", "raw_l", "cpu_l")
+        }
         pages_out = await page_requests(channel, xid)
         next_round = 1
         for _run in range(args.runs):
@@ -331,13 +340,18 @@ async def main() -> None:
                     for start in range(1, args.work_units + 1, BATCH)
                 ]
                 next_round += args.rounds
+                cpu = cpu_seconds(proc.pid)
                 ess, raw = await measure_updates(conn, channel, batches, requests)
+                figures["cpu_u"].append((cpu_seconds(proc.pid) - cpu) / (len(requests) * BATCH))
                 figures["ess_u"].append(ess)
                 figures["raw_u"].append(raw)
             if args.only != "update":
+                cpu = cpu_seconds(proc.pid)
                 ess, raw = await measure_pages(
                     conn, channel, pages * args.walks, pages_out * args.walks
                 )
+                walked = len(pages_out) * args.walks * PAGE
+                figures["cpu_l"].append((cpu_seconds(proc.pid) - cpu) / walked)
                 figures["ess_l"].append(ess)
                 figures["raw_l"].append(raw)
         await channel.close()
@@ -347,10 +361,11 @@ async def main() -> None:
             f"work units: {args.work_units} in one experiment; one call in flight;"
             f" median of {args.runs} runs (each: ESS and raw back to back)"
         )
-        for label, ess_key, raw_key, unit, target in (
-            ("UpdateWorkUnitExecutions batch 100", "ess_u", "raw_u", "items/s", 0.6),
-            ("ListWorkUnits page 100", "ess_l", "raw_l", "rows/s", 0.4),
+        for label, key, unit, target in (
+            ("UpdateWorkUnitExecutions batch 100", "u", "items/s", 0.6),
+            ("ListWorkUnits page 100", "l", "rows/s", 0.4),
         ):
+            ess_key, raw_key = f"ess_{key}", f"raw_{key}"
             if not figures[ess_key]:
                 continue
             ratios = [e / r for e, r in zip(figures[ess_key], figures[raw_key], strict=True)]
@@ -358,7 +373,8 @@ async def main() -> None:
                 f"{label:36} ESS {median[ess_key]:9,.0f} {unit}"
                 f" | raw {median[raw_key]:9,.0f} {unit}"
                 f" | {statistics.median(ratios):.2f}x raw (target >= {target}x;"
-                f" runs: {', '.join(f'{x:.2f}' for x in ratios)})"
+                f" runs: {', '.join(f'{x:.2f}' for x in ratios)});"
+                f" ESS CPU {median[f'cpu_{key}'] * 1e6:.0f} µs per {unit.split('/')[0][:-1]}"
             )
     finally:
         if proc is not None:

@@ -13,7 +13,7 @@ from typing import Any
 
 from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 
-from xmc.errors import NotFoundError
+from xmc.errors import InvalidArgumentError, NotFoundError
 from xmc.masks import apply_update_mask
 from xmc.model.states import Priority, Severity, WorkUnitState
 from xmc.names import status_message_name, work_unit_name
@@ -244,11 +244,16 @@ async def list_work_units(
     conn: Any, xid: int, request: ListRequest, into: RepeatedCompositeFieldContainer[WorkUnit]
 ) -> str:
     """One page, built into ``into`` (the response's repeated field); the next page's
-    token. NOT_FOUND when the experiment does not exist, checked only when the page
-    is empty: a work unit row implies its experiment (foreign key)."""
-    rows, token = await fetch_page(
-        conn, WORK_UNIT_LISTING, request, where="w.xid = $1", params=[xid], scope=str(xid)
-    )
+    token. NOT_FOUND when the experiment does not exist — before any complaint about the
+    filter or token — checked only when the page is empty or the request is refused: a
+    work unit row implies its experiment (foreign key), so a full page needs no check."""
+    try:
+        rows, token = await fetch_page(
+            conn, WORK_UNIT_LISTING, request, where="w.xid = $1", params=[xid], scope=str(xid)
+        )
+    except InvalidArgumentError:
+        await require_experiment(conn, xid)
+        raise
     if not rows:
         await require_experiment(conn, xid)
     for row in rows:

@@ -37,6 +37,7 @@ run: $(STAMP) ## set up and run XMC locally
 bench: $(STAMP) ## benchmarks (print figures; not tests)
 	$(PY) bench/store_update.py
 	$(PY) bench/ess_create.py
+	$(PY) bench/ess_rpc.py
 	$(PY) bench/kubesim_bench.py
 	$(PY) bench/kubesim_store_bench.py
 	$(PY) bench/actuator_bench.py

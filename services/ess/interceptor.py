@@ -67,6 +67,28 @@ def tolerant(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], A
     return deserialize
 
 
+@dataclass(frozen=True)
+class Decoded:
+    """A parsed request, and whether its bytes hold no 0x00 (then no string holds a NUL
+    and the request check skips every string: ``check_request(nul_free=...)``)."""
+
+    message: Any
+    nul_free: bool
+
+
+def checked(deserializer: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    """``deserializer`` answering ``Decoded``, or ``Undecodable`` instead of raising."""
+
+    def deserialize(data: bytes) -> Any:
+        try:
+            message = deserializer(data)
+        except Exception as exc:  # DecodeError, or whatever a library deserializer raises
+            return Undecodable(str(exc))
+        return Decoded(message, b"\x00" not in data)
+
+    return deserialize
+
+
 def _refusal(exc: Exception) -> tuple[grpc.StatusCode, str]:
     """Classify ``exc`` for the caller; log what the operator must see."""
     code, message = status_code(exc)
@@ -99,16 +121,28 @@ def _public(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
 class EssInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     def __init__(self, authenticator: Authenticator) -> None:
         self._authenticator = authenticator
+        #: The wrapped handler of each method, built on its first call: the servicers'
+        #: handlers never change, and building closures and a handler per call cost
+        #: more than the rest of the interceptor.
+        self._wrapped: dict[str, grpc.RpcMethodHandler] = {}
 
     async def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
         details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
-        handler = await continuation(details)
         method: str = details.method
+        wrapped = self._wrapped.get(method)
+        if wrapped is not None:
+            return wrapped
+        handler = await continuation(details)
         if handler is None or handler.unary_unary is None:
             return handler
+        wrapped = self._wrap(method, handler)
+        self._wrapped[method] = wrapped
+        return wrapped
+
+    def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         if method.startswith(PUBLIC_PREFIXES):
             return _public(handler)
         inner = handler.unary_unary
@@ -125,8 +159,8 @@ class EssInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 structlog.contextvars.bind_contextvars(rpc=short, caller=identity.email)
                 if isinstance(request, Undecodable):
                     raise request.refusal()
-                check_request(request)
-                return await inner(request, context)
+                check_request(request.message, nul_free=request.nul_free)
+                return await inner(request.message, context)
             except grpc.aio.AbortError:
                 code = context.code() or grpc.StatusCode.UNKNOWN
                 raise
@@ -142,6 +176,6 @@ class EssInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
         return grpc.unary_unary_rpc_method_handler(
             wrapped,
-            request_deserializer=tolerant(handler.request_deserializer),
+            request_deserializer=checked(handler.request_deserializer),
             response_serializer=handler.response_serializer,
         )

@@ -5,7 +5,7 @@ Only service identities (Reconciler, Actuator, operators' tools) may call these.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -16,7 +16,7 @@ from ess.auth import require_service
 from ess.interceptor import caller
 from xmc.errors import InvalidArgumentError, ResourceExhaustedError, UnavailableError
 from xmc.model.merge import ExecutionUpdate
-from xmc.names import parse_work_unit_name
+from xmc.names import parse_work_unit_name, work_unit_ids
 from xmc.store import scheduling
 from xmc.store.executions import ItemResult, UpdateOutcome
 from xmc.store.repository import Store
@@ -51,31 +51,40 @@ def parse_updates(
         )
     items = []
     for i, update in enumerate(request.updates):
-        xid, wid = parse_work_unit_name(update.work_unit, field=f"updates[{i}].work_unit")
+        ids = work_unit_ids(update.work_unit)
+        if ids is None:  # raises, naming the item
+            parse_work_unit_name(update.work_unit, field=f"updates[{i}].work_unit")
+            raise AssertionError("unreachable")
         items.append(
             ExecutionUpdate(
-                xid=xid,
-                wid=wid,
-                eid=update.execution_id,
-                execution=update.execution,
-                update_mask=tuple(update.update_mask.paths),
-                force_status_message_update=update.force_status_message_update,
+                ids[0],
+                ids[1],
+                update.execution_id,
+                update.execution,
+                tuple(update.update_mask.paths),
+                update.force_status_message_update,
             )
         )
     return items
 
 
-def result_to_proto(
-    update: executions_pb2.WorkUnitExecutionUpdate, result: ItemResult
-) -> executions_pb2.UpdateWorkUnitExecutionResult:
-    return executions_pb2.UpdateWorkUnitExecutionResult(
-        work_unit=update.work_unit,
-        execution_id=update.execution_id,
-        outcome=_OUTCOMES[result.outcome],
-        state_changed=result.state_changed,
-        state=int(result.state),  # type: ignore[arg-type]
-        state_rejection=result.state_rejection.value if result.state_rejection else "",
-    )
+def add_results(
+    response: executions_pb2.UpdateWorkUnitExecutionsResponse,
+    updates: Sequence[executions_pb2.WorkUnitExecutionUpdate],
+    results: Sequence[ItemResult],
+) -> None:
+    """One result per update, in order, built in place in the response."""
+    add = response.results.add
+    for update, result in zip(updates, results, strict=True):
+        rejection = result.state_rejection
+        add(
+            work_unit=update.work_unit,
+            execution_id=update.execution_id,
+            outcome=_OUTCOMES[result.outcome],
+            state_changed=result.state_changed,
+            state=int(result.state),
+            state_rejection=rejection.value if rejection is not None else "",
+        )
 
 
 class WorkUnitExecutionService(executions_pb2_grpc.WorkUnitExecutionServiceServicer):
@@ -93,12 +102,9 @@ class WorkUnitExecutionService(executions_pb2_grpc.WorkUnitExecutionServiceServi
         results = await self._store.update_work_unit_executions(
             parse_updates(request), writer=writer
         )
-        return executions_pb2.UpdateWorkUnitExecutionsResponse(
-            results=[
-                result_to_proto(update, result)
-                for update, result in zip(request.updates, results, strict=True)
-            ]
-        )
+        response = executions_pb2.UpdateWorkUnitExecutionsResponse()
+        add_results(response, request.updates, results)
+        return response
 
 
 def _state_to_proto(control: scheduling.SchedulingControl) -> scheduling_pb2.SchedulingState:

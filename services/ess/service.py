@@ -153,10 +153,13 @@ class ExperimentStateService(api_pb2_grpc.ExperimentStateServiceServicer):
         self, request: api_pb2.ListWorkUnitsRequest, context: Any
     ) -> api_pb2.ListWorkUnitsResponse:
         xid = parse_experiment_name(request.parent, field="parent")
-        async with self._store.transaction() as conn:
-            await experiments.fetch_experiment(conn, xid)
-            found, token = await work_units.list_work_units(conn, xid, list_request(request))
-        return api_pb2.ListWorkUnitsResponse(work_units=found, next_page_token=token)
+        response = api_pb2.ListWorkUnitsResponse()
+        # One statement, so no transaction: it would only add BEGIN and COMMIT round trips.
+        async with self._store.connection() as conn:
+            response.next_page_token = await work_units.list_work_units(
+                conn, xid, list_request(request), response.work_units
+            )
+        return response
 
     SearchWorkUnits = ListWorkUnits
 

@@ -175,7 +175,7 @@ async def test_a_poison_create_fails_in_one_attempt_with_a_readable_reason(
     FAILED write rolled back on every one of 40 attempts. The ESS refuses a NUL at the RPC
     since decision 15; the Actuator must still cope with one that got in before, so the
     ESS's request check is switched off here."""
-    monkeypatch.setattr("ess.interceptor.check_request", lambda request: None)
+    monkeypatch.setattr("ess.interceptor.check_request", lambda request, **_: None)
     work_unit = minimal_work_unit()
     work_unit.executable.jobset.jobs[0].labels["bad\x00key"] = "v"
     await loop.start_actuator()

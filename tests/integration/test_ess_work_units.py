@@ -254,3 +254,41 @@ async def test_a_priority_change_of_a_stopping_work_unit_enqueues_no_update(ess:
     )
     assert updated.priority == Priority.HIGH
     assert len(await tasks(ess)) == before
+
+
+@pytest.mark.parametrize(
+    ("experiment", "filter_", "want"),
+    [
+        pytest.param("missing", "", grpc.StatusCode.NOT_FOUND, id="missing experiment"),
+        pytest.param(
+            "missing", "bogus = 1", grpc.StatusCode.NOT_FOUND, id="missing beats a bad filter"
+        ),
+        pytest.param("empty", "", None, id="an empty experiment lists nothing"),
+        pytest.param("empty", "bogus = 1", grpc.StatusCode.INVALID_ARGUMENT, id="bad filter"),
+        pytest.param("full", "wid > 1", None, id="a page of work units"),
+    ],
+)
+async def test_list_work_units_checks_the_experiment_only_when_the_page_says_nothing(
+    ess: Ess, experiment: str, filter_: str, want: grpc.StatusCode | None
+) -> None:
+    """ListWorkUnits reads a page in one statement and looks the experiment up only for
+    an empty or refused page; the answers are those of a lookup made first."""
+    parent = "experiments/999999"
+    if experiment != "missing":
+        parent = await new_experiment(ess)
+    if experiment == "full":
+        for _ in range(3):
+            await create(ess, parent)
+    request = api_pb2.ListWorkUnitsRequest(parent=parent, filter=filter_)
+    if want is not None:
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await ess.api.ListWorkUnits(request, metadata=ALICE)
+        assert refused.value.code() == want
+        return
+    listed = await ess.api.ListWorkUnits(request, metadata=ALICE)
+    expected = [f"{parent}/workUnits/{w}" for w in (2, 3)] if experiment == "full" else []
+    assert [u.name for u in listed.work_units] == expected
+    for unit in listed.work_units:  # built in place in the page, equal to a Get
+        got = await ess.api.GetWorkUnit(api_pb2.GetWorkUnitRequest(name=unit.name), metadata=ALICE)
+        assert unit == got
+        assert unit.current_work_unit_execution.name == f"{unit.name}/executions/1"

@@ -61,94 +61,106 @@ def waiting(seconds: int, nanos: int = 0) -> Message:
     return request
 
 
-@pytest.mark.parametrize(
-    ("request_", "want"),
-    [
-        pytest.param(create(lambda w: None), None, id="a valid request passes"),
-        pytest.param(
-            create(lambda w: w.executable.jobset.jobs[0].spec.command.append("é🙂\u202e")),
-            None,
-            id="unicode is fine",
-        ),
-        pytest.param(
-            api_pb2.CreateExperimentRequest(experiment=Experiment(title="a\x00b")),
-            f"experiment.title: {NUL_PROBLEM}",
-            id="NUL in a top-level text",
-        ),
-        pytest.param(
-            create(lambda w: setattr(w.executable.jobset.jobs[1], "name", "x\x00")),
-            f"{JOBS}[1].name: {NUL_PROBLEM}",
-            id="NUL deep in a repeated message",
-        ),
-        pytest.param(
-            create(lambda w: w.executable.jobset.jobs[1].spec.args_list.extend(["a", "\x00"])),
-            f"{JOBS}[1].spec.args_list[1]: {NUL_PROBLEM}",
-            id="NUL in a repeated string",
-        ),
-        pytest.param(
-            create(lambda w: w.executable.jobset.jobs[0].spec.env_vars.update({"A": "\x00"})),
-            f"{JOBS}[0].spec.env_vars['A']: {NUL_PROBLEM}",
-            id="NUL in a map value",
-        ),
-        pytest.param(
-            create(lambda w: w.executable.jobset.annotations.update({"k\x00": "v"})),
-            f"work_unit.executable.jobset.annotations['k\\x00']: the key {NUL_PROBLEM}",
-            id="NUL in a map key",
-        ),
-        pytest.param(
-            create(lambda w: w.executable.jobset.jobs[0].spec.env.add(name="E", value="\x00")),
-            f"{JOBS}[0].spec.env[0].value: {NUL_PROBLEM}",
-            id="NUL in a oneof member",
-        ),
-        pytest.param(
-            api_pb2.UpdateWorkUnitRequest(update_mask=FieldMask(paths=["notes", "\x00"])),
-            f"update_mask.paths[1]: {NUL_PROBLEM}",
-            id="NUL in a field mask",
-        ),
-        pytest.param(
-            api_pb2.ListWorkUnitsRequest(parent="experiments/1", page_token="a\x00"),
-            f"page_token: {NUL_PROBLEM}",
-            id="NUL in a page token",
-        ),
-        pytest.param(
-            observation(text="pod\x00"),
-            f"updates[0].execution.status.system_message.user_facing_text: {NUL_PROBLEM}",
-            id="NUL in an observed status message",
-        ),
-        pytest.param(
-            api_pb2.CreateArtifactRequest(artifact=Artifact(data_type=70000)),  # type: ignore[arg-type]
-            "artifact.data_type: 70000 is not a valid value of cloud.xmanager.v1.Artifact.DataType",
-            id="unknown enum number (long enums are not listed)",
-        ),
-        pytest.param(
-            create(lambda w: w.executable.jobset.jobs[1].spec.ports.add(protocol=-1)),
-            f"{JOBS}[1].spec.ports[0].protocol: -1 is not a valid value of "
-            "cloud.xmanager.v1.ContainerPort.Protocol; expected one of PROTOCOL_UNSPECIFIED, "
-            "TCP, UDP, SCTP",
-            id="unknown enum number deep",
-        ),
-        pytest.param(
-            observation(severity=41),
-            "updates[0].execution.status.system_message.severity: 41 is not a valid value of "
-            "cloud.xmanager.v1.StructuredMessage.Severity; expected one of SEVERITY_UNSPECIFIED, "
-            "DEBUG, INFO, WARNING, ERROR, FATAL",
-            id="unknown severity",
-        ),
-        pytest.param(
-            observation(seconds=2**62),
-            f"updates[0].execution.status.state_update_time: {2**62} seconds is outside "
-            "0001-01-01T00:00:00Z .. 9999-12-30T00:00:00Z",
-            id="timestamp past year 9999",
-        ),
-        pytest.param(
-            waiting(10**12),
-            "timeout: 1000000000000 seconds is outside ±315576000000 (10,000 years)",
-            id="duration past 10,000 years",
-        ),
-    ],
-)
+CASES = [
+    pytest.param(create(lambda w: None), None, id="a valid request passes"),
+    pytest.param(
+        create(lambda w: w.executable.jobset.jobs[0].spec.command.append("é🙂\u202e")),
+        None,
+        id="unicode is fine",
+    ),
+    pytest.param(
+        api_pb2.CreateExperimentRequest(experiment=Experiment(title="a\x00b")),
+        f"experiment.title: {NUL_PROBLEM}",
+        id="NUL in a top-level text",
+    ),
+    pytest.param(
+        create(lambda w: setattr(w.executable.jobset.jobs[1], "name", "x\x00")),
+        f"{JOBS}[1].name: {NUL_PROBLEM}",
+        id="NUL deep in a repeated message",
+    ),
+    pytest.param(
+        create(lambda w: w.executable.jobset.jobs[1].spec.args_list.extend(["a", "\x00"])),
+        f"{JOBS}[1].spec.args_list[1]: {NUL_PROBLEM}",
+        id="NUL in a repeated string",
+    ),
+    pytest.param(
+        create(lambda w: w.executable.jobset.jobs[0].spec.env_vars.update({"A": "\x00"})),
+        f"{JOBS}[0].spec.env_vars['A']: {NUL_PROBLEM}",
+        id="NUL in a map value",
+    ),
+    pytest.param(
+        create(lambda w: w.executable.jobset.annotations.update({"k\x00": "v"})),
+        f"work_unit.executable.jobset.annotations['k\\x00']: the key {NUL_PROBLEM}",
+        id="NUL in a map key",
+    ),
+    pytest.param(
+        create(lambda w: w.executable.jobset.jobs[0].spec.env.add(name="E", value="\x00")),
+        f"{JOBS}[0].spec.env[0].value: {NUL_PROBLEM}",
+        id="NUL in a oneof member",
+    ),
+    pytest.param(
+        api_pb2.UpdateWorkUnitRequest(update_mask=FieldMask(paths=["notes", "\x00"])),
+        f"update_mask.paths[1]: {NUL_PROBLEM}",
+        id="NUL in a field mask",
+    ),
+    pytest.param(
+        api_pb2.ListWorkUnitsRequest(parent="experiments/1", page_token="a\x00"),
+        f"page_token: {NUL_PROBLEM}",
+        id="NUL in a page token",
+    ),
+    pytest.param(
+        observation(text="pod\x00"),
+        f"updates[0].execution.status.system_message.user_facing_text: {NUL_PROBLEM}",
+        id="NUL in an observed status message",
+    ),
+    pytest.param(
+        api_pb2.CreateArtifactRequest(artifact=Artifact(data_type=70000)),  # type: ignore[arg-type]
+        "artifact.data_type: 70000 is not a valid value of cloud.xmanager.v1.Artifact.DataType",
+        id="unknown enum number (long enums are not listed)",
+    ),
+    pytest.param(
+        create(lambda w: w.executable.jobset.jobs[1].spec.ports.add(protocol=-1)),
+        f"{JOBS}[1].spec.ports[0].protocol: -1 is not a valid value of "
+        "cloud.xmanager.v1.ContainerPort.Protocol; expected one of PROTOCOL_UNSPECIFIED, "
+        "TCP, UDP, SCTP",
+        id="unknown enum number deep",
+    ),
+    pytest.param(
+        observation(severity=41),
+        "updates[0].execution.status.system_message.severity: 41 is not a valid value of "
+        "cloud.xmanager.v1.StructuredMessage.Severity; expected one of SEVERITY_UNSPECIFIED, "
+        "DEBUG, INFO, WARNING, ERROR, FATAL",
+        id="unknown severity",
+    ),
+    pytest.param(
+        observation(seconds=2**62),
+        f"updates[0].execution.status.state_update_time: {2**62} seconds is outside "
+        "0001-01-01T00:00:00Z .. 9999-12-30T00:00:00Z",
+        id="timestamp past year 9999",
+    ),
+    pytest.param(
+        waiting(10**12),
+        "timeout: 1000000000000 seconds is outside ±315576000000 (10,000 years)",
+        id="duration past 10,000 years",
+    ),
+]
+
+
+@pytest.mark.parametrize(("request_", "want"), CASES)
 def test_first_problem(request_: Message, want: str | None) -> None:
     assert first_problem(request_) == want
+
+
+@pytest.mark.parametrize(("request_", "want"), CASES)
+def test_a_request_without_zero_bytes_skips_only_strings(
+    request_: Message, want: str | None
+) -> None:
+    """The interceptor passes ``nul_free`` only when the bytes hold no 0x00; a NUL in a
+    string always is one, and every other problem is still found without strings."""
+    if want is not None and NUL_PROBLEM in want:
+        assert b"\x00" in request_.SerializeToString()
+    else:
+        assert first_problem(request_, nul_free=True) == want
 
 
 def test_check_request_raises_invalid_argument() -> None:

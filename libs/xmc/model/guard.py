@@ -81,6 +81,9 @@ class StateUpdateDecision:
 
 def _as_utc(value: datetime) -> datetime:
     # Naive datetimes are read as UTC, as protobuf's `Timestamp.ToDatetime()` returns them.
+    # Already UTC (what the store and `to_datetime` hand over): as is, spared a conversion.
+    if value.tzinfo is UTC:
+        return value
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 

@@ -51,6 +51,7 @@ MASK_PATHS = frozenset(
     }
 )
 _SETTABLE_STATES = frozenset(int(s) for s in WorkUnitState) - {0}
+_STATES = {int(s): s for s in WorkUnitState}
 _SEVERITIES = frozenset(int(s) for s in Severity)
 _MESSAGE_PATHS = {
     SYSTEM_MESSAGE_PATH: "system_message",
@@ -101,29 +102,32 @@ class StoredExecution:
 
     def to_proto(self, name: str) -> WorkUnitExecution:
         """The API form; ``state`` (ACTIVE/INACTIVE) is left for the reader to stamp."""
-        execution = WorkUnitExecution(name=name)
-        set_timestamp(execution.create_time, self.create_time)
-        set_timestamp(execution.update_time, self.update_time)
-        set_timestamp(execution.complete_time, self.complete_time)
-        status = execution.status
-        status.state = WorkUnitStatus.WorkUnitState.Value(self.state.name)
-        set_timestamp(status.state_update_time, self.state_update_time)
-        set_timestamp(status.update_time, self.status_update_time)
-        for field, data in (
-            (status.system_message, self.system_message),
-            (status.user_message, self.user_message),
-            (status.scheduling_information, self.scheduling_information),
-            (status.detailed_status, self.detailed_status),
-            (execution.metadata, self.metadata),
-        ):
-            if data is not None:
-                field.SetInParent()
-                field.MergeFromString(data)
+        execution = WorkUnitExecution()
+        write_execution(execution, name, self.values())
         return execution
 
     def replace(self, changes: Mapping[str, Any]) -> StoredExecution:
         """``dataclasses.replace`` without its per-call introspection (hot path)."""
-        return StoredExecution(*[changes.get(f, getattr(self, f)) for f in _STORED_FIELDS])
+        values = self.values()
+        for name, value in changes.items():
+            values[_FIELD_INDEX[name]] = value
+        return StoredExecution(*values)
+
+    def values(self) -> list[Any]:
+        """The fields in order (= ``EXECUTION_COLUMNS``); ``astuple`` would deep-copy."""
+        return [
+            self.create_time,
+            self.update_time,
+            self.complete_time,
+            self.state,
+            self.state_update_time,
+            self.status_update_time,
+            self.system_message,
+            self.user_message,
+            self.scheduling_information,
+            self.detailed_status,
+            self.metadata,
+        ]
 
     def best_severity(self) -> Severity | None:
         """What this execution contributes to ``message_severity_counts`` (SPEC §3.3)."""
@@ -156,6 +160,46 @@ class StoredExecution:
 
 
 _STORED_FIELDS = tuple(f.name for f in dataclasses.fields(StoredExecution))
+_FIELD_INDEX = {name: i for i, name in enumerate(_STORED_FIELDS)}
+
+
+def write_execution(target: WorkUnitExecution, name: str, values: Sequence[Any]) -> None:
+    """Fill an empty ``target`` in place from ``values`` in ``StoredExecution`` field order
+    (rows carry them in that order too): readers build each response message where it
+    lands, with no intermediate message and no copy. ``state`` is left to the reader."""
+    (create, update, complete, state, state_time, status_time, *messages, metadata) = values
+    target.name = name
+    set_timestamp(target.create_time, create)
+    set_timestamp(target.update_time, update)
+    set_timestamp(target.complete_time, complete)
+    status = target.status
+    status.state = int(state)  # type: ignore[assignment]
+    set_timestamp(status.state_update_time, state_time)
+    set_timestamp(status.update_time, status_time)
+    for field, data in zip(_STATUS_MESSAGE_FIELDS, messages, strict=True):
+        if data is not None:
+            _merge_bytes(getattr(status, field), data)
+    if metadata is not None:
+        _merge_bytes(target.metadata, metadata)
+
+
+#: The status messages of ``StoredExecution``, in its field order.
+_STATUS_MESSAGE_FIELDS = (
+    "system_message",
+    "user_message",
+    "scheduling_information",
+    "detailed_status",
+)
+
+
+def _merge_bytes(field: Any, data: bytes) -> None:
+    """Set a message field from stored bytes; ``b''`` is a present but empty message."""
+    if data:
+        field.MergeFromString(data)
+    else:
+        field.SetInParent()
+
+
 #: Message paths mirrored into StatusMessages, with the field they land in.
 _HISTORY_MESSAGE_PATHS: tuple[tuple[str, MessageField, MessageName], ...] = (
     (SYSTEM_MESSAGE_PATH, MessageField.SYSTEM, "system_message"),
@@ -335,6 +379,7 @@ def merge_work_unit_execution(
 ) -> MergeResult:
     """``MergeWorkUnitExecution`` (SPEC §5.2–§5.3) for one validated item."""
     mask = frozenset(update_mask)
+    status = new.status
     current = stored.state
     force = force_status_message_update
     changes: dict[str, Any] = {}
@@ -347,11 +392,9 @@ def merge_work_unit_execution(
     state_change: tuple[WorkUnitState, WorkUnitState] | None = None
     rejection: GuardReason | None = None
     if STATE_PATH in mask:
-        new_state = WorkUnitState(new.status.state)
+        new_state = _STATES[status.state]  # validated: a settable state
         new_time = (
-            to_datetime(new.status.state_update_time)
-            if new.status.HasField("state_update_time")
-            else None
+            to_datetime(status.state_update_time) if status.HasField("state_update_time") else None
         )
         decision = decide_state_update(current, stored.state_update_time, new_state, new_time)
         if decision.allowed:
@@ -366,7 +409,7 @@ def merge_work_unit_execution(
     for path, field, name in _HISTORY_MESSAGE_PATHS:
         if path in mask:
             data, message = _merge_message(
-                getattr(stored, name), new.status, name, force=force, defer=True, now=now
+                getattr(stored, name), status, name, force=force, defer=True, now=now
             )
             changes[name] = data
             if message is not None:
@@ -374,24 +417,24 @@ def merge_work_unit_execution(
     if SCHEDULING_INFORMATION_PATH in mask:
         changes["scheduling_information"], _ = _merge_message(
             stored.scheduling_information,
-            new.status,
+            status,
             "scheduling_information",
             force=True,
             defer=False,
             now=now,
         )
     if DETAILED_STATUS_PATH in mask:
-        changes["detailed_status"] = _optional_bytes(new.status, "detailed_status")
+        changes["detailed_status"] = _optional_bytes(status, "detailed_status")
     if METADATA_PATH in mask:
         changes["metadata"] = _merged_metadata(stored.metadata, new)
 
     # 4. Consequences of an accepted state change.
     if state_change is not None:
         new_state = state_change[1]
-        if should_reset_status_message(
+        if stored.system_message is not None and should_reset_status_message(
             parse_message(stored.system_message),
             item_sets_system_message=(
-                SYSTEM_MESSAGE_PATH in mask and new.status.HasField("system_message")
+                SYSTEM_MESSAGE_PATH in mask and status.HasField("system_message")
             ),
             new_state=new_state,
             force=force,

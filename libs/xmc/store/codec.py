@@ -12,7 +12,7 @@ from typing import Any
 
 from google.protobuf.message import Message
 
-from xmc.model.merge import StoredExecution
+from xmc.model.merge import StoredExecution, write_execution
 from xmc.model.states import WorkUnitState
 from xmc.names import execution_name
 from xmc_api.cloud.xmanager.v1.work_unit_execution_pb2 import WorkUnitExecution
@@ -44,7 +44,7 @@ def stored_from_row(row: Mapping[str, Any]) -> StoredExecution:
         row["exec_create_time"],
         row["exec_update_time"],
         row["exec_complete_time"],
-        WorkUnitState(row["state"]),
+        _STATES[row["state"]],
         row["state_update_time"],
         row["status_update_time"],
         row["system_message"],
@@ -53,6 +53,10 @@ def stored_from_row(row: Mapping[str, Any]) -> StoredExecution:
         row["detailed_status"],
         row["metadata"],
     )
+
+
+#: ``WorkUnitState`` by number: a dict lookup instead of an Enum call per row.
+_STATES = {int(state): state for state in WorkUnitState}
 
 
 def stored_to_columns(stored: StoredExecution) -> tuple[Any, ...]:
@@ -76,4 +80,11 @@ def execution_from_row(
     row: Mapping[str, Any], *, xid: int, wid: int, eid: int
 ) -> WorkUnitExecution:
     """The API form; ``state`` (ACTIVE/INACTIVE) is stamped by the reader."""
-    return stored_from_row(row).to_proto(execution_name(xid, wid, eid))
+    execution = WorkUnitExecution()
+    write_execution_from_row(execution, row, execution_name(xid, wid, eid))
+    return execution
+
+
+def write_execution_from_row(target: WorkUnitExecution, row: Mapping[str, Any], name: str) -> None:
+    """Fill ``target`` (an empty message, typically a field of the response) in place."""
+    write_execution(target, name, [row[c] for c in EXECUTION_COLUMNS])

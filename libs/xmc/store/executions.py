@@ -199,7 +199,13 @@ def _rollup_deltas(slots: dict[tuple[int, int], _Slot]) -> dict[int, RollupDelta
         before, after = slot.initial.state, slot.current.state
         if before != after:
             deltas[xid].state_changes.append((before, after))
-        old_best, new_best = slot.initial.best_severity(), slot.current.best_severity()
+        initial, current = slot.initial, slot.current
+        if (
+            initial.system_message == current.system_message
+            and initial.user_message == current.user_message
+        ):
+            continue  # the severity comes from these two alone: no need to parse them
+        old_best, new_best = initial.best_severity(), current.best_severity()
         if old_best != new_best:
             deltas[xid].severity_changes.append((old_best, new_best))
     return deltas

@@ -146,6 +146,12 @@ async def fetch_experiment(conn: Any, xid: int, *, for_update: bool = False) -> 
     return experiment_from_row(row)
 
 
+async def require_experiment(conn: Any, xid: int) -> None:
+    """NOT_FOUND unless the experiment exists (an existence check that builds nothing)."""
+    if await conn.fetchval("SELECT 1 FROM experiments WHERE xid = $1", xid) is None:
+        raise NotFoundError(f"name: {experiment_name(xid)} does not exist")
+
+
 @dataclass
 class RollupDelta:
     """What a transaction did to one experiment's work units, folded before the write."""

@@ -66,6 +66,14 @@ async def wait_for_postgres(dsn: str, *, within: float) -> None:
         return
 
 
+async def _keep_session(conn: Any) -> None:
+    """The pool's reset on release, which asyncpg runs after rolling back any open
+    transaction. Its default also sends ``RESET ALL; UNLISTEN *; CLOSE ALL;
+    pg_advisory_unlock_all()`` — one more round trip per pooled use, a fifth of a
+    100-row ListWorkUnits — and XMC keeps no session state (no SET, LISTEN, cursors
+    outside a transaction or advisory locks), so there is nothing to reset."""
+
+
 class Store:
     """All of XMC's Postgres state behind one pool; ``clock`` is injected for tests."""
 
@@ -77,7 +85,9 @@ class Store:
     async def connect(
         cls, dsn: str, *, min_size: int = 2, max_size: int = 10, clock: Clock = utc_now
     ) -> Store:
-        pool = await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size)
+        pool = await asyncpg.create_pool(
+            dsn, min_size=min_size, max_size=max_size, reset=_keep_session
+        )
         return cls(pool, clock=clock)
 
     async def close(self) -> None:

@@ -11,13 +11,20 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from xmc.errors import NotFoundError
+from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
+
+from xmc.errors import InvalidArgumentError, NotFoundError
 from xmc.masks import apply_update_mask
 from xmc.model.states import Priority, Severity, WorkUnitState
 from xmc.names import status_message_name, work_unit_name
 from xmc.query import FieldKind, FieldSpec, OrderKey, compile_filter
-from xmc.store.codec import EXECUTION_COLUMNS, execution_from_row, stored_from_row
-from xmc.store.experiments import RollupDelta, apply_rollups
+from xmc.store.codec import (
+    EXECUTION_COLUMNS,
+    execution_from_row,
+    stored_from_row,
+    write_execution_from_row,
+)
+from xmc.store.experiments import RollupDelta, apply_rollups, require_experiment
 from xmc.store.listing import ListRequest, ListResource, fetch_page
 from xmc.timestamps import set_timestamp
 from xmc_api.cloud.xmanager.v1.status_message_pb2 import StatusMessage
@@ -66,22 +73,29 @@ def work_unit_doc(work_unit: WorkUnit) -> bytes:
 
 
 def work_unit_from_row(row: Mapping[str, Any]) -> WorkUnit:
-    xid, wid = row["xid"], row["wid"]
-    work_unit = WorkUnit(
-        name=work_unit_name(xid, wid),
-        work_unit_type=row["work_unit_type"],
-        priority=row["priority"],
-        tags=row["tags"],
-        notes=row["notes"],
-    )
-    if row["doc"]:
-        work_unit.MergeFromString(row["doc"])
-    set_timestamp(work_unit.create_time, row["create_time"])
-    set_timestamp(work_unit.update_time, row["update_time"])
-    execution = execution_from_row(row, xid=xid, wid=wid, eid=row["eid"])
-    execution.state = ACTIVE
-    work_unit.current_work_unit_execution.CopyFrom(execution)
+    work_unit = WorkUnit()
+    write_work_unit_from_row(work_unit, row)
     return work_unit
+
+
+def write_work_unit_from_row(target: WorkUnit, row: Mapping[str, Any]) -> None:
+    """Fill an empty ``target`` in place: a page of 100 is built straight into the
+    response's repeated field (``add()``), never built apart and copied in."""
+    xid, wid = row["xid"], row["wid"]
+    if row["doc"]:
+        target.MergeFromString(row["doc"])
+    name = work_unit_name(xid, wid)
+    target.name = name
+    target.work_unit_type = row["work_unit_type"]
+    target.priority = row["priority"]
+    if row["tags"]:
+        target.tags.extend(row["tags"])
+    target.notes = row["notes"]
+    set_timestamp(target.create_time, row["create_time"])
+    set_timestamp(target.update_time, row["update_time"])
+    execution = target.current_work_unit_execution
+    write_execution_from_row(execution, row, f"{name}/executions/{row['eid']}")
+    execution.state = ACTIVE
 
 
 async def insert_history(conn: Any, rows: list[tuple[Any, ...]]) -> None:
@@ -226,11 +240,25 @@ WORK_UNIT_LISTING = _work_unit_listing("w")
 WORK_UNIT_UPDATABLE = frozenset({"priority", "urls", "tags", "notes"})
 
 
-async def list_work_units(conn: Any, xid: int, request: ListRequest) -> tuple[list[WorkUnit], str]:
-    rows, token = await fetch_page(
-        conn, WORK_UNIT_LISTING, request, where="w.xid = $1", params=[xid], scope=str(xid)
-    )
-    return [work_unit_from_row(r) for r in rows], token
+async def list_work_units(
+    conn: Any, xid: int, request: ListRequest, into: RepeatedCompositeFieldContainer[WorkUnit]
+) -> str:
+    """One page, built into ``into`` (the response's repeated field); the next page's
+    token. NOT_FOUND when the experiment does not exist — before any complaint about the
+    filter or token — checked only when the page is empty or the request is refused: a
+    work unit row implies its experiment (foreign key), so a full page needs no check."""
+    try:
+        rows, token = await fetch_page(
+            conn, WORK_UNIT_LISTING, request, where="w.xid = $1", params=[xid], scope=str(xid)
+        )
+    except InvalidArgumentError:
+        await require_experiment(conn, xid)
+        raise
+    if not rows:
+        await require_experiment(conn, xid)
+    for row in rows:
+        write_work_unit_from_row(into.add(), row)
+    return token
 
 
 async def select_work_unit_ids(conn: Any, xid: int, filter_text: str) -> list[int]:

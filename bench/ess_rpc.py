@@ -1,0 +1,388 @@
+"""Benchmark: the ESS's write and read paths through gRPC beside the same SQL sent raw
+(issue 14 point 4).
+
+One ESS process (``xmc-ess serve``) on a fresh database; one experiment of 10,000 work
+units with a JobSet executable, a detailed JobSet status and metadata. Each figure is the
+median of ``--runs`` runs, each run measuring the ESS and its raw baseline back to back:
+
+- ``UpdateWorkUnitExecutions``, batches of 100 Reconciler-shaped items (state + detailed
+  status + metadata), one call in flight, vs **raw full SQL**: the very statements the
+  store sends for those batches (lock SELECT, bulk UPDATE, history COPY, rollups), recorded
+  once and replayed through asyncpg, one transaction per batch.
+- ``ListWorkUnits`` page 100, walking every page of the experiment, one call in flight,
+  vs the raw SELECT of each page (the statement the store sends) through asyncpg.
+
+Requests are serialized before the clock starts and responses parsed after it stops, so
+the client's protobuf work does not load the 2-core machine during the measurement.
+``CreateWorkUnit`` at 64 clients is ``bench/ess_create.py``. Figures only: this asserts
+nothing beyond the ESS doing the work.
+
+    .venv/bin/python bench/ess_rpc.py [--runs 3] [--work-units 10000] [--profile FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from functools import partial
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+import grpc
+
+from xmc.model.merge import ExecutionUpdate
+from xmc.model.states import WorkUnitState
+from xmc.names import experiment_name, work_unit_name
+from xmc.store.executions import update_work_unit_executions
+from xmc.store.experiments import insert_experiment
+from xmc.store.listing import ListRequest
+from xmc.store.migrate import migrate
+from xmc.store.work_units import list_work_units, work_unit_doc
+from xmc_api.cloud.xmanager.v1 import api_pb2
+from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
+from xmc_api.cloud.xmanager.v1.status_pb2 import Condition, ReplicatedJobStatus
+from xmc_api.cloud.xmanager.v1.work_unit_execution_pb2 import (
+    WorkUnitExecution,
+    WorkUnitExecutionMetadata,
+)
+from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
+from xmc_api.internal.v1 import executions_pb2
+
+ADMIN_DSN = os.environ.get("XMC_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+REDIS_URL = os.environ.get("XMC_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+TOKEN = "bench-token"
+SERVICE = "bench@example.com"
+METADATA = (("authorization", f"Bearer {TOKEN}"),)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+CYCLE = (WorkUnitState.SCHEDULING, WorkUnitState.STARTING, WorkUnitState.RUNNING)
+BATCH = 100
+PAGE = 100
+UPDATE_METHOD = "/xmc.internal.v1.WorkUnitExecutionService/UpdateWorkUnitExecutions"
+LIST_METHOD = "/cloud.xmanager.v1.ExperimentStateService/ListWorkUnits"
+
+
+def work_unit() -> WorkUnit:
+    unit = WorkUnit()
+    unit.executable.scheduling_constraints.queue_name = "cpu-queue"
+    job = unit.executable.jobset.jobs.add(name="main", replicas=1)
+    job.spec.docker_image = "python:3.11"
+    job.spec.command.extend(["python", "train.py"])
+    job.spec.args["learning_rate"] = "0.01"
+    return unit
+
+
+def observation(round_: int, xid: int, wid: int) -> WorkUnitExecution:
+    """What the Reconciler sends for one JobSet event (times move forward each round)."""
+    execution = WorkUnitExecution()
+    status = execution.status
+    status.state = int(CYCLE[round_ % len(CYCLE)])  # type: ignore[assignment]
+    status.state_update_time.FromDatetime(T0 + timedelta(seconds=round_ + 1))
+    jobset = status.detailed_status.jobset_status
+    jobset.conditions.append(Condition(type="Suspended", status="False", reason="Resumed"))
+    jobset.replicated_jobs_status.append(
+        ReplicatedJobStatus(name="workers", ready=round_ % 3, active=2, succeeded=0, failed=0)
+    )
+    execution.metadata.type = WorkUnitExecutionMetadata.JOB_SET
+    execution.metadata.resource_name = f"xmc-{xid}-{wid}"
+    execution.metadata.namespace = "default"
+    return execution
+
+
+MASK = ("status.state", "status.detailed_status", "metadata")
+
+
+def update_request(xid: int, wids: range, round_: int) -> bytes:
+    request = executions_pb2.UpdateWorkUnitExecutionsRequest(writer="bench")
+    for wid in wids:
+        update = request.updates.add(work_unit=work_unit_name(xid, wid), execution_id=1)
+        update.execution.CopyFrom(observation(round_, xid, wid))
+        update.update_mask.paths.extend(MASK)
+    return request.SerializeToString()
+
+
+async def seed(conn: Any, work_units: int) -> int:
+    """One experiment of ``work_units`` work units in INITIALIZING (bulk SQL: setup only)."""
+    experiment = await insert_experiment(conn, Experiment(), creator=SERVICE, now=T0)
+    xid = int(experiment.name.split("/")[1])
+    await conn.execute(
+        """INSERT INTO work_units (xid, wid, create_time, update_time, doc, eid,
+               exec_create_time, exec_update_time, state, state_update_time, status_update_time)
+           SELECT $1, g, $2, $2, $4, 1, $2, $2, 1, $2, $2 FROM generate_series(1, $3) g""",
+        xid,
+        T0,
+        work_units,
+        work_unit_doc(work_unit()),
+    )
+    await conn.execute(
+        """UPDATE experiments SET child_state_counts[2] = $2::bigint, next_wid = $2::bigint + 1
+           WHERE xid = $1""",
+        xid,
+        work_units,
+    )
+    return xid
+
+
+class Recorder:
+    """A connection that records every statement it forwards, to be replayed raw."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self.calls: list[tuple[str, str, tuple[Any, ...], dict[str, Any]]] = []
+
+    def __getattr__(self, method: str) -> Any:
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append((method, args[0], args[1:], kwargs))
+            return await getattr(self.conn, method)(*args, **kwargs)
+
+        return call
+
+
+async def replay(
+    conn: Any, calls: Sequence[tuple[str, str, tuple[Any, ...], dict[str, Any]]]
+) -> None:
+    for method, first, rest, kwargs in calls:
+        await getattr(conn, method)(first, *rest, **kwargs)
+
+
+async def record_updates(conn: Any, xid: int, work_units: int) -> list[list[Any]]:
+    """The store's statements for one round of batches over ``xid`` (its own experiment)."""
+    batches = []
+    for start in range(1, work_units + 1, BATCH):
+        wids = range(start, min(start + BATCH, work_units + 1))
+        items = [ExecutionUpdate(xid, w, 1, observation(0, xid, w), MASK) for w in wids]
+        recorder = Recorder(conn)
+        async with conn.transaction():
+            await update_work_unit_executions(recorder, items, writer=SERVICE, now=T0)
+        batches.append(recorder.calls)
+    return batches
+
+
+async def record_pages(conn: Any, xid: int) -> list[list[Any]]:
+    pages, token = [], ""
+    while True:
+        recorder = Recorder(conn)
+        response = api_pb2.ListWorkUnitsResponse()
+        request = ListRequest(page_size=PAGE, page_token=token)
+        token = await list_work_units(recorder, xid, request, response.work_units)
+        pages.append(recorder.calls)
+        if not token:
+            return pages
+
+
+#: Calls per slice: the ESS and its raw baseline take turns slice by slice, so both see
+#: the same load from whatever else runs on the machine.
+SLICE = 10
+
+
+class Clocks:
+    """Seconds spent by the ESS and by the raw baseline, slice by slice."""
+
+    def __init__(self) -> None:
+        self.ess = self.raw = 0.0
+
+
+async def timed(calls: Sequence[Callable[[], Awaitable[Any]]]) -> tuple[float, list[Any]]:
+    """Run the calls one after another (a gRPC call starts when it is made, so each is
+    made only when the previous one is done)."""
+    began = time.perf_counter()
+    results = [await call() for call in calls]
+    return time.perf_counter() - began, results
+
+
+async def raw_batch(conn: Any, calls: list[Any]) -> None:
+    async with conn.transaction():
+        await replay(conn, calls)
+
+
+async def measure_updates(
+    conn: Any, channel: grpc.aio.Channel, recorded: list[list[Any]], requests: list[bytes]
+) -> tuple[float, float]:
+    """(ESS items/s, raw items/s): each request, and the recorded statements of a batch
+    of the same size, one transaction per batch."""
+    call = channel.unary_unary(UPDATE_METHOD)
+    clocks, responses = Clocks(), []
+    for start in range(0, len(requests), SLICE):
+        chunk = range(start, min(start + SLICE, len(requests)))
+        seconds, _ = await timed(
+            [partial(raw_batch, conn, recorded[i % len(recorded)]) for i in chunk]
+        )
+        clocks.raw += seconds
+        seconds, out = await timed([partial(call, requests[i], metadata=METADATA) for i in chunk])
+        clocks.ess += seconds
+        responses += out
+    changed = sum(
+        r.state_changed
+        for data in responses
+        for r in executions_pb2.UpdateWorkUnitExecutionsResponse.FromString(data).results
+    )
+    assert changed == len(requests) * BATCH, "every observation must change the state"
+    items = len(requests) * BATCH
+    return items / clocks.ess, items / clocks.raw
+
+
+async def page_requests(channel: grpc.aio.Channel, xid: int) -> list[bytes]:
+    """Every page's request, tokens included, so the timed walk sends prepared bytes."""
+    call = channel.unary_unary(LIST_METHOD)
+    requests, token = [], ""
+    while True:
+        request = api_pb2.ListWorkUnitsRequest(
+            parent=experiment_name(xid), page_size=PAGE, page_token=token
+        ).SerializeToString()
+        requests.append(request)
+        response = api_pb2.ListWorkUnitsResponse.FromString(await call(request, metadata=METADATA))
+        token = response.next_page_token
+        if not token:
+            return requests
+
+
+async def measure_pages(
+    conn: Any, channel: grpc.aio.Channel, recorded: list[list[Any]], requests: list[bytes]
+) -> tuple[float, float]:
+    """(ESS rows/s, raw rows/s) walking every page: the RPC vs the page's SELECT."""
+    call = channel.unary_unary(LIST_METHOD)
+    clocks, ess_rows, raw_rows = Clocks(), 0, 0
+    for start in range(0, len(requests), SLICE):
+        chunk = range(start, min(start + SLICE, len(requests)))
+        selects = [recorded[i][0] for i in chunk]  # (method, query, args, kwargs)
+        seconds, rows = await timed([partial(conn.fetch, q, *args) for _m, q, args, _k in selects])
+        clocks.raw += seconds
+        raw_rows += sum(min(len(r), PAGE) for r in rows)  # the SELECT reads one more
+        seconds, out = await timed([partial(call, requests[i], metadata=METADATA) for i in chunk])
+        clocks.ess += seconds
+        ess_rows += sum(len(api_pb2.ListWorkUnitsResponse.FromString(d).work_units) for d in out)
+    assert ess_rows == raw_rows, "the ESS and the raw SELECT must read the same rows"
+    return ess_rows / clocks.ess, raw_rows / clocks.raw
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process so far (Linux ``/proc``)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def start_ess(dsn: str, port: int, profile: str) -> asyncio.subprocess.Process:
+    env = {
+        **os.environ,
+        "XMC_DATABASE_URL": dsn,
+        "XMC_REDIS_URL": REDIS_URL,
+        "XMC_ESS_LISTEN": f"127.0.0.1:{port}",
+        "XMC_TASK_SIGNING_KEY": "bench-signing-key-of-at-least-32-bytes",
+        "XMC_AUTH_STATIC_TOKENS": f"{TOKEN}={SERVICE}",
+        "XMC_AUTH_SERVICE_ACCOUNTS": SERVICE,
+        "XMC_STREAM_PREFIX": f"bench-{uuid.uuid4().hex[:8]}:",
+    }
+    exe = str(Path(sys.executable).with_name("xmc-ess"))
+    command = [exe, "serve"]
+    if profile:
+        command = [sys.executable, "-m", "cProfile", "-o", profile, exe, "serve"]
+    proc = await asyncio.create_subprocess_exec(
+        *command, env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
+    )
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    await asyncio.wait_for(channel.channel_ready(), timeout=30)
+    await channel.close()
+    return proc
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--work-units", type=int, default=10_000)
+    parser.add_argument("--rounds", type=int, default=2, help="update rounds per run")
+    parser.add_argument("--walks", type=int, default=2, help="list walks per run")
+    parser.add_argument("--profile", default="", help="run the ESS under cProfile into FILE")
+    parser.add_argument("--only", choices=("update", "list"), default="", help="one figure")
+    args = parser.parse_args()
+
+    name = f"xmc_bench_{uuid.uuid4().hex[:8]}"
+    admin = await asyncpg.connect(ADMIN_DSN)
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    dsn = urlunsplit(urlsplit(ADMIN_DSN)._replace(path=f"/{name}"))
+    proc = None
+    try:
+        await migrate(dsn)
+        conn = await asyncpg.connect(dsn)
+        xid = await seed(conn, args.work_units)
+        raw_xid = await seed(conn, args.work_units)  # the raw loop's own rows and rollups
+        await conn.execute("VACUUM ANALYZE")
+        batches = await record_updates(conn, raw_xid, args.work_units)
+        pages = await record_pages(conn, raw_xid)
+        port = free_port()
+        proc = await start_ess(dsn, port, args.profile)
+        channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+        figures: dict[str, list[float]] = {
+            k: [] for k in ("ess_u", "raw_u", "cpu_u", "ess_l", "raw_l", "cpu_l")
+        }
+        pages_out = await page_requests(channel, xid)
+        next_round = 1
+        for _run in range(args.runs):
+            if args.only != "list":
+                requests = [
+                    update_request(xid, range(start, min(start + BATCH, args.work_units + 1)), r)
+                    for r in range(next_round, next_round + args.rounds)
+                    for start in range(1, args.work_units + 1, BATCH)
+                ]
+                next_round += args.rounds
+                cpu = cpu_seconds(proc.pid)
+                ess, raw = await measure_updates(conn, channel, batches, requests)
+                figures["cpu_u"].append((cpu_seconds(proc.pid) - cpu) / (len(requests) * BATCH))
+                figures["ess_u"].append(ess)
+                figures["raw_u"].append(raw)
+            if args.only != "update":
+                cpu = cpu_seconds(proc.pid)
+                ess, raw = await measure_pages(
+                    conn, channel, pages * args.walks, pages_out * args.walks
+                )
+                walked = len(pages_out) * args.walks * PAGE
+                figures["cpu_l"].append((cpu_seconds(proc.pid) - cpu) / walked)
+                figures["ess_l"].append(ess)
+                figures["raw_l"].append(raw)
+        await channel.close()
+        await conn.close()
+        median = {k: statistics.median(v) for k, v in figures.items() if v}
+        print(
+            f"work units: {args.work_units} in one experiment; one call in flight;"
+            f" median of {args.runs} runs (each: ESS and raw back to back)"
+        )
+        for label, key, unit, target in (
+            ("UpdateWorkUnitExecutions batch 100", "u", "items/s", 0.6),
+            ("ListWorkUnits page 100", "l", "rows/s", 0.4),
+        ):
+            ess_key, raw_key = f"ess_{key}", f"raw_{key}"
+            if not figures[ess_key]:
+                continue
+            ratios = [e / r for e, r in zip(figures[ess_key], figures[raw_key], strict=True)]
+            print(
+                f"{label:36} ESS {median[ess_key]:9,.0f} {unit}"
+                f" | raw {median[raw_key]:9,.0f} {unit}"
+                f" | {statistics.median(ratios):.2f}x raw (target >= {target}x;"
+                f" runs: {', '.join(f'{x:.2f}' for x in ratios)});"
+                f" ESS CPU {median[f'cpu_{key}'] * 1e6:.0f} µs per {unit.split('/')[0][:-1]}"
+            )
+    finally:
+        if proc is not None:
+            proc.terminate()
+            await proc.wait()
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -50,6 +50,7 @@ from reconciler.observe import (
     workload_owner,
 )
 from reconciler.readiness import ElectionState, WatchState, decide_readiness
+from reconciler.slim import slim_jobset, slim_pod, slim_workload
 from reconciler.watch import ChangeKind, ResourceWatcher, WatchSettings
 from xmc.health import Check
 from xmc.kube import JOBSETS, PODS, WORKLOADS, KubeError, KubeFailure
@@ -106,15 +107,15 @@ class Reconciler:
         ns = self.options.namespace
         self.jobsets = ResourceWatcher(
             kube, JOBSETS, namespace=ns, label_selector=MANAGED_BY_SELECTOR,
-            on_change=self._on_jobset, settings=self.options.watch,
+            on_change=self._on_jobset, transform=slim_jobset, settings=self.options.watch,
         )  # fmt: skip
         self.workloads = ResourceWatcher(
             kube, WORKLOADS, namespace=ns, on_change=self._on_workload,
-            settings=self.options.watch,
+            transform=slim_workload, settings=self.options.watch,
         )  # fmt: skip
         self.pods = ResourceWatcher(
             kube, PODS, namespace=ns, label_selector=EXPERIMENT_ID, on_change=self._on_pod,
-            group_by=_jobset_name_of, settings=self.options.watch,
+            group_by=_jobset_name_of, transform=slim_pod, settings=self.options.watch,
         )  # fmt: skip
         self.batcher = UpdateBatcher(self._send, options=self.options.batcher)
         self.elector: LeaderElector | None = None

@@ -132,6 +132,7 @@ class ResourceWatcher:
         on_change: OnChange,
         label_selector: str | None = None,
         group_by: Callable[[Obj], str | None] | None = None,
+        transform: Callable[[Obj], Obj] | None = None,
         settings: WatchSettings | None = None,
         sleep: Sleep = asyncio.sleep,  # injected for tests
         clock: Callable[[], float] = time.monotonic,  # injected for tests
@@ -148,6 +149,9 @@ class ResourceWatcher:
         self.what = resource.plural
         self._cache: dict[str, Obj] = {}
         self._group_by = group_by
+        #: Applied to every object as it arrives, before it is cached or delivered
+        #: (client-go's ``SetTransform``): the cache keeps only what handlers read.
+        self._transform = transform
         self._groups: dict[str, dict[str, Obj]] = {}
         self._resource_version: str | None = None
         self._deliver_lock = asyncio.Lock()
@@ -284,7 +288,7 @@ class ResourceWatcher:
                 obj.setdefault("apiVersion", self._api_version)
                 if kind:
                     obj.setdefault("kind", kind)
-                items[_name(obj)] = obj
+                items[_name(obj)] = self._transform(obj) if self._transform else obj
             meta = page.get("metadata") or {}
             list_rv = list_rv or str(meta.get("resourceVersion", ""))
             token = meta.get("continue")
@@ -327,6 +331,8 @@ class ResourceWatcher:
             log.warning(f"watch of {self.what}: unknown event type", type=kind)
             return
         obj.setdefault("apiVersion", self._api_version)
+        if self._transform is not None:
+            obj = self._transform(obj)
         name = _name(obj)
         self._store(name, None if kind == "DELETED" else obj)
         self._resource_version = rv or self._resource_version

@@ -18,6 +18,7 @@ import redis.asyncio as aioredis
 from ess.app import EssOptions, EssServer
 from ess.auth import AuthSettings
 from tests.integration.processes import client, ledger, stack  # noqa: F401  (fixtures)
+from tests.integration.redis_cluster import redis_cluster  # noqa: F401  (a fixture)
 from tests.integration.support import FakeClock, wait_until
 from xmc.config import Settings
 from xmc.streams import StreamNames

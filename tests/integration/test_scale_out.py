@@ -1,0 +1,166 @@
+"""XMC beyond one process of each service (issue 14, point 5): the whole stack on a real
+3-master Redis Cluster, and two of each service on one database and one Redis while one of
+each is killed mid-sweep. Every service is an OS process (``tests.stack``), kubesim at
+real time; what is asserted is what the ESS, kubesim and Redis show.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from pathlib import Path
+
+import aiohttp
+import pytest
+from bench.faults import Client as SweepClient
+from bench.faults import Intent, count, poll
+from redis.asyncio.cluster import ClusterNode, RedisCluster
+
+from tests.conftest import ADMIN_DSN
+from tests.integration.processes import Client, running_stack
+from tests.integration.redis_cluster import LocalRedisCluster
+from tests.integration.redis_server import RedisServer
+from tests.integration.support import forever_work_unit, minimal_work_unit, wait_until
+from tests.stack import JobSetLedger, StackOptions
+from xmc.model.states import WorkUnitState
+from xmc.streams import ACTUATOR_GROUP, StreamNames, hash_tag
+from xmc_api.cloud.xmanager.v1 import api_pb2
+
+S = WorkUnitState
+LEASE = "/apis/coordination.k8s.io/v1/namespaces/default/leases/xmc-reconciler"
+
+
+async def test_a_sweep_runs_through_a_three_master_redis_cluster(
+    redis_cluster: LocalRedisCluster, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    # XMC_REDIS_URL names a port nothing listens on: only the cluster can carry the sweep.
+    options = StackOptions(extra_env={"XMC_REDIS_CLUSTER_NODES": redis_cluster.nodes})
+    async with running_stack(
+        ADMIN_DSN, "redis://127.0.0.1:1/0", tmp_path / "logs", request, options
+    ) as stack:
+        client, ledger = Client(stack), JobSetLedger(stack.kube_url)
+        ledger.start()
+        try:
+            parent = await client.experiment()
+            to_stop = await asyncio.gather(
+                *(client.create(parent, forever_work_unit()) for _ in range(10))
+            )
+            to_complete = await asyncio.gather(*(client.create(parent) for _ in range(50)))
+            for name in to_stop:
+                await wait_until(functools.partial(client.state, name), S.RUNNING, within=60)
+            for name in to_stop:
+                await client.api.StopWorkUnit(api_pb2.StopWorkUnitRequest(name=name))
+
+            await wait_until(functools.partial(client.count, parent, S.COMPLETED), 50, within=90)
+            await wait_until(functools.partial(client.count, parent, S.STOPPED), 10, within=60)
+            assert {await client.state(n) for n in to_complete} == {S.COMPLETED}
+            assert ledger.duplicated() == []
+            assert all(stack.alive().values()), stack.alive()
+        finally:
+            await ledger.stop()
+            await client.channel.close()
+
+        cluster = RedisCluster(
+            startup_nodes=[ClusterNode("127.0.0.1", port) for port in redis_cluster.ports]
+        )
+        try:
+            names = StreamNames.with_prefix(stack.prefix)
+            # Every task (60 creates, 10 stops) went through the cluster's stream, all acked.
+            assert await cluster.xlen(names.tasks) >= 70
+            assert (await cluster.xpending(names.tasks, ACTUATOR_GROUP))["pending"] == 0
+            assert await cluster.xlen(names.dlq) == 0
+            # And every key of the deployment sits in the one slot of its hash tag.
+            keys = [
+                key.decode() async for key in cluster.scan_iter(match=f"{hash_tag(stack.prefix)}*")
+            ]
+            assert names.tasks in keys
+            assert any(":published:" in key for key in keys)
+            assert {cluster.keyslot(key) for key in keys} == {cluster.keyslot(names.tasks)}
+        finally:
+            await cluster.aclose()
+
+
+async def test_two_of_each_service_keep_every_unit_when_one_of_each_is_killed(
+    private_redis: RedisServer, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """500 work units: 100 stopped, 50 restarted, 350 left to complete; one ESS, one
+    Actuator and the leading Reconciler are SIGKILLed while the stops and restarts are in
+    flight, and stay dead: the other replicas carry the sweep to its end."""
+    options = StackOptions(
+        replicas=2, leader_election=True, claim_idle=5.0, repair_after=10.0, repair_interval=2.0
+    )
+    async with (
+        running_stack(ADMIN_DSN, private_redis.url, tmp_path / "logs", request, options) as stack,
+        aiohttp.ClientSession() as http,
+    ):
+        client, ledger = SweepClient(stack, http), JobSetLedger(stack.kube_url)
+        ledger.start()
+        try:
+            began = time.monotonic()
+            parent = await client.experiment()
+            first = await asyncio.gather(
+                *(client.create(parent, forever_work_unit()) for _ in range(150)),
+                *(client.create(parent, minimal_work_unit()) for _ in range(150)),
+            )
+            to_stop, to_restart = [i.unit for i in first[:100]], [i.unit for i in first[100:150]]
+            roles = {i.unit: "complete" for i in first[150:]}
+            roles |= {u: "stop" for u in to_stop} | {u: "restart" for u in to_restart}
+
+            async def running() -> bool:
+                units = (await client.observe(parent, ledger)).units
+                return all(units.get(u, (0, None))[1] == S.RUNNING for u in to_stop + to_restart)
+
+            assert await poll(running, within=120), "the forever units never all ran"
+            leader = await _lease_holder(http, stack.kube_url)
+            assert leader in ("reconciler", "reconciler-2"), leader
+
+            second = await asyncio.gather(
+                *(client.stop(u) for u in to_stop),
+                *(client.restart(u) for u in to_restart),
+                *(client.create(parent, minimal_work_unit()) for _ in range(100)),
+            )
+            # Mid-sweep: the tasks of those intents are on the stream or being carried out.
+            for name in ("ess", "actuator", leader):
+                await stack.kill(name)
+            third = await asyncio.gather(
+                *(client.create(parent, minimal_work_unit()) for _ in range(100))
+            )
+            for intent in (*second, *third):
+                if intent.kind == "create":
+                    roles[intent.unit] = "complete"
+            intents: list[Intent] = [*first, *second, *third]
+            assert len(roles) == 500
+
+            async def converged() -> bool:
+                counts = count(roles, intents, await client.observe(parent, ledger))
+                return counts.lost == counts.stuck == 0
+
+            done = await poll(converged, within=180)
+            wall = time.monotonic() - began
+            await asyncio.sleep(3)  # a quiet window, not a synchronisation: late effects show
+            counts = count(roles, intents, await client.observe(parent, ledger))
+            assert done, counts.notes[:20]
+            assert (counts.lost, counts.duplicated, counts.stuck) == (0, 0, 0), counts.notes[:20]
+            survivors = {n: up for n, up in stack.alive().items() if n not in ("ess", "actuator")}
+            assert all(v for n, v in survivors.items() if n != leader), survivors
+            print(f"500-unit sweep with one of each service killed: {wall:.1f} s")
+        finally:
+            await ledger.stop()
+            await client.channel.close()
+
+
+async def _lease_holder(http: aiohttp.ClientSession, kube_url: str) -> str:
+    """The Reconciler that leads (the Lease's holder), once there is one."""
+    holder = ""
+
+    async def held() -> bool:
+        nonlocal holder
+        async with http.get(kube_url + LEASE) as response:
+            if response.status != 200:
+                return False
+            holder = str(((await response.json()).get("spec") or {}).get("holderIdentity", ""))
+        return bool(holder)
+
+    assert await poll(held, within=30), "no Reconciler took the Lease"
+    return holder

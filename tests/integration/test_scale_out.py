@@ -9,23 +9,30 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
+import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 
 import aiohttp
 import pytest
+import redis.asyncio as aioredis
 from bench.faults import Client as SweepClient
 from bench.faults import Intent, count, poll
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 
 from tests.conftest import ADMIN_DSN
+from tests.integration.conftest import SIGNING_KEY
 from tests.integration.processes import Client, running_stack
 from tests.integration.redis_cluster import LocalRedisCluster
 from tests.integration.redis_server import RedisServer
 from tests.integration.support import forever_work_unit, minimal_work_unit, wait_until
 from tests.stack import JobSetLedger, StackOptions
+from xmc.config import Settings
 from xmc.model.states import WorkUnitState
-from xmc.streams import ACTUATOR_GROUP, StreamNames, hash_tag
+from xmc.redis_client import connect_redis, server_run_id
+from xmc.streams import ACTUATOR_GROUP, StreamNames, TaskPublisher, hash_tag
 from xmc_api.cloud.xmanager.v1 import api_pb2
+from xmc_api.internal.v1.tasks_pb2 import Task
 
 S = WorkUnitState
 LEASE = "/apis/coordination.k8s.io/v1/namespaces/default/leases/xmc-reconciler"
@@ -79,6 +86,35 @@ async def test_a_sweep_runs_through_a_three_master_redis_cluster(
             assert {cluster.keyslot(key) for key in keys} == {cluster.keyslot(names.tasks)}
         finally:
             await cluster.aclose()
+
+
+async def test_on_a_cluster_each_attempt_is_published_once_and_restarts_are_seen(
+    redis_cluster: LocalRedisCluster,
+) -> None:
+    """The publish script (one call, keys in one slot) and the run id the relay watches,
+    asked of the node that holds the stream."""
+    client = connect_redis(Settings(redis_cluster_nodes=tuple(redis_cluster.nodes.split(","))))
+    names = StreamNames.with_prefix(f"t-{uuid.uuid4().hex[:8]}:")
+    publisher = TaskPublisher(
+        client, names, signing_key=SIGNING_KEY, clock=lambda: datetime.now(UTC)
+    )
+    try:
+        attempts = [(Task(task_id=f"t{i}"), 1) for i in range(5)]
+        first = await publisher.publish_attempts(attempts)
+        again = await publisher.publish_attempts([*attempts, (Task(task_id="t0"), 2)])
+        assert again[:5] == first, "a repeated attempt answers with its entry"
+        assert again[5] not in first
+        assert await client.xlen(names.tasks) == 6
+
+        holder = client.get_node_from_key(names.tasks)
+        direct = aioredis.Redis(host=holder.host, port=holder.port)
+        try:
+            expected = (await direct.info("server"))["run_id"]
+        finally:
+            await direct.aclose()
+        assert await server_run_id(client, names.tasks) == expected
+    finally:
+        await client.aclose()
 
 
 async def test_two_of_each_service_keep_every_unit_when_one_of_each_is_killed(

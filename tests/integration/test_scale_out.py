@@ -7,17 +7,15 @@ real time; what is asserted is what the ESS, kubesim and Redis show.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
-import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
-import aiohttp
 import pytest
 import redis.asyncio as aioredis
-from bench.faults import Client as SweepClient
-from bench.faults import Intent, count, poll
+from bench.scale_out import OPTIONS, sweep
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 
 from tests.conftest import ADMIN_DSN
@@ -25,7 +23,7 @@ from tests.integration.conftest import SIGNING_KEY
 from tests.integration.processes import Client, running_stack
 from tests.integration.redis_cluster import LocalRedisCluster
 from tests.integration.redis_server import RedisServer
-from tests.integration.support import forever_work_unit, minimal_work_unit, wait_until
+from tests.integration.support import forever_work_unit, wait_until
 from tests.stack import JobSetLedger, StackOptions
 from xmc.config import Settings
 from xmc.model.states import WorkUnitState
@@ -35,7 +33,6 @@ from xmc_api.cloud.xmanager.v1 import api_pb2
 from xmc_api.internal.v1.tasks_pb2 import Task
 
 S = WorkUnitState
-LEASE = "/apis/coordination.k8s.io/v1/namespaces/default/leases/xmc-reconciler"
 
 
 async def test_a_sweep_runs_through_a_three_master_redis_cluster(
@@ -122,81 +119,17 @@ async def test_two_of_each_service_keep_every_unit_when_one_of_each_is_killed(
 ) -> None:
     """500 work units: 100 stopped, 50 restarted, 350 left to complete; one ESS, one
     Actuator and the leading Reconciler are SIGKILLed while the stops and restarts are in
-    flight, and stay dead: the other replicas carry the sweep to its end."""
-    options = StackOptions(
-        replicas=2, leader_election=True, claim_idle=5.0, repair_after=10.0, repair_interval=2.0
-    )
-    async with (
-        running_stack(ADMIN_DSN, private_redis.url, tmp_path / "logs", request, options) as stack,
-        aiohttp.ClientSession() as http,
-    ):
-        client, ledger = SweepClient(stack, http), JobSetLedger(stack.kube_url)
-        ledger.start()
-        try:
-            began = time.monotonic()
-            parent = await client.experiment()
-            first = await asyncio.gather(
-                *(client.create(parent, forever_work_unit()) for _ in range(150)),
-                *(client.create(parent, minimal_work_unit()) for _ in range(150)),
-            )
-            to_stop, to_restart = [i.unit for i in first[:100]], [i.unit for i in first[100:150]]
-            roles = {i.unit: "complete" for i in first[150:]}
-            roles |= {u: "stop" for u in to_stop} | {u: "restart" for u in to_restart}
-
-            async def running() -> bool:
-                units = (await client.observe(parent, ledger)).units
-                return all(units.get(u, (0, None))[1] == S.RUNNING for u in to_stop + to_restart)
-
-            assert await poll(running, within=120), "the forever units never all ran"
-            leader = await _lease_holder(http, stack.kube_url)
-            assert leader in ("reconciler", "reconciler-2"), leader
-
-            second = await asyncio.gather(
-                *(client.stop(u) for u in to_stop),
-                *(client.restart(u) for u in to_restart),
-                *(client.create(parent, minimal_work_unit()) for _ in range(100)),
-            )
-            # Mid-sweep: the tasks of those intents are on the stream or being carried out.
-            for name in ("ess", "actuator", leader):
-                await stack.kill(name)
-            third = await asyncio.gather(
-                *(client.create(parent, minimal_work_unit()) for _ in range(100))
-            )
-            for intent in (*second, *third):
-                if intent.kind == "create":
-                    roles[intent.unit] = "complete"
-            intents: list[Intent] = [*first, *second, *third]
-            assert len(roles) == 500
-
-            async def converged() -> bool:
-                counts = count(roles, intents, await client.observe(parent, ledger))
-                return counts.lost == counts.stuck == 0
-
-            done = await poll(converged, within=180)
-            wall = time.monotonic() - began
-            await asyncio.sleep(3)  # a quiet window, not a synchronisation: late effects show
-            counts = count(roles, intents, await client.observe(parent, ledger))
-            assert done, counts.notes[:20]
-            assert (counts.lost, counts.duplicated, counts.stuck) == (0, 0, 0), counts.notes[:20]
-            survivors = {n: up for n, up in stack.alive().items() if n not in ("ess", "actuator")}
-            assert all(v for n, v in survivors.items() if n != leader), survivors
-            print(f"500-unit sweep with one of each service killed: {wall:.1f} s")
-        finally:
-            await ledger.stop()
-            await client.channel.close()
-
-
-async def _lease_holder(http: aiohttp.ClientSession, kube_url: str) -> str:
-    """The Reconciler that leads (the Lease's holder), once there is one."""
-    holder = ""
-
-    async def held() -> bool:
-        nonlocal holder
-        async with http.get(kube_url + LEASE) as response:
-            if response.status != 200:
-                return False
-            holder = str(((await response.json()).get("spec") or {}).get("holderIdentity", ""))
-        return bool(holder)
-
-    assert await poll(held, within=30), "no Reconciler took the Lease"
-    return holder
+    flight, and stay dead: the other replicas carry the sweep to its end
+    (``bench.scale_out.sweep``)."""
+    options = dataclasses.replace(OPTIONS, replicas=2, leader_election=True)
+    async with running_stack(
+        ADMIN_DSN, private_redis.url, tmp_path / "logs", request, options
+    ) as stack:
+        result = await sweep(stack, units=500, kill=True, within=180)
+    counts = result.counts
+    assert result.killed[:2] == ("ess", "actuator")
+    assert result.killed[2] in ("reconciler", "reconciler-2"), result.killed
+    assert result.wall is not None, counts.notes[:20]
+    assert (counts.lost, counts.duplicated, counts.stuck) == (0, 0, 0), counts.notes[:20]
+    assert result.died == (), result.died
+    print(f"500-unit sweep, one of each service killed: {result.wall:.1f} s")

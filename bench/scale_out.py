@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import os
 import statistics
 import sys
 import tempfile
@@ -55,6 +56,8 @@ class SweepResult:
     #: The processes killed, and those of the rest that were not running at the end.
     killed: tuple[str, ...]
     died: tuple[str, ...]
+    #: CPU seconds of each process that ran to the end (user + system).
+    cpu: dict[str, float]
 
 
 async def sweep(stack: Stack, *, units: int, kill: bool, within: float = 300.0) -> SweepResult:
@@ -109,10 +112,19 @@ async def sweep(stack: Stack, *, units: int, kill: bool, within: float = 300.0) 
             await asyncio.sleep(3)  # a quiet window, not a synchronisation: late effects show
             counts = count(roles, intents, await client.observe(parent, ledger))
             died = tuple(n for n, up in stack.alive().items() if not up and n not in killed)
-            return SweepResult(counts, wall, killed, died)
+            cpu = {
+                n: cpu_seconds(p.pid) for n, p in stack.processes.items() if p.returncode is None
+            }
+            return SweepResult(counts, wall, killed, died, cpu)
         finally:
             await ledger.stop()
             await client.channel.close()
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a live process (``/proc/<pid>/stat``, Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def lease_holder(http: aiohttp.ClientSession, kube_url: str) -> str:
@@ -187,9 +199,10 @@ async def main_async(args: argparse.Namespace) -> None:
             if result.wall is not None:
                 walls.append(result.wall)
             wall = "never" if result.wall is None else f"{result.wall:.1f} s"
+            cpu = ", ".join(f"{n} {v:.1f}" for n, v in result.cpu.items())
             print(
                 f"{topology.name}: {wall}; lost {c.lost} dup {c.duplicated} stuck {c.stuck} "
-                f"died {list(result.died)} killed {list(result.killed)}",
+                f"died {list(result.died)} killed {list(result.killed)}; CPU s: {cpu}",
                 flush=True,
             )
         median = f"{statistics.median(walls):.1f}" if walls else "-"

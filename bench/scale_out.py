@@ -53,6 +53,8 @@ class SweepResult:
     counts: Counts
     #: Seconds from the first create until every unit was in its end state (None: never).
     wall: float | None
+    #: Seconds from the first create until every unit to stop or restart ran.
+    ramp: float
     #: The processes killed, and those of the rest that were not running at the end.
     killed: tuple[str, ...]
     died: tuple[str, ...]
@@ -86,6 +88,7 @@ async def sweep(stack: Stack, *, units: int, kill: bool, within: float = 300.0) 
 
             if not await poll(running, within=within):
                 raise RuntimeError("the units to stop and restart never all ran")
+            ramp = time.monotonic() - began
             killed: tuple[str, ...] = ()
             if kill:
                 killed = ("ess", "actuator", await lease_holder(http, stack.kube_url))
@@ -115,7 +118,7 @@ async def sweep(stack: Stack, *, units: int, kill: bool, within: float = 300.0) 
             cpu = {
                 n: cpu_seconds(p.pid) for n, p in stack.processes.items() if p.returncode is None
             }
-            return SweepResult(counts, wall, killed, died, cpu)
+            return SweepResult(counts, wall, ramp, killed, died, cpu)
         finally:
             await ledger.stop()
             await client.channel.close()
@@ -201,8 +204,9 @@ async def main_async(args: argparse.Namespace) -> None:
             wall = "never" if result.wall is None else f"{result.wall:.1f} s"
             cpu = ", ".join(f"{n} {v:.1f}" for n, v in result.cpu.items())
             print(
-                f"{topology.name}: {wall}; lost {c.lost} dup {c.duplicated} stuck {c.stuck} "
-                f"died {list(result.died)} killed {list(result.killed)}; CPU s: {cpu}",
+                f"{topology.name}: {wall} (ramp {result.ramp:.1f} s); lost {c.lost} "
+                f"dup {c.duplicated} stuck {c.stuck} died {list(result.died)} "
+                f"killed {list(result.killed)}; CPU s: {cpu}",
                 flush=True,
             )
         median = f"{statistics.median(walls):.1f}" if walls else "-"

@@ -121,10 +121,10 @@ async def ess_factory(database_url: str) -> AsyncIterator[EssFactory]:
             task_signing_key=SIGNING_KEY,
             stream_prefix=prefix,
         )
-        client = redis
+        ess_redis = redis
         if redis_cluster_nodes:
-            client = connect_redis(settings)
-            cluster_clients.append(client)
+            ess_redis = connect_redis(settings)
+            cluster_clients.append(ess_redis)
         options = dataclasses.replace(
             EssOptions(auth=auth_settings(), resume_sweep_seconds=3600), **option_overrides
         )
@@ -138,7 +138,7 @@ async def ess_factory(database_url: str) -> AsyncIterator[EssFactory]:
             api=api_pb2_grpc.ExperimentStateServiceStub(channel),
             executions=executions_pb2_grpc.WorkUnitExecutionServiceStub(channel),
             scheduling=scheduling_pb2_grpc.SchedulingServiceStub(channel),
-            redis=client,
+            redis=ess_redis,
             names=StreamNames.with_prefix(prefix),
             clock=clock,
             database_url=database_url,

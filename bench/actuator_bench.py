@@ -34,7 +34,7 @@ from xmc.store import outbox
 from xmc.store.creation import Created, NewWorkUnit
 from xmc.store.migrate import migrate
 from xmc.store.repository import Store
-from xmc.streams import StreamNames, TaskPublisher
+from xmc.streams import StreamNames, TaskPublisher, hash_tag
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 from xmc_api.internal.v1.tasks_pb2 import Task, TaskPayload
@@ -185,7 +185,7 @@ async def run_actuators(dsn: str, kube_url: str, processes: int, n: int) -> tupl
             process.terminate()
         for process in actuators:
             await process.wait()
-        keys = [key async for key in redis.scan_iter(match=f"{prefix}*")]
+        keys = [key async for key in redis.scan_iter(match=f"{hash_tag(prefix)}*")]
         if keys:
             await redis.delete(*keys)
         await redis.aclose()

@@ -31,6 +31,7 @@ import grpc
 import redis.asyncio as aioredis
 
 from xmc.store.migrate import migrate
+from xmc.streams import hash_tag
 from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
@@ -230,7 +231,7 @@ async def main() -> None:
             proc.terminate()
         for proc in procs:
             await proc.wait()
-        keys = [key async for key in redis.scan_iter(match=f"{prefix}*")]
+        keys = [key async for key in redis.scan_iter(match=f"{hash_tag(prefix)}*")]
         if keys:
             await redis.delete(*keys)
         await redis.aclose()

@@ -190,7 +190,7 @@ class Client:
     """The public API as a user calls it, plus kubesim's list of JobSets."""
 
     def __init__(self, stack: Stack, http: aiohttp.ClientSession) -> None:
-        self.channel = grpc.aio.insecure_channel(stack.endpoint)
+        self.channel = grpc.aio.insecure_channel(stack.target)
         self.api = api_pb2_grpc.ExperimentStateServiceStub(self.channel)
         self.ops = operations_grpc_pb2.OperationsStub(self.channel)
         self.http = http

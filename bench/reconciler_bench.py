@@ -55,6 +55,7 @@ from xmc.model.states import WorkUnitState
 from xmc.store.creation import NewWorkUnit
 from xmc.store.migrate import migrate
 from xmc.store.repository import Store
+from xmc.streams import hash_tag
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 
@@ -469,7 +470,7 @@ async def main() -> None:
         if server is not None:
             await server.stop(grace=1)
         await sim.stop()
-        keys = [key async for key in redis.scan_iter(match=f"{prefix}*")]
+        keys = [key async for key in redis.scan_iter(match=f"{hash_tag(prefix)}*")]
         if keys:
             await redis.delete(*keys)
         await redis.aclose()

@@ -84,10 +84,28 @@ class StackOptions:
     repair_after: float = 15.0
     repair_interval: float = 2.0
     extra_env: dict[str, str] = field(default_factory=dict)
+    #: Processes of each XMC service (ESS, Actuator, Reconciler): the first is named after
+    #: the service, the others ``ess-2``, ``ess-3``, ...; kubesim is always one.
+    replicas: int = 1
+    #: The Reconcilers elect a leader (a Lease) instead of each writing on its own.
+    leader_election: bool = False
+
+
+def replica_names(replicas: int) -> list[str]:
+    """Every process of a stack, in start order: ``kubesim, ess, ess-2, actuator, ...``."""
+    return ["kubesim"] + [
+        name if i == 1 else f"{name}-{i}" for name in SERVICES[1:] for i in range(1, replicas + 1)
+    ]
+
+
+def service_of(process: str) -> str:
+    """``ess-2`` → ``ess``."""
+    return process.split("-", 1)[0]
 
 
 class Stack:
-    """kubesim, ESS, Actuator and Reconciler against one database and one Redis."""
+    """kubesim, ESS, Actuator and Reconciler against one database and one Redis (with
+    ``StackOptions.replicas``, several processes of each XMC service)."""
 
     def __init__(
         self,
@@ -101,12 +119,17 @@ class Stack:
         self.database_url = database_url
         self.redis_url = redis_url
         self.prefix = f"stack-{uuid.uuid4().hex[:8]}:"
+        self.names = replica_names(self.options.replicas)
+        ess_names = [n for n in self.names if service_of(n) == "ess"]
         # Distinct ports: each probe releases its port, so two probes may return the same
         # one (an ESS and a metrics listener once did, and the Reconciler exited on it).
-        ports = free_ports(2 + len(SERVICES) - 1)
-        self.kube_port, self.ess_port = ports[0], ports[1]
-        #: ``/metrics``, ``/healthz`` and ``/readyz`` of each XMC service.
-        self.ops_ports = dict(zip((n for n in SERVICES if n != "kubesim"), ports[2:], strict=True))
+        ports = free_ports(1 + len(ess_names) + len(self.names) - 1)
+        self.kube_port = ports[0]
+        #: The gRPC port of each ESS process.
+        self.ess_ports = dict(zip(ess_names, ports[1 : 1 + len(ess_names)], strict=True))
+        self.ess_port = self.ess_ports["ess"]
+        #: ``/metrics``, ``/healthz`` and ``/readyz`` of each XMC service process.
+        self.ops_ports = dict(zip(self.names[1:], ports[1 + len(ess_names) :], strict=True))
         self.log_dir = log_dir
         log_dir.mkdir(parents=True, exist_ok=True)
         self.processes: dict[str, asyncio.subprocess.Process] = {}
@@ -116,16 +139,24 @@ class Stack:
         return f"127.0.0.1:{self.ess_port}"
 
     @property
+    def target(self) -> str:
+        """A gRPC target for every ESS (``ipv4:a:p1,a:p2``: gRPC picks one that answers,
+        as a Kubernetes Service would); the one ESS's endpoint when there is one."""
+        if len(self.ess_ports) == 1:
+            return self.endpoint
+        return "ipv4:" + ",".join(f"127.0.0.1:{port}" for port in self.ess_ports.values())
+
+    @property
     def kube_url(self) -> str:
         return f"http://127.0.0.1:{self.kube_port}"
 
-    def _env(self) -> dict[str, str]:
+    def _env(self, name: str = "ess") -> dict[str, str]:
         return {
             **os.environ,
             "XMC_DATABASE_URL": self.database_url,
             "XMC_REDIS_URL": self.redis_url,
-            "XMC_ESS_LISTEN": self.endpoint,
-            "XMC_ESS_TARGET": self.endpoint,
+            "XMC_ESS_LISTEN": f"127.0.0.1:{self.ess_ports.get(name, self.ess_port)}",
+            "XMC_ESS_TARGET": self.target,
             "XMC_KUBE_URL": self.kube_url,
             "XMC_TASK_SIGNING_KEY": SIGNING_KEY,
             "XMC_AUTH_DISABLED": "true",
@@ -149,9 +180,10 @@ class Stack:
                 "xmc-actuator", "--claim-idle", str(o.claim_idle),
                 "--repair-after", str(o.repair_after), "--repair-interval", str(o.repair_interval),
             ],
-            "reconciler": ["xmc-reconciler", "--no-leader-election"],
+            "reconciler": ["xmc-reconciler"]
+            + ([f"--identity={name}"] if o.leader_election else ["--no-leader-election"]),
         }  # fmt: skip
-        command = commands[name]
+        command = commands[service_of(name)]
         if name in self.ops_ports:
             command.append(f"--metrics-listen=127.0.0.1:{self.ops_ports[name]}")
         return [str(BIN / command[0]), *command[1:]]
@@ -164,7 +196,7 @@ class Stack:
         )  # fmt: skip
         if await migrate.wait() != 0:
             raise RuntimeError("xmc-ess migrate failed")
-        for name in SERVICES:
+        for name in self.names:
             await self.start_service(name)
 
     async def start_service(self, name: str) -> None:
@@ -173,14 +205,14 @@ class Stack:
         log = (self.log_dir / f"{name}.log").open("ab")
         try:
             self.processes[name] = await asyncio.create_subprocess_exec(
-                *self._command(name), env=self._env(), stdout=log, stderr=log
+                *self._command(name), env=self._env(name), stdout=log, stderr=log
             )
         finally:
             log.close()
         if name == "kubesim":
             await wait_listening(self.kube_port, self.processes[name], name)
-        elif name == "ess":
-            await wait_listening(self.ess_port, self.processes[name], name)
+        elif name in self.ess_ports:
+            await wait_listening(self.ess_ports[name], self.processes[name], name)
 
     async def kill(self, name: str) -> None:
         """SIGKILL: no flush, no cleanup, as the kernel's OOM killer would."""
@@ -195,7 +227,7 @@ class Stack:
 
     async def stop(self) -> dict[str, int | None]:
         """SIGTERM every service (the Reconciler first, kubesim last); return codes."""
-        for name in reversed(SERVICES):
+        for name in reversed(self.names):
             process = self.processes.get(name)
             if process is not None and process.returncode is None:
                 process.send_signal(signal.SIGTERM)
@@ -208,7 +240,7 @@ class Stack:
 
     def print_logs(self, lines: int = 60) -> None:
         """The last lines of every service's log (for a failed test's output)."""
-        for name in SERVICES:
+        for name in self.names:
             path = self.log_dir / f"{name}.log"
             if path.exists():
                 tail = path.read_text(errors="replace").splitlines()[-lines:]

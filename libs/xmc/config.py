@@ -39,12 +39,19 @@ def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
         raise InvalidArgumentError(f"{name}: expected seconds, got {raw!r}") from None
 
 
+def _nodes(raw: str) -> tuple[str, ...]:
+    return tuple(node.strip() for node in raw.split(",") if node.strip())
+
+
 @dataclass(frozen=True)
 class Settings:
     #: XMC_DATABASE_URL — Postgres DSN.
     database_url: str = "postgresql://postgres@127.0.0.1:5432/xmc"
-    #: XMC_REDIS_URL — Redis URL for the task, DLQ and resume streams.
+    #: XMC_REDIS_URL — Redis URL for the task, DLQ and resume streams (one node).
     redis_url: str = "redis://127.0.0.1:6379/0"
+    #: XMC_REDIS_CLUSTER_NODES — ``host:port,...`` of a Redis Cluster's nodes (any few of
+    #: them: the client discovers the rest); when set, XMC_REDIS_URL is not used.
+    redis_cluster_nodes: tuple[str, ...] = ()
     #: XMC_ESS_LISTEN — host:port the ESS binds.
     ess_listen: str = "127.0.0.1:50051"
     #: XMC_ESS_TARGET — where the Reconciler finds the ESS.
@@ -60,7 +67,8 @@ class Settings:
     task_signing_key: str = field(default="", repr=False)
     #: XMC_AUTH_DISABLED — development only: every caller is the admin ``dev@localhost``.
     auth_disabled: bool = False
-    #: XMC_STREAM_PREFIX — prefix of every Redis key, so tests and tenants never collide.
+    #: XMC_STREAM_PREFIX — prefix of every Redis key, so tests and tenants never collide
+    #: (it goes inside the keys' hash tag, so it may not contain braces).
     stream_prefix: str = ""
     #: XMC_METRICS_LISTEN — host:port of the Prometheus /metrics endpoint ('' = off).
     metrics_listen: str = ""
@@ -72,6 +80,7 @@ class Settings:
         settings = cls(
             database_url=env.get("XMC_DATABASE_URL", defaults.database_url),
             redis_url=env.get("XMC_REDIS_URL", defaults.redis_url),
+            redis_cluster_nodes=_nodes(env.get("XMC_REDIS_CLUSTER_NODES", "")),
             ess_listen=env.get("XMC_ESS_LISTEN", defaults.ess_listen),
             ess_target=env.get("XMC_ESS_TARGET", defaults.ess_target),
             kube_url=env.get("XMC_KUBE_URL", defaults.kube_url),
@@ -101,6 +110,17 @@ class Settings:
         if not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
             raise InvalidArgumentError(
                 f"XMC_REDIS_URL: must be a redis:// URL, got {self.redis_url!r}"
+            )
+        for node in self.redis_cluster_nodes:
+            host, _, port = node.rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise InvalidArgumentError(
+                    f"XMC_REDIS_CLUSTER_NODES: expected host:port,..., got {node!r}"
+                )
+        if "{" in self.stream_prefix or "}" in self.stream_prefix:
+            raise InvalidArgumentError(
+                f"XMC_STREAM_PREFIX: may not contain braces (it is inside the keys' hash "
+                f"tag), got {self.stream_prefix!r}"
             )
         if not 0 < self.kube_request_timeout < float("inf"):
             raise InvalidArgumentError(

@@ -91,6 +91,8 @@ def ensure_stores(settings: Settings) -> str | None:
                 f"Postgres is not reachable at {db.hostname}:{db.port or 5432}; install and "
                 "start it (Debian: apt-get install postgresql) or set XMC_DATABASE_URL"
             )
+    if settings.redis_cluster_nodes:
+        return None  # a Redis Cluster is the user's to run; the services report it down
     redis = urlsplit(settings.redis_url)
     if not _port_open(redis.hostname or "127.0.0.1", redis.port or 6379):
         if shutil.which("redis-server"):

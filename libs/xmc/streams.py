@@ -1,7 +1,10 @@
 """Redis streams of SPEC §6: names, and the one place tasks are signed and published.
 
 Every key carries an optional prefix (``XMC_STREAM_PREFIX``) so tests and tenants sharing
-one Redis never see each other's entries.
+one Redis never see each other's entries, and one hash tag, ``{<prefix>xmc}``, so on a
+Redis Cluster every key of one deployment is in one slot: each script and each pipeline
+touches one node (decision 0021). SPEC's ``xmc-tasks-stream`` is the key
+``{xmc}:tasks-stream``.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from redis.exceptions import ClusterError, SlotNotCoveredError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -22,18 +26,23 @@ from xmc_api.internal.v1.tasks_pb2 import Task
 ACTUATOR_GROUP = "xmc-actuators"
 RESUME_GROUP = "xmc-resumers"
 
-# Publish one attempt of a task at most once: the first call XADDs and remembers the entry
+# Publish each attempt of a task at most once: the first call XADDs and remembers the entry
 # id under the attempt's key, a repeat (the relay crashed after XADD, before recording
-# the publish) returns that id without a second entry. KEYS: attempt key, tasks stream.
-# ARGV: seconds to remember, task bytes, token.
-_PUBLISH_ATTEMPT = """
-local existing = redis.call('GET', KEYS[1])
-if existing then
-  return existing
+# the publish) returns that id without a second entry. One call for a whole batch: a
+# Redis Cluster pipeline cannot carry EVALSHA, and all the keys share one slot anyway.
+# KEYS: tasks stream, then one attempt key per task. ARGV: seconds to remember, then the
+# task bytes and token of each task, in KEYS order. Returns the entry ids, in order.
+_PUBLISH_ATTEMPTS = """
+local ids = {}
+for i = 2, #KEYS do
+  local id = redis.call('GET', KEYS[i])
+  if not id then
+    id = redis.call('XADD', KEYS[1], '*', 'task', ARGV[2 * i - 2], 'token', ARGV[2 * i - 1])
+    redis.call('SET', KEYS[i], id, 'EX', ARGV[1])
+  end
+  ids[#ids + 1] = id
 end
-local id = redis.call('XADD', KEYS[2], '*', 'task', ARGV[2], 'token', ARGV[3])
-redis.call('SET', KEYS[1], id, 'EX', ARGV[1])
-return id
+return ids
 """
 
 
@@ -46,19 +55,29 @@ class StreamNames:
 
     @classmethod
     def with_prefix(cls, prefix: str = "") -> StreamNames:
+        tag = hash_tag(prefix)
         return cls(
-            tasks=f"{prefix}xmc-tasks-stream",
-            dlq=f"{prefix}xmc-dlq-stream",
-            resume=f"{prefix}xmc-scheduling-resume-stream",
+            tasks=f"{tag}:tasks-stream",
+            dlq=f"{tag}:dlq-stream",
+            resume=f"{tag}:scheduling-resume-stream",
             prefix=prefix,
         )
 
     def published_key(self, task_id: str, attempt: int) -> str:
         """Remembers that attempt ``attempt`` of task ``task_id`` is on the stream."""
-        return f"{self.prefix}xmc-published:{task_id}:{attempt}"
+        return f"{hash_tag(self.prefix)}:published:{task_id}:{attempt}"
 
 
-REDIS_UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, OSError)
+def hash_tag(prefix: str) -> str:
+    """``{<prefix>xmc}``: Redis Cluster hashes only what is between the first braces, so
+    every key of one prefix lands in one slot, and different prefixes spread over slots."""
+    return f"{{{prefix}xmc}}"
+
+
+#: Redis cannot serve now: a node down or unreachable, or (a cluster) a slot without a node.
+REDIS_UNAVAILABLE = (
+    RedisConnectionError, RedisTimeoutError, OSError, ClusterError, SlotNotCoveredError
+)  # fmt: skip
 
 
 class ReadFailure(enum.Enum):
@@ -108,7 +127,7 @@ class TaskPublisher:
         self._key = signing_key
         self._clock = clock
         self._ttl = token_ttl
-        self._publish_attempt = redis.register_script(_PUBLISH_ATTEMPT)
+        self._publish_attempts = redis.register_script(_PUBLISH_ATTEMPTS)
 
     def _entry(self, task: Task) -> dict[str, Any]:
         return sign_task(task, key=self._key, now=self._clock(), ttl=self._ttl)
@@ -137,20 +156,16 @@ class TaskPublisher:
         self, attempts: Sequence[tuple[Task, int]], *, remember_for: timedelta = timedelta(days=1)
     ) -> list[str]:
         """Publish (task, attempt number) pairs in one round trip, each attempt at most
-        once (see ``_PUBLISH_ATTEMPT``); returns the entry ids, in order."""
+        once (see ``_PUBLISH_ATTEMPTS``); returns the entry ids, in order."""
         if not attempts:
             return []
-        seconds = int(remember_for.total_seconds())
+        keys, args = [self._names.tasks], [int(remember_for.total_seconds())]
+        for task, attempt in attempts:
+            entry = self._entry(task)
+            keys.append(self._names.published_key(task.task_id, attempt))
+            args += [entry["task"], entry["token"]]
         try:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for task, attempt in attempts:
-                    entry = self._entry(task)
-                    await self._publish_attempt(
-                        keys=[self._names.published_key(task.task_id, attempt), self._names.tasks],
-                        args=[seconds, entry["task"], entry["token"]],
-                        client=pipe,
-                    )
-                ids: list[bytes | str] = await pipe.execute()
+            ids: list[bytes | str] = await self._publish_attempts(keys=keys, args=args)
         except REDIS_UNAVAILABLE as exc:
             raise UnavailableError(f"task stream unavailable: {exc}") from exc
         return [i.decode() if isinstance(i, bytes) else i for i in ids]

@@ -8,7 +8,6 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-import redis.asyncio as aioredis
 import structlog
 
 from actuator.admission import AdmissionGate
@@ -21,6 +20,7 @@ from actuator.settle import TaskSettler
 from xmc.config import Settings
 from xmc.errors import InvalidArgumentError
 from xmc.health import Check, probe
+from xmc.redis_client import connect_redis
 from xmc.store.repository import Store, utc_now, wait_for_postgres
 from xmc.streams import StreamNames
 from xmc.supervise import supervise
@@ -63,7 +63,7 @@ class Actuator:
         await wait_for_postgres(settings.database_url, within=STARTUP_WAIT_SECONDS)
         self.store = await Store.connect(settings.database_url, clock=self.clock)
         # No socket timeout: XREADGROUP blocks for ConsumerSettings.block on purpose.
-        self._redis = aioredis.Redis.from_url(settings.redis_url, socket_connect_timeout=5)
+        self._redis = connect_redis(settings, socket_connect_timeout=5)
         self._kube = await JobSetClient.from_settings(settings)
         handlers = JobSetHandlers(
             self._kube, self.store, namespace=settings.namespace, clock=self.clock

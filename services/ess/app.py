@@ -16,7 +16,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import grpc
-import redis.asyncio as aioredis
 import structlog
 from google.longrunning import operations_grpc_pb2
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -34,6 +33,7 @@ from xmc.config import Settings
 from xmc.errors import InvalidArgumentError
 from xmc.health import Check, probe
 from xmc.model.outbox import RelaySettings
+from xmc.redis_client import connect_redis
 from xmc.store import operations, outbox, scheduling
 from xmc.store.migrate import migrate
 from xmc.store.repository import Store, utc_now, wait_for_postgres
@@ -139,9 +139,7 @@ class EssServer:
         self.store = await Store.connect(
             settings.database_url, max_size=options.pool_size, clock=self.clock
         )
-        self.redis = aioredis.Redis.from_url(
-            settings.redis_url, socket_timeout=5, socket_connect_timeout=2
-        )
+        self.redis = connect_redis(settings, socket_timeout=5, socket_connect_timeout=2)
         names = StreamNames.with_prefix(settings.stream_prefix)
         publisher = TaskPublisher(
             self.redis, names, signing_key=settings.task_signing_key, clock=self.clock

@@ -47,6 +47,7 @@ from xmc.model.outbox import (
 )
 from xmc.model.resume import TaskKind
 from xmc.model.states import Severity, WorkUnitState
+from xmc.redis_client import server_run_id
 from xmc.store import executions, operations, outbox
 from xmc.store.outbox import OutboxStatus, OutboxTask
 from xmc.store.repository import Store
@@ -176,18 +177,18 @@ class OutboxRelay:
 
     async def _notice_redis_restart(self, conn: Any) -> None:
         """A Redis restarted without persistence lost every entry; a task published long
-        ago would otherwise wait up to ``max_check_seconds`` for its next check. Its run id
-        (``INFO server``, read at most every ``redis_restart_check_seconds``) tells a
-        restart: then every published task is checked in this pass."""
+        ago would otherwise wait up to ``max_check_seconds`` for its next check. The run id
+        of the node holding the stream (``INFO server``, read at most every
+        ``redis_restart_check_seconds``) tells a restart: then every published task is
+        checked in this pass."""
         loop = asyncio.get_running_loop()
         if loop.time() - self._run_id_checked < self.settings.redis_restart_check_seconds:
             return
         try:
-            info = await self._redis.info("server")
+            run_id = await server_run_id(self._redis, self._names.tasks)
         except REDIS_UNAVAILABLE:
             return  # publishing will fail and retry; nothing to learn here
         self._run_id_checked = loop.time()
-        run_id = str(info.get("run_id", ""))
         if self._redis_run_id is not None and run_id != self._redis_run_id:
             count = await outbox.check_every_published_now(conn)
             log.warning("Redis restarted: checking every published task now", tasks=count)

@@ -18,9 +18,11 @@ import redis.asyncio as aioredis
 from ess.app import EssOptions, EssServer
 from ess.auth import AuthSettings
 from tests.integration.processes import client, ledger, stack  # noqa: F401  (fixtures)
+from tests.integration.redis_cluster import redis_cluster  # noqa: F401  (a fixture)
 from tests.integration.support import FakeClock, wait_until
 from xmc.config import Settings
-from xmc.streams import StreamNames
+from xmc.redis_client import connect_redis
+from xmc.streams import StreamNames, hash_tag
 from xmc_api.cloud.xmanager.v1 import api_pb2_grpc
 from xmc_api.internal.v1 import executions_pb2_grpc, scheduling_pb2_grpc
 
@@ -89,14 +91,17 @@ EssFactory = Callable[..., Any]
 
 @pytest.fixture
 async def ess_factory(database_url: str) -> AsyncIterator[EssFactory]:
-    """Start ESS instances (``redis_url`` and options overridable); all stopped at the end."""
+    """Start ESS instances (``redis_url`` or ``redis_cluster_nodes``, and options
+    overridable); all stopped at the end."""
     started: list[tuple[EssServer, grpc.aio.Channel]] = []
+    cluster_clients: list[Any] = []
     prefix = f"test-{uuid.uuid4().hex[:10]}:"
     redis = aioredis.Redis.from_url(REDIS_URL)
 
     async def start(
         *,
         redis_url: str = REDIS_URL,
+        redis_cluster_nodes: str = "",
         start_time: datetime | None = None,
         clock: FakeClock | None = None,
         **option_overrides: Any,
@@ -109,10 +114,17 @@ async def ess_factory(database_url: str) -> AsyncIterator[EssFactory]:
         settings = Settings(
             database_url=database_url,
             redis_url=redis_url,
+            redis_cluster_nodes=tuple(redis_cluster_nodes.split(","))
+            if redis_cluster_nodes
+            else (),
             ess_listen="127.0.0.1:0",
             task_signing_key=SIGNING_KEY,
             stream_prefix=prefix,
         )
+        ess_redis = redis
+        if redis_cluster_nodes:
+            ess_redis = connect_redis(settings)
+            cluster_clients.append(ess_redis)
         options = dataclasses.replace(
             EssOptions(auth=auth_settings(), resume_sweep_seconds=3600), **option_overrides
         )
@@ -126,7 +138,7 @@ async def ess_factory(database_url: str) -> AsyncIterator[EssFactory]:
             api=api_pb2_grpc.ExperimentStateServiceStub(channel),
             executions=executions_pb2_grpc.WorkUnitExecutionServiceStub(channel),
             scheduling=scheduling_pb2_grpc.SchedulingServiceStub(channel),
-            redis=redis,
+            redis=ess_redis,
             names=StreamNames.with_prefix(prefix),
             clock=clock,
             database_url=database_url,
@@ -136,10 +148,12 @@ async def ess_factory(database_url: str) -> AsyncIterator[EssFactory]:
     for server, channel in started:
         await channel.close()
         await server.stop(grace=1)
-    keys = [key async for key in redis.scan_iter(match=f"{prefix}*")]
+    keys = [key async for key in redis.scan_iter(match=f"{hash_tag(prefix)}*")]
     if keys:
         await redis.delete(*keys)
     await redis.aclose()
+    for cluster_client in cluster_clients:
+        await cluster_client.aclose()
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ deliberately. Waits are conditions with a deadline (``wait_until``), never bare 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -31,7 +32,8 @@ from actuator.consumer import (
 from actuator.errors import RetryPolicy
 from actuator.outcome import Outcome, TaskResult
 from actuator.pause import WRITER, PauseAction, PauseFlag, TaskPauseHandler, decide_pause
-from tests.integration.conftest import SIGNING_KEY, Ess, metadata
+from tests.integration.conftest import SIGNING_KEY, Ess, EssFactory, metadata
+from tests.integration.redis_cluster import LocalRedisCluster
 from tests.integration.support import fetch_all, wait_until
 from tests.integration.test_ess_internal import experiment_with_work_units, stream_tasks
 from xmc.model.states import WorkUnitState
@@ -153,6 +155,21 @@ class Harness:
 
 @pytest.fixture
 async def harness(ess: Ess) -> AsyncIterator[Harness]:
+    async with _harness(ess) as started:
+        yield started
+
+
+@pytest.fixture
+async def cluster_harness(
+    ess_factory: EssFactory, redis_cluster: LocalRedisCluster
+) -> AsyncIterator[Harness]:
+    """The harness with the ESS and the consumers on a 3-master Redis Cluster."""
+    async with _harness(await ess_factory(redis_cluster_nodes=redis_cluster.nodes)) as started:
+        yield started
+
+
+@contextlib.asynccontextmanager
+async def _harness(ess: Ess) -> AsyncIterator[Harness]:
     store = await Store.connect(ess.database_url, min_size=1, max_size=4)
     started = Harness(ess, store)
     yield started
@@ -398,6 +415,27 @@ async def test_entry_whose_consumers_keep_dying_goes_to_the_dlq_unhandled(
     assert dead[b"reason"] == REASON_MAX_DELIVERIES.encode()
     done, error_code, _ = await harness.operation(task.operation)
     assert (done, error_code) == (True, grpc.StatusCode.UNAVAILABLE.value[0])
+
+
+async def test_on_a_redis_cluster_tasks_are_acked_and_a_dead_consumers_entry_reclaimed(
+    cluster_harness: Harness,
+) -> None:
+    """Every Redis command of the relay and the consumer (the publish script, XREADGROUP,
+    XACK, XAUTOCLAIM, XPENDING in a pipeline, the dead-letter script) on a cluster."""
+    harness = cluster_harness
+    await experiment_with_work_units(harness.ess, 3)
+    redis, stream = harness.ess.redis, harness.ess.names.tasks
+    # A consumer reads the first entry and dies before acking it: delivery 1 of 1 is spent.
+    await redis.xgroup_create(stream, ACTUATOR_GROUP, id="0")
+    await redis.xreadgroup(ACTUATOR_GROUP, "dead-consumer", {stream: ">"}, count=1)
+    handler = FakeHandler()
+    harness.start(handler, max_deliveries=1, claim_idle=0.2)
+
+    await wait_until(harness.dlq_size, 1, within=10)
+    await wait_until(harness.settled, (0, 0))
+    assert len(handler.calls) == 2, "the two unread tasks were handled and acked"
+    (dead,) = await harness.dlq()
+    assert dead[b"reason"] == REASON_MAX_DELIVERIES.encode()
 
 
 # --- per-work-unit serialization ------------------------------------------------------

@@ -23,6 +23,7 @@ import redis.asyncio as aioredis
 from tests.integration.conftest import REDIS_URL
 from tests.integration.test_local_run import free_ports, read_until
 from xmc.model.states import ActiveState, LaunchState, WorkUnitState
+from xmc.streams import hash_tag
 from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -81,7 +82,7 @@ async def _delete_keys(prefix: str) -> None:
     """The run's streams and keys, so the shared Redis does not collect them."""
     redis = aioredis.Redis.from_url(REDIS_URL)
     try:
-        keys = [key async for key in redis.scan_iter(match=f"{prefix}*")]
+        keys = [key async for key in redis.scan_iter(match=f"{hash_tag(prefix)}*")]
         if keys:
             await redis.delete(*keys)
     finally:

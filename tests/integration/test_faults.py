@@ -16,6 +16,7 @@ from tests.integration.redis_server import RedisServer
 from tests.integration.support import forever_work_unit, wait_until
 from tests.stack import JobSetLedger, Stack
 from xmc.model.states import WorkUnitState
+from xmc.streams import StreamNames
 from xmc_api.cloud.xmanager.v1 import api_pb2
 
 S = WorkUnitState
@@ -30,7 +31,7 @@ async def test_an_ess_killed_between_commit_and_publish_loses_no_intent(
     for name in (to_stop, to_restart):
         await wait_until(functools.partial(client.state, name), S.RUNNING, within=30)
     redis = aioredis.Redis.from_url(private_redis.url)
-    stream = f"{stack.prefix}xmc-tasks-stream"
+    stream = StreamNames.with_prefix(stack.prefix).tasks
     entries_before = await redis.xlen(stream)
 
     # Redis accepts no writes: each intent commits, its publish hangs; then SIGKILL.

@@ -24,6 +24,7 @@ from tests.integration.support import forever_work_unit, wait_until
 from tests.stack import Stack
 from xmc.model.states import WorkUnitState
 from xmc.store.repository import wait_for_postgres
+from xmc.streams import StreamNames
 from xmc_api.cloud.xmanager.v1 import api_pb2
 
 S = WorkUnitState
@@ -128,7 +129,7 @@ async def test_the_actuator_survives_deleting_its_task_stream(
     redis = aioredis.Redis.from_url(private_redis.url)
     try:
         # The Actuator blocks in XREADGROUP on this key; deleting it unblocks the read.
-        assert await redis.delete(f"{stack.prefix}xmc-tasks-stream") == 1
+        assert await redis.delete(StreamNames.with_prefix(stack.prefix).tasks) == 1
     finally:
         await redis.aclose()
 

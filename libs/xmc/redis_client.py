@@ -1,0 +1,61 @@
+"""The one place a service builds its Redis client: one node (``XMC_REDIS_URL``) or a
+Redis Cluster (``XMC_REDIS_CLUSTER_NODES``).
+
+Both clients answer the same commands for XMC's use, because every key XMC uses shares one
+hash tag (``xmc.streams.StreamNames``): each multi-key script and each pipeline touches one
+slot. The differences that remain are handled here and in ``xmc.streams``: a cluster
+pipeline cannot carry EVALSHA (the task publish is one multi-key script call instead), and
+``INFO`` must be asked of the node that holds the keys.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.asyncio.cluster import ClusterNode, RedisCluster
+
+from xmc.config import Settings
+
+
+def parse_nodes(nodes: tuple[str, ...]) -> list[tuple[str, int]]:
+    """``("host:port", ...)`` → ``[(host, port), ...]`` (validated by ``Settings``)."""
+    parsed = []
+    for node in nodes:
+        host, _, port = node.rpartition(":")
+        parsed.append((host.strip("[]"), int(port)))
+    return parsed
+
+
+def connect_redis(
+    settings: Settings,
+    *,
+    socket_timeout: float | None = None,
+    socket_connect_timeout: float | None = None,
+) -> Any:
+    """A client for the configured Redis; it connects lazily, on its first command.
+
+    ``socket_timeout`` None means no read timeout: a blocking XREADGROUP must not time out.
+    """
+    if settings.redis_cluster_nodes:
+        return RedisCluster(
+            startup_nodes=[ClusterNode(h, p) for h, p in parse_nodes(settings.redis_cluster_nodes)],
+            socket_timeout=socket_timeout,
+            socket_connect_timeout=socket_connect_timeout,
+        )
+    return aioredis.Redis.from_url(
+        settings.redis_url,
+        socket_timeout=socket_timeout,
+        socket_connect_timeout=socket_connect_timeout,
+    )
+
+
+async def server_run_id(redis: Any, key: str) -> str:
+    """The run id of the server that holds ``key``: it changes when that server restarts
+    (or, in a cluster, when a replica takes over the key's slot)."""
+    if isinstance(redis, RedisCluster):
+        await redis.initialize()  # idempotent: the slot map, before asking for a node
+        info = await redis.info("server", target_nodes=redis.get_node_from_key(key))
+    else:
+        info = await redis.info("server")
+    return str(info.get("run_id", ""))

@@ -1,0 +1,104 @@
+"""A private 3-master Redis Cluster (no replicas, no persistence) for tests that run XMC
+on a distributed Redis: three ``redis-server --cluster-enabled yes`` processes joined by
+``redis-cli --cluster create``."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from tests.stack import free_ports
+
+
+class LocalRedisCluster:
+    """Three masters on free ports of 127.0.0.1, each in its own directory under
+    ``directory`` (the cluster config files live there)."""
+
+    def __init__(self, directory: Path, masters: int = 3) -> None:
+        server, cli = shutil.which("redis-server"), shutil.which("redis-cli")
+        if server is None or cli is None:
+            raise RuntimeError("redis-server/redis-cli are not installed (apt-get install redis)")
+        self._server, self._cli = server, cli
+        self._directory = directory
+        # The cluster bus would be on port + 10000 (maybe past 65535, maybe taken): each
+        # node gets a free bus port of its own (``--cluster-port``, Redis 7).
+        ports = free_ports(2 * masters)
+        self.ports, self._bus_ports = ports[:masters], ports[masters:]
+        self._processes: list[asyncio.subprocess.Process] = []
+
+    @property
+    def nodes(self) -> str:
+        """``XMC_REDIS_CLUSTER_NODES``: ``host:port,...``."""
+        return ",".join(f"127.0.0.1:{port}" for port in self.ports)
+
+    async def start(self, within: float = 30.0) -> None:
+        for port, bus_port in zip(self.ports, self._bus_ports, strict=True):
+            workdir = self._directory / str(port)
+            workdir.mkdir(parents=True, exist_ok=True)
+            arguments = [
+                "--port", str(port), "--bind", "127.0.0.1", "--cluster-enabled", "yes",
+                "--cluster-port", str(bus_port),
+                "--cluster-config-file", str(workdir / "nodes.conf"),
+                "--cluster-node-timeout", "5000", "--save", "", "--appendonly", "no",
+                "--dir", str(workdir),
+            ]  # fmt: skip
+            self._processes.append(
+                await asyncio.create_subprocess_exec(
+                    self._server,
+                    *arguments,
+                    stdout=asyncio.subprocess.DEVNULL,
+                    stderr=asyncio.subprocess.DEVNULL,
+                )
+            )
+        async with asyncio.timeout(within):
+            for port in self.ports:
+                await self._until(port, ("ping",), "PONG")
+            created = await asyncio.create_subprocess_exec(
+                self._cli, "--cluster", "create", *self.nodes.split(","),
+                "--cluster-replicas", "0", "--cluster-yes",
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+            )  # fmt: skip
+            output, _ = await created.communicate()
+            if created.returncode != 0:
+                raise RuntimeError(f"redis-cli --cluster create failed: {output.decode()}")
+            # Every node must agree before a client's first CLUSTER SLOTS is trusted.
+            for port in self.ports:
+                await self._until(port, ("cluster", "info"), "cluster_state:ok")
+
+    async def _until(self, port: int, command: tuple[str, ...], expected: str) -> None:
+        """Poll ``redis-cli -p port command`` until its output contains ``expected``."""
+        while True:
+            if expected in await self._cli_output(port, *command):
+                return
+            await asyncio.sleep(0.05)  # not there yet: poll again (the caller's timeout)
+
+    async def _cli_output(self, port: int, *command: str) -> str:
+        probe = await asyncio.create_subprocess_exec(
+            self._cli, "-p", str(port), *command,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+        output, _ = await probe.communicate()
+        return output.decode().strip()
+
+    async def stop(self) -> None:
+        """SIGKILL every node (nothing to flush: no persistence)."""
+        for process in self._processes:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+        self._processes = []
+
+
+@pytest.fixture
+async def redis_cluster(tmp_path: Path) -> AsyncIterator[LocalRedisCluster]:
+    """A 3-master Redis Cluster of the test's own."""
+    cluster = LocalRedisCluster(tmp_path / "redis-cluster")
+    try:
+        await cluster.start()
+        yield cluster
+    finally:
+        await cluster.stop()

@@ -49,6 +49,7 @@ from reconciler.observe import (
     work_unit_ids,
     workload_owner,
 )
+from reconciler.queue_positions import QueuePositions
 from reconciler.readiness import ElectionState, WatchState, decide_readiness
 from reconciler.slim import slim_jobset, slim_pod, slim_workload
 from reconciler.watch import ChangeKind, ResourceWatcher, WatchSettings
@@ -67,6 +68,8 @@ Obj = dict[str, Any]
 _NOT_THE_ORPHAN = frozenset({KubeFailure.NOT_FOUND, KubeFailure.CONFLICT})
 #: Seconds a queue-position lookup may hold up the Workload handler.
 _VISIBILITY_TIMEOUT = 5.0
+#: Seconds one LocalQueue's pending-workloads summary serves every waiting Workload's event.
+_QUEUE_SUMMARY_AGE = 1.0
 
 
 def _jobset_name_of(pod: Obj) -> str | None:
@@ -126,6 +129,7 @@ class Reconciler:
                 settings=self.options.lease,
                 on_started_leading=self._started_leading,
             )
+        self._positions = QueuePositions(self._pending_workloads, max_age=_QUEUE_SUMMARY_AGE)
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = asyncio.Event()
         self.finalizer = Finalizer(
@@ -328,18 +332,15 @@ class Reconciler:
         if not waiting or not queue:
             return None
         try:
-            body = await self._kube.pending_workloads(
-                self.options.namespace, queue, request_timeout=_VISIBILITY_TIMEOUT
-            )
+            return await self._positions.position(queue, workload["metadata"]["name"])
         except KubeError as error:
             log.debug("queue position unavailable", error=str(error))
             return QueuePosition(None, None)
-        items = body.get("items") or []
-        name = workload["metadata"]["name"]
-        for item in items:
-            if item.get("metadata", {}).get("name") == name:
-                return QueuePosition(item.get("positionInClusterQueue"), len(items))
-        return QueuePosition(None, len(items))
+
+    async def _pending_workloads(self, queue: str) -> Obj:
+        return await self._kube.pending_workloads(
+            self.options.namespace, queue, request_timeout=_VISIBILITY_TIMEOUT
+        )
 
     # --- periodic work -----------------------------------------------------------------
 

@@ -26,31 +26,23 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 import asyncpg
 import grpc
 import redis.asyncio as aioredis
+from bench.workloads import work_unit
 
 from xmc.store.migrate import migrate
 from xmc.streams import hash_tag
 from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
-from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 
 ADMIN_DSN = os.environ.get("XMC_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS_URL = os.environ.get("XMC_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 TOKEN = "bench-token"
 METADATA = (("authorization", f"Bearer {TOKEN}"),)
 CONCURRENCY = (1, 16, 64)
-
-
-def work_unit() -> WorkUnit:
-    unit = WorkUnit()
-    unit.executable.scheduling_constraints.queue_name = "cpu-queue"
-    job = unit.executable.jobset.jobs.add(name="main", replicas=1)
-    job.spec.docker_image = "python:3.11"
-    job.spec.command.extend(["python", "train.py"])
-    job.spec.args["learning_rate"] = "0.01"
-    return unit
 
 
 async def measure(

@@ -31,17 +31,19 @@ import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 import asyncpg
 import grpc
+from bench.workloads import MASK, observation, work_unit
 
 from xmc.model.merge import ExecutionUpdate
-from xmc.model.states import WorkUnitState
 from xmc.names import experiment_name, work_unit_name
 from xmc.store.executions import update_work_unit_executions
 from xmc.store.experiments import insert_experiment
@@ -50,12 +52,6 @@ from xmc.store.migrate import migrate
 from xmc.store.work_units import list_work_units, work_unit_doc
 from xmc_api.cloud.xmanager.v1 import api_pb2
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
-from xmc_api.cloud.xmanager.v1.status_pb2 import Condition, ReplicatedJobStatus
-from xmc_api.cloud.xmanager.v1.work_unit_execution_pb2 import (
-    WorkUnitExecution,
-    WorkUnitExecutionMetadata,
-)
-from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 from xmc_api.internal.v1 import executions_pb2
 
 ADMIN_DSN = os.environ.get("XMC_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -64,41 +60,10 @@ TOKEN = "bench-token"
 SERVICE = "bench@example.com"
 METADATA = (("authorization", f"Bearer {TOKEN}"),)
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
-CYCLE = (WorkUnitState.SCHEDULING, WorkUnitState.STARTING, WorkUnitState.RUNNING)
 BATCH = 100
 PAGE = 100
 UPDATE_METHOD = "/xmc.internal.v1.WorkUnitExecutionService/UpdateWorkUnitExecutions"
 LIST_METHOD = "/cloud.xmanager.v1.ExperimentStateService/ListWorkUnits"
-
-
-def work_unit() -> WorkUnit:
-    unit = WorkUnit()
-    unit.executable.scheduling_constraints.queue_name = "cpu-queue"
-    job = unit.executable.jobset.jobs.add(name="main", replicas=1)
-    job.spec.docker_image = "python:3.11"
-    job.spec.command.extend(["python", "train.py"])
-    job.spec.args["learning_rate"] = "0.01"
-    return unit
-
-
-def observation(round_: int, xid: int, wid: int) -> WorkUnitExecution:
-    """What the Reconciler sends for one JobSet event (times move forward each round)."""
-    execution = WorkUnitExecution()
-    status = execution.status
-    status.state = int(CYCLE[round_ % len(CYCLE)])  # type: ignore[assignment]
-    status.state_update_time.FromDatetime(T0 + timedelta(seconds=round_ + 1))
-    jobset = status.detailed_status.jobset_status
-    jobset.conditions.append(Condition(type="Suspended", status="False", reason="Resumed"))
-    jobset.replicated_jobs_status.append(
-        ReplicatedJobStatus(name="workers", ready=round_ % 3, active=2, succeeded=0, failed=0)
-    )
-    execution.metadata.type = WorkUnitExecutionMetadata.JOB_SET
-    execution.metadata.resource_name = f"xmc-{xid}-{wid}"
-    execution.metadata.namespace = "default"
-    return execution
-
-
-MASK = ("status.state", "status.detailed_status", "metadata")
 
 
 def update_request(xid: int, wids: range, round_: int) -> bytes:

@@ -13,49 +13,30 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import sys
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 import asyncpg
+from bench.workloads import CYCLE, MASK
+from bench.workloads import observation as reconciler_observation
 
 from xmc.model.merge import ExecutionUpdate
-from xmc.model.states import WorkUnitState
 from xmc.store.migrate import apply_migrations
 from xmc.store.repository import Store
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
-from xmc_api.cloud.xmanager.v1.status_pb2 import Condition, ReplicatedJobStatus
-from xmc_api.cloud.xmanager.v1.work_unit_execution_pb2 import (
-    WorkUnitExecution,
-    WorkUnitExecutionMetadata,
-)
 
 ADMIN_DSN = os.environ.get("XMC_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
-CYCLE = (WorkUnitState.SCHEDULING, WorkUnitState.STARTING, WorkUnitState.RUNNING)
 
 
 def observation(xid: int, wid: int, round_: int) -> ExecutionUpdate:
-    execution = WorkUnitExecution()
-    status = execution.status
-    status.state = int(CYCLE[round_ % len(CYCLE)])  # type: ignore[assignment]
-    status.state_update_time.FromDatetime(T0 + timedelta(seconds=round_ + 1))
-    jobset = status.detailed_status.jobset_status
-    jobset.conditions.append(Condition(type="Suspended", status="False", reason="Resumed"))
-    jobset.replicated_jobs_status.append(
-        ReplicatedJobStatus(name="workers", ready=round_ % 3, active=2, succeeded=0, failed=0)
-    )
-    execution.metadata.CopyFrom(
-        WorkUnitExecutionMetadata(
-            type=WorkUnitExecutionMetadata.JOB_SET,
-            resource_name=f"xmc-{xid}-{wid}",
-            namespace="default",
-        )
-    )
-    return ExecutionUpdate(
-        xid, wid, 1, execution, ("status.state", "status.detailed_status", "metadata")
-    )
+    return ExecutionUpdate(xid, wid, 1, reconciler_observation(round_, xid, wid), MASK)
 
 
 async def seed(dsn: str, work_units: int) -> int:

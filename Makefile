@@ -23,10 +23,11 @@ proto: $(STAMP) ## regenerate libs/xmc_api from proto/
 proto-check: $(STAMP) ## fail if libs/xmc_api is stale against proto/
 	$(PY) tools/gen_proto.py --check
 
-lint: $(STAMP) ## ruff + mypy
+lint: $(STAMP) ## ruff + mypy + import-linter (the layering contracts in pyproject.toml)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 test: $(STAMP) ## the whole test suite against the local Postgres and Redis
 	$(VENV)/bin/pytest -n 2 $(PYTEST_ARGS)

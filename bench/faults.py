@@ -59,11 +59,11 @@ import grpc
 from google.longrunning import operations_grpc_pb2
 from google.longrunning.operations_proto_pb2 import ListOperationsRequest
 
-from actuator.labels import EXECUTION_ID, jobset_name
 from tests.integration.postgres_server import PostgresServer
 from tests.integration.redis_server import RedisServer
 from tests.integration.support import forever_work_unit, minimal_work_unit
 from tests.stack import JobSetLedger, Stack, StackOptions, create_database, drop_database
+from xmc.labels import EXECUTION_ID, jobset_name
 from xmc.model.states import WorkUnitState
 from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment

@@ -32,15 +32,6 @@ import asyncpg
 import redis.asyncio as aioredis
 from prometheus_client import REGISTRY
 
-from actuator.labels import (
-    EXECUTION_ID,
-    EXPERIMENT_ID,
-    MANAGED_BY,
-    MANAGED_BY_VALUE,
-    QUEUE_NAME,
-    WORK_UNIT_ID,
-    jobset_name,
-)
 from ess.app import EssOptions, EssServer
 from ess.auth import AuthSettings
 from kubesim.resources import JOBSET
@@ -51,6 +42,15 @@ from reconciler.ess_client import EssClient
 from reconciler.observation import Source
 from xmc.config import Settings
 from xmc.kube_client import KubeClient
+from xmc.labels import (
+    EXECUTION_ID,
+    EXPERIMENT_ID,
+    MANAGED_BY,
+    MANAGED_BY_VALUE,
+    QUEUE_NAME,
+    WORK_UNIT_ID,
+    jobset_name,
+)
 from xmc.model.states import WorkUnitState
 from xmc.store.creation import NewWorkUnit
 from xmc.store.migrate import migrate

@@ -2,9 +2,10 @@
 published client's defaults (queue ``cpu-queue``, one of XMC's nine priorities) is
 admitted without any setup.
 
-``XMC_PRIORITY_CLASSES`` is the single list of XMC's WorkloadPriorityClass names and
-values (experiment priority × work-unit priority); the Actuator picks the label value
-with ``priority_class_name``.
+kubesim is a standalone emulator and imports nothing of XMC, so it keeps its own copy of
+XMC's nine WorkloadPriorityClasses (experiment priority × work-unit priority, 100 …
+900); ``tests/kubesim/test_defaults.py`` holds it equal to ``xmc.priority_classes``, the
+list the Actuator labels JobSets from.
 """
 
 from __future__ import annotations
@@ -22,8 +23,6 @@ from kubesim.resources import (
     Resource,
 )
 from kubesim.store import ObjectStore
-from xmc.priority_classes import PRIORITY_CLASS_VALUES
-from xmc.priority_classes import PRIORITY_LEVELS as PRIORITY_LEVELS
 
 DEFAULT_NAMESPACE: Final = "default"
 DEFAULT_FLAVOR: Final = "default-flavor"
@@ -41,8 +40,13 @@ def priority_class_name(experiment: str, work_unit: str) -> str:
     return name
 
 
-#: Name → value, 100 (low × low) … 900 (high × high): XMC's shared list.
-XMC_PRIORITY_CLASSES: Final[Mapping[str, int]] = PRIORITY_CLASS_VALUES
+PRIORITY_LEVELS: Final = ("low", "normal", "high")
+#: Name → value, 100 (low × low) … 900 (high × high); the experiment priority dominates.
+XMC_PRIORITY_CLASSES: Final[Mapping[str, int]] = {
+    f"xmc-priority-{experiment}-{work_unit}": 100 * (3 * e + w + 1)
+    for e, experiment in enumerate(PRIORITY_LEVELS)
+    for w, work_unit in enumerate(PRIORITY_LEVELS)
+}
 
 _QUOTA: Final = {
     "cpu": "64",

@@ -11,8 +11,8 @@ from datetime import timedelta
 import structlog
 
 from kubesim.clock import parse_offset
+from kubesim.logs import configure_logging
 from kubesim.server import KubeSim
-from xmc.logging import configure_logging
 
 KUEUE_VERSIONS = ("0.19", "0.20")
 """``--kueue-version`` values (kubesim.controllers.KueueVersion; not imported, so the API
@@ -89,5 +89,5 @@ async def serve(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    configure_logging(service="kubesim", level=args.log_level)
+    configure_logging(args.log_level)
     asyncio.run(serve(args))

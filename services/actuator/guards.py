@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from actuator import labels
+from xmc import labels
 from xmc.tasks import task_execution_id
 from xmc.timestamps import to_datetime
 from xmc_api.internal.v1.tasks_pb2 import Task

@@ -38,7 +38,6 @@ from typing import Any, Final
 
 import structlog
 
-from actuator import labels
 from actuator.errors import classify
 from actuator.guards import (
     DeleteAction,
@@ -56,6 +55,7 @@ from actuator.manifest import build_base_jobset
 from actuator.outcome import Outcome, TaskResult
 from actuator.settle import StateWrite, TaskSettler
 from actuator.validation import validate_jobset_manifest
+from xmc import labels
 from xmc.kube import KubeError, KubeFailure
 from xmc.model.states import WorkUnitState
 from xmc.store.repository import Store

@@ -26,7 +26,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-from actuator import labels
+from xmc import labels
 from xmc.tasks import task_execution_id
 from xmc.timestamps import to_datetime
 from xmc_api.cloud.xmanager.v1.resources_pb2 import ResourceSet

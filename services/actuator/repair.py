@@ -37,10 +37,10 @@ from typing import Any, Final
 
 import structlog
 
-from actuator import labels
 from actuator.guards import LiveJobSet
 from actuator.kube import JobSetClient
 from actuator.metrics import REPAIRS_TOTAL
+from xmc import labels
 from xmc.messages import backend_message
 from xmc.model.jobset import decide_work_unit_state
 from xmc.model.resume import TaskKind

@@ -22,7 +22,6 @@ from typing import Any
 
 import structlog
 
-from actuator.labels import EXPERIMENT_ID, FINALIZER, MANAGED_BY_SELECTOR
 from reconciler import metrics
 from reconciler.batcher import BatcherOptions, UpdateBatcher
 from reconciler.ess_client import (
@@ -56,6 +55,7 @@ from reconciler.watch import ChangeKind, ResourceWatcher, WatchSettings
 from xmc.health import Check
 from xmc.kube import JOBSETS, PODS, WORKLOADS, KubeError, KubeFailure
 from xmc.kube_client import KubeClient
+from xmc.labels import EXPERIMENT_ID, FINALIZER, MANAGED_BY_SELECTOR
 from xmc.model.jobset import to_work_unit_state
 from xmc.model.states import WorkUnitState
 from xmc.supervise import every, finish, supervise

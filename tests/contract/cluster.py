@@ -15,12 +15,12 @@ from typing import Any, Final, TypeVar
 import pytest
 from kubernetes_asyncio.client import ApiClient
 
-from actuator import labels
 from actuator.kube import JobSetClient
 from actuator.manifest import build_base_jobset
 from kubesim.server import KubeSim
 from reconciler.observe import finalizer_removal_patch
 from tests.contract.setup import LOCAL_QUEUE
+from xmc import labels
 from xmc.kube import JOBSETS, PODS, WORKLOADS, KubeError, KubeFailure, Resource
 from xmc.kube_client import KubeClient
 from xmc.timestamps import set_timestamp

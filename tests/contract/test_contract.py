@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from actuator import labels
 from tests.contract.cluster import (
     FINALIZER,
     HIGH,
@@ -18,6 +17,7 @@ from tests.contract.cluster import (
     condition_true,
     xmc_jobset,
 )
+from xmc import labels
 from xmc.kube import PODS, WORKLOADS
 
 Obj = dict[str, Any]

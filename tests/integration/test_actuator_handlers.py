@@ -19,7 +19,6 @@ from google.protobuf.field_mask_pb2 import FieldMask
 from google.rpc import code_pb2
 from kubernetes_asyncio.client import Configuration
 
-from actuator import labels
 from actuator.handlers import JobSetHandlers
 from actuator.kube import JobSetClient
 from actuator.manifest import build_base_jobset
@@ -28,6 +27,7 @@ from kubesim.resources import JOBSET
 from kubesim.server import KubeSim
 from tests.integration.conftest import SIGNING_KEY, Ess, metadata
 from tests.integration.support import minimal_work_unit, wait_until
+from xmc import labels
 from xmc.model.states import Severity, WorkUnitState
 from xmc.store import operations
 from xmc.store.repository import Store

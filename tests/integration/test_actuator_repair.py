@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 from kubernetes_asyncio.client import Configuration
 
-from actuator import labels
 from actuator.handlers import JobSetHandlers
 from actuator.kube import JobSetClient
 from actuator.outcome import Outcome
@@ -24,6 +23,7 @@ from kubesim.resources import JOBSET
 from kubesim.server import KubeSim
 from tests.integration.conftest import SIGNING_KEY, Ess, metadata
 from tests.integration.support import fetch_all, minimal_work_unit
+from xmc import labels
 from xmc.model.states import Severity, WorkUnitState
 from xmc.store.repository import Store
 from xmc.tasks import verify_task

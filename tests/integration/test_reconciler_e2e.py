@@ -25,13 +25,6 @@ from structlog.testing import capture_logs
 
 from actuator.app import Actuator
 from actuator.consumer import ConsumerSettings
-from actuator.labels import (
-    EXECUTION_ID,
-    EXPERIMENT_ID,
-    MANAGED_BY,
-    MANAGED_BY_VALUE,
-    WORK_UNIT_ID,
-)
 from kubesim.resources import JOBSET, POD, WORKLOAD
 from kubesim.server import KubeSim
 from reconciler import metrics
@@ -52,6 +45,13 @@ from tests.kubesim.conftest import jobset
 from xmc.config import Settings
 from xmc.kube import JOBSETS
 from xmc.kube_client import KubeClient
+from xmc.labels import (
+    EXECUTION_ID,
+    EXPERIMENT_ID,
+    MANAGED_BY,
+    MANAGED_BY_VALUE,
+    WORK_UNIT_ID,
+)
 from xmc.model.states import WorkUnitState
 from xmc.store.repository import utc_now
 from xmc_api.cloud.xmanager.v1 import api_pb2

@@ -23,7 +23,7 @@ from actuator.guards import (
     is_execution_id_aligned,
     verify_duplicate_jobset,
 )
-from actuator.labels import last_edit_label
+from xmc.labels import last_edit_label
 from xmc.timestamps import set_timestamp
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import (
     Executable,

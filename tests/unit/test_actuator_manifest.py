@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from actuator import labels
 from actuator.manifest import build_base_jobset, tpu_chips_per_host
+from xmc import labels
 from xmc.tasks import task_execution_id
 from xmc.timestamps import set_timestamp
 from xmc_api.cloud.xmanager.v1.resources_pb2 import (

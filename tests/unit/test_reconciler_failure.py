@@ -10,7 +10,6 @@ from typing import Any, Self
 
 import pytest
 
-from actuator.labels import EXECUTION_ID, EXPERIMENT_ID, FINALIZER, WORK_UNIT_ID
 from reconciler.failure import (
     MAX_TEXT,
     NOT_FAILED,
@@ -27,6 +26,7 @@ from reconciler.observe import (
     decide_finalizer,
     observe_jobset,
 )
+from xmc.labels import EXECUTION_ID, EXPERIMENT_ID, FINALIZER, WORK_UNIT_ID
 from xmc.model.merge import MessageField, StoredExecution, merge_work_unit_execution
 from xmc.model.states import WorkUnitState
 from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage

@@ -9,7 +9,6 @@ from typing import Any, Self
 
 import pytest
 
-from actuator.labels import EXECUTION_ID, EXPERIMENT_ID, FINALIZER, WORK_UNIT_ID
 from reconciler.observation import Observation, Source
 from reconciler.observe import (
     FinalizerAction,
@@ -31,6 +30,7 @@ from reconciler.observe import (
     work_unit_ids,
     workload_owner,
 )
+from xmc.labels import EXECUTION_ID, EXPERIMENT_ID, FINALIZER, WORK_UNIT_ID
 from xmc.model.jobset import NO_PODS, MappingRule, PodSummary
 from xmc.model.states import WorkUnitState
 from xmc.timestamps import set_timestamp, to_datetime

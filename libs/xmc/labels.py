@@ -1,9 +1,10 @@
 """Names XMC writes on JobSets (SPEC §7.1), kept in one place.
 
-The Reconciler selects on :data:`MANAGED_BY`, the guards of SPEC §7.2 read
-:data:`EXECUTION_ID` and :data:`LAST_EDIT`, and Kueue reads the two ``kueue.x-k8s.io``
-labels; a typo in any of them would silently break a loop, so every module imports the
-constants from here.
+They are a contract between the Actuator (which writes them), the Reconciler (which
+selects on :data:`MANAGED_BY`, reads the ids and owns :data:`FINALIZER`) and the guards of
+SPEC §7.2 (:data:`EXECUTION_ID`, :data:`LAST_EDIT`); Kueue reads the two ``kueue.x-k8s.io``
+labels. A typo in any of them would silently break a loop, so both services import the
+constants from here, in the shared library, and neither imports the other.
 """
 
 from __future__ import annotations

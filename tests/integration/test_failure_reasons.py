@@ -4,126 +4,33 @@
 or the Job's reason (``DeadlineExceeded``), once, however often the failure is observed,
 on the batched path and on the finalizer's; ``xmc wu get`` and ``xmc wu messages`` show it.
 
-Real time throughout (kubesim time scale 1), like tests/integration/test_reconciler_e2e.py,
-whose system setup this file copies in miniature.
+Real time throughout (kubesim time scale 1), on the same system as
+tests/integration/test_reconciler_e2e.py (tests/integration/system.py).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import dataclasses
 import json
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
-from actuator.app import Actuator
-from actuator.consumer import ConsumerSettings
 from kubesim.resources import JOB, JOBSET, POD
 from kubesim.server import KubeSim
-from reconciler.app import Reconciler, ReconcilerOptions
-from reconciler.batcher import BatcherOptions
-from reconciler.ess_client import EssClient
 from reconciler.failure import decide_failure_reason
-from tests.integration.conftest import REDIS_URL, SIGNING_KEY, Ess, metadata
-from tests.integration.support import WallClock, minimal_work_unit, wait_until
+from tests.integration.support import minimal_work_unit, wait_until
+from tests.integration.system import ALICE, System, running_system
 from tests.integration.test_cli import xmc
 from tests.kubesim.conftest import eventually
 from tests.kubesim.controller_support import condition_is, make_jobset, replicated_job
-from xmc.config import Settings
 from xmc.kube import JOBSETS
-from xmc.kube_client import KubeClient
 from xmc.model.states import WorkUnitState
-from xmc.store.repository import utc_now
 from xmc_api.cloud.xmanager.v1 import api_pb2
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
 from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 
 S = WorkUnitState
-ALICE = metadata("alice")
 ERROR = StructuredMessage.ERROR
-
-
-@dataclasses.dataclass
-class System:
-    ess: Ess
-    sim: KubeSim
-    kube: KubeClient
-    reconciler: Reconciler
-
-    async def state(self, name: str) -> WorkUnitState:
-        unit = await self.ess.api.GetWorkUnit(api_pb2.GetWorkUnitRequest(name=name), metadata=ALICE)
-        return S(unit.current_work_unit_execution.status.state)
-
-    async def system_message(self, name: str) -> StructuredMessage:
-        unit = await self.ess.api.GetWorkUnit(api_pb2.GetWorkUnitRequest(name=name), metadata=ALICE)
-        message: StructuredMessage = unit.current_work_unit_execution.status.system_message
-        return message
-
-    async def messages(self, name: str) -> list[tuple[int, int, str]]:
-        """(execution id, severity, text) of every status message, oldest first."""
-        found = await self.ess.api.ListStatusMessages(
-            api_pb2.ListStatusMessagesRequest(parent=name), metadata=ALICE
-        )
-        return [
-            (m.execution_id, int(m.content.severity), m.content.user_facing_text)
-            for m in found.status_messages
-        ]
-
-    def jobset(self, name: str) -> dict[str, Any] | None:
-        xid, wid = name.split("/")[1::2]
-        found: dict[str, Any] | None = self.sim.store.find(JOBSET, "default", f"xmc-{xid}-{wid}")
-        return found
-
-
-@contextlib.asynccontextmanager
-async def running_system(
-    ess_factory: Any,
-    *,
-    startup_grace: timedelta = timedelta(minutes=2),
-    flush_interval: float = 0.05,
-) -> AsyncIterator[System]:
-    ess: Ess = await ess_factory(clock=WallClock())
-    sim = KubeSim(controllers=True, time_scale=1.0)
-    await sim.start()
-    settings = Settings(
-        database_url=ess.database_url,
-        redis_url=REDIS_URL,
-        kube_url=sim.url,
-        task_signing_key=SIGNING_KEY,
-        stream_prefix=ess.names.prefix,
-        ess_target=f"127.0.0.1:{ess.server.port}",
-    )
-    actuator = Actuator(settings, ConsumerSettings(claim_idle=30.0))
-    await actuator.start()
-    runner = asyncio.create_task(actuator.run())
-    kube = await KubeClient.from_settings(settings)
-    ess_client = EssClient(settings.ess_target, token="token-reconciler")
-    reconciler = Reconciler(
-        kube,
-        ess_client,
-        identity="r1",
-        clock=utc_now,
-        options=ReconcilerOptions(
-            lease=None,
-            batcher=BatcherOptions(flush_interval=flush_interval),
-            startup_grace=startup_grace,
-            diagnostics_interval=0.2,
-            orphan_interval=3600,
-        ),
-    )
-    await reconciler.start()
-    try:
-        yield System(ess, sim, kube, reconciler)
-    finally:
-        await reconciler.stop()
-        await ess_client.close()
-        await kube.close()
-        await actuator.stop()
-        runner.cancel()
-        await sim.stop()
 
 
 def failing_unit(behavior: dict[str, Any], *, deadline_seconds: int = 0) -> WorkUnit:

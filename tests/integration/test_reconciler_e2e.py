@@ -10,8 +10,6 @@ scaled cluster clock running ahead of the ESS's once hid a stop that hung for ev
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import dataclasses
 import functools
 import json
@@ -23,26 +21,19 @@ import grpc
 import pytest
 from structlog.testing import capture_logs
 
-from actuator.app import Actuator
-from actuator.consumer import ConsumerSettings
 from kubesim.resources import JOBSET, POD, WORKLOAD
-from kubesim.server import KubeSim
 from reconciler import metrics
-from reconciler.app import Reconciler, ReconcilerOptions
-from reconciler.batcher import BatcherOptions
+from reconciler.app import Reconciler
 from reconciler.ess_client import EssClient, EssUnavailable, UpdateResult
 from reconciler.leader import LeaseSettings
-from tests.integration.conftest import REDIS_URL, SIGNING_KEY, Ess, metadata
 from tests.integration.support import (
     BuggyReads,
-    WallClock,
-    fetch_all,
     forever_work_unit,
     minimal_work_unit,
     wait_until,
 )
+from tests.integration.system import ALICE, System, running_system
 from tests.kubesim.conftest import jobset
-from xmc.config import Settings
 from xmc.kube import JOBSETS
 from xmc.kube_client import KubeClient
 from xmc.labels import (
@@ -59,8 +50,6 @@ from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 
 S = WorkUnitState
-ALICE = metadata("alice")
-SCALE = 1.0
 #: The cluster clock against the host's, for the flows where XMC's and the cluster's
 #: timestamps meet.
 OFFSETS = [
@@ -68,41 +57,6 @@ OFFSETS = [
     pytest.param(timedelta(0), id="clocks agree"),
     pytest.param(timedelta(seconds=5), id="cluster 5s ahead"),
 ]
-
-
-@dataclasses.dataclass
-class System:
-    ess: Ess
-    sim: KubeSim
-    actuator: Actuator
-    reconciler: Reconciler
-    kueue_version: str = "0.19"
-
-    async def state(self, name: str) -> WorkUnitState:
-        work_unit = await self.ess.api.GetWorkUnit(
-            api_pb2.GetWorkUnitRequest(name=name), metadata=ALICE
-        )
-        return S(work_unit.current_work_unit_execution.status.state)
-
-    async def history(self, name: str) -> list[tuple[int, WorkUnitState]]:
-        return [(eid, state) for eid, state, _at in await self.timed_history(name)]
-
-    async def timed_history(self, name: str) -> list[tuple[int, WorkUnitState, datetime]]:
-        """(eid, new state, its state_update_time) per accepted state change."""
-        xid, wid = (int(part) for part in name.split("/")[1::2])
-        rows = await fetch_all(
-            self.ess.database_url,
-            "SELECT eid, new_state, state_update_time FROM work_unit_status_history "
-            "WHERE xid = $1 AND wid = $2 ORDER BY id",
-            xid,
-            wid,
-        )
-        return [(r["eid"], S(r["new_state"]), r["state_update_time"]) for r in rows]
-
-    def jobset(self, name: str) -> dict[str, Any] | None:
-        xid, wid = name.split("/")[1::2]
-        found: dict[str, Any] | None = self.sim.store.find(JOBSET, "default", f"xmc-{xid}-{wid}")
-        return found
 
 
 @pytest.fixture
@@ -139,60 +93,6 @@ async def quiet_system(ess_factory: Any) -> AsyncIterator[System]:
     """No simulated controllers: the test writes JobSet status itself."""
     async with running_system(ess_factory, controllers=False) as started:
         yield started
-
-
-@contextlib.asynccontextmanager
-async def running_system(
-    ess_factory: Any,
-    *,
-    controllers: bool,
-    clock_offset: timedelta = timedelta(0),
-    startup_grace: timedelta = timedelta(minutes=2),
-    orphan_interval: float = 3600,
-    kueue_version: str | None = None,
-) -> AsyncIterator[System]:
-    ess: Ess = await ess_factory(clock=WallClock())
-    sim = KubeSim(
-        controllers=controllers,
-        time_scale=SCALE,
-        clock_offset=clock_offset,
-        kueue_version=kueue_version,
-    )
-    await sim.start()
-    settings = Settings(
-        database_url=ess.database_url,
-        redis_url=REDIS_URL,
-        kube_url=sim.url,
-        task_signing_key=SIGNING_KEY,
-        stream_prefix=ess.names.prefix,
-        ess_target=f"127.0.0.1:{ess.server.port}",
-    )
-    actuator = Actuator(settings, ConsumerSettings(claim_idle=30.0))
-    await actuator.start()
-    runner = asyncio.create_task(actuator.run())
-    api = await KubeClient.from_settings(settings)
-    ess_client = EssClient(settings.ess_target, token="token-reconciler")
-    reconciler = Reconciler(
-        api,
-        ess_client,
-        identity="r1",
-        clock=utc_now,  # the Reconciler's host clock, not the cluster's: as deployed
-        options=ReconcilerOptions(
-            lease=None,
-            batcher=BatcherOptions(flush_interval=0.05),
-            startup_grace=startup_grace,
-            diagnostics_interval=0.2,
-            orphan_interval=orphan_interval,
-        ),
-    )
-    await reconciler.start()
-    yield System(ess, sim, actuator, reconciler, kueue_version or "0.19")
-    await reconciler.stop()
-    await ess_client.close()
-    await api.close()
-    await actuator.stop()
-    runner.cancel()
-    await sim.stop()
 
 
 async def create(system: System, work_unit: WorkUnit | None = None, *, priority: int = 0) -> str:

@@ -12,7 +12,7 @@ What is kept is then *compacted*: JSON decoding makes a fresh string for every k
 value of every object, so 5,000 pods hold 5,000 copies of ``"lastTransitionTime"``,
 ``"True"`` and ``"jobset.sigs.k8s.io/jobset-name"``. Interning the keys and short
 values shares one copy among all of them, which more than halves each cached object
-(measured in docs/scaling.md).
+(measured in docs/reconciler.md).
 """
 
 from __future__ import annotations

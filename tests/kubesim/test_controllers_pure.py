@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from kubequantity import format_quantity, parse_quantity
 from kubesim.controllers.behavior import ContainerBehavior, parse_behaviors
 from kubesim.controllers.jobset import (
     JobPodPlan,
@@ -34,8 +35,6 @@ from kubesim.controllers.kueue import (
     admit,
     assign_flavors,
     choose_victims,
-    format_quantity,
-    parse_quantity,
     pod_requests,
     workload_name,
 )

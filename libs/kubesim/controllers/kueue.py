@@ -35,13 +35,13 @@ from __future__ import annotations
 import enum
 import hashlib
 import logging
-import re
 from collections import defaultdict
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
+from kubequantity import format_quantity, parse_quantity
 from kubesim.clock import SimClock
 from kubesim.controllers.mutate import set_status, set_suspend
 from kubesim.errors import ApiError
@@ -119,64 +119,6 @@ def quota_reserved_reason(reason: WaitReason, version: KueueVersion) -> str:
 
 
 # --- quantities -----------------------------------------------------------------------
-
-_SUFFIXES: dict[str, Decimal] = {
-    "n": Decimal("1e-9"),
-    "u": Decimal("1e-6"),
-    "m": Decimal("1e-3"),
-    "": Decimal(1),
-    "k": Decimal(10**3),
-    "M": Decimal(10**6),
-    "G": Decimal(10**9),
-    "T": Decimal(10**12),
-    "P": Decimal(10**15),
-    "E": Decimal(10**18),
-    "Ki": Decimal(2**10),
-    "Mi": Decimal(2**20),
-    "Gi": Decimal(2**30),
-    "Ti": Decimal(2**40),
-    "Pi": Decimal(2**50),
-    "Ei": Decimal(2**60),
-}
-_QUANTITY = re.compile(
-    r"(?P<number>[+-]?(?:\d+\.?\d*|\.\d+))"
-    r"(?:(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])|[eE](?P<exponent>[+-]?\d+))?"
-)
-_BINARY = [(s, int(f)) for s, f in _SUFFIXES.items() if s.endswith("i")][::-1]
-_BYTE_RESOURCES = ("memory", "storage")
-
-
-def parse_quantity(value: str | int | float) -> Decimal:
-    """A Kubernetes resource quantity (``"500m"``, ``"16Gi"``, ``"1e3"``, ``8``)."""
-    if isinstance(value, bool):
-        raise ValueError(f"invalid quantity {value!r}")
-    if isinstance(value, int | float):
-        return Decimal(str(value))
-    match = _QUANTITY.fullmatch(value.strip())
-    if match is None:
-        raise ValueError(f"invalid quantity {value!r}")
-    try:
-        number = Decimal(match["number"])
-    except InvalidOperation:
-        raise ValueError(f"invalid quantity {value!r}") from None
-    if match["exponent"] is not None:
-        return number.scaleb(int(match["exponent"]))
-    return number * _SUFFIXES[match["suffix"] or ""]
-
-
-def format_quantity(value: Decimal, resource: str = "") -> str:
-    """Canonical-looking text: ``16Gi`` for byte resources, ``500m``, ``4``."""
-    if value == value.to_integral_value():
-        number = int(value)
-        if number and resource.endswith(_BYTE_RESOURCES):
-            for suffix, factor in _BINARY:
-                if number % factor == 0:
-                    return f"{number // factor}{suffix}"
-        return str(number)
-    milli = value * 1000
-    if milli == milli.to_integral_value():
-        return f"{int(milli)}m"
-    return format(value.normalize(), "f")
 
 
 def _quantity_or_zero(value: Any) -> Decimal:

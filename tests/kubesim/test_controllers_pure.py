@@ -13,16 +13,14 @@ import pytest
 
 from kubequantity import format_quantity, parse_quantity
 from kubesim.controllers.behavior import ContainerBehavior, parse_behaviors
-from kubesim.controllers.jobset import (
+from kubesim.controllers.job import (
     JobPodPlan,
-    JobSetStep,
     format_indexes,
     job_status,
     plan_job_pods,
-    plan_jobset,
     replaces_terminating_pods,
-    replicated_job_statuses,
 )
+from kubesim.controllers.jobset_plan import JobSetStep, plan_jobset, replicated_job_statuses
 from kubesim.controllers.kubelet import pod_status_at
 from kubesim.controllers.kueue import (
     ClusterQueueModel,

@@ -57,15 +57,9 @@ from kubesim.resources import (
 )
 from kubesim.store import Event, ObjectStore, rfc3339
 
-from .jobset import (
-    QUEUE_NAME_LABEL,
-    condition,
-    condition_true,
-    controller_ref,
-    jobset_finished,
-    pods_per_job,
-    set_condition,
-)
+from .conditions import condition, condition_true, controller_ref, set_condition
+from .job import pods_per_job
+from .jobset_plan import QUEUE_NAME_LABEL, jobset_finished
 
 log = logging.getLogger(__name__)
 

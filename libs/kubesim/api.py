@@ -763,7 +763,7 @@ def decode_continue(token: str) -> tuple[int, tuple[str, str]]:
 def _pending_workloads(store: ObjectStore, cluster_queue: str) -> list[Obj]:
     """From the Kueue simulator (imported here so the API alone never needs it)."""
     try:
-        from kubesim.controllers.kueue import pending_workloads
+        from kubesim.controllers.kueue.visibility import pending_workloads
     except ImportError:
         raise ApiError(503, "ServiceUnavailable", "the Kueue simulator is not available") from None
     return pending_workloads(store, cluster_queue)

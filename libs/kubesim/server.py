@@ -96,7 +96,7 @@ class KubeSim:
 
     async def _start_controllers(self) -> None:
         from kubesim.controllers import Controllers, ControllerSettings, KueueVersion
-        from kubesim.controllers.kueue import default_jobset_create, validate_jobset_update
+        from kubesim.controllers.kueue.webhooks import default_jobset_create, validate_jobset_update
         from kubesim.defaults import install_defaults
 
         settings = self._controller_settings or ControllerSettings(time_scale=self.clock.scale)

@@ -22,7 +22,9 @@ from kubesim.controllers.job import (
 )
 from kubesim.controllers.jobset_plan import JobSetStep, plan_jobset, replicated_job_statuses
 from kubesim.controllers.kubelet import pod_status_at
-from kubesim.controllers.kueue import (
+from kubesim.controllers.kueue.admission import admit
+from kubesim.controllers.kueue.flavors import assign_flavors
+from kubesim.controllers.kueue.model import (
     ClusterQueueModel,
     FlavorQuota,
     PodSetRequest,
@@ -30,12 +32,10 @@ from kubesim.controllers.kueue import (
     QueueState,
     ResourceGroup,
     Verdict,
-    admit,
-    assign_flavors,
-    choose_victims,
-    pod_requests,
-    workload_name,
 )
+from kubesim.controllers.kueue.parse import pod_requests
+from kubesim.controllers.kueue.preemption import choose_victims
+from kubesim.controllers.kueue.workload import workload_name
 
 NOW = "2026-01-02T03:04:05Z"
 T0 = datetime(2026, 1, 2, 3, 0, 0, tzinfo=UTC)

@@ -14,12 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from .conditions import annotations_of, condition_true, controller_ref, labels_of, set_condition
-from .job_failure import (
-    backoff_record,
-    fail_job_message,
-    match_pod_failure_policy,
-    replacement_due,
-)
+from .job_failure import backoff_record, fail_job_message, match_pod_failure_policy, replacement_due
 
 Obj = dict[str, Any]
 

@@ -17,7 +17,7 @@ from kubesim.controllers.behavior import ContainerBehavior, parse_behaviors
 from kubesim.controllers.job import job_status, plan_job_pods
 from kubesim.controllers.jobset_failure import first_failed_job
 from kubesim.controllers.jobset_plan import plan_jobset
-from kubesim.controllers.kubelet import pod_status_at
+from kubesim.controllers.pod_status import pod_status_at
 from kubesim.resources import JOB, JOBSET
 from tests.kubesim.controller_support import (
     condition_is,

@@ -21,7 +21,6 @@ from kubesim.controllers.job import (
     replaces_terminating_pods,
 )
 from kubesim.controllers.jobset_plan import JobSetStep, plan_jobset, replicated_job_statuses
-from kubesim.controllers.kubelet import pod_status_at
 from kubesim.controllers.kueue.admission import admit
 from kubesim.controllers.kueue.flavors import assign_flavors
 from kubesim.controllers.kueue.model import (
@@ -36,6 +35,7 @@ from kubesim.controllers.kueue.model import (
 from kubesim.controllers.kueue.parse import pod_requests
 from kubesim.controllers.kueue.preemption import choose_victims
 from kubesim.controllers.kueue.workload import workload_name
+from kubesim.controllers.pod_status import pod_status_at
 
 NOW = "2026-01-02T03:04:05Z"
 T0 = datetime(2026, 1, 2, 3, 0, 0, tzinfo=UTC)

@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from kubesim.clock import SimClock
+from kubesim.events import Event, Subscription
 from kubesim.resources import Resource
-from kubesim.store import Event, ObjectStore, Subscription
+from kubesim.store import ObjectStore
 
 from .jobset import JobSetController
 from .kubelet import Kubelet

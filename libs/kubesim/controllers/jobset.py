@@ -49,12 +49,13 @@ from collections.abc import Hashable, Iterable
 from datetime import datetime
 from typing import Any
 
-from kubesim.clock import SimClock
+from kubesim.clock import SimClock, rfc3339
 from kubesim.controllers.mutate import set_status, set_suspend
 from kubesim.errors import ApiError
+from kubesim.events import Event
 from kubesim.resources import JOB, JOBSET, POD, Resource
 from kubesim.selectors import Requirement
-from kubesim.store import Event, ObjectStore, rfc3339
+from kubesim.store import ObjectStore
 
 from .conditions import controlled_by, labels_of
 from .job import active_deadline, build_pod, job_status, plan_job_pods

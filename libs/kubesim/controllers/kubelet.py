@@ -33,11 +33,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from kubesim.clock import SimClock
+from kubesim.clock import SimClock, rfc3339
 from kubesim.controllers.mutate import set_status
 from kubesim.errors import ApiError
+from kubesim.events import Event
 from kubesim.resources import POD, Resource
-from kubesim.store import Event, ObjectStore, rfc3339
+from kubesim.store import ObjectStore
 
 from .behavior import ContainerBehavior, parse_behaviors
 from .pod_status import TERMINAL_PHASES, pod_status_at

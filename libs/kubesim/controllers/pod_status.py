@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from kubesim.store import rfc3339
+from kubesim.clock import rfc3339
 
 from .behavior import ERR_IMAGE_PULL, IMAGE_PULL_BACKOFF, ContainerBehavior
 

@@ -9,11 +9,12 @@ import logging
 from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
-from kubesim.clock import SimClock
+from kubesim.clock import SimClock, rfc3339
 from kubesim.controllers.conditions import condition, condition_true, set_condition
 from kubesim.controllers.jobset_plan import QUEUE_NAME_LABEL, jobset_finished
 from kubesim.controllers.mutate import set_status, set_suspend
 from kubesim.errors import ApiError
+from kubesim.events import Event
 from kubesim.resources import (
     CLUSTER_QUEUE,
     EVENT,
@@ -24,7 +25,7 @@ from kubesim.resources import (
     WORKLOAD_PRIORITY_CLASS,
     Resource,
 )
-from kubesim.store import Event, ObjectStore, rfc3339
+from kubesim.store import ObjectStore
 
 from .admission import admit, pending_by_cluster_queue
 from .model import QueuedWorkload, QueueState

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from kubesim.api import ApiContext, build_app
+from kubesim.api.app import build_app
+from kubesim.api.context import ApiContext
 from kubesim.clock import SimClock
 from kubesim.faults import Faults
 from kubesim.resources import JOBSET

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from kubesim.api import (
+from kubesim.api.decode import (
     Target,
     decode_continue,
     delete_options,

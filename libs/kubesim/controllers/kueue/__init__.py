@@ -31,7 +31,8 @@ of the Workloads it admits, standing in for MultiKueue.
 
 Modules, pure unless marked: ``vocabulary`` (labels, versions, waiting reasons), ``model``
 (the scheduling model), ``flavors``, ``preemption`` and ``admission`` (one scheduling
-cycle), ``parse`` (API objects into the model), ``status`` (status writers), ``workload``
-(a JobSet's Workload), ``visibility`` (pending positions, read from the store),
-``webhooks`` (Kueue's JobSet webhooks) and ``controller`` (the shell).
+cycle), ``parse`` (API objects into the model; its ``queue_state`` reads the store),
+``status`` (status writers), ``workload`` (a JobSet's Workload), ``visibility`` (pending
+positions, read from the store), ``webhooks`` (Kueue's JobSet webhooks) and
+``controller`` (the shell).
 """

@@ -1,5 +1,5 @@
-"""API objects into the scheduling model — pure: Workloads (with their pods' effective
-requests), ClusterQueues and the queue topology.
+"""API objects into the scheduling model: Workloads (with their pods' effective requests)
+and ClusterQueues — pure — and the queue topology read from the store (``queue_state``).
 """
 
 from __future__ import annotations

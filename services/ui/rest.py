@@ -28,6 +28,7 @@ from ui.http_rules import (
     path_prefixes,
     resolve,
     routes_from_service,
+    rules_table,
 )
 from ui.transcode import (
     DETAILS_KEY,
@@ -175,3 +176,7 @@ def rest_routes(
 def add_rest_routes(app: web.Application, channel: grpc.aio.Channel) -> None:
     """The dashboard's hook (``ui.app``): the REST face on the app's listener."""
     app.add_routes(rest_routes(channel))
+
+
+if __name__ == "__main__":  # the route table of docs/rest.md
+    print(rules_table(routes_from_service(ESS_SERVICE)), end="")

@@ -145,6 +145,18 @@ def _query_field(descriptor: Descriptor, key: str) -> tuple[list[str], FieldDesc
     return path, fd
 
 
+def _json_names(descriptor: Descriptor, path: Sequence[str]) -> list[str]:
+    """Proto-name path → lowerCamelCase path, the names json_format's errors then use."""
+    names: list[str] = []
+    current: Descriptor | None = descriptor
+    for part in path:
+        assert current is not None
+        fd = current.fields_by_name[part]
+        names.append(fd.json_name)
+        current = fd.message_type
+    return names
+
+
 def _covered(path: Sequence[str], excluded: Iterable[str]) -> str | None:
     dotted = ".".join(path)
     for taken in excluded:
@@ -157,7 +169,7 @@ def query_json(
     descriptor: Descriptor, pairs: Iterable[tuple[str, str]], excluded: Iterable[str] = ()
 ) -> dict[str, Any]:
     """Query parameters (``a.b=v``, a repeated field by repetition) as a nested JSON dict by
-    proto field names. ``excluded`` are field paths the path or the body sets."""
+    JSON field names. ``excluded`` are (proto-name) field paths the path or the body sets."""
     grouped: dict[str, list[str]] = {}
     for key, value in pairs:
         grouped.setdefault(key, []).append(value)
@@ -165,6 +177,7 @@ def query_json(
     seen: dict[str, str] = {}
     for key, values in grouped.items():
         path, fd = _query_field(descriptor, key)
+        json_path = _json_names(descriptor, path)
         taken = _covered(path, excluded)
         if taken is not None:
             raise RequestError(f"query parameter {key}: {taken} is set by the path or body")
@@ -176,9 +189,9 @@ def query_json(
             raise RequestError(f"query parameter {key} given {len(values)} times")
         leaves = [_leaf_value(fd, key, value) for value in values]
         node = out
-        for part in path[:-1]:
+        for part in json_path[:-1]:
             node = node.setdefault(part, {})
-        node[path[-1]] = leaves if fd.is_repeated else leaves[0]
+        node[json_path[-1]] = leaves if fd.is_repeated else leaves[0]
     return out
 
 

@@ -75,14 +75,14 @@ def error_response(
 
 async def _payload(request: web.Request, route: HttpRoute) -> Any:
     """The decoded JSON body; None when the route takes none or the body is empty."""
-    text = (await request.text()) if request.can_read_body else ""
-    if not text.strip():
+    raw = (await request.read()) if request.can_read_body else b""
+    if not raw.strip():
         return {} if route.body == "*" else None
     if not route.body:
         raise RequestError(f"{route.http_method} {route.template.text} takes no request body")
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as error:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise RequestError(f"the request body is not valid JSON: {error}") from None
 
 

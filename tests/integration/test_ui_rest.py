@@ -189,6 +189,7 @@ async def test_authentication_is_the_callers(http: Http) -> None:
 BAD_REQUESTS: list[tuple[str, str, str, dict[str, Any], str]] = [
     ("unknown-field", "POST", "/v1/experiments", {"json": {"titel": "x"}}, "titel"),
     ("malformed-json", "POST", "/v1/experiments", {"data": "{not json"}, "not valid JSON"),
+    ("not-utf-8", "POST", "/v1/experiments", {"data": b'{"title": "\xff"}'}, "not valid JSON"),
     ("wrong-type", "POST", "/v1/experiments", {"json": {"title": ["x"]}}, "title"),
     ("unknown-parameter", "GET", "/v1/experiments", {"params": {"pageSise": "5"}}, "pageSise"),
     ("bad-number", "GET", "/v1/experiments", {"params": {"pageSize": "many"}}, "pageSize"),

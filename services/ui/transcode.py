@@ -134,13 +134,13 @@ def _query_field(descriptor: Descriptor, key: str) -> tuple[list[str], FieldDesc
             raise RequestError(f"unknown query parameter {key}: {current.full_name} has no {part}")
         path.append(fd.name)
         message = fd.message_type
+        if message is not None and message.full_name not in SCALAR_MESSAGES and fd.is_repeated:
+            kind = "a map" if message.GetOptions().map_entry else "a list of messages"
+            raise RequestError(f"query parameter {key}: {fd.name} is {kind}; use a JSON body")
         scalar = message is None or message.full_name in SCALAR_MESSAGES
-        current = None if scalar or fd.is_repeated else message
+        current = None if scalar else message
     assert fd is not None  # a split always has one part
-    message = fd.message_type
-    if (message is not None and message.GetOptions().map_entry) or (
-        message is not None and message.full_name not in SCALAR_MESSAGES
-    ):
+    if current is not None:
         raise RequestError(f"query parameter {key}: set its subfields ({key}.<field>) instead")
     return path, fd
 

@@ -388,6 +388,10 @@ def test_query_json_errors(
 def test_query_message_fields_and_bools() -> None:
     with pytest.raises(RequestError, match="set its subfields"):
         query_json(UPDATE_WORK_UNIT, [("workUnit", "x")])
+    with pytest.raises(RequestError, match="jobs is a list of messages; use a JSON body"):
+        query_json(UPDATE_WORK_UNIT, [("workUnit.executable.jobset.jobs.name", "x")])
+    with pytest.raises(RequestError, match="labels is a map; use a JSON body"):
+        query_json(UPDATE_WORK_UNIT, [("workUnit.executable.jobset.labels", "x")])
     with pytest.raises(RequestError, match="work_unit is set by the path or body"):
         query_json(UPDATE_WORK_UNIT, [("workUnit.notes", "x")], ["work_unit"])
     with pytest.raises(RequestError, match=r"work_unit\.name is set"):

@@ -21,9 +21,10 @@ from xmc.config import Settings
 from xmc.errors import InvalidArgumentError
 from xmc.health import Check, probe
 from xmc.redis_client import connect_redis
-from xmc.store.repository import Store, utc_now, wait_for_postgres
+from xmc.store.repository import Store, wait_for_postgres
 from xmc.streams import StreamNames
 from xmc.supervise import supervise
+from xmc.timestamps import utc_now
 
 log = structlog.get_logger()
 

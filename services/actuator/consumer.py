@@ -47,7 +47,6 @@ to ``stop_timeout`` seconds, then cancels the rest; they stay pending and are re
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import os
 import random
@@ -63,11 +62,11 @@ from typing import Any, Final, Protocol
 import structlog
 from redis.exceptions import ResponseError
 
-from actuator.errors import ErrorClass, RetryAction, RetryPolicy, decide_retry
 from actuator.metrics import DLQ_TOTAL, RECLAIMED_TOTAL, TASK_SECONDS, TASKS_TOTAL
 from actuator.outcome import Outcome, TaskHandler, TaskResult
 from actuator.settle import TaskSettler
 from xmc.model.resume import TaskKind
+from xmc.retry import ErrorClass, RetryAction, RetryPolicy, decide_retry, sleep_or_stop
 from xmc.store.repository import Store
 from xmc.streams import (
     ACTUATOR_GROUP,
@@ -328,11 +327,11 @@ class TaskConsumer:
                 if failure is ReadFailure.GROUP_GONE:
                     group_ready = False  # the stream or group was deleted under us
                     continue
-                await self._pause_after_redis_error()
+                await sleep_or_stop(self._stopping, self._settings.redis_backoff)
                 continue
             except REDIS_UNAVAILABLE as exc:
                 log.warning("task stream unavailable", error=str(exc))
-                await self._pause_after_redis_error()
+                await sleep_or_stop(self._stopping, self._settings.redis_backoff)
                 continue
             now = self._monotonic()
             for _stream, entries in reply or []:
@@ -347,10 +346,6 @@ class TaskConsumer:
         if self._stopping.is_set():
             return 0
         return self._settings.concurrency - len(self._held)
-
-    async def _pause_after_redis_error(self) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stopping.wait(), self._settings.redis_backoff)
 
     # --- claiming -------------------------------------------------------------------
 
@@ -504,7 +499,7 @@ class TaskConsumer:
             log.warning(decision.reason, cause=result.reason, delay=decision.delay)
             if decision.action != RetryAction.RETRY:
                 return result, False
-            if not await self._backoff(decision.delay):
+            if await sleep_or_stop(self._stopping, decision.delay, sleep=self._sleep):
                 return result, True
             attempt += 1
 
@@ -522,17 +517,6 @@ class TaskConsumer:
         except Exception as exc:
             log.exception("task handling raised; treating it as transient")
             return TaskResult(Outcome.RETRY, f"{type(exc).__name__}: {exc}", code="UNKNOWN")
-
-    async def _backoff(self, delay: float) -> bool:
-        """Sleep ``delay``; False when stopping cut it short (the entry is then released)."""
-        sleeper = asyncio.ensure_future(self._sleep(delay))
-        stopper = asyncio.ensure_future(self._stopping.wait())
-        try:
-            await asyncio.wait({sleeper, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            sleeper.cancel()
-            stopper.cancel()
-        return not self._stopping.is_set()
 
     async def _settle(
         self, delivery: Delivery, task: Task, result: TaskResult, *, interrupted: bool

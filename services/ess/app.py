@@ -36,9 +36,10 @@ from xmc.model.outbox import RelaySettings
 from xmc.redis_client import connect_redis
 from xmc.store import operations, outbox, scheduling
 from xmc.store.migrate import migrate
-from xmc.store.repository import Store, utc_now, wait_for_postgres
+from xmc.store.repository import Store, wait_for_postgres
 from xmc.streams import StreamNames, TaskPublisher
 from xmc.supervise import finish, supervise
+from xmc.timestamps import utc_now
 from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
 from xmc_api.internal.v1 import (
     executions_pb2,

@@ -25,7 +25,7 @@ from __future__ import annotations
 import hmac
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Final
 
@@ -33,6 +33,7 @@ import jwt
 from jwt.algorithms import get_default_algorithms, has_crypto
 
 from xmc.errors import InvalidArgumentError, PermissionDeniedError, UnauthenticatedError
+from xmc.timestamps import utc_now
 from xmc_api.cloud.xmanager.v1.xid_pb2 import XidAcls
 
 AUTHORIZATION: Final = "authorization"
@@ -116,14 +117,10 @@ class AuthSettings:
             _load_public_key(self.public_key_pem)
 
 
-def _utc_now() -> datetime:
-    return datetime.now(UTC)
-
-
 class Authenticator:
     """Turns gRPC invocation metadata into an :class:`Identity` or UnauthenticatedError."""
 
-    def __init__(self, settings: AuthSettings, *, clock: Callable[[], datetime] = _utc_now) -> None:
+    def __init__(self, settings: AuthSettings, *, clock: Callable[[], datetime] = utc_now) -> None:
         self._settings = settings
         self._clock = clock
         # Lowercased again here so settings built in code (not from_env) behave the same.

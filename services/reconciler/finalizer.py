@@ -16,7 +16,6 @@ after a backoff, since a task that died would hold the JobSet's deletion for goo
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
@@ -37,6 +36,7 @@ from reconciler.observe import FinalizerAction, decide_finalizer, finalizer_remo
 from xmc.kube import JOBSETS, KubeError, KubeFailure
 from xmc.kube_client import KubeClient
 from xmc.model.states import WorkUnitState
+from xmc.retry import Backoffs, sleep_or_stop
 from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
 
 log = structlog.get_logger()
@@ -46,7 +46,7 @@ Obj = dict[str, Any]
 DescribeFailure = Callable[[Obj], Awaitable[StructuredMessage | None]]
 
 #: Seconds between attempts; the last repeats.
-BACKOFF: Final = (0.2, 0.5, 1.0, 2.0, 5.0)
+BACKOFF: Final = Backoffs((0.2, 0.5, 1.0, 2.0, 5.0))
 
 
 class _Step(enum.Enum):
@@ -98,17 +98,15 @@ class Finalizer:
     async def _finalize(self, name: str) -> None:
         """Write the terminal state synchronously, then remove our finalizer; retry every
         failure with backoff, and after ``max_retry_age`` remove it anyway."""
-        failed, attempt = False, 0
+        failed, failures = False, 0
         while not self._stopping.is_set():
             step = await self._attempt(name, last_write_failed=failed)
             if step is _Step.DONE:
                 return
             if step is not _Step.FAILED:
                 failed = step is _Step.WRITE_FAILED
-            delay = BACKOFF[min(attempt, len(BACKOFF) - 1)]
-            attempt += 1
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), timeout=delay)
+            failures += 1
+            await sleep_or_stop(self._stopping, BACKOFF.after(failures))
 
     async def _attempt(self, name: str, *, last_write_failed: bool) -> _Step:
         """One pass, every failure classified into the step that follows it."""

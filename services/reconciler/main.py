@@ -7,7 +7,6 @@ import asyncio
 import os
 import socket
 import uuid
-from datetime import UTC, datetime
 
 import structlog
 
@@ -19,10 +18,7 @@ from xmc.health import OpsServer
 from xmc.kube_client import KubeClient
 from xmc.logging import configure_logging
 from xmc.supervise import run_service, supervise
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
+from xmc.timestamps import utc_now
 
 
 async def _serve(
@@ -34,7 +30,7 @@ async def _serve(
 ) -> None:
     api = await KubeClient.from_settings(settings)
     ess = EssClient.from_env(settings.ess_target)
-    reconciler = Reconciler(api, ess, identity=identity, clock=_now, options=options)
+    reconciler = Reconciler(api, ess, identity=identity, clock=utc_now, options=options)
     ops = OpsServer(metrics_listen, reconciler.readiness)
     try:
         port = await ops.start()

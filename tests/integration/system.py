@@ -24,7 +24,7 @@ from tests.integration.support import WallClock, fetch_all
 from xmc.config import Settings
 from xmc.kube_client import KubeClient
 from xmc.model.states import WorkUnitState
-from xmc.store.repository import utc_now
+from xmc.timestamps import utc_now
 from xmc_api.cloud.xmanager.v1 import api_pb2
 from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
 

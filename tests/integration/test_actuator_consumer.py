@@ -29,7 +29,6 @@ from actuator.consumer import (
     TaskConsumer,
     decide_settlement,
 )
-from actuator.errors import RetryPolicy
 from actuator.outcome import Outcome, TaskResult
 from actuator.pause import WRITER, PauseAction, PauseFlag, TaskPauseHandler, decide_pause
 from tests.integration.conftest import SIGNING_KEY, Ess, EssFactory, metadata
@@ -37,6 +36,7 @@ from tests.integration.redis_cluster import LocalRedisCluster
 from tests.integration.support import fetch_all, wait_until
 from tests.integration.test_ess_internal import experiment_with_work_units, stream_tasks
 from xmc.model.states import WorkUnitState
+from xmc.retry import RetryPolicy
 from xmc.store.repository import Store
 from xmc.streams import ACTUATOR_GROUP, TaskPublisher
 from xmc_api.cloud.xmanager.v1 import api_pb2

@@ -17,10 +17,10 @@ from actuator.kube import JobSetClient
 from actuator.pause import PauseFlag, TaskPauseHandler
 from actuator.repair import RepairSettings, RepairSweep
 from actuator.settle import TaskSettler
-from xmc.config import Settings
 from xmc.errors import InvalidArgumentError
 from xmc.health import Check, probe
 from xmc.redis_client import connect_redis
+from xmc.settings import Settings
 from xmc.store.repository import Store, wait_for_postgres
 from xmc.streams import StreamNames
 from xmc.supervise import supervise

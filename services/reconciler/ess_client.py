@@ -7,14 +7,13 @@ same bytes cannot help. Every call carries a deadline, so a hung ESS looks unava
 instead of stalling a flush slot forever.
 
 Identity: the internal write RPC accepts only service identities (SPEC §2.4); the bearer
-token comes from ``XMC_SERVICE_TOKEN`` (see :meth:`EssClient.from_env`).
+token comes from ``XMC_SERVICE_TOKEN`` (``xmc.settings.ServiceClientSettings``).
 """
 
 from __future__ import annotations
 
 import enum
-import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Final
 
 import grpc
@@ -147,15 +146,6 @@ class EssClient:
         self._deadline = deadline
         self._executions = executions_pb2_grpc.WorkUnitExecutionServiceStub(self._channel)
         self._api = api_pb2_grpc.ExperimentStateServiceStub(self._channel)
-
-    @classmethod
-    def from_env(
-        cls, target: str, *, env: Mapping[str, str] | None = None, tls: bool = False
-    ) -> EssClient:
-        """Bearer token from ``XMC_SERVICE_TOKEN`` (unset = no token: only works with
-        ``XMC_AUTH_DISABLED`` on the ESS side)."""
-        env = os.environ if env is None else env
-        return cls(target, token=env.get("XMC_SERVICE_TOKEN") or None, tls=tls)
 
     async def update(
         self, observations: Sequence[Observation], *, writer: str

@@ -25,9 +25,9 @@ from tests.integration.redis_cluster import LocalRedisCluster
 from tests.integration.redis_server import RedisServer
 from tests.integration.support import forever_work_unit, wait_until
 from tests.stack import JobSetLedger, StackOptions
-from xmc.config import Settings
 from xmc.model.states import WorkUnitState
 from xmc.redis_client import connect_redis, server_run_id
+from xmc.settings import Settings
 from xmc.streams import ACTUATOR_GROUP, StreamNames, TaskPublisher, hash_tag
 from xmc_api.cloud.xmanager.v1 import api_pb2
 from xmc_api.internal.v1.tasks_pb2 import Task

@@ -21,16 +21,15 @@ import pytest
 from prometheus_client import REGISTRY
 from redis.exceptions import ResponseError
 
-from actuator.consumer import (
-    REASON_MAX_DELIVERIES,
-    REASON_PERMANENT,
-    ConsumerSettings,
-    Settlement,
-    TaskConsumer,
-    decide_settlement,
-)
+from actuator.consumer import ConsumerSettings, TaskConsumer
 from actuator.outcome import Outcome, TaskResult
 from actuator.pause import WRITER, PauseAction, PauseFlag, TaskPauseHandler, decide_pause
+from actuator.settlement import (
+    REASON_MAX_DELIVERIES,
+    REASON_PERMANENT,
+    Settlement,
+    decide_settlement,
+)
 from tests.integration.conftest import SIGNING_KEY, Ess, EssFactory, metadata
 from tests.integration.redis_cluster import LocalRedisCluster
 from tests.integration.support import fetch_all, wait_until

@@ -74,13 +74,13 @@ def scheduling() -> None:
 
 
 def print_scheduling(client: Client, state: scheduling_pb2.SchedulingState) -> None:
-    if client.json:
-        client.emit(
-            json_format.MessageToDict(
-                state, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
-            )
-        )
-        return
+    data = json_format.MessageToDict(
+        state, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+    )
+    client.show(data, lambda: _print_scheduling_table(state))
+
+
+def _print_scheduling_table(state: scheduling_pb2.SchedulingState) -> None:
     rows = [
         ["paused", str(state.paused).lower()],
         ["reason", state.reason],

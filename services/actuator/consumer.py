@@ -148,7 +148,7 @@ class TaskConsumer:
             max_deliveries=settings.max_deliveries, clock=clock,
         )  # fmt: skip
         self._lanes = Lanes(
-            handler, self._settler, max_deliveries=settings.max_deliveries,
+            handler=handler, settler=self._settler, max_deliveries=settings.max_deliveries,
             retry=settings.retry, pause=pause, admission=admission, spawn=self._spawn,
             release=self._release, stopping=self._stopping, sleep=sleep, jitter=jitter,
             monotonic=monotonic,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import structlog
@@ -47,39 +48,27 @@ class Admission(Protocol):
     async def admit(self, task: Task) -> TaskResult | None: ...
 
 
+@dataclass(kw_only=True)
 class Lanes:
     """The consumer's lanes; ``spawn`` runs a lane as one of the consumer's workers and
     ``release`` frees an entry's slot once it is settled (or left pending)."""
 
-    def __init__(
-        self,
-        handler: TaskHandler,
-        settler: EntrySettler,
-        *,
-        max_deliveries: int,
-        retry: RetryPolicy,
-        pause: PauseGate | None,
-        admission: Admission | None,
-        spawn: Callable[[Awaitable[None]], None],
-        release: Callable[[Delivery], None],
-        stopping: asyncio.Event,
-        sleep: Sleep,
-        jitter: Callable[[], float],
-        monotonic: Callable[[], float],
-    ) -> None:
-        self._handler = handler
-        self._settler = settler
-        self._max_deliveries = max_deliveries
-        self._retry = retry
-        self._pause = pause
-        self._admission = admission
-        self._spawn = spawn
-        self._release = release
-        self._stopping = stopping
-        self._sleep = sleep
-        self._jitter = jitter
-        self._monotonic = monotonic
-        self._lanes: dict[WorkUnitKey, deque[tuple[Delivery, Task]]] = {}
+    handler: TaskHandler
+    settler: EntrySettler
+    max_deliveries: int
+    retry: RetryPolicy
+    pause: PauseGate | None
+    admission: Admission | None
+    spawn: Callable[[Awaitable[None]], None]
+    release: Callable[[Delivery], None]
+    #: The consumer's stop: cuts a retry's backoff short.
+    stopping: asyncio.Event
+    sleep: Sleep
+    jitter: Callable[[], float]
+    monotonic: Callable[[], float]
+    _lanes: dict[WorkUnitKey, deque[tuple[Delivery, Task]]] = field(
+        default_factory=dict, init=False, repr=False
+    )
 
     def add(self, delivery: Delivery, task: Task) -> None:
         """Queue a verified task behind the others of its work unit."""
@@ -87,7 +76,7 @@ class Lanes:
         lane = self._lanes.get(key)
         if lane is None:
             lane = self._lanes[key] = deque()
-            self._spawn(self._run_lane(key, lane))
+            self.spawn(self._run_lane(key, lane))
         lane.append((delivery, task))
 
     async def _run_lane(self, key: WorkUnitKey, lane: deque[tuple[Delivery, Task]]) -> None:
@@ -111,22 +100,22 @@ class Lanes:
             entry_id=delivery.entry_id,
         ):
             try:
-                if delivery.deliveries > self._max_deliveries:
-                    await self._settler.give_up(
+                if delivery.deliveries > self.max_deliveries:
+                    await self.settler.give_up(
                         delivery, task, MAX_DELIVERIES_CODE, "never finished"
                     )
                     TASKS_TOTAL.labels(kind, REASON_MAX_DELIVERIES).inc()
                     return
                 result, interrupted = await self._handle_with_retries(task)
-                await self._settler.settle(delivery, task, result, interrupted=interrupted)
+                await self.settler.settle(delivery, task, result, interrupted=interrupted)
                 TASKS_TOTAL.labels(kind, result.outcome.value).inc()
             except Exception:
                 # Redis or Postgres failed while settling: the entry stays pending and is
                 # reclaimed, which is safe because every step is idempotent.
                 log.exception("could not settle task; leaving it pending")
             finally:
-                TASK_SECONDS.labels(kind).observe(self._monotonic() - delivery.received)
-                self._release(delivery)
+                TASK_SECONDS.labels(kind).observe(self.monotonic() - delivery.received)
+                self.release(delivery)
 
     async def _handle_with_retries(self, task: Task) -> tuple[TaskResult, bool]:
         """The final result, and whether a stop interrupted the retries."""
@@ -136,25 +125,25 @@ class Lanes:
             if result.outcome != Outcome.RETRY:
                 return result, False
             error = ErrorClass(result.code, permanent=False, retry_after=result.retry_after)
-            decision = decide_retry(error, attempt, policy=self._retry, jitter=self._jitter)
+            decision = decide_retry(error, attempt, policy=self.retry, jitter=self.jitter)
             log.warning(decision.reason, cause=result.reason, delay=decision.delay)
             if decision.action != RetryAction.RETRY:
                 return result, False
-            if await sleep_or_stop(self._stopping, decision.delay, sleep=self._sleep):
+            if await sleep_or_stop(self.stopping, decision.delay, sleep=self.sleep):
                 return result, True
             attempt += 1
 
     async def _attempt(self, task: Task) -> TaskResult:
         try:
-            if self._admission is not None:
-                settled = await self._admission.admit(task)
+            if self.admission is not None:
+                settled = await self.admission.admit(task)
                 if settled is not None:
                     return settled
-            if self._pause is not None:
-                parked = await self._pause.park_if_paused(task)
+            if self.pause is not None:
+                parked = await self.pause.park_if_paused(task)
                 if parked is not None:
                     return parked
-            return await self._handler.handle(task)
+            return await self.handler.handle(task)
         except Exception as exc:
             log.exception("task handling raised; treating it as transient")
             return TaskResult(Outcome.RETRY, f"{type(exc).__name__}: {exc}", code="UNKNOWN")

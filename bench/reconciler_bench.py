@@ -55,6 +55,7 @@ from xmc.store.creation import NewWorkUnit
 from xmc.store.migrate import migrate
 from xmc.store.repository import Store
 from xmc.streams import hash_tag
+from xmc.timestamps import utc_now
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 
@@ -413,7 +414,7 @@ async def main() -> None:
             api,
             ess_client,
             identity="bench",
-            clock=lambda: datetime.now(UTC),
+            clock=utc_now,
             options=ReconcilerOptions(
                 lease=None, batcher=batcher, orphan_interval=3600, diagnostics_interval=3600
             ),

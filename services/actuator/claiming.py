@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
@@ -39,49 +39,40 @@ def text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
+@dataclass(kw_only=True)
 class StreamReader:
     """This consumer's reads and claims on the task stream; ``held`` is the consumer's
     map of the entries it holds (read, never written, here)."""
 
-    def __init__(
-        self,
-        redis: Any,
-        names: StreamNames,
-        *,
-        consumer: str,
-        held: Mapping[str, Delivery],
-        concurrency: int,
-        claim_idle: float,
-        monotonic: Callable[[], float],
-    ) -> None:
-        self._redis = redis
-        self._names = names
-        self._consumer = consumer
-        self._held = held
-        self._concurrency = concurrency
-        self._claim_idle = claim_idle
-        self._monotonic = monotonic
-        self._claim_cursor = "0-0"
+    redis: Any
+    names: StreamNames
+    #: This consumer's name in the group.
+    consumer: str
+    held: Mapping[str, Delivery]
+    #: Most entries held at once: a claim takes only the free slots.
+    concurrency: int
+    #: Seconds an entry may sit unacked before it is claimed.
+    claim_idle: float
+    monotonic: Callable[[], float]
+    _claim_cursor: str = field(default="0-0", init=False)
 
     async def ensure_group(self) -> None:
         try:
-            await self._redis.xgroup_create(
-                self._names.tasks, ACTUATOR_GROUP, id="0", mkstream=True
-            )
+            await self.redis.xgroup_create(self.names.tasks, ACTUATOR_GROUP, id="0", mkstream=True)
         except ResponseError as exc:
             if "BUSYGROUP" not in str(exc):
                 raise
 
     async def read_new(self, count: int, *, block: float) -> list[Delivery]:
         """Up to ``count`` entries never delivered, waiting up to ``block`` seconds."""
-        reply = await self._redis.xreadgroup(
+        reply = await self.redis.xreadgroup(
             ACTUATOR_GROUP,
-            self._consumer,
-            {self._names.tasks: ">"},
+            self.consumer,
+            {self.names.tasks: ">"},
             count=count,
             block=max(1, int(block * 1000)),
         )
-        now = self._monotonic()
+        now = self.monotonic()
         return [
             Delivery(text(entry_id), fields, 1, now)
             for _stream, entries in reply or []
@@ -92,7 +83,7 @@ class StreamReader:
         self, admit: Callable[[Delivery], None], *, stopping: asyncio.Event
     ) -> None:
         """Every ``claim_idle / 4`` seconds: heartbeat, then claim (not once stopping)."""
-        interval = self._claim_idle / 4
+        interval = self.claim_idle / 4
         while True:
             await asyncio.sleep(interval)
             try:
@@ -108,25 +99,25 @@ class StreamReader:
 
     async def _heartbeat(self) -> None:
         """Reset the idle time of held entries so no one claims them from a live consumer."""
-        if self._held:
-            await self._redis.xclaim(
-                self._names.tasks,
+        if self.held:
+            await self.redis.xclaim(
+                self.names.tasks,
                 ACTUATOR_GROUP,
-                self._consumer,
+                self.consumer,
                 min_idle_time=0,
-                message_ids=list(self._held),
+                message_ids=list(self.held),
                 justid=True,
             )
 
     async def _autoclaim(self) -> list[Delivery]:
-        free = self._concurrency - len(self._held)
+        free = self.concurrency - len(self.held)
         if free <= 0:
             return []
-        reply = await self._redis.xautoclaim(
-            self._names.tasks,
+        reply = await self.redis.xautoclaim(
+            self.names.tasks,
             ACTUATOR_GROUP,
-            self._consumer,
-            min_idle_time=int(self._claim_idle * 1000),
+            self.consumer,
+            min_idle_time=int(self.claim_idle * 1000),
             start_id=self._claim_cursor,
             count=free,
         )
@@ -134,12 +125,12 @@ class StreamReader:
         claimed = [
             (text(entry_id), fields)
             for entry_id, fields in reply[1]
-            if fields is not None and text(entry_id) not in self._held
+            if fields is not None and text(entry_id) not in self.held
         ]
         if not claimed:
             return []
         counts = await self._delivery_counts([entry_id for entry_id, _ in claimed])
-        now = self._monotonic()
+        now = self.monotonic()
         deliveries = []
         for entry_id, fields in claimed:
             if entry_id in counts:  # else acked by someone in the meantime
@@ -150,15 +141,15 @@ class StreamReader:
 
     async def _delivery_counts(self, entry_ids: list[str]) -> dict[str, int]:
         """Delivery count of each entry still pending for this consumer."""
-        async with self._redis.pipeline(transaction=False) as pipe:
+        async with self.redis.pipeline(transaction=False) as pipe:
             for entry_id in entry_ids:
                 pipe.xpending_range(
-                    self._names.tasks,
+                    self.names.tasks,
                     ACTUATOR_GROUP,
                     min=entry_id,
                     max=entry_id,
                     count=1,
-                    consumername=self._consumer,
+                    consumername=self.consumer,
                 )
             replies: list[list[dict[str, Any]]] = await pipe.execute()
         return {

@@ -139,12 +139,12 @@ class TaskConsumer:
         self._finished = asyncio.Event()
         self._started = False
         self._reader = StreamReader(
-            redis, names, consumer=self.name, held=self._held,
+            redis=redis, names=names, consumer=self.name, held=self._held,
             concurrency=settings.concurrency, claim_idle=settings.claim_idle,
             monotonic=monotonic,
         )  # fmt: skip
         self._settler = EntrySettler(
-            redis, names, store, consumer=self.name,
+            redis=redis, names=names, store=store, consumer=self.name,
             max_deliveries=settings.max_deliveries, clock=clock,
         )  # fmt: skip
         self._lanes = Lanes(

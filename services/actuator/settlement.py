@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import enum
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
@@ -93,27 +94,24 @@ def kind_label(task: Task | None) -> str:
         return "unknown"
 
 
+@dataclass(kw_only=True)
 class EntrySettler:
     """Acks, dead-letters and gives up entries for one consumer (``consumer`` names it in
     each DLQ entry)."""
 
-    def __init__(
-        self,
-        redis: Any,
-        names: StreamNames,
-        store: Store,
-        *,
-        consumer: str,
-        max_deliveries: int,
-        clock: Callable[[], datetime],
-    ) -> None:
-        self._redis = redis
-        self._names = names
-        self._consumer = consumer
-        self._max_deliveries = max_deliveries
-        self._clock = clock
-        self._tasks = TaskSettler(store, clock=clock)
-        self._script = redis.register_script(_DEAD_LETTER)
+    redis: Any
+    names: StreamNames
+    store: Store
+    consumer: str
+    max_deliveries: int
+    #: Wall time: stamps the DLQ entry and the settled Operation.
+    clock: Callable[[], datetime]
+    _tasks: TaskSettler = field(init=False)
+    _script: Any = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._tasks = TaskSettler(self.store, clock=self.clock)
+        self._script = self.redis.register_script(_DEAD_LETTER)
 
     async def settle(
         self, delivery: Delivery, task: Task, result: TaskResult, *, interrupted: bool
@@ -121,12 +119,12 @@ class EntrySettler:
         settlement = decide_settlement(
             result.outcome,
             deliveries=delivery.deliveries,
-            max_deliveries=self._max_deliveries,
+            max_deliveries=self.max_deliveries,
             interrupted=interrupted,
         )
         if settlement == Settlement.ACK:
             await asyncio.shield(
-                self._redis.xack(self._names.tasks, ACTUATOR_GROUP, delivery.entry_id)
+                self.redis.xack(self.names.tasks, ACTUATOR_GROUP, delivery.entry_id)
             )
             log.info("task finished", outcome=result.outcome.value, reason=result.reason)
         elif settlement == Settlement.DEAD_LETTER:
@@ -169,15 +167,15 @@ class EntrySettler:
             reason=reason,
             code=code,
             detail=detail,
-            consumer=self._consumer,
+            consumer=self.consumer,
             source_id=delivery.entry_id,
-            failed_at=self._clock().isoformat(),
+            failed_at=self.clock().isoformat(),
         )
         args = [ACTUATOR_GROUP, delivery.entry_id]
         for name, value in entry.items():
             args.extend((name, value))
         added = await asyncio.shield(
-            self._script(keys=[self._names.tasks, self._names.dlq], args=args)
+            self._script(keys=[self.names.tasks, self.names.dlq], args=args)
         )
         if added:
             DLQ_TOTAL.labels(reason).inc()

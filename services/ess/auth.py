@@ -63,7 +63,7 @@ class Authenticator:
     def __init__(self, settings: AuthSettings, *, clock: Callable[[], datetime] = utc_now) -> None:
         self._settings = settings
         self._clock = clock
-        # Lowercased again here so settings built in code (not from_env) behave the same.
+        # Lowercased again here so settings built in code (not by load_settings) behave the same.
         self._admins = frozenset(email.lower() for email in settings.admins)
         self._services = self._admins | {email.lower() for email in settings.service_accounts}
         self._static = {token: email.lower() for token, email in settings.static_tokens.items()}

@@ -16,44 +16,17 @@ import signal
 import socket
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
-from xmc.config import Settings
+from xmc.settings import LocalRunSettings, Settings, load_settings
 from xmc.store.migrate import migrate
 
 BIN = Path(sys.executable).parent
 #: Development only: a fixed signing key, printed nowhere, never used outside this run.
 DEV_SIGNING_KEY = "xmc-local-development-signing-key-0001"
-
-
-@dataclass(frozen=True)
-class LocalRun:
-    kubesim_port: int
-    #: Simulated seconds per real second in kubesim (pod run times, grace periods).
-    time_scale: float
-    #: kubesim's clock against the host's, as ``xmc-kubesim --clock-offset`` takes it.
-    clock_offset: str
-    #: Whose Kueue defaults kubesim follows (``xmc-kubesim --kueue-version``).
-    kueue_version: str
-    ess_listen: str
-    metrics_base: int
-    pidfile: Path
-
-
-def _options(env: dict[str, str]) -> LocalRun:
-    return LocalRun(
-        kubesim_port=int(env.get("XMC_KUBESIM_PORT", "8081")),
-        time_scale=float(env.get("XMC_KUBESIM_TIME_SCALE", "1")),
-        clock_offset=env.get("XMC_KUBESIM_CLOCK_OFFSET", "0s"),
-        kueue_version=env.get("XMC_KUBESIM_KUEUE_VERSION", "0.19"),
-        ess_listen=env.get("XMC_ESS_LISTEN", "127.0.0.1:50051"),
-        metrics_base=int(env.get("XMC_METRICS_BASE_PORT", "9464")),
-        pidfile=Path(env.get("XMC_RUN_DIR", ".run")) / "xmc.pid",
-    )
 
 
 def already_running(pidfile: Path) -> int | None:
@@ -142,13 +115,15 @@ async def _wait_listening(addresses: list[tuple[str, int]], within: float = 60.0
         await asyncio.sleep(0.2)
 
 
-async def serve(settings: Settings, run: LocalRun) -> int:
+async def serve(settings: Settings, run: LocalRunSettings) -> int:
+    # The children inherit this environment (one .env configures them all), with the
+    # wiring of a local run on top.
     env = {
         **os.environ,
         "XMC_DATABASE_URL": settings.database_url,
         "XMC_REDIS_URL": settings.redis_url,
-        "XMC_ESS_LISTEN": run.ess_listen,
-        "XMC_ESS_TARGET": run.ess_listen,
+        "XMC_ESS_LISTEN": settings.ess_listen,
+        "XMC_ESS_TARGET": settings.ess_listen,
         "XMC_KUBE_URL": f"http://127.0.0.1:{run.kubesim_port}",
         "XMC_TASK_SIGNING_KEY": settings.task_signing_key or DEV_SIGNING_KEY,
         "XMC_AUTH_DISABLED": "true",
@@ -195,9 +170,9 @@ async def serve(settings: Settings, run: LocalRun) -> int:
         loop.add_signal_handler(sig, stop.set)
     exited = [asyncio.create_task(p.wait()) for p in processes.values()]
     try:
-        host, _, port = run.ess_listen.rpartition(":")
+        host, _, port = settings.ess_listen.rpartition(":")
         await _wait_listening([(host, int(port))])
-        _banner(run)
+        _banner(settings.ess_listen, run)
         await asyncio.wait(
             [asyncio.create_task(stop.wait()), *exited], return_when="FIRST_COMPLETED"
         )
@@ -215,8 +190,7 @@ async def serve(settings: Settings, run: LocalRun) -> int:
     return 0
 
 
-def _banner(run: LocalRun) -> None:
-    endpoint = run.ess_listen
+def _banner(endpoint: str, run: LocalRunSettings) -> None:
     print(
         f"""
 XMC is running.
@@ -242,8 +216,8 @@ async def _prepare(settings: Settings) -> None:
 
 
 def main() -> None:
-    settings = Settings.from_env()
-    run = _options(dict(os.environ))
+    loaded = load_settings()
+    settings, run = loaded.core, loaded.local_run
     pid = already_running(run.pidfile)
     if pid is not None:
         print(f"XMC is already running (pid {pid}); stop it with Ctrl-C in its terminal.")

@@ -25,13 +25,13 @@ import hashlib
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Final
 
 import jwt
 from google.protobuf.message import DecodeError
 
-from xmc.timestamps import set_timestamp
+from xmc.timestamps import as_utc, set_timestamp
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 from xmc_api.internal.v1.tasks_pb2 import Task, TaskPayload
 
@@ -188,7 +188,7 @@ def _issue(
     audience: str,
 ) -> str:
     _require_key(key)
-    issued_at = int(_aware(now).timestamp())
+    issued_at = int(as_utc(now).timestamp())
     claims = {
         "iss": issuer,
         "aud": audience,
@@ -235,7 +235,7 @@ def _check_time(verified: _Verified, *, now: datetime, leeway: timedelta) -> Non
     times = {name: claims[name] for name in ("exp", "iat", "nbf") if name in claims}
     if not all(_is_number(value) for value in times.values()):
         raise verified.reject(TaskRejectReason.UNDECODABLE, "exp, iat and nbf must be numbers")
-    now_s = _aware(now).timestamp()
+    now_s = as_utc(now).timestamp()
     slack = leeway.total_seconds()
     # RFC 7519 §4.1.4: exp is the first instant at which the token is no longer accepted.
     if now_s >= times["exp"] + slack:
@@ -306,11 +306,6 @@ def _require_key(key: str) -> None:
     # An empty HMAC key is a misconfiguration; accepting it would let anyone forge tasks.
     if not key:
         raise ValueError("task signing key is empty (set XMC_TASK_SIGNING_KEY)")
-
-
-def _aware(now: datetime) -> datetime:
-    """A naive datetime is taken as UTC, as elsewhere in xmc (never as host-local time)."""
-    return now.replace(tzinfo=UTC) if now.tzinfo is None else now
 
 
 def _is_number(value: object) -> bool:

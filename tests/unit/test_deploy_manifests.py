@@ -21,12 +21,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
 K8S_BASE = ROOT / "k8s" / "base"
-ENV_SOURCES = (
-    "libs/xmc/config.py",
-    "services/ess/auth.py",
-    "services/ess/app.py",
-    "services/reconciler/ess_client.py",
-)
+ENV_SOURCES = ("libs/xmc/settings.py",)
 
 Obj = dict[str, Any]
 

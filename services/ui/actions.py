@@ -4,7 +4,7 @@ redirect, GET), so a reload never repeats an action."""
 
 from __future__ import annotations
 
-from urllib.parse import urlencode, urlsplit, urlunsplit, parse_qsl
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from aiohttp import web
 

@@ -17,7 +17,7 @@ from aiohttp import web
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ui import actions, pages
-from ui.context import CHANNEL, OPTIONS, TEMPLATES, HERE, UiOptions, render, templates
+from ui.context import CHANNEL, HERE, OPTIONS, TEMPLATES, UiOptions, render, templates
 from ui.gateway import UiError
 from xmc.health import Check, Readiness, evaluate, ready_body
 
@@ -85,7 +85,9 @@ def ess_readiness(channel: grpc.aio.Channel) -> Readiness:
             code = error.code().name if isinstance(error, grpc.aio.AioRpcError) else "UNKNOWN"
             return [Check("ess", False, code)]
         serving = answer.status == health_pb2.HealthCheckResponse.SERVING
-        return [Check("ess", serving, health_pb2.HealthCheckResponse.ServingStatus.Name(answer.status))]
+        return [
+            Check("ess", serving, health_pb2.HealthCheckResponse.ServingStatus.Name(answer.status))
+        ]
 
     return checks
 

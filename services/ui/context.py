@@ -44,8 +44,10 @@ def render(
     request: web.Request, template: str, context: dict[str, Any], *, status: int = 200
 ) -> web.Response:
     options = request.app[OPTIONS]
-    text = request.app[TEMPLATES].get_template(template).render(
-        request=request, poll_ms=int(options.poll_seconds * 1000), **context
+    text = (
+        request.app[TEMPLATES]
+        .get_template(template)
+        .render(request=request, poll_ms=int(options.poll_seconds * 1000), **context)
     )
     return web.Response(text=text, status=status, content_type="text/html")
 

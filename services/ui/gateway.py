@@ -161,4 +161,6 @@ class Ess:
         await self._call(self._scheduling.PauseScheduling, request)
 
     async def resume(self) -> None:
-        await self._call(self._scheduling.ResumeScheduling, scheduling_pb2.ResumeSchedulingRequest())
+        await self._call(
+            self._scheduling.ResumeScheduling, scheduling_pb2.ResumeSchedulingRequest()
+        )

@@ -17,7 +17,7 @@ import argparse
 import asyncio
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpc
 import structlog
@@ -38,7 +38,7 @@ class UiSettings:
     listen: str = "127.0.0.1:8080"
     ess_target: str = "127.0.0.1:50051"
     metrics_listen: str = ""
-    options: UiOptions = UiOptions()
+    options: UiOptions = field(default_factory=UiOptions)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> UiSettings:

@@ -75,6 +75,11 @@ def fmt_time(ts: Timestamp) -> str:
     return ts.ToDatetime().replace(microsecond=0).isoformat(sep=" ") + "Z"
 
 
+def known_state(value: int) -> WorkUnitState:
+    """The state, or UNSPECIFIED for a number this build does not know."""
+    return S(value) if value in S._value2member_map_ else S.WORK_UNIT_STATE_UNSPECIFIED
+
+
 def tail_id(name: str) -> str:
     """The trailing id of a resource name (``experiments/7/workUnits/3`` → ``3``)."""
     return name.rsplit("/", 1)[-1]
@@ -86,7 +91,7 @@ def state_bar(counts: Iterable[tuple[int, int]]) -> list[Row]:
     merged: dict[WorkUnitState, int] = {}
     for state, count in counts:
         if count > 0:
-            key = S(state) if state in S._value2member_map_ else S.WORK_UNIT_STATE_UNSPECIFIED
+            key = known_state(state)
             merged[key] = merged.get(key, 0) + count
     total = sum(merged.values())
     return [
@@ -144,7 +149,7 @@ def can_stop(state: WorkUnitState) -> bool:
 def work_unit_row(unit: WorkUnit) -> Row:
     execution = unit.current_work_unit_execution
     status = execution.status
-    state = S(status.state) if status.state in S._value2member_map_ else S(0)
+    state = known_state(status.state)
     text, severity = message_text(status)
     return {
         "wid": tail_id(unit.name),
@@ -163,12 +168,12 @@ def work_unit_row(unit: WorkUnit) -> Row:
 def execution_row(execution: WorkUnitExecution) -> Row:
     status = execution.status
     metadata = execution.metadata
-    state = enum_name(S, status.state)
+    state = known_state(status.state)
     return {
         "eid": tail_id(execution.name),
         "activity": enum_name(WorkUnitExecution.WorkUnitExecutionState, execution.state),
-        "state": state,
-        "tone": STATE_TONE.get(S[state], "idle") if state in S.__members__ else "idle",
+        "state": state.name,
+        "tone": STATE_TONE[state],
         "created": fmt_time(execution.create_time),
         "updated": fmt_time(execution.update_time),
         "completed": fmt_time(execution.complete_time),
@@ -205,10 +210,15 @@ def jobset_detail(status: WorkUnitStatus) -> Row:
             for c in jobset.conditions
         ],
         "replicated_jobs": [
-            {"name": r.name, "ready": r.ready, "active": r.active,
-             "succeeded": r.succeeded, "failed": r.failed}
+            {
+                "name": r.name,
+                "ready": r.ready,
+                "active": r.active,
+                "succeeded": r.succeeded,
+                "failed": r.failed,
+            }
             for r in jobset.replicated_jobs_status
-        ],  # fmt: skip
+        ],
     }
 
 
@@ -222,7 +232,9 @@ def scheduling_info(execution: WorkUnitExecution) -> Row:
         "text": info.user_facing_text,
         "position": queue.position_in_queue if queue else None,
         "queued": queue.total_workloads_in_queue if queue else None,
-        "cluster": "/".join(p for p in (cluster.project, cluster.location, cluster.cluster_name) if p),
+        "cluster": "/".join(
+            p for p in (cluster.project, cluster.location, cluster.cluster_name) if p
+        ),
         "multikueue": metadata.multi_kueue_cluster_name,
         "flavor": metadata.resource_flavor,
         "node_selectors": dict(sorted(metadata.node_selectors.items())),

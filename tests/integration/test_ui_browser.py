@@ -119,7 +119,9 @@ async def test_dashboard_in_a_browser(system: System, browser: Browser) -> None:
         await page.screenshot(path=str(SCREENSHOTS / "experiment.png"), full_page=True)
 
         await expect(unit_state(page, 3)).to_have_text("FAILED", timeout=WITHIN)
-        await expect(page.locator('tr[data-wid="3"] .message')).to_contain_text("exited with code 3")
+        await expect(page.locator('tr[data-wid="3"] .message')).to_contain_text(
+            "exited with code 3"
+        )
 
         await page.locator('tr[data-wid="3"] a').first.click()
         await expect(page).to_have_url(f"{base}/experiments/{xid}/workUnits/3")

@@ -58,22 +58,27 @@ async def test_experiments_page_lists_searches_and_pages(
 
     status, page = await get(http, f"{ui}/")
     assert status == 200
-    assert "alpha sweep" in page and "alice@example.com" in page
+    assert "alpha sweep" in page
+    assert "alice@example.com" in page
     assert f'href="/experiments/{first}"' in page
     assert "INITIALIZING 2" in page  # the state bar's legend
     assert "LAUNCHING" in page or "UNSPECIFIED" in page
 
     status, page = await get(http, f"{ui}/", params={"q": 'title = "alpha sweep"'})
     assert status == 200
-    assert "alpha sweep" in page and "beta sweep" not in page
+    assert "alpha sweep" in page
+    assert "beta sweep" not in page
 
     status, page = await get(http, f"{ui}/", params={"page_size": "2"})
-    assert status == 200 and 'rel="next"' in page
-    assert "gamma sweep" in page and "alpha sweep" not in page  # newest first
+    assert status == 200
+    assert 'rel="next"' in page
+    assert "gamma sweep" in page
+    assert "alpha sweep" not in page
 
     status, page = await get(http, f"{ui}/", params={"q": "title = = oops"})
     assert status == 400
-    assert "INVALID_ARGUMENT" in page and "Traceback" not in page
+    assert "INVALID_ARGUMENT" in page
+    assert "Traceback" not in page
 
 
 async def test_experiment_page_filters_by_state_and_missing_is_404(
@@ -86,18 +91,25 @@ async def test_experiment_page_filters_by_state_and_missing_is_404(
     assert 'data-live-url="/experiments/' in page
 
     status, page = await get(http, f"{ui}/experiments/{xid}", params={"state": "RUNNING"})
-    assert status == 200 and "No work units in RUNNING" in page
+    assert status == 200
+    assert "No work units in RUNNING" in page
 
     status, fragment = await get(http, f"{ui}/experiments/{xid}/live")
-    assert status == 200 and "<html" not in fragment and 'data-wid="3"' in fragment
+    assert status == 200
+    assert "<html" not in fragment
+    assert 'data-wid="3"' in fragment
 
     status, page = await get(http, f"{ui}/experiments/{xid}", params={"state": "BOGUS"})
-    assert status == 400 and "unknown state" in page
+    assert status == 400
+    assert "unknown state" in page
 
     status, page = await get(http, f"{ui}/experiments/99999")
-    assert status == 404 and "NOT_FOUND" in page and "Not found" in page
+    assert status == 404
+    assert "NOT_FOUND" in page
+    assert "Not found" in page
     status, page = await get(http, f"{ui}/experiments/not-a-number")
-    assert status == 404 and "page not found" in page
+    assert status == 404
+    assert "page not found" in page
 
 
 async def test_work_unit_page_and_stop_restart(
@@ -106,7 +118,9 @@ async def test_work_unit_page_and_stop_restart(
     xid = await experiment(ess, "one", units=2)
     status, page = await get(http, f"{ui}/experiments/{xid}/workUnits/1")
     assert status == 200
-    assert "Executions" in page and "Status messages" in page and "Scheduling" in page
+    assert "Executions" in page
+    assert "Status messages" in page
+    assert "Scheduling" in page
 
     back = f"/experiments/{xid}?state=INITIALIZING"
     async with http.post(
@@ -149,7 +163,8 @@ async def test_callers_token_is_passed_through(
     ess: Ess, ui: str, http: aiohttp.ClientSession
 ) -> None:
     status, page = await get(http, f"{ui}/", headers={"Authorization": "Bearer not-a-token"})
-    assert status == 401 and "UNAUTHENTICATED" in page
+    assert status == 401
+    assert "UNAUTHENTICATED" in page
     status, _ = await get(http, f"{ui}/", headers={"Authorization": "Bearer token-bob"})
     assert status == 200
 
@@ -158,25 +173,33 @@ async def test_scheduling_pause_and_resume_for_admins(
     ess: Ess, ui: str, http: aiohttp.ClientSession
 ) -> None:
     status, page = await get(http, f"{ui}/scheduling")
-    assert status == 403 and "PERMISSION_DENIED" in page  # alice is no admin
+    assert status == 403
+    assert "PERMISSION_DENIED" in page
     async with http.post(f"{ui}/scheduling/pause", data={"reason": "maintenance"}) as response:
-        assert response.status == 403 and "PERMISSION_DENIED" in await response.text()
+        assert response.status == 403
+        assert "PERMISSION_DENIED" in await response.text()
 
     root = {"Authorization": "Bearer token-root"}
     status, page = await get(http, f"{ui}/scheduling", headers=root)
-    assert status == 200 and "RUNNING" in page and 'class="parked">0<' in page
+    assert status == 200
+    assert "RUNNING" in page
+    assert 'class="parked">0<' in page
     async with http.post(
         f"{ui}/scheduling/pause", data={"reason": "maintenance"}, headers=root
     ) as response:
         assert response.status == 200  # redirected to the scheduling page
         page = await response.text()
-    assert "PAUSED" in page and "maintenance" in page and "scheduling paused" in page
+    assert "PAUSED" in page
+    assert "maintenance" in page
+    assert "scheduling paused" in page
     async with http.post(f"{ui}/scheduling/resume", headers=root) as response:
         page = await response.text()
-    assert "RUNNING" in page and "scheduling resumed" in page
+    assert "RUNNING" in page
+    assert "scheduling resumed" in page
 
 
 async def test_probes(ess: Ess, ui: str, http: aiohttp.ClientSession) -> None:
     assert (await get(http, f"{ui}/healthz"))[0] == 200
     status, body = await get(http, f"{ui}/readyz")
-    assert status == 200 and "SERVING" in body
+    assert status == 200
+    assert "SERVING" in body

@@ -2,9 +2,10 @@
 
 Checks Postgres and Redis (starts local installs when they are down, otherwise says what
 to do), prepares the database, then starts kubesim (with its simulated JobSet, Kueue and
-kubelet and the default queues), the ESS, the Actuator and the Reconciler, each its own OS
-process with its own log prefix. Ctrl-C (or SIGTERM) stops them all. A second ``make
-run`` while one is running says so instead of failing on a taken port.
+kubelet and the default queues), the ESS, the Actuator, the Reconciler and the dashboard
+(``xmc-ui``), each its own OS process with its own log prefix. Ctrl-C (or SIGTERM) stops
+them all. A second ``make run`` while one is running says so instead of failing on a
+taken port.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ class LocalRun:
     #: Whose Kueue defaults kubesim follows (``xmc-kubesim --kueue-version``).
     kueue_version: str
     ess_listen: str
+    #: Where the dashboard listens (``XMC_UI_LISTEN``).
+    ui_listen: str
     metrics_base: int
     pidfile: Path
 
@@ -51,6 +54,7 @@ def _options(env: dict[str, str]) -> LocalRun:
         clock_offset=env.get("XMC_KUBESIM_CLOCK_OFFSET", "0s"),
         kueue_version=env.get("XMC_KUBESIM_KUEUE_VERSION", "0.19"),
         ess_listen=env.get("XMC_ESS_LISTEN", "127.0.0.1:50051"),
+        ui_listen=env.get("XMC_UI_LISTEN", "127.0.0.1:8080"),
         metrics_base=int(env.get("XMC_METRICS_BASE_PORT", "9464")),
         pidfile=Path(env.get("XMC_RUN_DIR", ".run")) / "xmc.pid",
     )
@@ -173,6 +177,13 @@ async def serve(settings: Settings, run: LocalRun) -> int:
             "--metrics-listen",
             f"127.0.0.1:{run.metrics_base + 2}",
         ],
+        "ui": [
+            "xmc-ui",
+            "--listen",
+            run.ui_listen,
+            "--metrics-listen",
+            f"127.0.0.1:{run.metrics_base + 3}",
+        ],
     }
     processes: dict[str, asyncio.subprocess.Process] = {}
     pipes = []
@@ -195,8 +206,7 @@ async def serve(settings: Settings, run: LocalRun) -> int:
         loop.add_signal_handler(sig, stop.set)
     exited = [asyncio.create_task(p.wait()) for p in processes.values()]
     try:
-        host, _, port = run.ess_listen.rpartition(":")
-        await _wait_listening([(host, int(port))])
+        await _wait_listening([_address(run.ess_listen), _address(run.ui_listen)])
         _banner(run)
         await asyncio.wait(
             [asyncio.create_task(stop.wait()), *exited], return_when="FIRST_COMPLETED"
@@ -215,16 +225,26 @@ async def serve(settings: Settings, run: LocalRun) -> int:
     return 0
 
 
+def _address(listen: str) -> tuple[str, int]:
+    host, _, port = listen.rpartition(":")
+    return (host if host not in ("", "0.0.0.0") else "127.0.0.1"), int(port)
+
+
 def _banner(run: LocalRun) -> None:
     endpoint = run.ess_listen
+    ui_host, ui_port = _address(run.ui_listen)
+    ui_url = f"http://{ui_host}:{ui_port}"
     print(
         f"""
 XMC is running.
+  dashboard:    {ui_url}
   ESS (gRPC):   {endpoint}   (auth disabled: any token works)
   xmanager:     export XMANAGER_ENDPOINT=http://{endpoint} XMC_AUTH_TOKEN=dev \\
-                       XMC_USER_EMAIL=you@example.com    (README: Launching from xmanager)
+                       XMC_USER_EMAIL=you@example.com XMANAGER_UI_URL={ui_url}
+                (README: Launching from xmanager)
   kubesim:      http://127.0.0.1:{run.kubesim_port}
-  metrics:      http://127.0.0.1:{run.metrics_base}/metrics (ESS), +1 Actuator, +2 Reconciler
+  metrics:      http://127.0.0.1:{run.metrics_base}/metrics (ESS), +1 Actuator, +2 Reconciler,
+                +3 dashboard
   health:       /healthz and /readyz on the same ports (docs/operations.md)
 
 Try, in another terminal (.venv/bin on PATH):

@@ -100,7 +100,12 @@ def create_app(
 ) -> web.Application:
     """The dashboard over ``channel``; ``rest_routes`` (default :func:`default_rest_hooks`)
     add the REST/JSON face to the same application."""
-    app = web.Application(middlewares=[error_pages, same_origin_posts])
+    # ``XMANAGER_UI_URL`` with a trailing slash makes the client print ``…//experiments/7``:
+    # merged slashes (and a dropped trailing one) redirect to the page instead of a 404.
+    normalize = web.normalize_path_middleware(
+        append_slash=False, remove_slash=True, merge_slashes=True
+    )
+    app = web.Application(middlewares=[normalize, error_pages, same_origin_posts])
     app[CHANNEL] = channel
     app[OPTIONS] = options or UiOptions()
     app[TEMPLATES] = templates()

@@ -103,6 +103,11 @@ async def test_experiment_page_filters_by_state_and_missing_is_404(
     assert status == 400
     assert "unknown state" in page
 
+    for printed in (f"{ui}//experiments/{xid}", f"{ui}/experiments/{xid}/"):
+        status, page = await get(http, printed)  # XMANAGER_UI_URL ending in a slash
+        assert status == 200
+        assert 'data-wid="3"' in page
+
     status, page = await get(http, f"{ui}/experiments/99999")
     assert status == 404
     assert "NOT_FOUND" in page

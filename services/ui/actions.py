@@ -28,9 +28,21 @@ def _ids(request: web.Request) -> tuple[int, int]:
     return int(request.match_info["xid"]), int(request.match_info.get("wid", "0"))
 
 
+def came_from(referer: str, host: str) -> str:
+    """The path and query of the page a form was sent from, when it is of this host (pure)."""
+    parts = urlsplit(referer)
+    if parts.netloc != host:
+        return ""
+    return urlunsplit(("", "", parts.path, parts.query, ""))
+
+
 async def _redirect(request: web.Request, notice: str, fallback: str) -> web.Response:
+    """Back to the form's ``back`` field, else to the page it was sent from (Referer)."""
     form = await request.post()
-    raise web.HTTPSeeOther(back_to(str(form.get("back", "")), notice, fallback))
+    target = str(form.get("back", "")) or came_from(
+        request.headers.get("Referer", ""), request.host
+    )
+    raise web.HTTPSeeOther(back_to(target, notice, fallback))
 
 
 async def stop(request: web.Request) -> web.Response:

@@ -120,7 +120,7 @@ async def test_experiment_page_filters_by_state_and_missing_is_404(
 async def test_work_unit_page_and_stop_restart(
     ess: Ess, ui: str, http: aiohttp.ClientSession
 ) -> None:
-    xid = await experiment(ess, "one", units=2)
+    xid = await experiment(ess, "one", units=3)
     status, page = await get(http, f"{ui}/experiments/{xid}/workUnits/1")
     assert status == 200
     assert "Executions" in page
@@ -141,6 +141,14 @@ async def test_work_unit_page_and_stop_restart(
         WorkUnitState.STOPPING,
         WorkUnitState.STOPPED,
     )
+
+    async with http.post(
+        f"{ui}/experiments/{xid}/workUnits/2/stop",
+        headers={"Referer": f"{ui}/experiments/{xid}?state=STOPPED"},
+        allow_redirects=False,
+    ) as response:  # no back field: the Referer names the page to return to
+        assert response.status == 303
+        assert response.headers["Location"].startswith(f"/experiments/{xid}?state=STOPPED&")
 
     async with http.post(
         f"{ui}/experiments/{xid}/stop", data={"state": "INITIALIZING"}, allow_redirects=False

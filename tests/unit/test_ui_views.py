@@ -9,7 +9,7 @@ import grpc
 import pytest
 
 from ui import views
-from ui.actions import back_to
+from ui.actions import back_to, came_from
 from ui.gateway import HTTP_STATUS, call_metadata
 from ui.main import UiSettings
 from xmc.model.states import Severity, WorkUnitState
@@ -185,6 +185,19 @@ def test_state_filter_refuses_anything_else(state: str) -> None:
 )
 def test_back_to_stays_on_this_site(target: str, want: str) -> None:
     assert back_to(target, "done", "/fallback") == want
+
+
+@pytest.mark.parametrize(
+    ("referer", "want"),
+    [
+        ("http://ui:8080/experiments/7?state=RUNNING", "/experiments/7?state=RUNNING"),
+        ("http://ui:8080/experiments/7#top", "/experiments/7"),
+        ("http://elsewhere:8080/experiments/7", ""),
+        ("", ""),
+    ],
+)
+def test_came_from_only_this_host(referer: str, want: str) -> None:
+    assert came_from(referer, "ui:8080") == want
 
 
 @pytest.mark.parametrize(

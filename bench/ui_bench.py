@@ -72,21 +72,24 @@ async def ms(call: Callable[[], Awaitable[Any]]) -> float:
 
 
 def summary(label: str, samples: list[float]) -> str:
+    samples = [s for s in samples if s == s] or [float("nan")]  # a load without a paint entry
     p95 = statistics.quantiles(samples, n=20)[-1] if len(samples) >= 2 else samples[0]
     return f"{label:44} median {statistics.median(samples):7.1f} ms | p95 {p95:7.1f} ms"
 
 
-#: Milliseconds from navigation start to: the last byte, the DOM parsed, the load event.
+#: Milliseconds from navigation start to: the last byte, the first contentful paint (the
+#: page shows), the DOM parsed, the load event.
 NAVIGATION_JS = """() => { const n = performance.getEntriesByType('navigation')[0];
-  return [n.responseEnd - n.startTime, n.domInteractive - n.startTime,
-          n.loadEventEnd - n.startTime]; }"""
+  const paint = performance.getEntriesByName('first-contentful-paint')[0];
+  return [n.responseEnd - n.startTime, paint ? paint.startTime : NaN,
+          n.domInteractive - n.startTime, n.loadEventEnd - n.startTime]; }"""
 
 
 async def browser_loads(url: str, loads: int) -> dict[str, list[float]]:
-    """Per load: the last byte, the DOM parsed and the ``load`` event (ms)."""
+    """Per load: the last byte, the first paint, the DOM parsed and the ``load`` event (ms)."""
     from playwright.async_api import async_playwright
 
-    samples: dict[str, list[float]] = {"response": [], "parsed": [], "load": []}
+    samples: dict[str, list[float]] = {"response": [], "paint": [], "parsed": [], "load": []}
     async with async_playwright() as playwright:
         browser = await playwright.chromium.launch(
             executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-gpu"]
@@ -172,6 +175,7 @@ async def main() -> None:
         print(summary("raw gRPC GetExperiment + ListWorkUnits", figures["raw"]))
         if browser:
             print(summary("headless Chromium: last byte", browser["response"]))
+            print(summary("headless Chromium: first contentful paint", browser["paint"]))
             print(summary("headless Chromium: DOM parsed", browser["parsed"]))
             print(summary("headless Chromium: load event", browser["load"]))
         else:

@@ -1,7 +1,8 @@
 """The dashboard in headless Chromium against the whole stack (ESS + Actuator + Reconciler
 + kubesim): find an experiment on the start page, open it, watch a unit go RUNNING →
 COMPLETED without a reload, stop a running unit and see STOPPED, open a (failed) unit and
-see its messages. Screenshots of the three pages go to docs/screenshots/.
+see its messages. Screenshots of the three pages go to docs/screenshots/ (``XMC_UI_SCREENSHOTS``
+names another directory).
 
 Chromium is Debian's (``apt-get install chromium``), driven by Playwright through
 ``executable_path``: nothing downloads a browser. Without it the test is skipped, except
@@ -27,7 +28,12 @@ from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 
 CHROMIUM = Path("/usr/bin/chromium")
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+#: Where the screenshots go: docs/screenshots (committed, referenced by docs/ui.md), or
+#: the directory in XMC_UI_SCREENSHOTS (e.g. a temporary one, to leave the tree as it is).
+SCREENSHOTS = Path(
+    os.environ.get("XMC_UI_SCREENSHOTS")
+    or Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+)
 #: Milliseconds a page condition may take: scheduling + start + run in kubesim at scale 1.
 WITHIN = 60_000
 

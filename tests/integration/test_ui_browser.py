@@ -91,8 +91,13 @@ def unit_state(page: Page, wid: int) -> Any:
     return page.locator(f'tr[data-wid="{wid}"] .badge')
 
 
-async def test_dashboard_in_a_browser(system: System, browser: Browser) -> None:
+@pytest.fixture
+def shots() -> Path:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    return SCREENSHOTS
+
+
+async def test_dashboard_in_a_browser(system: System, browser: Browser, shots: Path) -> None:
     xid = await launch(
         system,
         "browser sweep",
@@ -108,7 +113,7 @@ async def test_dashboard_in_a_browser(system: System, browser: Browser) -> None:
         await page.goto(f"{base}/")
         row = page.locator(f'tr[data-xid="{xid}"]')
         await expect(row).to_contain_text("browser sweep")
-        await page.screenshot(path=str(SCREENSHOTS / "experiments.png"), full_page=True)
+        await page.screenshot(path=str(shots / "experiments.png"), full_page=True)
         await row.locator("a.title").click()
         await expect(page).to_have_url(f"{base}/experiments/{xid}")
 
@@ -122,7 +127,7 @@ async def test_dashboard_in_a_browser(system: System, browser: Browser) -> None:
         await page.locator('tr[data-wid="2"] button.stop').click()
         await expect(page.locator(".notice")).to_contain_text("stop of work unit 2 requested")
         await expect(unit_state(page, 2)).to_have_text("STOPPED", timeout=WITHIN)
-        await page.screenshot(path=str(SCREENSHOTS / "experiment.png"), full_page=True)
+        await page.screenshot(path=str(shots / "experiment.png"), full_page=True)
 
         await expect(unit_state(page, 3)).to_have_text("FAILED", timeout=WITHIN)
         await expect(page.locator('tr[data-wid="3"] .message')).to_contain_text(
@@ -137,4 +142,4 @@ async def test_dashboard_in_a_browser(system: System, browser: Browser) -> None:
         await expect(page.locator(".executions tbody tr")).to_have_count(1)
         await expect(page.locator(".executions tbody tr")).to_contain_text("ACTIVE")
         await expect(page.locator(".meta .badge")).to_have_text("FAILED")
-        await page.screenshot(path=str(SCREENSHOTS / "work_unit.png"), full_page=True)
+        await page.screenshot(path=str(shots / "work_unit.png"), full_page=True)

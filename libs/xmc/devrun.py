@@ -2,9 +2,10 @@
 
 Checks Postgres and Redis (starts local installs when they are down, otherwise says what
 to do), prepares the database, then starts kubesim (with its simulated JobSet, Kueue and
-kubelet and the default queues), the ESS, the Actuator and the Reconciler, each its own OS
-process with its own log prefix. Ctrl-C (or SIGTERM) stops them all. A second ``make
-run`` while one is running says so instead of failing on a taken port.
+kubelet and the default queues), the ESS, the Actuator, the Reconciler and the dashboard
+(``xmc-ui``), each its own OS process with its own log prefix. Ctrl-C (or SIGTERM) stops
+them all. A second ``make run`` while one is running says so instead of failing on a
+taken port.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
-from xmc.settings import LocalRunSettings, Settings, load_settings
+from xmc.settings import LocalRunSettings, Settings, UiSettings, load_settings
 from xmc.store.migrate import migrate
 
 BIN = Path(sys.executable).parent
@@ -115,7 +116,7 @@ async def _wait_listening(addresses: list[tuple[str, int]], within: float = 60.0
         await asyncio.sleep(0.2)
 
 
-async def serve(settings: Settings, run: LocalRunSettings) -> int:
+async def serve(settings: Settings, run: LocalRunSettings, ui: UiSettings) -> int:
     # The children inherit this environment (one .env configures them all), with the
     # wiring of a local run on top.
     env = {
@@ -148,6 +149,13 @@ async def serve(settings: Settings, run: LocalRunSettings) -> int:
             "--metrics-listen",
             f"127.0.0.1:{run.metrics_base + 2}",
         ],
+        "ui": [
+            "xmc-ui",
+            "--listen",
+            ui.listen,
+            "--metrics-listen",
+            f"127.0.0.1:{run.metrics_base + 3}",
+        ],
     }
     processes: dict[str, asyncio.subprocess.Process] = {}
     pipes = []
@@ -170,9 +178,8 @@ async def serve(settings: Settings, run: LocalRunSettings) -> int:
         loop.add_signal_handler(sig, stop.set)
     exited = [asyncio.create_task(p.wait()) for p in processes.values()]
     try:
-        host, _, port = settings.ess_listen.rpartition(":")
-        await _wait_listening([(host, int(port))])
-        _banner(settings.ess_listen, run)
+        await _wait_listening([_address(settings.ess_listen), _address(ui.listen)])
+        _banner(settings.ess_listen, run, ui)
         await asyncio.wait(
             [asyncio.create_task(stop.wait()), *exited], return_when="FIRST_COMPLETED"
         )
@@ -190,15 +197,25 @@ async def serve(settings: Settings, run: LocalRunSettings) -> int:
     return 0
 
 
-def _banner(endpoint: str, run: LocalRunSettings) -> None:
+def _address(listen: str) -> tuple[str, int]:
+    host, _, port = listen.rpartition(":")
+    return (host if host not in ("", "0.0.0.0") else "127.0.0.1"), int(port)
+
+
+def _banner(endpoint: str, run: LocalRunSettings, ui: UiSettings) -> None:
+    ui_host, ui_port = _address(ui.listen)
+    ui_url = f"http://{ui_host}:{ui_port}"
     print(
         f"""
 XMC is running.
+  dashboard:    {ui_url}
   ESS (gRPC):   {endpoint}   (auth disabled: any token works)
   xmanager:     export XMANAGER_ENDPOINT=http://{endpoint} XMC_AUTH_TOKEN=dev \\
-                       XMC_USER_EMAIL=you@example.com    (README: Launching from xmanager)
+                       XMC_USER_EMAIL=you@example.com XMANAGER_UI_URL={ui_url}
+                (README: Launching from xmanager)
   kubesim:      http://127.0.0.1:{run.kubesim_port}
-  metrics:      http://127.0.0.1:{run.metrics_base}/metrics (ESS), +1 Actuator, +2 Reconciler
+  metrics:      http://127.0.0.1:{run.metrics_base}/metrics (ESS), +1 Actuator, +2 Reconciler,
+                +3 dashboard
   health:       /healthz and /readyz on the same ports (docs/operations.md)
 
 Try, in another terminal (.venv/bin on PATH):
@@ -230,7 +247,7 @@ def main() -> None:
     run.pidfile.parent.mkdir(parents=True, exist_ok=True)
     run.pidfile.write_text(str(os.getpid()))
     try:
-        code = asyncio.run(serve(settings, run))
+        code = asyncio.run(serve(settings, run, loaded.ui))
     finally:
         run.pidfile.unlink(missing_ok=True)
     sys.exit(code)

@@ -3,9 +3,10 @@
 Modelled on kopf's ``OperatorSettings``: a frozen dataclass per concern — :class:`Settings`
 (what every service shares), :class:`AuthSettings` (who may call the ESS),
 :class:`TlsSettings` (the ESS's certificate), :class:`ServiceClientSettings` (how the
-Reconciler calls the ESS), :class:`LocalRunSettings` (``make run``) and
-:class:`CliSettings` (the ``xmc`` command) — each field documenting its variable, and
-:func:`load_settings`, which reads the environment once and builds them all. Every
+Reconciler calls the ESS), :class:`LocalRunSettings` (``make run``), :class:`UiSettings`
+(the dashboard) and :class:`CliSettings` (the ``xmc`` command) — each field documenting
+its variable, and :func:`load_settings`, which reads the environment once and builds them
+all. Every
 service and ``make run`` take their settings from it (the ``xmc`` command, a client, from
 :func:`load_cli_settings`); nothing else reads ``os.environ``.
 
@@ -342,6 +343,34 @@ class LocalRunSettings:
 
 
 @dataclass(frozen=True)
+class UiSettings:
+    """``xmc-ui``, the dashboard and REST/JSON face; it calls the ESS at
+    ``Settings.ess_target``."""
+
+    #: XMC_UI_LISTEN — host:port of the pages and of /v1 (port 0 = any free one).
+    listen: str = "127.0.0.1:8080"
+    #: XMC_UI_TOKEN — bearer token for callers whose request carries no Authorization
+    #: header (a single-user or development dashboard); '' = send none.
+    token: str = field(default="", repr=False)
+    #: XMC_UI_POLL_SECONDS — how often a page refreshes its live region.
+    poll_seconds: float = 2.0
+
+    @classmethod
+    def _from_env(cls, env: Env) -> UiSettings:
+        d = cls()
+        poll = _seconds(env, "XMC_UI_POLL_SECONDS", d.poll_seconds)
+        if not 0 < poll < float("inf"):
+            raise InvalidArgumentError(
+                f"XMC_UI_POLL_SECONDS: must be a positive number of seconds, got {poll!r}"
+            )
+        return cls(
+            listen=env.get("XMC_UI_LISTEN", d.listen),
+            token=env.get("XMC_UI_TOKEN", d.token),
+            poll_seconds=poll,
+        )
+
+
+@dataclass(frozen=True)
 class CliSettings:
     """The ``xmc`` command line (its ``--endpoint`` and ``--token`` flags read
     XMANAGER_ENDPOINT and XMC_AUTH_TOKEN themselves, through click)."""
@@ -366,6 +395,7 @@ class XmcSettings:
     tls: TlsSettings = field(default_factory=TlsSettings)
     service_client: ServiceClientSettings = field(default_factory=ServiceClientSettings)
     local_run: LocalRunSettings = field(default_factory=LocalRunSettings)
+    ui: UiSettings = field(default_factory=UiSettings)
     cli: CliSettings = field(default_factory=CliSettings)
 
 
@@ -382,6 +412,7 @@ def load_settings(env: Env | None = None, *, read_file: ReadFile | None = None) 
         tls=TlsSettings._from_env(env),
         service_client=ServiceClientSettings._from_env(env),
         local_run=LocalRunSettings._from_env(env),
+        ui=UiSettings._from_env(env),
         cli=CliSettings._from_env(env),
     )
     settings.core.validate()

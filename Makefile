@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: help install proto proto-check lint test run bench compat faults clean
+.PHONY: help install proto proto-check lint test run bench compat faults screenshots clean
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -51,6 +51,9 @@ compat: $(STAMP) ## the published xmanager client against a real stack, in its o
 
 faults: $(STAMP) ## fault matrix: lost / duplicated / stuck per crash and restart (~10 min)
 	$(PY) bench/faults.py $(FAULTS_ARGS)
+
+screenshots: $(STAMP) ## the dashboard's three pages, from the browser test, into docs/screenshots
+	XMC_UI_SCREENSHOTS=$(CURDIR)/docs/screenshots $(VENV)/bin/pytest tests/integration/test_ui_browser.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

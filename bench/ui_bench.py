@@ -6,10 +6,12 @@ One ESS process and one ``xmc-ui`` process on a fresh database; one experiment o
 status (the realistic row). Figures, each the median and p95 of ``--loads`` loads, the
 page and its baseline taking turns load by load so both see the same machine:
 
-- **page**: ``GET /experiments/{xid}`` — the UI's GetExperiment + ListWorkUnits (one page
-  of 1,000) + rendering the table, the whole HTML body read by the client;
+- **page**: ``GET /experiments/{xid}`` — the UI's GetExperiment + ListWorkUnits (its
+  first page of 100 rows, the state bar counting all 1,000) + rendering, the whole HTML
+  body read by the client; and the same with ``?page_size=1000`` (every row on one page);
 - **live**: ``GET /experiments/{xid}/live``, the fragment a page polls every 2 s;
-- **raw gRPC**: the same GetExperiment + ListWorkUnits sent straight to the ESS;
+- **raw gRPC**: the same GetExperiment + ListWorkUnits sent straight to the ESS (100 and
+  1,000);
 - **browser** (when /usr/bin/chromium exists): headless Chromium navigating to the page,
   until its ``load`` event (HTML parsed, CSS and JS loaded, table laid out).
 
@@ -43,6 +45,9 @@ from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
 ADMIN_DSN = os.environ.get("XMC_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 CHROMIUM = Path("/usr/bin/chromium")
 TARGET_MS = 300.0
+#: The experiment page's rows by default (ui.pages.UNITS_PAGE), and all of them.
+UNITS_PAGE = 100
+ALL = 1000
 UPDATE_METHOD = "/xmc.internal.v1.WorkUnitExecutionService/UpdateWorkUnitExecutions"
 
 
@@ -134,12 +139,13 @@ async def main() -> None:
         parent = f"experiments/{xid}"
         base = f"http://127.0.0.1:{ui_port}"
 
-        async def raw_grpc() -> None:
+        async def raw_grpc(page_size: int) -> None:
             await api.GetExperiment(api_pb2.GetExperimentRequest(name=parent), metadata=METADATA)
             found = await api.ListWorkUnits(
-                api_pb2.ListWorkUnitsRequest(parent=parent, page_size=1000), metadata=METADATA
+                api_pb2.ListWorkUnitsRequest(parent=parent, page_size=page_size),
+                metadata=METADATA,
             )
-            assert len(found.work_units) == min(args.work_units, 1000)
+            assert len(found.work_units) == min(args.work_units, page_size)
 
         async with aiohttp.ClientSession() as http:
 
@@ -150,36 +156,48 @@ async def main() -> None:
 
             for _ in range(3):  # warm up: connections, template compilation
                 await get(f"/{parent}")
-                await raw_grpc()
-            figures: dict[str, list[float]] = {"page": [], "live": [], "raw": []}
+                await raw_grpc(UNITS_PAGE)
+            figures: dict[str, list[float]] = {
+                k: [] for k in ("page", "live", "raw", "all", "raw_all")
+            }
             for _ in range(args.loads):
                 figures["page"].append(await ms(lambda: get(f"/{parent}")))
                 figures["live"].append(await ms(lambda: get(f"/{parent}/live")))
-                figures["raw"].append(await ms(raw_grpc))
+                figures["raw"].append(await ms(lambda: raw_grpc(UNITS_PAGE)))
+                figures["all"].append(await ms(lambda: get(f"/{parent}?page_size={ALL}")))
+                figures["raw_all"].append(await ms(lambda: raw_grpc(ALL)))
             async with http.get(f"{base}/{parent}") as page:
                 size = len(await page.read())
+            async with http.get(f"{base}/{parent}?page_size={ALL}") as page:
+                size_all = len(await page.read())
         have_chromium = await asyncio.to_thread(CHROMIUM.exists)
-        browser = (
-            await browser_loads(f"{base}/{parent}", min(args.loads, 15)) if have_chromium else {}
+        loads = min(args.loads, 15)
+        browser = await browser_loads(f"{base}/{parent}", loads) if have_chromium else {}
+        browser_all = (
+            await browser_loads(f"{base}/{parent}?page_size={ALL}", loads) if have_chromium else {}
         )
         await channel.close()
 
         page_median = statistics.median(figures["page"])
         raw_median = statistics.median(figures["raw"])
         print(
-            f"experiment of {args.work_units} work units (RUNNING, JobSet status); page"
-            f" {size / 1024:.0f} KiB; {args.loads} loads each, interleaved"
+            f"experiment of {args.work_units} work units (RUNNING, JobSet status); the page"
+            f" ({UNITS_PAGE} rows) {size / 1024:.0f} KiB, with ?page_size={ALL}"
+            f" {size_all / 1024:.0f} KiB; {args.loads} loads each, interleaved"
         )
         print(summary("GET /experiments/{xid} (server + render)", figures["page"]))
         print(summary("GET /experiments/{xid}/live (poll fragment)", figures["live"]))
-        print(summary("raw gRPC GetExperiment + ListWorkUnits", figures["raw"]))
-        if browser:
-            print(summary("headless Chromium: last byte", browser["response"]))
-            print(summary("headless Chromium: first contentful paint", browser["paint"]))
-            print(summary("headless Chromium: DOM parsed", browser["parsed"]))
-            print(summary("headless Chromium: load event", browser["load"]))
-        else:
-            print("headless Chromium: skipped (/usr/bin/chromium is missing)")
+        print(summary(f"raw gRPC GetExperiment + ListWorkUnits ({UNITS_PAGE})", figures["raw"]))
+        print(summary(f"GET /experiments/{{xid}}?page_size={ALL}", figures["all"]))
+        print(summary(f"raw gRPC GetExperiment + ListWorkUnits ({ALL})", figures["raw_all"]))
+        for label, loaded in (("", browser), (f" ?page_size={ALL}", browser_all)):
+            if not loaded:
+                print("headless Chromium: skipped (/usr/bin/chromium is missing)")
+                break
+            print(summary(f"headless Chromium{label}: last byte", loaded["response"]))
+            print(summary(f"headless Chromium{label}: first contentful paint", loaded["paint"]))
+            print(summary(f"headless Chromium{label}: DOM parsed", loaded["parsed"]))
+            print(summary(f"headless Chromium{label}: load event", loaded["load"]))
         worst = max([page_median, *([statistics.median(browser["load"])] if browser else [])])
         verdict = "meets" if worst < TARGET_MS else "MISSES"
         print(

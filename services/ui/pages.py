@@ -13,16 +13,19 @@ from ui.gateway import UiError
 
 #: Experiments per page of ``/``.
 EXPERIMENTS_PAGE = 50
-#: Work units per page of ``/experiments/{xid}`` (the ESS's largest page).
-UNITS_PAGE = 1000
+#: Work units per page of ``/experiments/{xid}``: a sweep's overview is its state bar;
+#: the table pages like Lookout's, and each poll of the live region costs one page.
+UNITS_PAGE = 100
+#: The most ``?page_size=`` may ask for (the ESS's largest page).
+MAX_UNITS_PAGE = 1000
 
 
-def _page_size(request: web.Request, default: int) -> int:
-    raw = request.query.get("page_size", "")
+def _page_size(request: web.Request, default: int, largest: int | None = None) -> int:
+    raw, largest = request.query.get("page_size", ""), largest or default
     if not raw:
         return default
-    if not raw.isdigit() or not 0 < int(raw) <= default:
-        raise UiError(400, f"page_size: expected 1..{default}, got {raw!r}")
+    if not raw.isdigit() or not 0 < int(raw) <= largest:
+        raise UiError(400, f"page_size: expected 1..{largest}, got {raw!r}")
     return int(raw)
 
 
@@ -53,15 +56,20 @@ async def _experiment_context(request: web.Request) -> dict[str, Any]:
     token = request.query.get("page_token", "")
     client = ess(request)
     experiment = await client.experiment(xid)
-    units = await client.work_units(xid, filter_, token, _page_size(request, UNITS_PAGE))
+    size = _page_size(request, UNITS_PAGE, MAX_UNITS_PAGE)
+    units = await client.work_units(xid, filter_, token, size)
+    row = views.experiment_row(experiment)
     return {
-        "experiment": views.experiment_row(experiment),
+        "experiment": row,
         "units": [views.work_unit_row(u) for u in units.items],
         "state": state,
         "states": views.FILTER_STATES,
         "filter": filter_,
         "page_token": token,
         "next_page_token": units.next_page_token,
+        "page_size": size,
+        "max_page_size": MAX_UNITS_PAGE,
+        "unit_count": row["total"],
     }
 
 

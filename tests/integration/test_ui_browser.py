@@ -1,8 +1,9 @@
 """The dashboard in headless Chromium against the whole stack (ESS + Actuator + Reconciler
 + kubesim): find an experiment on the start page, open it, watch a unit go RUNNING →
 COMPLETED without a reload, stop a running unit and see STOPPED, open a (failed) unit and
-see its messages. Screenshots of the three pages go to docs/screenshots/ (``XMC_UI_SCREENSHOTS``
-names another directory).
+see its messages. Screenshots of the three pages go to a temporary directory, or to
+``XMC_UI_SCREENSHOTS``: ``make screenshots`` runs this test with it set to docs/screenshots,
+which docs/ui.md shows (a plain ``make test`` leaves the tree as it is).
 
 Chromium is Debian's (``apt-get install chromium``), driven by Playwright through
 ``executable_path``: nothing downloads a browser. Without it the test is skipped, except
@@ -28,12 +29,8 @@ from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 
 CHROMIUM = Path("/usr/bin/chromium")
-#: Where the screenshots go: docs/screenshots (committed, referenced by docs/ui.md), or
-#: the directory in XMC_UI_SCREENSHOTS (e.g. a temporary one, to leave the tree as it is).
-SCREENSHOTS = Path(
-    os.environ.get("XMC_UI_SCREENSHOTS")
-    or Path(__file__).resolve().parents[2] / "docs" / "screenshots"
-)
+#: Where the screenshots go ('' = a temporary directory); ``make screenshots`` sets it.
+SCREENSHOTS = os.environ.get("XMC_UI_SCREENSHOTS", "")
 #: Milliseconds a page condition may take: scheduling + start + run in kubesim at scale 1.
 WITHIN = 60_000
 
@@ -92,9 +89,10 @@ def unit_state(page: Page, wid: int) -> Any:
 
 
 @pytest.fixture
-def shots() -> Path:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    return SCREENSHOTS
+def shots(tmp_path: Path) -> Path:
+    where = Path(SCREENSHOTS) if SCREENSHOTS else tmp_path
+    where.mkdir(parents=True, exist_ok=True)
+    return where
 
 
 async def test_dashboard_in_a_browser(system: System, browser: Browser, shots: Path) -> None:

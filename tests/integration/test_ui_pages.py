@@ -117,6 +117,26 @@ async def test_experiment_page_filters_by_state_and_missing_is_404(
     assert "page not found" in page
 
 
+async def test_experiment_page_pages_its_units_and_keeps_the_page_size(
+    ess: Ess, ui: str, http: aiohttp.ClientSession
+) -> None:
+    xid = await experiment(ess, "pages", units=3)
+    status, page = await get(http, f"{ui}/experiments/{xid}", params={"page_size": "2"})
+    assert status == 200
+    assert page.count('data-state="INITIALIZING"') == 2
+    assert "2 of 3 units on this page" in page
+    assert "page_size=2&amp;page_token=" in page  # the next page keeps the size
+
+    for bad in ("0", "1001", "many"):
+        status, page = await get(http, f"{ui}/experiments/{xid}", params={"page_size": bad})
+        assert status == 400
+        assert "page_size: expected 1..1000" in page
+    status, page = await get(http, f"{ui}/experiments/{xid}", params={"page_size": "1000"})
+    assert status == 200
+    assert page.count('data-state="INITIALIZING"') == 3
+    assert "units on this page" not in page
+
+
 async def test_work_unit_page_and_stop_restart(
     ess: Ess, ui: str, http: aiohttp.ClientSession
 ) -> None:

@@ -27,8 +27,9 @@ from reconciler.observe import (
     observe_jobset,
 )
 from xmc.labels import EXECUTION_ID, EXPERIMENT_ID, FINALIZER, WORK_UNIT_ID
-from xmc.model.merge import MessageField, StoredExecution, merge_work_unit_execution
+from xmc.model.merge import MessageField, merge_work_unit_execution
 from xmc.model.states import WorkUnitState
+from xmc.model.stored import StoredExecution
 from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
 
 C = FailureCause

@@ -1,11 +1,11 @@
 """JobSet → WorkUnitState (SPEC §8.1): a named case per rule and per ordering that matters."""
 
-import copy
 from datetime import UTC, datetime, timedelta, timezone
-from typing import Any, Self
+from typing import Any
 
 import pytest
 
+from tests.builders import JobSetBuilder, PodBuilder
 from xmc.model.jobset import (
     NO_PODS,
     JobTotals,
@@ -24,109 +24,6 @@ S = WorkUnitState
 R = MappingRule
 T0 = "2026-01-02T03:04:05Z"
 OBSERVED_AT = datetime(2026, 1, 2, 12, 0, 0, tzinfo=UTC)
-
-_CONDITION_REASONS = {
-    ("Completed", "True"): ("AllJobsCompleted", "jobset completed successfully"),
-    ("Failed", "True"): ("FailedJobs", "jobset failed due to one or more job failures"),
-}
-
-
-class JobSetBuilder:
-    """Fluent builder of `jobset.x-k8s.io/v1alpha2` objects as the API server returns them."""
-
-    def __init__(self, name: str, namespace: str = "xmc-jobs") -> None:
-        self._obj: dict[str, Any] = {
-            "apiVersion": "jobset.x-k8s.io/v1alpha2",
-            "kind": "JobSet",
-            "metadata": {
-                "name": name,
-                "namespace": namespace,
-                "uid": f"uid-{name}",
-                "labels": {"kueue.x-k8s.io/queue-name": "default"},
-                "finalizers": ["xmc.dev/execution-state"],
-            },
-            "spec": {"replicatedJobs": []},
-            "status": {"replicatedJobsStatus": [], "restarts": 0},
-        }
-
-    def replicated_job(self, name: str, *, replicas: int | None = 1) -> Self:
-        """Add a replicated job; `replicas=None` omits the field as a sparse manifest would."""
-        job: dict[str, Any] = {
-            "name": name,
-            "template": {
-                "spec": {
-                    "parallelism": 1,
-                    "completions": 1,
-                    "backoffLimit": 0,
-                    "template": {
-                        "spec": {
-                            "restartPolicy": "Never",
-                            "containers": [{"name": "main", "image": "trainer:latest"}],
-                        }
-                    },
-                }
-            },
-        }
-        if replicas is not None:
-            job["replicas"] = replicas
-        self._obj["spec"]["replicatedJobs"].append(job)
-        return self
-
-    def status_counts(
-        self,
-        name: str,
-        *,
-        ready: int = 0,
-        active: int = 0,
-        succeeded: int = 0,
-        failed: int = 0,
-        suspended: int = 0,
-    ) -> Self:
-        self._obj["status"]["replicatedJobsStatus"].append(
-            {
-                "name": name,
-                "ready": ready,
-                "active": active,
-                "succeeded": succeeded,
-                "failed": failed,
-                "suspended": suspended,
-            }
-        )
-        return self
-
-    def condition(self, type_: str, status: str, last_transition_time: str = T0) -> Self:
-        reason, message = _CONDITION_REASONS.get((type_, status), ("Test", "set by test"))
-        self._obj["status"].setdefault("conditions", []).append(
-            {
-                "type": type_,
-                "status": status,
-                "reason": reason,
-                "message": message,
-                "lastTransitionTime": last_transition_time,
-            }
-        )
-        if status == "True" and type_ in ("Completed", "Failed"):
-            self._obj["status"]["terminalState"] = type_
-        return self
-
-    def suspend(self, value: bool) -> Self:
-        self._obj["spec"]["suspend"] = value
-        return self
-
-    def deleting(self, at: str = T0) -> Self:
-        self._obj["metadata"]["deletionTimestamp"] = at
-        return self
-
-    def without_status(self) -> Self:
-        del self._obj["status"]
-        return self
-
-    def created(self, at: str) -> Self:
-        self._obj["metadata"]["creationTimestamp"] = at
-        return self
-
-    def obj(self) -> dict[str, Any]:
-        return copy.deepcopy(self._obj)
 
 
 def make_jobset(name: str = "wu-1-eid-1") -> JobSetBuilder:
@@ -416,10 +313,8 @@ def test_decide_work_unit_state_with_pods(
 
 
 def _pod(phase: str, *, deleted: bool) -> dict[str, Any]:
-    metadata: dict[str, Any] = {"name": "p"}
-    if deleted:
-        metadata["deletionTimestamp"] = T0
-    return {"metadata": metadata, "status": {"phase": phase}}
+    pod = PodBuilder("p").phase(phase)
+    return (pod.deleting(T0) if deleted else pod).obj()
 
 
 @pytest.mark.parametrize(

@@ -24,15 +24,12 @@ S = WorkUnitState
 R = MappingRule
 T0 = "2026-01-02T03:04:05Z"
 OBSERVED_AT = datetime(2026, 1, 2, 12, 0, 0, tzinfo=UTC)
-
-
-def make_jobset(name: str = "wu-1-eid-1") -> JobSetBuilder:
-    return JobSetBuilder(name)
+NAME = "wu-1-eid-1"
 
 
 def two_workers() -> JobSetBuilder:
     """A JobSet with one replicated job of two Jobs, the usual shape in these cases."""
-    return make_jobset().replicated_job("workers", replicas=2)
+    return JobSetBuilder(NAME).replicated_job("workers", replicas=2)
 
 
 MAPPING_CASES = [
@@ -142,7 +139,7 @@ MAPPING_CASES = [
         id="R6 one succeeded and the rest ready is RUNNING",
     ),
     pytest.param(
-        make_jobset()
+        JobSetBuilder(NAME)
         .replicated_job("leader", replicas=None)
         .replicated_job("workers", replicas=2)
         .status_counts("leader", ready=1, active=1)
@@ -359,12 +356,12 @@ def test_builder_produces_an_api_shaped_object() -> None:
             {"spec": None, "status": None}, JobTotals(0, 0, 0, 0, 0), id="null spec and status"
         ),
         pytest.param(
-            make_jobset().replicated_job("workers", replicas=None).without_status().obj(),
+            JobSetBuilder(NAME).replicated_job("workers", replicas=None).without_status().obj(),
             JobTotals(replicas=1, ready=0, active=0, succeeded=0, failed=0),
             id="missing replicas counts as 1 and missing status as 0",
         ),
         pytest.param(
-            make_jobset()
+            JobSetBuilder(NAME)
             .replicated_job("leader", replicas=1)
             .replicated_job("workers", replicas=3)
             .status_counts("leader", ready=1, active=1)

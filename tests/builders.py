@@ -7,8 +7,7 @@ what a case needs, and take a fresh copy with ``obj()``::
     JobSetBuilder("xmc-7-3").replicated_job("workers", replicas=2).condition("Failed", "True").obj()
 
 Defaults are what XMC's Actuator and kubesim write (namespace ``xmc-jobs``, the XMC
-finalizer, queue ``default``); anything a test asserts on should be set explicitly.
-Times are RFC 3339 strings, as on the wire.
+finalizer, queue ``default``); set explicitly what a test asserts on. Times are RFC 3339.
 """
 
 from __future__ import annotations

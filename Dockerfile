@@ -1,6 +1,6 @@
 # One image for every XMC service; the service is chosen by the command
 # (docker-compose.yml `command:`, Kubernetes `args:`):
-#   xmc-ess serve | xmc-ess migrate | xmc-actuator | xmc-reconciler | xmc-kubesim
+#   xmc-ess serve | xmc-ess migrate | xmc-actuator | xmc-reconciler | xmc-ui | xmc-kubesim
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -21,8 +21,8 @@ RUN groupadd --system --gid 10001 xmc \
 USER 10001:10001
 WORKDIR /
 
-# gRPC (ESS) and the conventional /metrics port (XMC_METRICS_LISTEN).
-EXPOSE 50051 9090
+# gRPC (ESS), the dashboard (xmc-ui) and the conventional /metrics port (XMC_METRICS_LISTEN).
+EXPOSE 50051 8080 9090
 
 # No ENTRYPOINT: the command names the console script, so one image serves every service.
 CMD ["xmc-ess", "serve"]

@@ -44,6 +44,7 @@ bench: $(STAMP) ## benchmarks (print figures; not tests)
 	$(PY) bench/actuator_bench.py
 	$(PY) bench/reconciler_bench.py
 	$(PY) bench/e2e_sweep.py
+	$(PY) bench/ui_bench.py
 
 compat: $(STAMP) ## the published xmanager client against a real stack, in its own virtualenvs
 	$(VENV)/bin/pytest -m compat tests/compat $(PYTEST_ARGS)

@@ -35,6 +35,7 @@ from xmc.store.creation import Created, NewWorkUnit
 from xmc.store.migrate import migrate
 from xmc.store.repository import Store
 from xmc.streams import StreamNames, TaskPublisher, hash_tag
+from xmc.timestamps import utc_now
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 from xmc_api.internal.v1.tasks_pb2 import Task, TaskPayload
@@ -169,7 +170,7 @@ async def run_actuators(dsn: str, kube_url: str, processes: int, n: int) -> tupl
     conn = await asyncpg.connect(dsn)
     try:
         await asyncio.sleep(1.5)  # let the processes connect and join the group
-        publisher = TaskPublisher(redis, names, signing_key=KEY, clock=lambda: datetime.now(UTC))
+        publisher = TaskPublisher(redis, names, signing_key=KEY, clock=utc_now)
         began = time.perf_counter()
         for start in range(0, len(tasks), 500):
             await publisher.publish_many(tasks[start : start + 500])

@@ -14,9 +14,10 @@ from __future__ import annotations
 import argparse
 import time
 
+from kubesim.clone import clone
 from kubesim.resources import JOB, JOBSET, POD
 from kubesim.selectors import fields_match, labels_match, parse_label_selector
-from kubesim.store import ObjectStore, clone
+from kubesim.store import ObjectStore
 
 
 def _populate(store: ObjectStore, count: int) -> None:

@@ -33,14 +33,12 @@ import redis.asyncio as aioredis
 from prometheus_client import REGISTRY
 
 from ess.app import EssOptions, EssServer
-from ess.auth import AuthSettings
 from kubesim.resources import JOBSET
 from kubesim.server import KubeSim
 from reconciler.app import Reconciler, ReconcilerOptions
 from reconciler.batcher import BatcherOptions
 from reconciler.ess_client import EssClient
 from reconciler.observation import Source
-from xmc.config import Settings
 from xmc.kube_client import KubeClient
 from xmc.labels import (
     EXECUTION_ID,
@@ -52,10 +50,12 @@ from xmc.labels import (
     jobset_name,
 )
 from xmc.model.states import WorkUnitState
+from xmc.settings import AuthSettings, Settings
 from xmc.store.creation import NewWorkUnit
 from xmc.store.migrate import migrate
 from xmc.store.repository import Store
 from xmc.streams import hash_tag
+from xmc.timestamps import utc_now
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 
@@ -414,7 +414,7 @@ async def main() -> None:
             api,
             ess_client,
             identity="bench",
-            clock=lambda: datetime.now(UTC),
+            clock=utc_now,
             options=ReconcilerOptions(
                 lease=None, batcher=batcher, orphan_interval=3600, diagnostics_interval=3600
             ),

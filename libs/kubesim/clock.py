@@ -48,3 +48,11 @@ class SimClock:
     async def sleep(self, seconds: float) -> None:
         """Wait ``seconds`` of simulated time."""
         await asyncio.sleep(max(seconds, 0) / self.scale)
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def rfc3339(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

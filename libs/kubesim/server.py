@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from kubesim.api import ApiContext, build_app
+from kubesim.api.app import build_app
+from kubesim.api.context import ApiContext
 from kubesim.clock import SimClock
 from kubesim.faults import Faults
 from kubesim.resources import JOBSET
@@ -96,7 +97,7 @@ class KubeSim:
 
     async def _start_controllers(self) -> None:
         from kubesim.controllers import Controllers, ControllerSettings, KueueVersion
-        from kubesim.controllers.kueue import default_jobset_create, validate_jobset_update
+        from kubesim.controllers.kueue.webhooks import default_jobset_create, validate_jobset_update
         from kubesim.defaults import install_defaults
 
         settings = self._controller_settings or ControllerSettings(time_scale=self.clock.scale)

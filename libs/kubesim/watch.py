@@ -32,9 +32,10 @@ from typing import Any
 from aiohttp import web
 
 from kubesim.errors import ApiError, bad_request
+from kubesim.events import Event, Subscription
 from kubesim.resources import Resource
 from kubesim.selectors import Requirement, fields_match, labels_match
-from kubesim.store import Event, ObjectStore, Subscription
+from kubesim.store import ObjectStore
 
 Obj = dict[str, Any]
 

@@ -2,9 +2,10 @@
 
 Checks Postgres and Redis (starts local installs when they are down, otherwise says what
 to do), prepares the database, then starts kubesim (with its simulated JobSet, Kueue and
-kubelet and the default queues), the ESS, the Actuator and the Reconciler, each its own OS
-process with its own log prefix. Ctrl-C (or SIGTERM) stops them all. A second ``make
-run`` while one is running says so instead of failing on a taken port.
+kubelet and the default queues), the ESS, the Actuator, the Reconciler and the dashboard
+(``xmc-ui``), each its own OS process with its own log prefix. Ctrl-C (or SIGTERM) stops
+them all. A second ``make run`` while one is running says so instead of failing on a
+taken port.
 """
 
 from __future__ import annotations
@@ -16,44 +17,17 @@ import signal
 import socket
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
-from xmc.config import Settings
+from xmc.settings import LocalRunSettings, Settings, UiSettings, load_settings
 from xmc.store.migrate import migrate
 
 BIN = Path(sys.executable).parent
 #: Development only: a fixed signing key, printed nowhere, never used outside this run.
 DEV_SIGNING_KEY = "xmc-local-development-signing-key-0001"
-
-
-@dataclass(frozen=True)
-class LocalRun:
-    kubesim_port: int
-    #: Simulated seconds per real second in kubesim (pod run times, grace periods).
-    time_scale: float
-    #: kubesim's clock against the host's, as ``xmc-kubesim --clock-offset`` takes it.
-    clock_offset: str
-    #: Whose Kueue defaults kubesim follows (``xmc-kubesim --kueue-version``).
-    kueue_version: str
-    ess_listen: str
-    metrics_base: int
-    pidfile: Path
-
-
-def _options(env: dict[str, str]) -> LocalRun:
-    return LocalRun(
-        kubesim_port=int(env.get("XMC_KUBESIM_PORT", "8081")),
-        time_scale=float(env.get("XMC_KUBESIM_TIME_SCALE", "1")),
-        clock_offset=env.get("XMC_KUBESIM_CLOCK_OFFSET", "0s"),
-        kueue_version=env.get("XMC_KUBESIM_KUEUE_VERSION", "0.19"),
-        ess_listen=env.get("XMC_ESS_LISTEN", "127.0.0.1:50051"),
-        metrics_base=int(env.get("XMC_METRICS_BASE_PORT", "9464")),
-        pidfile=Path(env.get("XMC_RUN_DIR", ".run")) / "xmc.pid",
-    )
 
 
 def already_running(pidfile: Path) -> int | None:
@@ -142,13 +116,15 @@ async def _wait_listening(addresses: list[tuple[str, int]], within: float = 60.0
         await asyncio.sleep(0.2)
 
 
-async def serve(settings: Settings, run: LocalRun) -> int:
+async def serve(settings: Settings, run: LocalRunSettings, ui: UiSettings) -> int:
+    # The children inherit this environment (one .env configures them all), with the
+    # wiring of a local run on top.
     env = {
         **os.environ,
         "XMC_DATABASE_URL": settings.database_url,
         "XMC_REDIS_URL": settings.redis_url,
-        "XMC_ESS_LISTEN": run.ess_listen,
-        "XMC_ESS_TARGET": run.ess_listen,
+        "XMC_ESS_LISTEN": settings.ess_listen,
+        "XMC_ESS_TARGET": settings.ess_listen,
         "XMC_KUBE_URL": f"http://127.0.0.1:{run.kubesim_port}",
         "XMC_TASK_SIGNING_KEY": settings.task_signing_key or DEV_SIGNING_KEY,
         "XMC_AUTH_DISABLED": "true",
@@ -173,6 +149,13 @@ async def serve(settings: Settings, run: LocalRun) -> int:
             "--metrics-listen",
             f"127.0.0.1:{run.metrics_base + 2}",
         ],
+        "ui": [
+            "xmc-ui",
+            "--listen",
+            ui.listen,
+            "--metrics-listen",
+            f"127.0.0.1:{run.metrics_base + 3}",
+        ],
     }
     processes: dict[str, asyncio.subprocess.Process] = {}
     pipes = []
@@ -195,9 +178,8 @@ async def serve(settings: Settings, run: LocalRun) -> int:
         loop.add_signal_handler(sig, stop.set)
     exited = [asyncio.create_task(p.wait()) for p in processes.values()]
     try:
-        host, _, port = run.ess_listen.rpartition(":")
-        await _wait_listening([(host, int(port))])
-        _banner(run)
+        await _wait_listening([_address(settings.ess_listen), _address(ui.listen)])
+        _banner(settings.ess_listen, run, ui)
         await asyncio.wait(
             [asyncio.create_task(stop.wait()), *exited], return_when="FIRST_COMPLETED"
         )
@@ -215,16 +197,25 @@ async def serve(settings: Settings, run: LocalRun) -> int:
     return 0
 
 
-def _banner(run: LocalRun) -> None:
-    endpoint = run.ess_listen
+def _address(listen: str) -> tuple[str, int]:
+    host, _, port = listen.rpartition(":")
+    return (host if host not in ("", "0.0.0.0") else "127.0.0.1"), int(port)
+
+
+def _banner(endpoint: str, run: LocalRunSettings, ui: UiSettings) -> None:
+    ui_host, ui_port = _address(ui.listen)
+    ui_url = f"http://{ui_host}:{ui_port}"
     print(
         f"""
 XMC is running.
+  dashboard:    {ui_url}
   ESS (gRPC):   {endpoint}   (auth disabled: any token works)
   xmanager:     export XMANAGER_ENDPOINT=http://{endpoint} XMC_AUTH_TOKEN=dev \\
-                       XMC_USER_EMAIL=you@example.com    (README: Launching from xmanager)
+                       XMC_USER_EMAIL=you@example.com XMANAGER_UI_URL={ui_url}
+                (README: Launching from xmanager)
   kubesim:      http://127.0.0.1:{run.kubesim_port}
-  metrics:      http://127.0.0.1:{run.metrics_base}/metrics (ESS), +1 Actuator, +2 Reconciler
+  metrics:      http://127.0.0.1:{run.metrics_base}/metrics (ESS), +1 Actuator, +2 Reconciler,
+                +3 dashboard
   health:       /healthz and /readyz on the same ports (docs/operations.md)
 
 Try, in another terminal (.venv/bin on PATH):
@@ -242,8 +233,8 @@ async def _prepare(settings: Settings) -> None:
 
 
 def main() -> None:
-    settings = Settings.from_env()
-    run = _options(dict(os.environ))
+    loaded = load_settings()
+    settings, run = loaded.core, loaded.local_run
     pid = already_running(run.pidfile)
     if pid is not None:
         print(f"XMC is already running (pid {pid}); stop it with Ctrl-C in its terminal.")
@@ -256,7 +247,7 @@ def main() -> None:
     run.pidfile.parent.mkdir(parents=True, exist_ok=True)
     run.pidfile.write_text(str(os.getpid()))
     try:
-        code = asyncio.run(serve(settings, run))
+        code = asyncio.run(serve(settings, run, loaded.ui))
     finally:
         run.pidfile.unlink(missing_ok=True)
     sys.exit(code)

@@ -28,7 +28,7 @@ import aiohttp
 from kubernetes_asyncio import config
 from kubernetes_asyncio.client import ApiClient, Configuration
 
-from xmc.config import Settings
+from xmc.settings import Settings
 
 # kubernetes-asyncio's own read buffer: watch events of large objects exceed aiohttp's default.
 _READ_BUFSIZE: Final = 2**21

@@ -28,7 +28,6 @@ from typing import Any, Final, Self
 import aiohttp
 from kubernetes_asyncio.client import ApiClient, Configuration
 
-from xmc.config import Settings
 from xmc.kube import (
     KubeError,
     KubeFailure,
@@ -39,6 +38,7 @@ from xmc.kube import (
     pending_workloads_path,
     read_answer,
 )
+from xmc.settings import Settings
 
 Obj = dict[str, Any]
 

@@ -16,6 +16,7 @@ from typing import Final
 from xmc.priority_classes import PRIORITY_CLASS_VALUES as PRIORITY_CLASS_VALUES
 from xmc.priority_classes import PRIORITY_CLASSES as PRIORITY_CLASSES
 from xmc.priority_classes import priority_class_name as priority_class_name
+from xmc.timestamps import as_utc
 
 EXPERIMENT_ID: Final = "xmc.google.com/experiment-id"
 WORK_UNIT_ID: Final = "xmc.google.com/work-unit-id"
@@ -52,8 +53,7 @@ def last_edit_label(operation_time: datetime) -> str:
     A naive datetime is taken as UTC, as everywhere in xmc. Times before the epoch have
     no label form (they would need a sign) and are refused.
     """
-    aware = operation_time if operation_time.tzinfo else operation_time.replace(tzinfo=UTC)
-    micros = (aware - _EPOCH) // timedelta(microseconds=1)
+    micros = (as_utc(operation_time) - _EPOCH) // timedelta(microseconds=1)
     if micros < 0:
         raise ValueError(f"operation time {operation_time.isoformat()} is before the epoch")
     return str(micros).zfill(_LAST_EDIT_WIDTH)

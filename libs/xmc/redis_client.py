@@ -15,7 +15,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 
-from xmc.config import Settings
+from xmc.settings import Settings
 
 
 def parse_nodes(nodes: tuple[str, ...]) -> list[tuple[str, int]]:

@@ -1,9 +1,14 @@
-"""Fast ``google.protobuf.Timestamp`` ↔ ``datetime`` conversion.
+"""XMC's one home for time values: its clock, naive → UTC, and fast
+``google.protobuf.Timestamp`` ↔ ``datetime`` conversion.
+
+Every XMC datetime is UTC-aware: :func:`utc_now` is the default clock of every service
+(tests inject their own), and :func:`as_utc` is the one reading of a naive datetime (UTC,
+as Kubernetes and protobuf speak it; never host-local time).
 
 protobuf's ``ToDatetime``/``FromDatetime`` go through ``calendar.timegm`` and cost about
 4 µs each; the masked write path converts a dozen timestamps per item, so plain
-arithmetic against the epoch halves the per-item CPU of a batch. Datetimes are UTC-aware;
-precision is the microsecond, the resolution of Postgres ``timestamptz``.
+arithmetic against the epoch halves the per-item CPU of a batch. Precision is the
+microsecond, the resolution of Postgres ``timestamptz``.
 """
 
 from __future__ import annotations
@@ -18,6 +23,11 @@ _ONE_SECOND = timedelta(seconds=1)
 _ONE_MICROSECOND = timedelta(microseconds=1)
 
 
+def utc_now() -> datetime:
+    """XMC's wall clock (the default ``clock`` of every service; tests inject their own)."""
+    return datetime.now(UTC)
+
+
 def to_datetime(ts: Timestamp) -> datetime:
     return EPOCH + timedelta(seconds=ts.seconds, microseconds=ts.nanos // 1000)
 
@@ -26,9 +36,7 @@ def set_timestamp(ts: Timestamp, value: datetime | None) -> None:
     """Write ``value`` into ``ts``; None leaves the field untouched (unset)."""
     if value is None:
         return
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    delta = value - EPOCH
+    delta = as_utc(value) - EPOCH
     ts.seconds = delta.days * 86400 + delta.seconds
     ts.nanos = delta.microseconds * 1000
 
@@ -43,6 +51,8 @@ def stamp_after(stored: datetime | None, now: datetime) -> datetime:
 def as_utc(value: datetime) -> datetime:
     """Naive datetimes are UTC (Kubernetes and protobuf both speak UTC); aware ones are
     converted, so the two never mix in a comparison."""
+    if value.tzinfo is UTC:  # what the store and ``to_datetime`` hand over: spared a copy
+        return value
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 

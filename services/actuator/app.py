@@ -17,13 +17,14 @@ from actuator.kube import JobSetClient
 from actuator.pause import PauseFlag, TaskPauseHandler
 from actuator.repair import RepairSettings, RepairSweep
 from actuator.settle import TaskSettler
-from xmc.config import Settings
 from xmc.errors import InvalidArgumentError
 from xmc.health import Check, probe
 from xmc.redis_client import connect_redis
-from xmc.store.repository import Store, utc_now, wait_for_postgres
+from xmc.settings import Settings
+from xmc.store.repository import Store, wait_for_postgres
 from xmc.streams import StreamNames
 from xmc.supervise import supervise
+from xmc.timestamps import utc_now
 
 log = structlog.get_logger()
 

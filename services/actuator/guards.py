@@ -27,19 +27,19 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from xmc import labels
 from xmc.tasks import task_execution_id
-from xmc.timestamps import to_datetime
+from xmc.timestamps import as_utc, to_datetime
 from xmc_api.internal.v1.tasks_pb2 import Task
 
 
 def is_actuation_request_valid(task_operation_time: datetime, jobset_last_edit: str | None) -> bool:
     """The task is not older than the JobSet's last edit; no (readable) label → valid."""
     last_edit = _parse_last_edit(jobset_last_edit)
-    return last_edit is None or _aware(task_operation_time) >= last_edit
+    return last_edit is None or as_utc(task_operation_time) >= last_edit
 
 
 def is_execution_id_aligned(k8s_eid: int, target_eid: int) -> bool:
@@ -292,10 +292,6 @@ def _parse_last_edit(value: str | None) -> datetime | None:
         return labels.parse_last_edit_label(value)
     except ValueError:
         return None
-
-
-def _aware(value: datetime) -> datetime:
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:

@@ -14,9 +14,9 @@ from typing import Any, Self
 
 from kubernetes_asyncio.client import Configuration
 
-from xmc.config import Settings
 from xmc.kube import JOBSETS
 from xmc.kube_client import DEFAULT_REQUEST_TIMEOUT, KubeClient
+from xmc.settings import Settings
 
 
 class JobSetClient:

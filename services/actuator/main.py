@@ -11,9 +11,9 @@ import structlog
 from actuator.app import Actuator
 from actuator.consumer import ConsumerSettings
 from actuator.repair import RepairSettings
-from xmc.config import Settings
 from xmc.health import OpsServer
 from xmc.logging import configure_logging
+from xmc.settings import load_settings
 from xmc.supervise import run_service, supervise
 
 
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     configure_logging(service="actuator")
-    settings = Settings.from_env()
+    settings = load_settings().core
     metrics_listen = (
         args.metrics_listen if args.metrics_listen is not None else settings.metrics_listen
     )

@@ -18,9 +18,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any, Final, TypeGuard
 
+import kubequantity
 from actuator.manifest import GKE_TPU_TOPOLOGY
 from xmc import labels
 
@@ -33,30 +34,6 @@ _LABEL_NAME: Final = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _TPU_TOPOLOGY: Final = re.compile(r"^[1-9][0-9]*(x[1-9][0-9]*)*$")
 _MAX_LABEL: Final = 63
 _MAX_SUBDOMAIN: Final = 253
-
-_QUANTITY: Final = re.compile(
-    r"^(?P<number>[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))"
-    r"(?:(?P<binary>Ki|Mi|Gi|Ti|Pi|Ei)|(?P<decimal>[numkMGTPE])|[eE](?P<exponent>[+-]?[0-9]+))?$"
-)
-_BINARY_SUFFIXES: Final[Mapping[str, int]] = {
-    "Ki": 2**10,
-    "Mi": 2**20,
-    "Gi": 2**30,
-    "Ti": 2**40,
-    "Pi": 2**50,
-    "Ei": 2**60,
-}
-_DECIMAL_EXPONENTS: Final[Mapping[str, int]] = {
-    "n": -9,
-    "u": -6,
-    "m": -3,
-    "k": 3,
-    "M": 6,
-    "G": 9,
-    "T": 12,
-    "P": 15,
-    "E": 18,
-}
 
 _JOB_RESTART_POLICIES: Final = ("Never", "OnFailure")
 _DEPENDS_ON_STATUSES: Final = ("Ready", "Complete")
@@ -100,28 +77,13 @@ def validate_jobset_manifest(jobset: Mapping[str, Any]) -> list[str]:
 def parse_quantity(value: object) -> Decimal | None:
     """A Kubernetes resource quantity (``500m``, ``1.5Gi``, ``2e3``, ``4``) as a number.
 
-    None when ``value`` is not a quantity. Signs are kept so callers can reject negatives.
+    None when ``value`` is not a quantity (the shared :func:`kubequantity.parse_quantity`
+    raises instead). Signs are kept so callers can reject negatives.
     """
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int | float):
-        return Decimal(str(value))
-    if not isinstance(value, str):
-        return None
-    match = _QUANTITY.match(value)
-    if match is None:
-        return None
     try:
-        number = Decimal(match["number"])
-    except InvalidOperation:  # pragma: no cover - the regex admits only decimals
+        return kubequantity.parse_quantity(value)
+    except ValueError:
         return None
-    if match["binary"]:
-        return number * _BINARY_SUFFIXES[match["binary"]]
-    if match["decimal"]:
-        return number.scaleb(_DECIMAL_EXPONENTS[match["decimal"]])
-    if match["exponent"]:
-        return number.scaleb(int(match["exponent"]))
-    return number
 
 
 # --- metadata --------------------------------------------------------------------------

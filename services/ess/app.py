@@ -21,7 +21,7 @@ from google.longrunning import operations_grpc_pb2
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from ess.auth import Authenticator, AuthSettings
+from ess.auth import Authenticator
 from ess.intents import Intents
 from ess.interceptor import EssInterceptor
 from ess.internal import SchedulingService, WorkUnitExecutionService
@@ -29,16 +29,17 @@ from ess.operations_service import OperationsService
 from ess.relay import OutboxRelay
 from ess.resume import ResumeWorker
 from ess.service import ExperimentStateService
-from xmc.config import Settings
 from xmc.errors import InvalidArgumentError
 from xmc.health import Check, probe
 from xmc.model.outbox import RelaySettings
 from xmc.redis_client import connect_redis
+from xmc.settings import AuthSettings, Settings, XmcSettings
 from xmc.store import operations, outbox, scheduling
 from xmc.store.migrate import migrate
-from xmc.store.repository import Store, utc_now, wait_for_postgres
+from xmc.store.repository import Store, wait_for_postgres
 from xmc.streams import StreamNames, TaskPublisher
 from xmc.supervise import finish, supervise
+from xmc.timestamps import utc_now
 from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
 from xmc_api.internal.v1 import (
     executions_pb2,
@@ -78,12 +79,13 @@ class EssOptions:
     auth: AuthSettings = field(default_factory=AuthSettings)
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> EssOptions:
-        env = dict(os.environ) if env is None else env
+    def from_settings(cls, settings: XmcSettings) -> EssOptions:
+        """The ESS's groups of ``load_settings()``; fails unless callers can be verified."""
+        settings.auth.require_verifier()
         return cls(
-            tls_cert_file=env.get("XMC_TLS_CERT_FILE", ""),
-            tls_key_file=env.get("XMC_TLS_KEY_FILE", ""),
-            auth=AuthSettings.from_env(env),
+            tls_cert_file=settings.tls.cert_file,
+            tls_key_file=settings.tls.key_file,
+            auth=settings.auth,
         )
 
 

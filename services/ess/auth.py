@@ -5,7 +5,7 @@ The published client sends ``authorization: Bearer <OIDC ID token>`` and
 (``Experiment.creator``, ``original_requester``). The header is a claim the client makes
 about itself, so it is never trusted alone, only cross-checked against the token.
 
-Verifiers, chosen by settings rather than by the token:
+Verifiers, chosen by settings (``xmc.settings.AuthSettings``) rather than by the token:
 
 * ``HS256`` with ``XMC_AUTH_HS256_SECRET`` (local runs mint their own tokens);
 * ``RS256`` or ``ES256`` with the public key in ``XMC_AUTH_PUBLIC_KEY_FILE`` (production
@@ -24,22 +24,21 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any, Final
 
 import jwt
-from jwt.algorithms import get_default_algorithms, has_crypto
 
 from xmc.claims import JwtProblem, TimeProblem, check_claim_times, classify_jwt_error
-from xmc.errors import InvalidArgumentError, PermissionDeniedError, UnauthenticatedError
+from xmc.errors import PermissionDeniedError, UnauthenticatedError
+from xmc.settings import AuthSettings, load_public_key
+from xmc.timestamps import utc_now
 from xmc_api.cloud.xmanager.v1.xid_pb2 import XidAcls
 
 AUTHORIZATION: Final = "authorization"
 USER_EMAIL_HEADER: Final = "x-goog-user-email"
 CLOCK_LEEWAY: Final = timedelta(seconds=30)
-MIN_HS256_SECRET_BYTES: Final = 32  # RFC 7518 §3.2: at least the hash output size
 
 #: Stands in a writer list for ``Role.all_authenticated_users``; the IAM member name.
 #: Emails are lowercased, so no ``Role.user`` entry can ever produce this exact string.
@@ -59,75 +58,13 @@ class Identity:
 DEV_IDENTITY: Final = Identity("dev@localhost", is_admin=True, is_service=True)
 
 
-@dataclass(frozen=True)
-class AuthSettings:
-    #: XMC_AUTH_DISABLED — development only: every caller is the admin ``dev@localhost``.
-    disabled: bool = False
-    #: XMC_AUTH_HS256_SECRET — verifies HS256 ID tokens (local runs); >= 32 bytes.
-    hs256_secret: str = field(default="", repr=False)
-    #: Contents of XMC_AUTH_PUBLIC_KEY_FILE — an RSA or P-256 public key (PEM) for OIDC tokens.
-    public_key_pem: str = ""
-    #: XMC_AUTH_ISSUER — required ``iss`` when non-empty.
-    issuer: str = ""
-    #: XMC_AUTH_AUDIENCE — required ``aud`` when non-empty.
-    audience: str = ""
-    #: XMC_AUTH_STATIC_TOKENS — ``token=email,token2=email2``, for local runs and CI.
-    static_tokens: Mapping[str, str] = field(default_factory=dict, repr=False)
-    #: XMC_AUTH_ADMINS — comma-separated emails allowed to change any experiment.
-    admins: frozenset[str] = frozenset()
-    #: XMC_AUTH_SERVICE_ACCOUNTS — comma-separated emails allowed on internal RPCs.
-    service_accounts: frozenset[str] = frozenset()
-
-    @classmethod
-    def from_env(
-        cls, env: Mapping[str, str], *, read_file: Callable[[str], str] | None = None
-    ) -> AuthSettings:
-        """Parse and validate; a malformed value raises InvalidArgumentError naming it.
-
-        ``read_file`` reads XMC_AUTH_PUBLIC_KEY_FILE (injected by tests).
-        """
-        key_path = env.get("XMC_AUTH_PUBLIC_KEY_FILE", "").strip()
-        settings = cls(
-            disabled=_flag(env, "XMC_AUTH_DISABLED"),
-            hs256_secret=env.get("XMC_AUTH_HS256_SECRET", ""),
-            public_key_pem=_read_key_file(key_path, read_file or _read_text) if key_path else "",
-            issuer=env.get("XMC_AUTH_ISSUER", "").strip(),
-            audience=env.get("XMC_AUTH_AUDIENCE", "").strip(),
-            static_tokens=_static_tokens(env, "XMC_AUTH_STATIC_TOKENS"),
-            admins=_emails(env, "XMC_AUTH_ADMINS"),
-            service_accounts=_emails(env, "XMC_AUTH_SERVICE_ACCOUNTS"),
-        )
-        settings.validate()
-        return settings
-
-    def validate(self) -> None:
-        """Fail at startup rather than reject every call at run time."""
-        if not (self.disabled or self.hs256_secret or self.public_key_pem or self.static_tokens):
-            raise InvalidArgumentError(
-                "XMC_AUTH_*: no way to authenticate callers; set XMC_AUTH_HS256_SECRET, "
-                "XMC_AUTH_PUBLIC_KEY_FILE or XMC_AUTH_STATIC_TOKENS "
-                "(or XMC_AUTH_DISABLED=true for development)"
-            )
-        if self.hs256_secret and len(self.hs256_secret.encode()) < MIN_HS256_SECRET_BYTES:
-            raise InvalidArgumentError(
-                f"XMC_AUTH_HS256_SECRET: must be at least {MIN_HS256_SECRET_BYTES} bytes "
-                "(RFC 7518 §3.2)"
-            )
-        if self.public_key_pem:
-            _load_public_key(self.public_key_pem)
-
-
-def _utc_now() -> datetime:
-    return datetime.now(UTC)
-
-
 class Authenticator:
     """Turns gRPC invocation metadata into an :class:`Identity` or UnauthenticatedError."""
 
-    def __init__(self, settings: AuthSettings, *, clock: Callable[[], datetime] = _utc_now) -> None:
+    def __init__(self, settings: AuthSettings, *, clock: Callable[[], datetime] = utc_now) -> None:
         self._settings = settings
         self._clock = clock
-        # Lowercased again here so settings built in code (not from_env) behave the same.
+        # Lowercased again here so settings built in code (not by load_settings) behave the same.
         self._admins = frozenset(email.lower() for email in settings.admins)
         self._services = self._admins | {email.lower() for email in settings.service_accounts}
         self._static = {token: email.lower() for token, email in settings.static_tokens.items()}
@@ -136,7 +73,7 @@ class Authenticator:
         if settings.hs256_secret:
             self._keys["HS256"] = settings.hs256_secret
         if settings.public_key_pem:
-            algorithm, key = _load_public_key(settings.public_key_pem)
+            algorithm, key = load_public_key(settings.public_key_pem)
             self._keys[algorithm] = key
 
     def authenticate(self, metadata: Metadata) -> Identity:
@@ -280,25 +217,6 @@ def _email_claim(claims: Mapping[str, Any]) -> str:
     return email.strip().lower()
 
 
-def _load_public_key(pem: str) -> tuple[str, Any]:
-    """The accepted algorithm and the parsed key; the key's type decides the algorithm."""
-    name = "XMC_AUTH_PUBLIC_KEY_FILE"
-    if not has_crypto:
-        raise InvalidArgumentError(
-            f"{name}: RS256/ES256 verification needs the cryptography package "
-            "(install pyjwt[crypto])"
-        )
-    if "PRIVATE KEY" in pem:
-        raise InvalidArgumentError(f"{name}: holds a private key; give the public key")
-    algorithms = get_default_algorithms()
-    for algorithm in ("RS256", "ES256"):
-        try:
-            return algorithm, algorithms[algorithm].prepare_key(pem)
-        except (jwt.InvalidKeyError, ValueError, TypeError):
-            continue
-    raise InvalidArgumentError(f"{name}: not an RSA or P-256 EC public key in PEM form")
-
-
 # --- metadata --------------------------------------------------------------------------
 
 
@@ -335,55 +253,3 @@ def _bearer_token(headers: Mapping[str, list[str]]) -> str:
     if scheme.lower() != "bearer" or not token or " " in token:
         raise UnauthenticatedError("malformed authorization header: expected 'Bearer <token>'")
     return token
-
-
-# --- settings parsing ------------------------------------------------------------------
-
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off", ""}
-
-
-def _flag(env: Mapping[str, str], name: str) -> bool:
-    raw = env.get(name, "")
-    value = raw.strip().lower()
-    if value in _TRUE or value in _FALSE:
-        return value in _TRUE
-    raise InvalidArgumentError(f"{name}: expected true or false, got {raw!r}")
-
-
-def _items(raw: str) -> list[str]:
-    return [item.strip() for item in raw.split(",") if item.strip()]
-
-
-def _emails(env: Mapping[str, str], name: str) -> frozenset[str]:
-    emails = _items(env.get(name, ""))
-    bad = [email for email in emails if "@" not in email]
-    if bad:
-        raise InvalidArgumentError(f"{name}: not an email: {bad[0]!r}")
-    return frozenset(email.lower() for email in emails)
-
-
-def _static_tokens(env: Mapping[str, str], name: str) -> dict[str, str]:
-    """Parse ``token=email,…``; messages name the entry by position, never by its token."""
-    tokens: dict[str, str] = {}
-    for position, item in enumerate(_items(env.get(name, "")), start=1):
-        token, sep, email = (part.strip() for part in item.partition("="))
-        if not sep or not token or "@" not in email:
-            raise InvalidArgumentError(f"{name}: entry {position} must be token=email")
-        if token in tokens:
-            raise InvalidArgumentError(f"{name}: entry {position} repeats an earlier token")
-        tokens[token] = email.lower()
-    return tokens
-
-
-def _read_text(path: str) -> str:
-    return Path(path).read_text()
-
-
-def _read_key_file(path: str, read_file: Callable[[str], str]) -> str:
-    try:
-        return read_file(path)
-    except OSError as exc:
-        raise InvalidArgumentError(
-            f"XMC_AUTH_PUBLIC_KEY_FILE: cannot read {path!r}: {exc.strerror or exc}"
-        ) from None

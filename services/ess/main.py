@@ -8,9 +8,9 @@ import asyncio
 import structlog
 
 from ess.app import EssOptions, EssServer
-from xmc.config import Settings
 from xmc.health import OpsServer
 from xmc.logging import configure_logging
+from xmc.settings import Settings, load_settings
 from xmc.store.migrate import migrate
 from xmc.supervise import run_service
 
@@ -52,7 +52,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     configure_logging(service="ess")
-    settings = Settings.from_env()
+    loaded = load_settings()
+    settings = loaded.core
     overrides = {"database_url": args.database_url}
     if args.command == "serve" and args.listen:
         overrides["ess_listen"] = args.listen
@@ -64,5 +65,5 @@ def main(argv: list[str] | None = None) -> None:
     metrics_listen = (
         args.metrics_listen if args.metrics_listen is not None else settings.metrics_listen
     )
-    options = EssOptions.from_env()
+    options = EssOptions.from_settings(loaded)
     run_service(lambda stopping: _serve(settings, options, metrics_listen, stopping), service="ess")

@@ -48,6 +48,7 @@ from xmc.model.outbox import (
 from xmc.model.resume import TaskKind
 from xmc.model.states import Severity, WorkUnitState
 from xmc.redis_client import server_run_id
+from xmc.retry import sleep_or_stop
 from xmc.store import executions, operations, outbox
 from xmc.store.outbox import OutboxStatus, OutboxTask
 from xmc.store.repository import Store
@@ -114,30 +115,18 @@ class OutboxRelay:
                 failures = 0
             except Exception as exc:
                 RELAY_PASS_FAILURES.inc()
-                delay = self.settings.error_backoff[
-                    min(failures, len(self.settings.error_backoff) - 1)
-                ]
                 failures += 1
+                delay = self.settings.error_backoff.after(failures)
                 log.warning(
                     "outbox relay pass failed; will retry", error=str(exc), attempt=failures,
                     delay=delay, error_type=type(exc).__name__,
                 )  # fmt: skip
-                await self._sleep(stop, delay, wakeable=False)
+                await sleep_or_stop(stop, delay)
                 continue
             if report.busy:
-                await self._sleep(stop, _BUSY_RETRY, wakeable=False)
+                await sleep_or_stop(stop, _BUSY_RETRY)
             elif report.claimed < self.settings.batch_size:
-                await self._sleep(stop, self.settings.poll_seconds, wakeable=True)
-
-    async def _sleep(self, stop: asyncio.Event, seconds: float, *, wakeable: bool) -> None:
-        waits = [asyncio.ensure_future(stop.wait())]
-        if wakeable:
-            waits.append(asyncio.ensure_future(self._wake.wait()))
-        try:
-            await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiter in waits:
-                waiter.cancel()
+                await sleep_or_stop(stop, self.settings.poll_seconds, wake=self._wake)
 
     async def relay_once(self) -> RelayReport:
         """One pass (see the module docstring)."""

@@ -19,13 +19,14 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 import structlog
 from redis.exceptions import ResponseError
 
 from ess.metrics import TASKS_RESUMED
 from xmc.model.resume import TaskKind, should_skip_task
+from xmc.retry import sleep_or_stop
 from xmc.store import operations, outbox, scheduling, work_units
 from xmc.store.repository import Store
 from xmc.store.scheduling import ParkedTask, Resolution
@@ -33,6 +34,9 @@ from xmc.streams import REDIS_UNAVAILABLE, RESUME_GROUP, StreamNames
 from xmc_api.internal.v1.tasks_pb2 import Task
 
 log = structlog.get_logger()
+
+#: Seconds to wait after a failed run (Redis or Postgres down) before the next.
+ERROR_PAUSE_SECONDS: Final = 1.0
 
 
 @dataclass(frozen=True)
@@ -173,13 +177,8 @@ class ResumeWorker:
                     )
             except REDIS_UNAVAILABLE as exc:
                 log.warning("resume worker waiting for redis", error=str(exc))
-                await self._pause(stop)
+                await sleep_or_stop(stop, ERROR_PAUSE_SECONDS)
             except Exception:
                 # Postgres down, say: this run failed, the worker must not die with it.
                 log.exception("resume run failed; trying again")
-                await self._pause(stop)
-
-    @staticmethod
-    async def _pause(stop: asyncio.Event) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), timeout=1.0)
+                await sleep_or_stop(stop, ERROR_PAUSE_SECONDS)

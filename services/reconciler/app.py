@@ -58,6 +58,7 @@ from xmc.kube_client import KubeClient
 from xmc.labels import EXPERIMENT_ID, FINALIZER, MANAGED_BY_SELECTOR
 from xmc.model.jobset import to_work_unit_state
 from xmc.model.states import WorkUnitState
+from xmc.retry import sleep_or_stop
 from xmc.supervise import every, finish, supervise
 from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
 
@@ -132,6 +133,8 @@ class Reconciler:
         self._positions = QueuePositions(self._pending_workloads, max_age=_QUEUE_SUMMARY_AGE)
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = asyncio.Event()
+        #: Set by :meth:`abort` only: a graceful stop still lets the final flush retry.
+        self._aborted = asyncio.Event()
         self.finalizer = Finalizer(
             kube,
             ess,
@@ -202,6 +205,7 @@ class Reconciler:
     async def abort(self) -> None:
         """Die like a killed process: no flush, no Lease release (tests of takeover)."""
         self._stopping.set()
+        self._aborted.set()
         self.finalizer.cancel_all()
         for task in self._tasks:
             task.cancel()
@@ -250,7 +254,8 @@ class Reconciler:
                     return error
                 log.warning("observations refused; retrying", error=str(error),
                             attempt=attempt, delay=delay)  # fmt: skip
-                await asyncio.sleep(delay)
+                if await sleep_or_stop(self._aborted, delay):
+                    return error
 
     def _observe(self, observation: Observation | None) -> None:
         if observation is not None:

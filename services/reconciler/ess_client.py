@@ -7,14 +7,14 @@ same bytes cannot help. Every call carries a deadline, so a hung ESS looks unava
 instead of stalling a flush slot forever.
 
 Identity: the internal write RPC accepts only service identities (SPEC §2.4); the bearer
-token comes from ``XMC_SERVICE_TOKEN`` (see :meth:`EssClient.from_env`).
+token comes from ``XMC_SERVICE_TOKEN`` (``xmc.settings.ServiceClientSettings``).
 """
 
 from __future__ import annotations
 
 import enum
-import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from typing import Final
 
 import grpc
 
@@ -23,6 +23,7 @@ from reconciler.observation import Observation
 from reconciler.observe import WorkUnitSnapshot
 from xmc.model.states import EXECUTION_TERMINAL_STATES, WorkUnitState
 from xmc.names import work_unit_name
+from xmc.retry import Backoffs
 from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 from xmc_api.internal.v1 import executions_pb2, executions_pb2_grpc
@@ -79,15 +80,15 @@ def classify(error: grpc.aio.AioRpcError) -> EssError:
 _RETRIED_REJECTIONS: frozenset[grpc.StatusCode] = frozenset(
     {grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN}
 )
-REJECTED_RETRY_DELAYS: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0)
+REJECTED_RETRIES: Final = Backoffs((0.5, 1.0, 2.0, 4.0))
 
 
 def retry_rejected(error: EssRejected, attempt: int) -> float | None:
     """Seconds to wait before sending a refused batch again (attempt is 1-based), or None
     to drop it: INTERNAL and UNKNOWN a few times, a verdict on the request never (pure)."""
-    if error.code not in _RETRIED_REJECTIONS or attempt > len(REJECTED_RETRY_DELAYS):
+    if error.code not in _RETRIED_REJECTIONS:
         return None
-    return REJECTED_RETRY_DELAYS[attempt - 1]
+    return REJECTED_RETRIES.within(attempt)
 
 
 def is_verdict(error: EssRejected) -> bool:
@@ -145,15 +146,6 @@ class EssClient:
         self._deadline = deadline
         self._executions = executions_pb2_grpc.WorkUnitExecutionServiceStub(self._channel)
         self._api = api_pb2_grpc.ExperimentStateServiceStub(self._channel)
-
-    @classmethod
-    def from_env(
-        cls, target: str, *, env: Mapping[str, str] | None = None, tls: bool = False
-    ) -> EssClient:
-        """Bearer token from ``XMC_SERVICE_TOKEN`` (unset = no token: only works with
-        ``XMC_AUTH_DISABLED`` on the ESS side)."""
-        env = os.environ if env is None else env
-        return cls(target, token=env.get("XMC_SERVICE_TOKEN") or None, tls=tls)
 
     async def update(
         self, observations: Sequence[Observation], *, writer: str

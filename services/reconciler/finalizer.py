@@ -16,9 +16,9 @@ after a backoff, since a task that died would hold the JobSet's deletion for goo
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 from collections.abc import Awaitable, Callable
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Final
 
@@ -37,6 +37,7 @@ from reconciler.observe import FinalizerAction, decide_finalizer, finalizer_remo
 from xmc.kube import JOBSETS, KubeError, KubeFailure
 from xmc.kube_client import KubeClient
 from xmc.model.states import WorkUnitState
+from xmc.retry import Backoffs, sleep_or_stop
 from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
 
 log = structlog.get_logger()
@@ -46,7 +47,7 @@ Obj = dict[str, Any]
 DescribeFailure = Callable[[Obj], Awaitable[StructuredMessage | None]]
 
 #: Seconds between attempts; the last repeats.
-BACKOFF: Final = (0.2, 0.5, 1.0, 2.0, 5.0)
+BACKOFF: Final = Backoffs((0.2, 0.5, 1.0, 2.0, 5.0))
 
 
 class _Step(enum.Enum):
@@ -62,29 +63,22 @@ class _Step(enum.Enum):
     FAILED = "failed"
 
 
+@dataclass
 class Finalizer:
     """One task per JobSet being deleted; ``kube`` and ``ess`` may be swapped (tests of
     an outage)."""
 
-    def __init__(
-        self,
-        kube: KubeClient,
-        ess: EssClient,
-        *,
-        namespace: str,
-        clock: Callable[[], datetime],
-        max_retry_age: timedelta,
-        stopping: asyncio.Event,
-        describe_failure: DescribeFailure | None = None,  # None for tests
-    ) -> None:
-        self.kube = kube
-        self.ess = ess
-        self._namespace = namespace
-        self._clock = clock
-        self._max_retry_age = max_retry_age
-        self._stopping = stopping
-        self._describe_failure = describe_failure
-        self._running: dict[str, asyncio.Task[None]] = {}
+    kube: KubeClient
+    ess: EssClient
+    _: KW_ONLY
+    namespace: str
+    clock: Callable[[], datetime]
+    #: After this long since the stop, the finalizer goes even if no write landed.
+    max_retry_age: timedelta
+    #: The Reconciler's stop: ends every retry loop.
+    stopping: asyncio.Event
+    describe_failure: DescribeFailure | None = None  # None for tests
+    _running: dict[str, asyncio.Task[None]] = field(default_factory=dict, init=False, repr=False)
 
     def soon(self, name: str) -> None:
         """Finalize JobSet ``name`` unless that is already under way."""
@@ -98,17 +92,15 @@ class Finalizer:
     async def _finalize(self, name: str) -> None:
         """Write the terminal state synchronously, then remove our finalizer; retry every
         failure with backoff, and after ``max_retry_age`` remove it anyway."""
-        failed, attempt = False, 0
-        while not self._stopping.is_set():
+        failed, failures = False, 0
+        while not self.stopping.is_set():
             step = await self._attempt(name, last_write_failed=failed)
             if step is _Step.DONE:
                 return
             if step is not _Step.FAILED:
                 failed = step is _Step.WRITE_FAILED
-            delay = BACKOFF[min(attempt, len(BACKOFF) - 1)]
-            attempt += 1
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), timeout=delay)
+            failures += 1
+            await sleep_or_stop(self.stopping, BACKOFF.after(failures))
 
     async def _attempt(self, name: str, *, last_write_failed: bool) -> _Step:
         """One pass, every failure classified into the step that follows it."""
@@ -136,17 +128,17 @@ class Finalizer:
             return _Step.FAILED
 
     async def _finalize_once(self, name: str, *, last_write_failed: bool) -> _Step:
-        jobset = await self.kube.get(JOBSETS, self._namespace, name)
+        jobset = await self.kube.get(JOBSETS, self.namespace, name)
         if jobset is None:
             return _Step.DONE
         failure = None
-        if self._describe_failure is not None:
-            failure = await self._describe_failure(jobset)
+        if self.describe_failure is not None:
+            failure = await self.describe_failure(jobset)
         decision = decide_finalizer(
             jobset,
-            now=self._clock(),
+            now=self.clock(),
             last_write_failed=last_write_failed,
-            max_retry_age=self._max_retry_age,
+            max_retry_age=self.max_retry_age,
             failure=failure,
         )
         if decision.action == FinalizerAction.NOT_OURS:
@@ -159,7 +151,7 @@ class Finalizer:
             name, decision.observation
         ):
             return _Step.WRITE_FAILED
-        await self.kube.patch(JOBSETS, self._namespace, name, finalizer_removal_patch(jobset))
+        await self.kube.patch(JOBSETS, self.namespace, name, finalizer_removal_patch(jobset))
         return _Step.DONE
 
     async def _write_terminal(self, name: str, observation: Observation) -> bool:

@@ -32,7 +32,8 @@ import structlog
 
 from xmc.kube import LEASES, KubeError, KubeFailure
 from xmc.kube_client import KubeClient
-from xmc.timestamps import parse_rfc3339
+from xmc.retry import sleep_or_stop
+from xmc.timestamps import parse_rfc3339, utc_now
 
 log = structlog.get_logger()
 
@@ -100,7 +101,7 @@ class LeaderElector:
         settings: LeaseSettings | None = None,
         on_started_leading: Callback | None = None,
         on_stopped_leading: Callback | None = None,
-        clock: Callable[[], datetime] = lambda: datetime.now(UTC),  # injected for tests
+        clock: Callable[[], datetime] = utc_now,  # injected for tests
         sleep: Sleep = asyncio.sleep,  # injected for tests
     ) -> None:
         self._kube = kube
@@ -113,7 +114,6 @@ class LeaderElector:
         self._clock = clock
         self._sleep = sleep
         self._stopping = asyncio.Event()
-        self._wake = asyncio.Event()
         self._renewed_at: datetime | None = None
         self.leading = asyncio.Event()
         """Set while this replica leads (cleared when it steps down or releases)."""
@@ -138,7 +138,6 @@ class LeaderElector:
     def stop(self) -> None:
         """Graceful stop: :meth:`run` releases the Lease and returns."""
         self._stopping.set()
-        self._wake.set()
 
     async def run(self) -> None:
         """Campaign and renew until :meth:`stop`; cancellation leaves the Lease to expire."""
@@ -147,22 +146,9 @@ class LeaderElector:
             if self._stopping.is_set():
                 break
             renewing = self.leading.is_set() and not self.failures
-            await self._pause(
-                self._settings.renew_seconds if renewing else self._settings.retry_seconds
-            )
+            pause = self._settings.renew_seconds if renewing else self._settings.retry_seconds
+            await sleep_or_stop(self._stopping, pause, sleep=self._sleep)
         await self.release()
-
-    async def _pause(self, seconds: float) -> None:
-        """Sleep, but wake at once on :meth:`stop`."""
-        self._wake.clear()
-        sleeper = asyncio.create_task(self._sleep(seconds))
-        waker = asyncio.create_task(self._wake.wait())
-        try:
-            await asyncio.wait([sleeper, waker], return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            sleeper.cancel()
-            waker.cancel()
-            await asyncio.gather(sleeper, waker, return_exceptions=True)
 
     async def _step(self) -> None:
         """One acquire-or-renew attempt, then step down if renewals have been failing past

@@ -7,34 +7,31 @@ import asyncio
 import os
 import socket
 import uuid
-from datetime import UTC, datetime
 
 import structlog
 
 from reconciler.app import Reconciler, ReconcilerOptions
 from reconciler.ess_client import EssClient
 from reconciler.leader import LeaseSettings
-from xmc.config import Settings
 from xmc.health import OpsServer
 from xmc.kube_client import KubeClient
 from xmc.logging import configure_logging
+from xmc.settings import ServiceClientSettings, Settings, load_settings
 from xmc.supervise import run_service, supervise
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
+from xmc.timestamps import utc_now
 
 
 async def _serve(
     settings: Settings,
+    client: ServiceClientSettings,
     options: ReconcilerOptions,
     identity: str,
     metrics_listen: str,
     stopping: asyncio.Event,
 ) -> None:
     api = await KubeClient.from_settings(settings)
-    ess = EssClient.from_env(settings.ess_target)
-    reconciler = Reconciler(api, ess, identity=identity, clock=_now, options=options)
+    ess = EssClient(settings.ess_target, token=client.token)
+    reconciler = Reconciler(api, ess, identity=identity, clock=utc_now, options=options)
     ops = OpsServer(metrics_listen, reconciler.readiness)
     try:
         port = await ops.start()
@@ -65,13 +62,16 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     configure_logging(service="reconciler")
-    settings = Settings.from_env()
+    loaded = load_settings()
+    settings = loaded.core
     metrics_listen = (
         args.metrics_listen if args.metrics_listen is not None else settings.metrics_listen
     )
     lease = None if args.no_leader_election else LeaseSettings(namespace=settings.namespace)
     options = ReconcilerOptions(namespace=settings.namespace, lease=lease)
     run_service(
-        lambda stopping: _serve(settings, options, args.identity, metrics_listen, stopping),
+        lambda stopping: _serve(
+            settings, loaded.service_client, options, args.identity, metrics_listen, stopping
+        ),
         service="reconciler",
     )

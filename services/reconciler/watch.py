@@ -38,6 +38,7 @@ import structlog
 
 from xmc.kube import KubeError, KubeFailure, Resource
 from xmc.kube_client import KubeClient
+from xmc.retry import Backoffs, sleep_or_stop
 
 log = structlog.get_logger()
 
@@ -47,23 +48,23 @@ OnChange = Callable[[ChangeKind, Obj], Awaitable[None]]
 Sleep = Callable[[float], Coroutine[Any, Any, None]]
 
 
+#: Seconds after consecutive failures of a list or watch (the last repeats).
+WATCH_BACKOFFS: Final = Backoffs((0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0))
+
+
 @dataclass(frozen=True)
 class WatchSettings:
     timeout_seconds: int = 60
     """``timeoutSeconds`` of each watch request; the stream is then resumed."""
     resync_seconds: float | None = 300.0
     """Seconds between full re-deliveries of the cache as RESYNC; None = never."""
-    backoffs: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0)
+    backoffs: Backoffs = WATCH_BACKOFFS
     """Delays after consecutive failures; the last one repeats."""
     max_attempts: int | None = None
     """Consecutive failures after which :meth:`ResourceWatcher.run` raises; None = retry
     forever (the watch is the Reconciler's only view of the cluster)."""
     page_size: int = 500
     """``limit`` of each list page."""
-
-    def backoff(self, attempt: int) -> float:
-        """Delay after the ``attempt``-th consecutive failure (1-based)."""
-        return self.backoffs[min(attempt, len(self.backoffs)) - 1]
 
 
 class WatchFailed(Exception):
@@ -256,14 +257,14 @@ class ResourceWatcher:
             raise WatchFailed(
                 f"watch of {self.what} failed {self.failures} times; giving up: {error}"
             ) from error
-        delay = self._settings.backoff(self.failures)
+        delay = self._settings.backoffs.after(self.failures)
         if isinstance(error, KubeError) and error.retry_after is not None:
             delay = max(delay, error.retry_after)
         log.warning(
             f"watch of {self.what} failed (attempt {self.failures}); retrying in {delay:.1f}s",
             error=str(error) or type(error).__name__,
         )
-        await self._sleep(delay)
+        await sleep_or_stop(self._stopping, delay, sleep=self._sleep)
 
     def _succeeded(self) -> None:
         self.failures = 0

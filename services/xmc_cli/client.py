@@ -143,9 +143,13 @@ class Client:
             )
             fail(f"{code.name if code else 'UNKNOWN'}: {details}{hint}")
 
-    def emit(self, data: Any) -> None:
-        """Print JSON (``--output json``)."""
-        click.echo(json.dumps(data, indent=2, sort_keys=True))
+    def show(self, data: Any, render: Callable[[], None]) -> None:
+        """The one output branch of every command: ``data`` as JSON with ``--output
+        json``, else ``render()`` (tables, names, a transcript)."""
+        if self.json:
+            click.echo(json.dumps(data, indent=2, sort_keys=True))
+        else:
+            render()
 
 
 def to_dict(message: Message) -> dict[str, Any]:

@@ -85,10 +85,7 @@ def experiments_create(client: Client, title: str, tags: tuple[str, ...], notes:
     created: Experiment = client.call(
         client.api.CreateExperiment, api_pb2.CreateExperimentRequest(experiment=experiment)
     )
-    if client.json:
-        client.emit(to_dict(created))
-    else:
-        click.echo(created.name)
+    client.show(to_dict(created), lambda: click.echo(created.name))
 
 
 @experiments.command("list")
@@ -102,17 +99,18 @@ def experiments_list(client: Client, filter_: str) -> None:
         api_pb2.ListExperimentsRequest(filter=filter_),
         "experiments",
     )
-    if client.json:
-        client.emit([to_dict(e) for e in found])
-    else:
-        print_table(None, EXPERIMENT_COLUMNS, [experiment_row(e) for e in found])
+    client.show(
+        [to_dict(e) for e in found],
+        lambda: print_table(None, EXPERIMENT_COLUMNS, [experiment_row(e) for e in found]),
+    )
 
 
 def print_experiment(client: Client, e: Experiment) -> None:
     """The experiment's row and its work units per state (or its JSON)."""
-    if client.json:
-        client.emit(to_dict(e))
-        return
+    client.show(to_dict(e), lambda: _print_experiment_tables(e))
+
+
+def _print_experiment_tables(e: Experiment) -> None:
     print_table(e.name, EXPERIMENT_COLUMNS, [experiment_row(e)])
     counts = [[state, str(count)] for state, count in state_counts(e)]
     if counts:

@@ -152,9 +152,21 @@ def launch(
     except SpecError as exc:
         fail(str(exc))
     experiment, created = run_launch(client, plan)
-    if client.json:
-        client.emit({"experiment": to_dict(experiment), "work_units": created})
-        return
+    client.show(
+        {"experiment": to_dict(experiment), "work_units": created},
+        lambda: _report(client, experiment, created, watch_=watch_, interval=interval),
+    )
+
+
+def _report(
+    client: Client,
+    experiment: Experiment,
+    created: list[dict[str, str]],
+    *,
+    watch_: bool,
+    interval: float,
+) -> None:
+    """The table form of a launch: what was created, then (``--watch``) its progress."""
     click.echo(experiment.name)
     print_created(created)
     click.echo(

@@ -7,7 +7,6 @@ larger command family has its own module, added to the group at the bottom.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from datetime import timedelta
@@ -17,6 +16,7 @@ from google.longrunning import operations_proto_pb2
 from google.protobuf import json_format
 from google.protobuf.duration_pb2 import Duration
 
+from xmc.settings import load_cli_settings
 from xmc_api.internal.v1 import scheduling_pb2
 
 from .client import DEFAULT_ENDPOINT, Client, fmt_time, parse_endpoint, pass_client, print_table
@@ -59,11 +59,7 @@ def cli(
     if tls is None:
         tls = scheme_tls
     if tls is None:
-        tls = os.environ.get("XMANAGER_INSECURE_GRPC", "true").strip().lower() in (
-            "false",
-            "0",
-            "no",
-        )
+        tls = load_cli_settings().tls
     client = Client(target, token or None, tls, output, rpc_timeout)
     ctx.obj = client
     ctx.call_on_close(client.close)
@@ -78,13 +74,13 @@ def scheduling() -> None:
 
 
 def print_scheduling(client: Client, state: scheduling_pb2.SchedulingState) -> None:
-    if client.json:
-        client.emit(
-            json_format.MessageToDict(
-                state, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
-            )
-        )
-        return
+    data = json_format.MessageToDict(
+        state, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+    )
+    client.show(data, lambda: _print_scheduling_table(state))
+
+
+def _print_scheduling_table(state: scheduling_pb2.SchedulingState) -> None:
     rows = [
         ["paused", str(state.paused).lower()],
         ["reason", state.reason],

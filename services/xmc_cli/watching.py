@@ -171,10 +171,10 @@ def watch(
         fail("--output json needs --once (a followed watch prints a table or a transcript)")
     if once:
         found, units = fetch(client, parent)
-        if client.json:
-            client.emit([to_dict(w) for w in units])
-        else:
-            Console(width=TABLE_WIDTH).print(watch_table(parent, found, units))
+        client.show(
+            [to_dict(w) for w in units],
+            lambda: Console(width=TABLE_WIDTH).print(watch_table(parent, found, units)),
+        )
         return
     followed = follow(client, parent, interval=interval, until_inactive=until_inactive)
     if followed.last is not None and not followed.interrupted:

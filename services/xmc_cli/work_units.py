@@ -117,10 +117,7 @@ def wu_create(
     work_unit.tags.extend(tags)
     parent = experiment_name(experiment)
     created = [create_work_unit(client, parent, work_unit) for _ in range(count)]
-    if client.json:
-        client.emit(created)
-    else:
-        print_created(created)
+    client.show(created, lambda: print_created(created))
 
 
 def create_work_unit(client: Client, parent: str, work_unit: WorkUnit) -> dict[str, str]:
@@ -172,10 +169,10 @@ def work_units_table(title: str, units: list[WorkUnit]) -> Table:
 def wu_list(client: Client, experiment: str, filter_: str) -> None:
     """List the work units of EXPERIMENT."""
     units = list_work_units(client, experiment_name(experiment), filter_)
-    if client.json:
-        client.emit([to_dict(w) for w in units])
-    else:
-        print_table(None, WU_COLUMNS, [work_unit_row(w) for w in units])
+    client.show(
+        [to_dict(w) for w in units],
+        lambda: print_table(None, WU_COLUMNS, [work_unit_row(w) for w in units]),
+    )
 
 
 @wu.command("get")
@@ -186,9 +183,10 @@ def wu_get(client: Client, work_unit: str) -> None:
     w: WorkUnit = client.call(
         client.api.GetWorkUnit, api_pb2.GetWorkUnitRequest(name=work_unit_name(work_unit))
     )
-    if client.json:
-        client.emit(to_dict(w))
-        return
+    client.show(to_dict(w), lambda: _print_work_unit(w))
+
+
+def _print_work_unit(w: WorkUnit) -> None:
     print_table(w.name, WU_COLUMNS, [work_unit_row(w)])
     status = w.current_work_unit_execution.status
     for label, message in (("system", status.system_message), ("user", status.user_message)):
@@ -197,9 +195,10 @@ def wu_get(client: Client, work_unit: str) -> None:
 
 
 def print_operation(client: Client, op: operations_proto_pb2.Operation) -> None:
-    if client.json:
-        client.emit(to_dict(op))
-        return
+    client.show(to_dict(op), lambda: _print_operation_table(op))
+
+
+def _print_operation_table(op: operations_proto_pb2.Operation) -> None:
     meta = OperationMetadata()
     if op.HasField("metadata"):
         op.metadata.Unpack(meta)
@@ -249,9 +248,10 @@ def wu_history(client: Client, work_unit: str) -> None:
         api_pb2.ListWorkUnitExecutionsRequest(parent=work_unit_name(work_unit)),
     )
     executions: list[WorkUnitExecution] = list(response.work_unit_executions)
-    if client.json:
-        client.emit([to_dict(e) for e in executions])
-        return
+    client.show([to_dict(e) for e in executions], lambda: _print_history(executions))
+
+
+def _print_history(executions: list[WorkUnitExecution]) -> None:
     rows = [
         [
             short_id(e.name),
@@ -277,9 +277,10 @@ def wu_messages(client: Client, work_unit: str, filter_: str) -> None:
         api_pb2.ListStatusMessagesRequest(parent=work_unit_name(work_unit), filter=filter_),
         "status_messages",
     )
-    if client.json:
-        client.emit([to_dict(m) for m in found])
-        return
+    client.show([to_dict(m) for m in found], lambda: _print_messages(found))
+
+
+def _print_messages(found: list[StatusMessage]) -> None:
     rows = [
         [
             str(m.execution_id),

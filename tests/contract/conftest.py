@@ -19,9 +19,9 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 from kubesim.server import KubeSim
 from tests.contract.cluster import FINALIZER, Cluster
 from tests.contract.setup import CLUSTER_QUEUE, cluster_objects, local_queue
-from xmc.config import Settings
 from xmc.kube import JOBSETS, KubeError, KubeFailure, api_client, load_configuration
 from xmc.kube_client import KubeClient
+from xmc.settings import Settings
 
 ON_REAL_CLUSTER = bool(os.environ.get("KUBECONFIG"))
 KUBESIM_TIME_SCALE = 20.0

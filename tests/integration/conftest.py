@@ -16,12 +16,11 @@ import pytest
 import redis.asyncio as aioredis
 
 from ess.app import EssOptions, EssServer
-from ess.auth import AuthSettings
 from tests.integration.processes import client, ledger, stack  # noqa: F401  (fixtures)
 from tests.integration.redis_cluster import redis_cluster  # noqa: F401  (a fixture)
 from tests.integration.support import FakeClock, wait_until
-from xmc.config import Settings
 from xmc.redis_client import connect_redis
+from xmc.settings import AuthSettings, Settings
 from xmc.streams import StreamNames, hash_tag
 from xmc_api.cloud.xmanager.v1 import api_pb2_grpc
 from xmc_api.internal.v1 import executions_pb2_grpc, scheduling_pb2_grpc

@@ -21,10 +21,10 @@ from reconciler.batcher import BatcherOptions
 from reconciler.ess_client import EssClient
 from tests.integration.conftest import REDIS_URL, SIGNING_KEY, Ess, metadata
 from tests.integration.support import WallClock, fetch_all
-from xmc.config import Settings
 from xmc.kube_client import KubeClient
 from xmc.model.states import WorkUnitState
-from xmc.store.repository import utc_now
+from xmc.settings import Settings
+from xmc.timestamps import utc_now
 from xmc_api.cloud.xmanager.v1 import api_pb2
 from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
 

@@ -18,13 +18,13 @@ from google.longrunning.operations_proto_pb2 import GetOperationRequest, Operati
 
 from actuator.app import Actuator
 from actuator.consumer import ConsumerSettings
-from actuator.errors import RetryPolicy
 from kubesim.resources import JOBSET
 from kubesim.server import KubeSim
 from tests.integration.conftest import REDIS_URL, SIGNING_KEY, Ess, metadata
 from tests.integration.support import WallClock, fetch_all, minimal_work_unit, wait_until
-from xmc.config import Settings
 from xmc.model.states import Severity, WorkUnitState
+from xmc.retry import RetryPolicy
+from xmc.settings import Settings
 from xmc.streams import ACTUATOR_GROUP
 from xmc_api.cloud.xmanager.v1 import api_pb2
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment

@@ -21,22 +21,21 @@ import pytest
 from prometheus_client import REGISTRY
 from redis.exceptions import ResponseError
 
-from actuator.consumer import (
-    REASON_MAX_DELIVERIES,
-    REASON_PERMANENT,
-    ConsumerSettings,
-    Settlement,
-    TaskConsumer,
-    decide_settlement,
-)
-from actuator.errors import RetryPolicy
+from actuator.consumer import ConsumerSettings, TaskConsumer
 from actuator.outcome import Outcome, TaskResult
 from actuator.pause import WRITER, PauseAction, PauseFlag, TaskPauseHandler, decide_pause
+from actuator.settlement import (
+    REASON_MAX_DELIVERIES,
+    REASON_PERMANENT,
+    Settlement,
+    decide_settlement,
+)
 from tests.integration.conftest import SIGNING_KEY, Ess, EssFactory, metadata
 from tests.integration.redis_cluster import LocalRedisCluster
 from tests.integration.support import fetch_all, wait_until
 from tests.integration.test_ess_internal import experiment_with_work_units, stream_tasks
 from xmc.model.states import WorkUnitState
+from xmc.retry import RetryPolicy
 from xmc.store.repository import Store
 from xmc.streams import ACTUATOR_GROUP, TaskPublisher
 from xmc_api.cloud.xmanager.v1 import api_pb2

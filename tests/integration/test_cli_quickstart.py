@@ -93,7 +93,7 @@ async def test_the_readme_quick_start_ends_inactive_with_every_state_seen(
     database_url: str, tmp_path: Path
 ) -> None:
     launch, get = quick_start_commands(README.read_text())
-    base = free_ports(5)
+    base = free_ports(7)
     endpoint = f"127.0.0.1:{base + 1}"
     prefix = f"quickstart-{uuid.uuid4().hex[:8]}:"
     env = {
@@ -102,7 +102,8 @@ async def test_the_readme_quick_start_ends_inactive_with_every_state_seen(
         "XMC_REDIS_URL": REDIS_URL,
         "XMC_KUBESIM_PORT": str(base),
         "XMC_ESS_LISTEN": endpoint,
-        "XMC_METRICS_BASE_PORT": str(base + 2),
+        "XMC_METRICS_BASE_PORT": str(base + 2),  # 4 services: base + 2 .. base + 5
+        "XMC_UI_LISTEN": f"127.0.0.1:{base + 6}",
         "XMC_RUN_DIR": str(tmp_path),
         "XMC_STREAM_PREFIX": prefix,
     }

@@ -17,8 +17,8 @@ import pytest
 from ess.app import EssOptions, EssServer
 from tests.integration.conftest import REDIS_URL, SIGNING_KEY, Ess, auth_settings, metadata
 from tests.integration.support import fetch_all, minimal_work_unit, snapshot
-from xmc.config import Settings
 from xmc.names import MAX_CLIENT_WORK_UNIT_ID, MAX_ID
+from xmc.settings import Settings
 from xmc_api.cloud.xmanager.v1 import api_pb2
 from xmc_api.cloud.xmanager.v1.artifact_pb2 import Artifact
 from xmc_api.internal.v1 import scheduling_pb2

@@ -1,5 +1,6 @@
-"""``make run`` (``python -m xmc.devrun``): four separate processes, a work unit that runs
-to COMPLETED through all of them, a refused second start, and a clean Ctrl-C."""
+"""``make run`` (``python -m xmc.devrun``): five separate processes, a work unit that runs
+to COMPLETED through all of them and shows on the dashboard, a refused second start, and a
+clean Ctrl-C."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import sys
 import uuid
 from pathlib import Path
 
+import aiohttp
 import grpc
 
 from tests.integration.support import minimal_work_unit, wait_until
@@ -52,13 +54,14 @@ async def read_until(stream: asyncio.StreamReader, marker: str, *, within: float
 async def test_make_run_starts_everything_and_stops_cleanly(
     database_url: str, tmp_path: Path
 ) -> None:
-    base = free_ports(5)
+    base = free_ports(7)
     env = {
         **os.environ,
         "XMC_DATABASE_URL": database_url,
         "XMC_KUBESIM_PORT": str(base),
         "XMC_ESS_LISTEN": f"127.0.0.1:{base + 1}",
-        "XMC_METRICS_BASE_PORT": str(base + 2),
+        "XMC_METRICS_BASE_PORT": str(base + 2),  # 4 services: base + 2 .. base + 5
+        "XMC_UI_LISTEN": f"127.0.0.1:{base + 6}",
         "XMC_RUN_DIR": str(tmp_path),
         "XMC_STREAM_PREFIX": f"localrun-{uuid.uuid4().hex[:8]}:",
     }
@@ -70,6 +73,7 @@ async def test_make_run_starts_everything_and_stops_cleanly(
     try:
         banner = await read_until(run.stdout, "Ctrl-C stops everything", within=60)
         assert any("XMC is running." in line for line in banner)
+        assert any(f"dashboard:    http://127.0.0.1:{base + 6}" in line for line in banner)
         drain = asyncio.create_task(run.stdout.read())
 
         second = await asyncio.create_subprocess_exec(
@@ -94,6 +98,16 @@ async def test_make_run_starts_everything_and_stops_cleanly(
                 return WorkUnitState(work_unit.current_work_unit_execution.status.state)
 
             await wait_until(state, WorkUnitState.COMPLETED, within=60)
+
+        # The link the published client prints: {XMANAGER_UI_URL}/experiments/{XID}.
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(f"http://127.0.0.1:{base + 6}/{experiment.name}") as page,
+        ):
+            assert page.status == 200
+            text = await page.text()
+        assert "local" in text
+        assert 'data-state="COMPLETED"' in text
     finally:
         if run.returncode is None:
             run.send_signal(signal.SIGINT)

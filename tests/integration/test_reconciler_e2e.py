@@ -44,7 +44,7 @@ from xmc.labels import (
     WORK_UNIT_ID,
 )
 from xmc.model.states import WorkUnitState
-from xmc.store.repository import utc_now
+from xmc.timestamps import utc_now
 from xmc_api.cloud.xmanager.v1 import api_pb2
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit

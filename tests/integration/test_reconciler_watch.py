@@ -23,8 +23,9 @@ from reconciler.watch import (
 from tests.kubesim.conftest import MakeKubeSim, eventually, jobset
 from xmc.kube import JOBSETS
 from xmc.kube_client import KubeClient
+from xmc.retry import Backoffs
 
-FAST = WatchSettings(timeout_seconds=5, resync_seconds=None, backoffs=(0.01, 0.02, 0.1))
+FAST = WatchSettings(timeout_seconds=5, resync_seconds=None, backoffs=Backoffs((0.01, 0.02, 0.1)))
 
 
 @dataclass
@@ -229,7 +230,7 @@ async def test_resync_redelivers_every_cached_object(
     sim = await make_kubesim()
     create(sim, "a")
     create(sim, "b")
-    settings = WatchSettings(timeout_seconds=5, resync_seconds=0.1, backoffs=(0.01,))
+    settings = WatchSettings(timeout_seconds=5, resync_seconds=0.1, backoffs=Backoffs((0.01,)))
     watcher, seen = await start_watcher(sim, settings=settings)
 
     await eventually(lambda: seen.has("RESYNC", "a") and seen.has("RESYNC", "b"), what="a resync")

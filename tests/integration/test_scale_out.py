@@ -10,7 +10,6 @@ import asyncio
 import dataclasses
 import functools
 import uuid
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -25,10 +24,11 @@ from tests.integration.redis_cluster import LocalRedisCluster
 from tests.integration.redis_server import RedisServer
 from tests.integration.support import forever_work_unit, wait_until
 from tests.stack import JobSetLedger, StackOptions
-from xmc.config import Settings
 from xmc.model.states import WorkUnitState
 from xmc.redis_client import connect_redis, server_run_id
+from xmc.settings import Settings
 from xmc.streams import ACTUATOR_GROUP, StreamNames, TaskPublisher, hash_tag
+from xmc.timestamps import utc_now
 from xmc_api.cloud.xmanager.v1 import api_pb2
 from xmc_api.internal.v1.tasks_pb2 import Task
 
@@ -92,9 +92,7 @@ async def test_on_a_cluster_each_attempt_is_published_once_and_restarts_are_seen
     asked of the node that holds the stream."""
     client = connect_redis(Settings(redis_cluster_nodes=tuple(redis_cluster.nodes.split(","))))
     names = StreamNames.with_prefix(f"t-{uuid.uuid4().hex[:8]}:")
-    publisher = TaskPublisher(
-        client, names, signing_key=SIGNING_KEY, clock=lambda: datetime.now(UTC)
-    )
+    publisher = TaskPublisher(client, names, signing_key=SIGNING_KEY, clock=utc_now)
     try:
         attempts = [(Task(task_id=f"t{i}"), 1) for i in range(5)]
         first = await publisher.publish_attempts(attempts)

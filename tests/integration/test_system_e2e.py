@@ -73,7 +73,7 @@ def _local_run(
     """``python -m xmc.devrun`` on its own database, ports and key prefix."""
     name = f"xmc_e2e_{uuid.uuid4().hex[:10]}"
     dsn = urlunsplit(urlsplit(ADMIN_DSN)._replace(path=f"/{name}"))
-    base = _free_base(5)
+    base = _free_base(7)
     env = {
         **os.environ,
         "XMC_DATABASE_URL": dsn,
@@ -82,7 +82,8 @@ def _local_run(
         "XMC_KUBESIM_TIME_SCALE": str(TIME_SCALE),
         "XMC_KUBESIM_CLOCK_OFFSET": clock_offset,
         "XMC_ESS_LISTEN": f"127.0.0.1:{base + 1}",
-        "XMC_METRICS_BASE_PORT": str(base + 2),
+        "XMC_METRICS_BASE_PORT": str(base + 2),  # 4 services: base + 2 .. base + 5
+        "XMC_UI_LISTEN": f"127.0.0.1:{base + 6}",
         "XMC_RUN_DIR": str(tmp_path_factory.mktemp("run")),
         "XMC_STREAM_PREFIX": f"e2e-{uuid.uuid4().hex[:8]}:",
     }

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from kubesim.api import (
+from kubesim.api.decode import (
     Target,
     decode_continue,
     delete_options,
@@ -18,9 +18,9 @@ from kubesim.api import (
     verb_of,
 )
 from kubesim.errors import ApiError
+from kubesim.events import Event
 from kubesim.resources import JOBSET, NAMESPACE, POD
 from kubesim.selectors import parse_label_selector
-from kubesim.store import Event
 from kubesim.watch import WatchSpec, is_true, parse_resource_version, translate
 
 

@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 
 from kubesim import openapi
+from kubesim.printers import human_duration, job_cells, pod_cells
 from kubesim.resources import RESOURCES
-from kubesim.tables import human_duration, job_cells, json_path, pod_cells, wants_table
+from kubesim.tables import json_path, wants_table
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 CREATED = "2026-01-01T11:59:00Z"

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from kubesim.controllers.job import job_status, plan_job_pods
 from kubesim.controllers.job_failure import (
     BackoffRecord,
     PodFailureMatch,
@@ -18,8 +19,8 @@ from kubesim.controllers.job_failure import (
     pod_finished_at,
     replacement_due,
 )
-from kubesim.controllers.jobset import JobSetStep, job_status, plan_job_pods, plan_jobset
 from kubesim.controllers.jobset_failure import FailureDecision, decide_failure
+from kubesim.controllers.jobset_plan import JobSetStep, plan_jobset
 
 T0 = datetime(2026, 1, 2, 3, 0, 0, tzinfo=UTC)
 

@@ -14,13 +14,10 @@ from typing import Any
 import pytest
 
 from kubesim.controllers.behavior import ContainerBehavior, parse_behaviors
-from kubesim.controllers.jobset import (
-    job_status,
-    plan_job_pods,
-    plan_jobset,
-)
+from kubesim.controllers.job import job_status, plan_job_pods
 from kubesim.controllers.jobset_failure import first_failed_job
-from kubesim.controllers.kubelet import pod_status_at
+from kubesim.controllers.jobset_plan import plan_jobset
+from kubesim.controllers.pod_status import pod_status_at
 from kubesim.resources import JOB, JOBSET
 from tests.kubesim.controller_support import (
     condition_is,

@@ -11,19 +11,19 @@ from typing import Any
 
 import pytest
 
+from kubequantity import format_quantity, parse_quantity
 from kubesim.controllers.behavior import ContainerBehavior, parse_behaviors
-from kubesim.controllers.jobset import (
+from kubesim.controllers.job import (
     JobPodPlan,
-    JobSetStep,
     format_indexes,
     job_status,
     plan_job_pods,
-    plan_jobset,
     replaces_terminating_pods,
-    replicated_job_statuses,
 )
-from kubesim.controllers.kubelet import pod_status_at
-from kubesim.controllers.kueue import (
+from kubesim.controllers.jobset_plan import JobSetStep, plan_jobset, replicated_job_statuses
+from kubesim.controllers.kueue.admission import admit
+from kubesim.controllers.kueue.flavors import assign_flavors
+from kubesim.controllers.kueue.model import (
     ClusterQueueModel,
     FlavorQuota,
     PodSetRequest,
@@ -31,14 +31,11 @@ from kubesim.controllers.kueue import (
     QueueState,
     ResourceGroup,
     Verdict,
-    admit,
-    assign_flavors,
-    choose_victims,
-    format_quantity,
-    parse_quantity,
-    pod_requests,
-    workload_name,
 )
+from kubesim.controllers.kueue.parse import pod_requests
+from kubesim.controllers.kueue.preemption import choose_victims
+from kubesim.controllers.kueue.workload import workload_name
+from kubesim.controllers.pod_status import pod_status_at
 
 NOW = "2026-01-02T03:04:05Z"
 T0 = datetime(2026, 1, 2, 3, 0, 0, tzinfo=UTC)

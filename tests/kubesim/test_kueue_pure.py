@@ -9,25 +9,23 @@ from typing import Any
 
 import pytest
 
-from kubesim.controllers.kueue import (
+from kubesim.controllers.kueue.admission import admit
+from kubesim.controllers.kueue.flavors import assign_flavors
+from kubesim.controllers.kueue.model import (
     ClusterQueueModel,
     FlavorQuota,
-    KueueVersion,
     PodSetRequest,
     QueuedWorkload,
     QueueState,
     ResourceGroup,
     Verdict,
-    WaitReason,
-    admit,
-    assign_flavors,
-    choose_victims,
-    jobset_active,
-    parse_cluster_queue,
-    quota_reserved_reason,
-    released_status,
-    validate_jobset_update,
 )
+from kubesim.controllers.kueue.parse import parse_cluster_queue
+from kubesim.controllers.kueue.preemption import choose_victims
+from kubesim.controllers.kueue.status import released_status
+from kubesim.controllers.kueue.vocabulary import KueueVersion, WaitReason, quota_reserved_reason
+from kubesim.controllers.kueue.webhooks import validate_jobset_update
+from kubesim.controllers.kueue.workload import jobset_active
 from kubesim.errors import ApiError
 
 NOW = "2026-01-02T03:04:05Z"

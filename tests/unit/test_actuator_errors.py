@@ -1,20 +1,12 @@
-"""Kubernetes error classification and retry decisions (SPEC §6): tables, whole results."""
+"""Kubernetes error classification (SPEC §6): tables, whole results."""
 
 from __future__ import annotations
 
 import pytest
 
-from actuator.errors import (
-    ERROR_CLASSES,
-    ErrorClass,
-    RetryAction,
-    RetryDecision,
-    RetryPolicy,
-    classify,
-    classify_kubernetes_error,
-    decide_retry,
-)
+from actuator.errors import ERROR_CLASSES, classify, classify_kubernetes_error
 from xmc.kube import KubeError, KubeFailure
+from xmc.retry import ErrorClass
 
 F = KubeFailure
 
@@ -107,75 +99,3 @@ def test_a_kube_error_is_classified_from_its_answer(
 ) -> None:
     """The composition the handlers use: status and reason → KubeFailure → ErrorClass."""
     assert classify(KubeError(status, reason, "message", retry_after)) == expected
-
-
-POLICY = RetryPolicy(max_attempts=5, base=1.0, cap=8.0, max_retry_after=60.0)
-UNAVAILABLE = ErrorClass("UNAVAILABLE", False)
-
-
-@pytest.mark.parametrize(
-    ("attempt", "jitter", "expected"),
-    [
-        pytest.param(1, 0.0, 0.5, id="first retry, no jitter: half the base"),
-        pytest.param(1, 0.999, 0.9995, id="first retry, full jitter: almost the base"),
-        pytest.param(2, 0.5, 1.5, id="second retry doubles"),
-        pytest.param(3, 0.0, 2.0, id="third retry"),
-        pytest.param(5, 1.0, 8.0, id="capped"),
-        pytest.param(500, 0.0, 4.0, id="huge attempt stays capped"),
-    ],
-)
-def test_backoff(attempt: int, jitter: float, expected: float) -> None:
-    assert POLICY.backoff(attempt, lambda: jitter) == pytest.approx(expected)
-
-
-@pytest.mark.parametrize(
-    ("error", "attempt", "expected"),
-    [
-        pytest.param(
-            ErrorClass("NOT_FOUND", True),
-            1,
-            RetryDecision(RetryAction.GIVE_UP_PERMANENT, 0.0, "NOT_FOUND is permanent"),
-            id="permanent: never retried",
-        ),
-        pytest.param(
-            UNAVAILABLE,
-            1,
-            RetryDecision(RetryAction.RETRY, 0.5, "UNAVAILABLE: attempt #1/5 failed; will retry"),
-            id="first transient failure",
-        ),
-        pytest.param(
-            UNAVAILABLE,
-            4,
-            RetryDecision(RetryAction.RETRY, 4.0, "UNAVAILABLE: attempt #4/5 failed; will retry"),
-            id="last retry",
-        ),
-        pytest.param(
-            UNAVAILABLE,
-            5,
-            RetryDecision(
-                RetryAction.GIVE_UP_EXHAUSTED, 0.0, "UNAVAILABLE: attempt #5/5 failed; giving up"
-            ),
-            id="attempts exhausted",
-        ),
-        pytest.param(
-            ErrorClass("UNAVAILABLE", False, 30.0),
-            1,
-            RetryDecision(RetryAction.RETRY, 30.0, "UNAVAILABLE: attempt #1/5 failed; will retry"),
-            id="retry-after longer than the backoff is honoured",
-        ),
-        pytest.param(
-            ErrorClass("UNAVAILABLE", False, 0.1),
-            3,
-            RetryDecision(RetryAction.RETRY, 2.0, "UNAVAILABLE: attempt #3/5 failed; will retry"),
-            id="retry-after shorter than the backoff is a floor only",
-        ),
-        pytest.param(
-            ErrorClass("UNAVAILABLE", False, 3600.0),
-            1,
-            RetryDecision(RetryAction.RETRY, 60.0, "UNAVAILABLE: attempt #1/5 failed; will retry"),
-            id="retry-after is bounded",
-        ),
-    ],
-)
-def test_decide_retry(error: ErrorClass, attempt: int, expected: RetryDecision) -> None:
-    assert decide_retry(error, attempt, policy=POLICY, jitter=lambda: 0.0) == expected

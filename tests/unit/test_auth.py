@@ -18,7 +18,6 @@ from ess.auth import (
     ALL_AUTHENTICATED_USERS,
     DEV_IDENTITY,
     Authenticator,
-    AuthSettings,
     Identity,
     Metadata,
     acl_writer_emails,
@@ -27,6 +26,7 @@ from ess.auth import (
     require_service,
 )
 from xmc.errors import InvalidArgumentError, PermissionDeniedError, UnauthenticatedError
+from xmc.settings import AuthSettings, ReadFile, load_settings
 from xmc_api.cloud.xmanager.v1.xid_pb2 import XidAcls
 
 NOW = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
@@ -339,6 +339,13 @@ def test_bad_public_keys_are_refused_at_load(pem: str, fragment: str) -> None:
 # --- settings ------------------------------------------------------------------------
 
 
+def auth_from_env(env: dict[str, str], read_file: ReadFile | None = None) -> AuthSettings:
+    """What the ESS takes from the environment (``EssOptions.from_settings``)."""
+    auth = load_settings(env, read_file=read_file).auth
+    auth.require_verifier()
+    return auth
+
+
 def test_from_env_parses_every_variable() -> None:
     env = {
         "XMC_AUTH_DISABLED": "false",
@@ -350,7 +357,7 @@ def test_from_env_parses_every_variable() -> None:
         "XMC_AUTH_SERVICE_ACCOUNTS": "reconciler@xmc.example.com",
     }
 
-    assert AuthSettings.from_env(env) == AuthSettings(
+    assert auth_from_env(env) == AuthSettings(
         hs256_secret=SECRET,
         issuer=ISSUER,
         audience=AUDIENCE,
@@ -364,13 +371,13 @@ def test_from_env_reads_the_public_key_file() -> None:
     _, pem = _keypair("rsa")
     env = {"XMC_AUTH_PUBLIC_KEY_FILE": "/keys/oidc.pem"}
 
-    settings = AuthSettings.from_env(env, read_file={"/keys/oidc.pem": pem}.__getitem__)
+    settings = auth_from_env(env, read_file={"/keys/oidc.pem": pem}.__getitem__)
 
     assert settings.public_key_pem == pem
 
 
 def test_disabled_needs_nothing_else() -> None:
-    assert AuthSettings.from_env({"XMC_AUTH_DISABLED": "true"}) == AuthSettings(disabled=True)
+    assert auth_from_env({"XMC_AUTH_DISABLED": "true"}) == AuthSettings(disabled=True)
 
 
 def _unreadable(path: str) -> str:
@@ -436,7 +443,7 @@ def test_from_env_rejects_malformed_values(env: dict[str, str], fragment: str) -
         return "garbage" if path == "/garbage.pem" else _unreadable(path)
 
     with pytest.raises(InvalidArgumentError, match=fragment) as caught:
-        AuthSettings.from_env(env, read_file=read_file)
+        auth_from_env(env, read_file=read_file)
 
     assert "sekrit" not in str(caught.value), "messages never echo a token"
 

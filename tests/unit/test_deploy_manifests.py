@@ -21,12 +21,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
 K8S_BASE = ROOT / "k8s" / "base"
-ENV_SOURCES = (
-    "libs/xmc/config.py",
-    "services/ess/auth.py",
-    "services/ess/app.py",
-    "services/reconciler/ess_client.py",
-)
+ENV_SOURCES = ("libs/xmc/settings.py",)
 
 Obj = dict[str, Any]
 
@@ -252,6 +247,7 @@ def test_deployments_have_resources_and_probes_on_real_ports() -> None:
         "xmc-ess",
         "xmc-actuator",
         "xmc-reconciler",
+        "xmc-ui",
     }
     scripts = console_scripts()
     for deployment in deployments:
@@ -296,10 +292,21 @@ def test_ess_has_a_grpc_startup_probe_and_enough_replicas() -> None:
 
 def test_compose_services_check_readyz() -> None:
     services = compose_services()
-    for name in ("ess", "actuator", "reconciler"):
+    for name in ("ess", "actuator", "reconciler", "ui"):
         check = " ".join(services[name]["healthcheck"]["test"])
         assert "/readyz" in check, name
         assert "XMC_METRICS_LISTEN" in services[name]["environment"], name
+
+
+def test_ui_listens_where_compose_and_k8s_publish_it() -> None:
+    ui = compose_services()["ui"]
+    assert port_of(env_of(ui)["XMC_UI_LISTEN"]) in published_container_ports(ui)
+    (deployment,) = [d for d in of_kind("Deployment") if d["metadata"]["name"] == "xmc-ui"]
+    (container,) = containers(deployment)
+    listen = {e["name"]: e["value"] for e in container["env"]}["XMC_UI_LISTEN"]
+    assert {"name": "http", "containerPort": port_of(listen)} in container["ports"]
+    (service,) = [s for s in of_kind("Service") if s["metadata"]["name"] == "xmc-ui"]
+    assert {p["targetPort"] for p in service["spec"]["ports"]} == {"http", "metrics"}
 
 
 def test_ess_service_exposes_grpc_and_metrics() -> None:

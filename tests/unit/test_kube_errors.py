@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from reconciler.watch import Failure, classify
-from xmc.config import Settings
 from xmc.errors import InvalidArgumentError
 from xmc.kube import (
     JOBSETS,
@@ -26,6 +25,7 @@ from xmc.kube import (
     pending_workloads_path,
     read_answer,
 )
+from xmc.settings import load_settings
 
 F = KubeFailure
 
@@ -284,10 +284,10 @@ def test_the_watcher_retries_errors_that_are_not_kubernetes_calls() -> None:
     ],
 )
 def test_kube_request_timeout_setting(env: dict[str, str], expected: float) -> None:
-    assert Settings.from_env(env).kube_request_timeout == expected
+    assert load_settings(env).core.kube_request_timeout == expected
 
 
 @pytest.mark.parametrize("raw", ["0", "-1", "soon", "nan", "inf"])
 def test_kube_request_timeout_must_be_positive_seconds(raw: str) -> None:
     with pytest.raises(InvalidArgumentError, match="XMC_KUBE_REQUEST_TIMEOUT"):
-        Settings.from_env({"XMC_KUBE_REQUEST_TIMEOUT": raw})
+        load_settings({"XMC_KUBE_REQUEST_TIMEOUT": raw})

@@ -14,7 +14,7 @@ from reconciler.app import Reconciler, ReconcilerOptions
 from reconciler.ess_client import EssClient, EssRejected
 from reconciler.observation import Observation, Source
 from xmc.kube_client import KubeClient
-from xmc.store.repository import utc_now
+from xmc.timestamps import utc_now
 from xmc_api.cloud.xmanager.v1.work_unit_execution_pb2 import WorkUnitExecution
 
 

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
-from reconciler.slim import LAST_APPLIED, slim_jobset, slim_metadata, slim_pod, slim_workload
+from reconciler.slim import (
+    INTERN_UP_TO,
+    POD_LABELS,
+    compact,
+    slim_jobset,
+    slim_metadata,
+    slim_pod,
+    slim_workload,
+)
 from xmc.model.jobset import decide_work_unit_state
 
 Obj = dict[str, Any]
@@ -18,7 +27,7 @@ META = {
     "name": "xmc-1-2",
     "uid": "u",
     "labels": {"xmc.google.com/work-unit-id": "2"},
-    "annotations": {LAST_APPLIED: "{...}", "keep": "me"},
+    "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{...}", "keep": "me"},
     "managedFields": [{"manager": "kubectl"}],
     "finalizers": ["jobset.xmanager.cloud/finalizer"],
     "deletionTimestamp": "2026-12-01T00:00:00Z",
@@ -41,11 +50,8 @@ def _jobset() -> Obj:
     }
 
 
-def test_metadata_drops_only_managed_fields_and_the_last_applied_annotation() -> None:
-    slim = slim_metadata(META)
-    assert "managedFields" not in slim
-    assert slim["annotations"] == {"keep": "me"}
-    assert {k: v for k, v in slim.items() if k not in ("annotations",)} == {
+def test_metadata_drops_only_managed_fields_and_annotations() -> None:
+    assert slim_metadata(META) == {
         k: v for k, v in META.items() if k not in ("annotations", "managedFields")
     }
 
@@ -62,7 +68,7 @@ def test_a_jobset_keeps_suspend_replicas_service_account_and_status() -> None:
             }
         ],
     }
-    assert slim["status"] is STATUS
+    assert slim["status"] == STATUS
     assert (slim["apiVersion"], slim["kind"]) == ("jobset.x-k8s.io/v1alpha2", "JobSet")
 
 
@@ -109,7 +115,22 @@ def test_a_workload_keeps_queue_priority_pod_set_counts_and_node_selectors() -> 
     assert slim["status"] == workload["status"]
 
 
-def test_a_pod_keeps_metadata_and_status_only() -> None:
-    pod = {"metadata": META, "spec": POD_SPEC, "status": {"phase": "Running"}}
+def test_a_pod_keeps_metadata_with_the_labels_read_and_status_only() -> None:
+    read = {label: "x" for label in POD_LABELS}
+    labels = {**read, "jobset.sigs.k8s.io/job-key": "20a1cf", "team": "a"}
+    pod = {"metadata": {**META, "labels": labels}, "spec": POD_SPEC, "status": {"phase": "Running"}}
     slim = slim_pod(pod)
-    assert slim == {"metadata": slim_metadata(META), "spec": {}, "status": {"phase": "Running"}}
+    metadata = {**slim_metadata(META), "labels": read}
+    assert slim == {"metadata": metadata, "spec": {}, "status": {"phase": "Running"}}
+
+
+def test_compacted_objects_are_equal_and_share_their_keys_and_short_strings() -> None:
+    long_message = "x" * (INTERN_UP_TO + 1)
+    status = {"status": {"conditions": [{"type": "Ready", "message": long_message}]}}
+    decoded = [json.loads(json.dumps(status)) for _ in range(2)]
+    first, second = (compact(obj) for obj in decoded)
+    assert first == decoded[0]
+    a, b = first["status"]["conditions"][0], second["status"]["conditions"][0]
+    assert a["type"] is b["type"]
+    assert next(iter(a)) is next(iter(b))
+    assert a["message"] is not b["message"]

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from xmc.config import Settings
 from xmc.errors import InvalidArgumentError
 from xmc.redis_client import parse_nodes
+from xmc.settings import load_settings
 from xmc.streams import StreamNames
 
 
@@ -22,7 +22,7 @@ from xmc.streams import StreamNames
     ],
 )
 def test_cluster_nodes_are_read_from_the_environment(raw: str, want: tuple[str, ...]) -> None:
-    settings = Settings.from_env({"XMC_REDIS_CLUSTER_NODES": raw})
+    settings = load_settings({"XMC_REDIS_CLUSTER_NODES": raw}).core
     assert settings.redis_cluster_nodes == want
 
 
@@ -40,7 +40,7 @@ def test_cluster_nodes_are_read_from_the_environment(raw: str, want: tuple[str, 
 )
 def test_bad_redis_settings_are_refused_at_load(env: dict[str, str], message: str) -> None:
     with pytest.raises(InvalidArgumentError, match=message):
-        Settings.from_env(env)
+        load_settings(env)
 
 
 def test_nodes_parse_to_host_and_port() -> None:

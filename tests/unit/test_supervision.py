@@ -12,7 +12,7 @@ import pytest
 from google.protobuf import json_format, struct_pb2
 from prometheus_client import REGISTRY
 
-from reconciler.ess_client import REJECTED_RETRY_DELAYS, EssRejected, retry_rejected
+from reconciler.ess_client import REJECTED_RETRIES, EssRejected, retry_rejected
 from reconciler.observation import Observation, Source
 from reconciler.readiness import ElectionState, WatchState, decide_readiness
 from xmc.health import Check, evaluate, ready_body
@@ -201,6 +201,7 @@ def test_classify_read_error(message: str, failure: ReadFailure) -> None:
 
 
 Code = grpc.StatusCode
+REJECTED_RETRY_DELAYS = REJECTED_RETRIES.delays
 last = len(REJECTED_RETRY_DELAYS)
 
 

@@ -600,3 +600,92 @@ def test_comparator_detects_enum_and_missing_field_changes() -> None:
         "value ALL: contract 2, ours 1",
         "value ANY: contract 1, ours 2",
     ]
+
+
+# ---------------------------------------------------------------------------------------------
+# google.api.http rules: the published client's, recorded from its descriptor
+# ---------------------------------------------------------------------------------------------
+
+# The contract file lists no options, so the rules are recorded here: printed from the
+# FileDescriptorProto serialized in xmanager==0.8.5.post1's
+# xmanager_cloud/experiment_state_server/proto/api_pb2.py (docs/rest.md says how).
+# Each RPC: its bindings in order (the rule, then additional_bindings) as (method, path, body).
+PUBLISHED_HTTP_RULES: dict[str, tuple[tuple[str, str, str], ...]] = {
+    "CreateExperiment": (("post", "/v1/experiments", "experiment"),),
+    "UpdateExperimentLaunchState": (("post", "/v1/{name=experiments/*}:updateLaunchState", "*"),),
+    "GetExperiment": (("get", "/v1/{name=experiments/*}", ""),),
+    "GetExperimentStatus": (("get", "/v1/{name=experiments/*}/status", ""),),
+    "ListExperiments": (("get", "/v1/experiments", ""),),
+    "SearchExperiments": (("get", "/v1/experiments:search", ""),),
+    "UpdateExperiment": (("patch", "/v1/{experiment.name=experiments/*}", "experiment"),),
+    "CreateWorkUnit": (("post", "/v1/{parent=experiments/*}/workUnits", "work_unit"),),
+    "GetWorkUnit": (("get", "/v1/{name=experiments/*/workUnits/*}", ""),),
+    "GetCurrentWorkUnitExecution": (
+        ("get", "/v1/{name=experiments/*/workUnits/*}/currentExecution", ""),
+    ),
+    "ListWorkUnitExecutions": (("get", "/v1/{parent=experiments/*/workUnits/*}/executions", ""),),
+    "ListWorkUnits": (("get", "/v1/{parent=experiments/*}/workUnits", ""),),
+    "SearchWorkUnits": (("get", "/v1/{parent=experiments/*}/workUnits:search", ""),),
+    "StopWorkUnit": (("post", "/v1/{name=experiments/*/workUnits/*}:stop", "*"),),
+    "BatchStopWorkUnits": (("post", "/v1/{parent=experiments/*}/workUnits:batchStop", "*"),),
+    "RestartWorkUnit": (("post", "/v1/{name=experiments/*/workUnits/*}:restart", "*"),),
+    "BatchRestartWorkUnits": (("post", "/v1/{parent=experiments/*}/workUnits:batchRestart", "*"),),
+    "UpdateWorkUnit": (("patch", "/v1/{work_unit.name=experiments/*/workUnits/*}", "work_unit"),),
+    "CreateArtifact": (
+        ("post", "/v1/{parent=experiments/*}/artifacts", "artifact"),
+        ("post", "/v1/{parent=experiments/*/workUnits/*}/artifacts", "artifact"),
+    ),
+    "GetArtifact": (("get", "/v1/{name=artifacts/*}", ""),),
+    "ListArtifacts": (
+        ("get", "/v1/artifacts", ""),
+        ("get", "/v1/{parent=experiments/*}/artifacts", ""),
+        ("get", "/v1/{parent=experiments/*/workUnits/*}/artifacts", ""),
+    ),
+    "SearchArtifacts": (
+        ("get", "/v1/artifacts:search", ""),
+        ("get", "/v1/{parent=experiments/*}/artifacts:search", ""),
+        ("get", "/v1/{parent=experiments/*/workUnits/*}/artifacts:search", ""),
+    ),
+    "DeleteArtifact": (("delete", "/v1/{name=artifacts/*}", ""),),
+    "UpdateArtifact": (("patch", "/v1/{artifact.name=artifacts/*}", "artifact"),),
+    "ListStatusMessages": (
+        ("get", "/v1/{parent=experiments/*}/statusMessages", ""),
+        ("get", "/v1/{parent=experiments/*/workUnits/*}/statusMessages", ""),
+    ),
+    "SearchStatusMessages": (
+        ("get", "/v1/{parent=experiments/*}/statusMessages:search", ""),
+        ("get", "/v1/{parent=experiments/*/workUnits/*}/statusMessages:search", ""),
+    ),
+}
+
+
+def http_bindings(rule: Any) -> tuple[tuple[str, str, str], ...]:
+    """An HttpRule and its additional_bindings as (method, path, body); custom verbs as
+    (kind, path, body). response_body must be unset (the published rules set none)."""
+    out: list[tuple[str, str, str]] = []
+    for binding in (rule, *rule.additional_bindings):
+        assert not binding.response_body
+        kind = binding.WhichOneof("pattern")
+        if kind == "custom":
+            out.append((binding.custom.kind, binding.custom.path, binding.body))
+        else:
+            out.append((kind, getattr(binding, kind), binding.body))
+    return tuple(out)
+
+
+@pytest.mark.parametrize("rpc", sorted(PUBLISHED_HTTP_RULES), ids=lambda rpc: f"http:{rpc}")
+def test_rpc_carries_the_published_http_rule(rpc: str) -> None:
+    from google.api import annotations_pb2  # type: ignore[import-untyped]
+
+    service = _find_service(SERVICE)
+    assert service is not None
+    options = service.methods_by_name[rpc].GetOptions()
+    assert options.HasExtension(annotations_pb2.http), f"{rpc} has no google.api.http option"
+    assert http_bindings(options.Extensions[annotations_pb2.http]) == PUBLISHED_HTTP_RULES[rpc]
+
+
+def test_every_rpc_has_a_recorded_http_rule() -> None:
+    service = _find_service(SERVICE)
+    assert service is not None
+    assert sorted(PUBLISHED_HTTP_RULES) == sorted(m.name for m in service.methods)
+    assert len(PUBLISHED_HTTP_RULES) == EXPECTED_RPC_COUNT

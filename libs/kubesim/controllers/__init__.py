@@ -21,18 +21,15 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from kubesim.clock import SimClock
+from kubesim.events import Event, Subscription
 from kubesim.resources import Resource
-from kubesim.store import Event, ObjectStore, Subscription
+from kubesim.store import ObjectStore
 
 from .jobset import JobSetController
 from .kubelet import Kubelet
-from .kueue import (
-    DEFAULT_KUEUE_VERSION,
-    KueueController,
-    KueueVersion,
-    pending_workloads,
-    pending_workloads_in_local_queue,
-)
+from .kueue.controller import KueueController
+from .kueue.visibility import pending_workloads, pending_workloads_in_local_queue
+from .kueue.vocabulary import DEFAULT_KUEUE_VERSION, KueueVersion
 
 __all__ = [
     "ControllerSettings",

@@ -18,6 +18,7 @@ from xmc.model.states import (
     WORK_UNIT_TIME_IGNORED_STATES,
     WorkUnitState,
 )
+from xmc.timestamps import as_utc
 
 UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 """A zero protobuf Timestamp: set but meaningless, so the state change is dropped."""
@@ -79,14 +80,6 @@ class StateUpdateDecision:
     reason: GuardReason
 
 
-def _as_utc(value: datetime) -> datetime:
-    # Naive datetimes are read as UTC, as protobuf's `Timestamp.ToDatetime()` returns them.
-    # Already UTC (what the store and `to_datetime` hand over): as is, spared a conversion.
-    if value.tzinfo is UTC:
-        return value
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
 def decide_state_update(
     current_state: WorkUnitState,
     current_state_update_time: datetime | None,
@@ -101,7 +94,7 @@ def decide_state_update(
     # 1. A missing time is the caller's error, not a rejected transition.
     if new_state_update_time is None:
         raise ValueError("status.state_update_time is required when status.state is updated")
-    new_time = _as_utc(new_state_update_time)
+    new_time = as_utc(new_state_update_time)
     # 2. A zero timestamp is set but meaningless: drop the state change quietly.
     if new_time == UNIX_EPOCH:
         return StateUpdateDecision(allowed=False, reason=GuardReason.ZERO_TIME)
@@ -116,7 +109,7 @@ def decide_state_update(
     #    clock, not the cluster's (see INTENT_STATES).
     if (
         current_state_update_time is not None
-        and _as_utc(current_state_update_time) > new_time
+        and as_utc(current_state_update_time) > new_time
         and new_state not in WORK_UNIT_TIME_IGNORED_STATES
         and current_state not in INTENT_STATES
     ):

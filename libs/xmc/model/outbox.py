@@ -24,6 +24,12 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Final
+
+from xmc.retry import Backoffs
+
+#: Seconds after consecutive failed relay passes; the last repeats.
+RELAY_ERROR_BACKOFFS: Final = Backoffs((0.2, 0.5, 1.0, 2.0, 5.0))
 
 
 @dataclass(frozen=True)
@@ -42,7 +48,7 @@ class RelaySettings:
     redis_restart_check_seconds: float = 1.0
     """How often the relay reads Redis's run id to notice a restart (every published
     task is then checked at once)."""
-    error_backoff: tuple[float, ...] = (0.2, 0.5, 1.0, 2.0, 5.0)
+    error_backoff: Backoffs = RELAY_ERROR_BACKOFFS
     """Seconds to wait after consecutive failed passes (Redis or Postgres down)."""
 
     def __post_init__(self) -> None:

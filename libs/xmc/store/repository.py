@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import asyncpg
@@ -24,16 +24,13 @@ from xmc.store.creation import CreateOutcome, NewWorkUnit, create_work_units
 from xmc.store.executions import ItemResult
 from xmc.store.listing import ListRequest
 from xmc.store.work_units import StatusHistoryEntry
+from xmc.timestamps import utc_now
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
 from xmc_api.cloud.xmanager.v1.status_message_pb2 import StatusMessage
 from xmc_api.cloud.xmanager.v1.work_unit_execution_pb2 import WorkUnitExecution
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 
 Clock = Callable[[], datetime]
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC)
 
 
 #: Postgres not there (yet): refused, shutting down, starting up. What a process starting

@@ -22,6 +22,7 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from google.api import annotations_pb2 as google_dot_api_dot_annotations__pb2
 from google.longrunning import operations_pb2 as google_dot_longrunning_dot_operations__pb2
 from google.protobuf import empty_pb2 as google_dot_protobuf_dot_empty__pb2
 from google.protobuf import field_mask_pb2 as google_dot_protobuf_dot_field__mask__pb2
@@ -33,67 +34,119 @@ from xmc_api.cloud.xmanager.v1 import work_unit_pb2 as xmc__api_dot_cloud_dot_xm
 from xmc_api.cloud.xmanager.v1 import work_unit_execution_pb2 as xmc__api_dot_cloud_dot_xmanager_dot_v1_dot_work__unit__execution__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#xmc_api/cloud/xmanager/v1/api.proto\x12\x11\x63loud.xmanager.v1\x1a#google/longrunning/operations.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a google/protobuf/field_mask.proto\x1a(xmc_api/cloud/xmanager/v1/artifact.proto\x1a*xmc_api/cloud/xmanager/v1/experiment.proto\x1a&xmc_api/cloud/xmanager/v1/status.proto\x1a.xmc_api/cloud/xmanager/v1/status_message.proto\x1a)xmc_api/cloud/xmanager/v1/work_unit.proto\x1a\x33xmc_api/cloud/xmanager/v1/work_unit_execution.proto\"L\n\x17\x43reateExperimentRequest\x12\x31\n\nexperiment\x18\x01 \x01(\x0b\x32\x1d.cloud.xmanager.v1.Experiment\"$\n\x14GetExperimentRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"*\n\x1aGetExperimentStatusRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"a\n\x16ListExperimentsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x0e\n\x06\x66ilter\x18\x03 \x01(\t\x12\x10\n\x08order_by\x18\x04 \x01(\t\"f\n\x17ListExperimentsResponse\x12\x32\n\x0b\x65xperiments\x18\x01 \x03(\x0b\x32\x1d.cloud.xmanager.v1.Experiment\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"}\n\x17UpdateExperimentRequest\x12\x31\n\nexperiment\x18\x01 \x01(\x0b\x32\x1d.cloud.xmanager.v1.Experiment\x12/\n\x0bupdate_mask\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\"y\n\"UpdateExperimentLaunchStateRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x45\n\x0claunch_state\x18\x02 \x01(\x0e\x32/.cloud.xmanager.v1.ExperimentStatus.LaunchState\"m\n\x15\x43reateWorkUnitRequest\x12\x0e\n\x06parent\x18\x01 \x01(\t\x12.\n\twork_unit\x18\x02 \x01(\x0b\x32\x1b.cloud.xmanager.v1.WorkUnit\x12\x14\n\x0cwork_unit_id\x18\x03 \x01(\x03\"\"\n\x12GetWorkUnitRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"2\n\"GetCurrentWorkUnitExecutionRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"/\n\x1dListWorkUnitExecutionsRequest\x12\x0e\n\x06parent\x18\x01 \x01(\t\"d\n\x1eListWorkUnitExecutionsResponse\x12\x42\n\x14work_unit_executions\x18\x01 \x03(\x0b\x32$.cloud.xmanager.v1.WorkUnitExecution\"o\n\x14ListWorkUnitsRequest\x12\x0e\n\x06parent\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\x12\x0e\n\x06\x66ilter\x18\x04 \x01(\t\x12\x10\n\x08order_by\x18\x05 \x01(\t\"a\n\x15ListWorkUnitsResponse\x12/\n\nwork_units\x18\x01 \x03(\x0b\x32\x1b.cloud.xmanager.v1.WorkUnit\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"#\n\x13StopWorkUnitRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\";\n\x19\x42\x61tchStopWorkUnitsRequest\x12\x0e\n\x06parent\x18\x01 \x01(\t\x12\x0e\n\x06\x66ilter\x18\x02 \x01(\t\"&\n\x16RestartWorkUnitRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\">\n\x1c\x42\x61tchRestartWorkUnitsRequest\x12\x0e\n\x06parent\x18\x01 \x01(\t\x12\x0e\n\x06\x66ilter\x18\x02 \x01(\t\"x\n\x15UpdateWorkUnitRequest\x12.\n\twork_unit\x18\x01 \x01(\x0b\x32\x1b.cloud.xmanager.v1.WorkUnit\x12/\n\x0bupdate_mask\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\"V\n\x15\x43reateArtifactRequest\x12\x0e\n\x06parent\x18\x01 \x01(\t\x12-\n\x08\x61rtifact\x18\x02 \x01(\x0b\x32\x1b.cloud.xmanager.v1.Artifact\"\"\n\x12GetArtifactRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"o\n\x14ListArtifactsRequest\x12\x0e\n\x06parent\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\x12\x0e\n\x06\x66ilter\x18\x04 \x01(\t\x12\x10\n\x08order_by\x18\x05 \x01(\t\"%\n\x15\x44\x65leteArtifactRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"w\n\x15UpdateArtifactRequest\x12-\n\x08\x61rtifact\x18\x01 \x01(\x0b\x32\x1b.cloud.xmanager.v1.Artifact\x12/\n\x0bupdate_mask\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\"`\n\x15ListArtifactsResponse\x12.\n\tartifacts\x18\x01 \x03(\x0b\x32\x1b.cloud.xmanager.v1.Artifact\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"t\n\x19ListStatusMessagesRequest\x12\x0e\n\x06parent\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\x12\x0e\n\x06\x66ilter\x18\x04 \x01(\t\x12\x10\n\x08order_by\x18\x05 \x01(\t\"p\n\x1aListStatusMessagesResponse\x12\x39\n\x0fstatus_messages\x18\x01 \x03(\x0b\x32 .cloud.xmanager.v1.StatusMessage\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t2\xbc\x14\n\x16\x45xperimentStateService\x12]\n\x10\x43reateExperiment\x12*.cloud.xmanager.v1.CreateExperimentRequest\x1a\x1d.cloud.xmanager.v1.Experiment\x12s\n\x1bUpdateExperimentLaunchState\x12\x35.cloud.xmanager.v1.UpdateExperimentLaunchStateRequest\x1a\x1d.cloud.xmanager.v1.Experiment\x12W\n\rGetExperiment\x12\'.cloud.xmanager.v1.GetExperimentRequest\x1a\x1d.cloud.xmanager.v1.Experiment\x12i\n\x13GetExperimentStatus\x12-.cloud.xmanager.v1.GetExperimentStatusRequest\x1a#.cloud.xmanager.v1.ExperimentStatus\x12h\n\x0fListExperiments\x12).cloud.xmanager.v1.ListExperimentsRequest\x1a*.cloud.xmanager.v1.ListExperimentsResponse\x12j\n\x11SearchExperiments\x12).cloud.xmanager.v1.ListExperimentsRequest\x1a*.cloud.xmanager.v1.ListExperimentsResponse\x12]\n\x10UpdateExperiment\x12*.cloud.xmanager.v1.UpdateExperimentRequest\x1a\x1d.cloud.xmanager.v1.Experiment\x12Y\n\x0e\x43reateWorkUnit\x12(.cloud.xmanager.v1.CreateWorkUnitRequest\x1a\x1d.google.longrunning.Operation\x12Q\n\x0bGetWorkUnit\x12%.cloud.xmanager.v1.GetWorkUnitRequest\x1a\x1b.cloud.xmanager.v1.WorkUnit\x12z\n\x1bGetCurrentWorkUnitExecution\x12\x35.cloud.xmanager.v1.GetCurrentWorkUnitExecutionRequest\x1a$.cloud.xmanager.v1.WorkUnitExecution\x12}\n\x16ListWorkUnitExecutions\x12\x30.cloud.xmanager.v1.ListWorkUnitExecutionsRequest\x1a\x31.cloud.xmanager.v1.ListWorkUnitExecutionsResponse\x12\x62\n\rListWorkUnits\x12\'.cloud.xmanager.v1.ListWorkUnitsRequest\x1a(.cloud.xmanager.v1.ListWorkUnitsResponse\x12\x64\n\x0fSearchWorkUnits\x12\'.cloud.xmanager.v1.ListWorkUnitsRequest\x1a(.cloud.xmanager.v1.ListWorkUnitsResponse\x12U\n\x0cStopWorkUnit\x12&.cloud.xmanager.v1.StopWorkUnitRequest\x1a\x1d.google.longrunning.Operation\x12\x61\n\x12\x42\x61tchStopWorkUnits\x12,.cloud.xmanager.v1.BatchStopWorkUnitsRequest\x1a\x1d.google.longrunning.Operation\x12[\n\x0fRestartWorkUnit\x12).cloud.xmanager.v1.RestartWorkUnitRequest\x1a\x1d.google.longrunning.Operation\x12g\n\x15\x42\x61tchRestartWorkUnits\x12/.cloud.xmanager.v1.BatchRestartWorkUnitsRequest\x1a\x1d.google.longrunning.Operation\x12W\n\x0eUpdateWorkUnit\x12(.cloud.xmanager.v1.UpdateWorkUnitRequest\x1a\x1b.cloud.xmanager.v1.WorkUnit\x12W\n\x0e\x43reateArtifact\x12(.cloud.xmanager.v1.CreateArtifactRequest\x1a\x1b.cloud.xmanager.v1.Artifact\x12Q\n\x0bGetArtifact\x12%.cloud.xmanager.v1.GetArtifactRequest\x1a\x1b.cloud.xmanager.v1.Artifact\x12\x62\n\rListArtifacts\x12\'.cloud.xmanager.v1.ListArtifactsRequest\x1a(.cloud.xmanager.v1.ListArtifactsResponse\x12\x64\n\x0fSearchArtifacts\x12\'.cloud.xmanager.v1.ListArtifactsRequest\x1a(.cloud.xmanager.v1.ListArtifactsResponse\x12R\n\x0e\x44\x65leteArtifact\x12(.cloud.xmanager.v1.DeleteArtifactRequest\x1a\x16.google.protobuf.Empty\x12W\n\x0eUpdateArtifact\x12(.cloud.xmanager.v1.UpdateArtifactRequest\x1a\x1b.cloud.xmanager.v1.Artifact\x12q\n\x12ListStatusMessages\x12,.cloud.xmanager.v1.ListStatusMessagesRequest\x1a-.cloud.xmanager.v1.ListStatusMessagesResponse\x12s\n\x14SearchStatusMessages\x12,.cloud.xmanager.v1.ListStatusMessagesRequest\x1a-.cloud.xmanager.v1.ListStatusMessagesResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#xmc_api/cloud/xmanager/v1/api.proto\x12\x11\x63loud.xmanager.v1\x1a\x1cgoogle/api/annotations.proto\x1a#google/longrunning/operations.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a google/protobuf/field_mask.proto\x1a(xmc_api/cloud/xmanager/v1/artifact.proto\x1a*xmc_api/cloud/xmanager/v1/experiment.proto\x1a&xmc_api/cloud/xmanager/v1/status.proto\x1a.xmc_api/cloud/xmanager/v1/status_message.proto\x1a)xmc_api/cloud/xmanager/v1/work_unit.proto\x1a\x33xmc_api/cloud/xmanager/v1/work_unit_execution.proto\"L\n\x17\x43reateExperimentRequest\x12\x31\n\nexperiment\x18\x01 \x01(\x0b\x32\x1d.cloud.xmanager.v1.Experiment\"$\n\x14GetExperimentRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"*\n\x1aGetExperimentStatusRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"a\n\x16ListExperimentsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x0e\n\x06\x66ilter\x18\x03 \x01(\t\x12\x10\n\x08order_by\x18\x04 \x01(\t\"f\n\x17ListExperimentsResponse\x12\x32\n\x0b\x65xperiments\x18\x01 \x03(\x0b\x32\x1d.cloud.xmanager.v1.Experiment\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"}\n\x17UpdateExperimentRequest\x12\x31\n\nexperiment\x18\x01 \x01(\x0b\x32\x1d.cloud.xmanager.v1.Experiment\x12/\n\x0bupdate_mask\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\"y\n\"UpdateExperimentLaunchStateRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x45\n\x0claunch_state\x18\x02 \x01(\x0e\x32/.cloud.xmanager.v1.ExperimentStatus.LaunchState\"m\n\x15\x43reateWorkUnitRequest\x12\x0e\n\x06parent\x18\x01 \x01(\t\x12.\n\twork_unit\x18\x02 \x01(\x0b\x32\x1b.cloud.xmanager.v1.WorkUnit\x12\x14\n\x0cwork_unit_id\x18\x03 \x01(\x03\"\"\n\x12GetWorkUnitRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"2\n\"GetCurrentWorkUnitExecutionRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"/\n\x1dListWorkUnitExecutionsRequest\x12\x0e\n\x06parent\x18\x01 \x01(\t\"d\n\x1eListWorkUnitExecutionsResponse\x12\x42\n\x14work_unit_executions\x18\x01 \x03(\x0b\x32$.cloud.xmanager.v1.WorkUnitExecution\"o\n\x14ListWorkUnitsRequest\x12\x0e\n\x06parent\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\x12\x0e\n\x06\x66ilter\x18\x04 \x01(\t\x12\x10\n\x08order_by\x18\x05 \x01(\t\"a\n\x15ListWorkUnitsResponse\x12/\n\nwork_units\x18\x01 \x03(\x0b\x32\x1b.cloud.xmanager.v1.WorkUnit\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"#\n\x13StopWorkUnitRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\";\n\x19\x42\x61tchStopWorkUnitsRequest\x12\x0e\n\x06parent\x18\x01 \x01(\t\x12\x0e\n\x06\x66ilter\x18\x02 \x01(\t\"&\n\x16RestartWorkUnitRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\">\n\x1c\x42\x61tchRestartWorkUnitsRequest\x12\x0e\n\x06parent\x18\x01 \x01(\t\x12\x0e\n\x06\x66ilter\x18\x02 \x01(\t\"x\n\x15UpdateWorkUnitRequest\x12.\n\twork_unit\x18\x01 \x01(\x0b\x32\x1b.cloud.xmanager.v1.WorkUnit\x12/\n\x0bupdate_mask\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\"V\n\x15\x43reateArtifactRequest\x12\x0e\n\x06parent\x18\x01 \x01(\t\x12-\n\x08\x61rtifact\x18\x02 \x01(\x0b\x32\x1b.cloud.xmanager.v1.Artifact\"\"\n\x12GetArtifactRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"o\n\x14ListArtifactsRequest\x12\x0e\n\x06parent\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\x12\x0e\n\x06\x66ilter\x18\x04 \x01(\t\x12\x10\n\x08order_by\x18\x05 \x01(\t\"%\n\x15\x44\x65leteArtifactRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"w\n\x15UpdateArtifactRequest\x12-\n\x08\x61rtifact\x18\x01 \x01(\x0b\x32\x1b.cloud.xmanager.v1.Artifact\x12/\n\x0bupdate_mask\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\"`\n\x15ListArtifactsResponse\x12.\n\tartifacts\x18\x01 \x03(\x0b\x32\x1b.cloud.xmanager.v1.Artifact\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"t\n\x19ListStatusMessagesRequest\x12\x0e\n\x06parent\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\x12\x0e\n\x06\x66ilter\x18\x04 \x01(\t\x12\x10\n\x08order_by\x18\x05 \x01(\t\"p\n\x1aListStatusMessagesResponse\x12\x39\n\x0fstatus_messages\x18\x01 \x03(\x0b\x32 .cloud.xmanager.v1.StatusMessage\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t2\xa6!\n\x16\x45xperimentStateService\x12\x82\x01\n\x10\x43reateExperiment\x12*.cloud.xmanager.v1.CreateExperimentRequest\x1a\x1d.cloud.xmanager.v1.Experiment\"#\x82\xd3\xe4\x93\x02\x1d\"\x0f/v1/experiments:\nexperiment\x12\xaa\x01\n\x1bUpdateExperimentLaunchState\x12\x35.cloud.xmanager.v1.UpdateExperimentLaunchStateRequest\x1a\x1d.cloud.xmanager.v1.Experiment\"5\x82\xd3\xe4\x93\x02/\"*/v1/{name=experiments/*}:updateLaunchState:\x01*\x12y\n\rGetExperiment\x12\'.cloud.xmanager.v1.GetExperimentRequest\x1a\x1d.cloud.xmanager.v1.Experiment\" \x82\xd3\xe4\x93\x02\x1a\x12\x18/v1/{name=experiments/*}\x12\x92\x01\n\x13GetExperimentStatus\x12-.cloud.xmanager.v1.GetExperimentStatusRequest\x1a#.cloud.xmanager.v1.ExperimentStatus\"\'\x82\xd3\xe4\x93\x02!\x12\x1f/v1/{name=experiments/*}/status\x12\x81\x01\n\x0fListExperiments\x12).cloud.xmanager.v1.ListExperimentsRequest\x1a*.cloud.xmanager.v1.ListExperimentsResponse\"\x17\x82\xd3\xe4\x93\x02\x11\x12\x0f/v1/experiments\x12\x8a\x01\n\x11SearchExperiments\x12).cloud.xmanager.v1.ListExperimentsRequest\x1a*.cloud.xmanager.v1.ListExperimentsResponse\"\x1e\x82\xd3\xe4\x93\x02\x18\x12\x16/v1/experiments:search\x12\x96\x01\n\x10UpdateExperiment\x12*.cloud.xmanager.v1.UpdateExperimentRequest\x1a\x1d.cloud.xmanager.v1.Experiment\"7\x82\xd3\xe4\x93\x02\x31\x32#/v1/{experiment.name=experiments/*}:\nexperiment\x12\x92\x01\n\x0e\x43reateWorkUnit\x12(.cloud.xmanager.v1.CreateWorkUnitRequest\x1a\x1d.google.longrunning.Operation\"7\x82\xd3\xe4\x93\x02\x31\"$/v1/{parent=experiments/*}/workUnits:\twork_unit\x12\x7f\n\x0bGetWorkUnit\x12%.cloud.xmanager.v1.GetWorkUnitRequest\x1a\x1b.cloud.xmanager.v1.WorkUnit\",\x82\xd3\xe4\x93\x02&\x12$/v1/{name=experiments/*/workUnits/*}\x12\xb9\x01\n\x1bGetCurrentWorkUnitExecution\x12\x35.cloud.xmanager.v1.GetCurrentWorkUnitExecutionRequest\x1a$.cloud.xmanager.v1.WorkUnitExecution\"=\x82\xd3\xe4\x93\x02\x37\x12\x35/v1/{name=experiments/*/workUnits/*}/currentExecution\x12\xb8\x01\n\x16ListWorkUnitExecutions\x12\x30.cloud.xmanager.v1.ListWorkUnitExecutionsRequest\x1a\x31.cloud.xmanager.v1.ListWorkUnitExecutionsResponse\"9\x82\xd3\xe4\x93\x02\x33\x12\x31/v1/{parent=experiments/*/workUnits/*}/executions\x12\x90\x01\n\rListWorkUnits\x12\'.cloud.xmanager.v1.ListWorkUnitsRequest\x1a(.cloud.xmanager.v1.ListWorkUnitsResponse\",\x82\xd3\xe4\x93\x02&\x12$/v1/{parent=experiments/*}/workUnits\x12\x99\x01\n\x0fSearchWorkUnits\x12\'.cloud.xmanager.v1.ListWorkUnitsRequest\x1a(.cloud.xmanager.v1.ListWorkUnitsResponse\"3\x82\xd3\xe4\x93\x02-\x12+/v1/{parent=experiments/*}/workUnits:search\x12\x8b\x01\n\x0cStopWorkUnit\x12&.cloud.xmanager.v1.StopWorkUnitRequest\x1a\x1d.google.longrunning.Operation\"4\x82\xd3\xe4\x93\x02.\")/v1/{name=experiments/*/workUnits/*}:stop:\x01*\x12\x9c\x01\n\x12\x42\x61tchStopWorkUnits\x12,.cloud.xmanager.v1.BatchStopWorkUnitsRequest\x1a\x1d.google.longrunning.Operation\"9\x82\xd3\xe4\x93\x02\x33\"./v1/{parent=experiments/*}/workUnits:batchStop:\x01*\x12\x94\x01\n\x0fRestartWorkUnit\x12).cloud.xmanager.v1.RestartWorkUnitRequest\x1a\x1d.google.longrunning.Operation\"7\x82\xd3\xe4\x93\x02\x31\",/v1/{name=experiments/*/workUnits/*}:restart:\x01*\x12\xa5\x01\n\x15\x42\x61tchRestartWorkUnits\x12/.cloud.xmanager.v1.BatchRestartWorkUnitsRequest\x1a\x1d.google.longrunning.Operation\"<\x82\xd3\xe4\x93\x02\x36\"1/v1/{parent=experiments/*}/workUnits:batchRestart:\x01*\x12\x9a\x01\n\x0eUpdateWorkUnit\x12(.cloud.xmanager.v1.UpdateWorkUnitRequest\x1a\x1b.cloud.xmanager.v1.WorkUnit\"A\x82\xd3\xe4\x93\x02;2./v1/{work_unit.name=experiments/*/workUnits/*}:\twork_unit\x12\xcd\x01\n\x0e\x43reateArtifact\x12(.cloud.xmanager.v1.CreateArtifactRequest\x1a\x1b.cloud.xmanager.v1.Artifact\"t\x82\xd3\xe4\x93\x02n\"$/v1/{parent=experiments/*}/artifacts:\x08\x61rtifactZ<\"0/v1/{parent=experiments/*/workUnits/*}/artifacts:\x08\x61rtifact\x12q\n\x0bGetArtifact\x12%.cloud.xmanager.v1.GetArtifactRequest\x1a\x1b.cloud.xmanager.v1.Artifact\"\x1e\x82\xd3\xe4\x93\x02\x18\x12\x16/v1/{name=artifacts/*}\x12\xd5\x01\n\rListArtifacts\x12\'.cloud.xmanager.v1.ListArtifactsRequest\x1a(.cloud.xmanager.v1.ListArtifactsResponse\"q\x82\xd3\xe4\x93\x02k\x12\r/v1/artifactsZ&\x12$/v1/{parent=experiments/*}/artifactsZ2\x12\x30/v1/{parent=experiments/*/workUnits/*}/artifacts\x12\xee\x01\n\x0fSearchArtifacts\x12\'.cloud.xmanager.v1.ListArtifactsRequest\x1a(.cloud.xmanager.v1.ListArtifactsResponse\"\x87\x01\x82\xd3\xe4\x93\x02\x80\x01\x12\x14/v1/artifacts:searchZ-\x12+/v1/{parent=experiments/*}/artifacts:searchZ9\x12\x37/v1/{parent=experiments/*/workUnits/*}/artifacts:search\x12r\n\x0e\x44\x65leteArtifact\x12(.cloud.xmanager.v1.DeleteArtifactRequest\x1a\x16.google.protobuf.Empty\"\x1e\x82\xd3\xe4\x93\x02\x18*\x16/v1/{name=artifacts/*}\x12\x8a\x01\n\x0eUpdateArtifact\x12(.cloud.xmanager.v1.UpdateArtifactRequest\x1a\x1b.cloud.xmanager.v1.Artifact\"1\x82\xd3\xe4\x93\x02+2\x1f/v1/{artifact.name=artifacts/*}:\x08\x61rtifact\x12\xdd\x01\n\x12ListStatusMessages\x12,.cloud.xmanager.v1.ListStatusMessagesRequest\x1a-.cloud.xmanager.v1.ListStatusMessagesResponse\"j\x82\xd3\xe4\x93\x02\x64\x12)/v1/{parent=experiments/*}/statusMessagesZ7\x12\x35/v1/{parent=experiments/*/workUnits/*}/statusMessages\x12\xed\x01\n\x14SearchStatusMessages\x12,.cloud.xmanager.v1.ListStatusMessagesRequest\x1a-.cloud.xmanager.v1.ListStatusMessagesResponse\"x\x82\xd3\xe4\x93\x02r\x12\x30/v1/{parent=experiments/*}/statusMessages:searchZ>\x12</v1/{parent=experiments/*/workUnits/*}/statusMessages:searchb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'xmc_api.cloud.xmanager.v1.api_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_CREATEEXPERIMENTREQUEST']._serialized_start=428
-  _globals['_CREATEEXPERIMENTREQUEST']._serialized_end=504
-  _globals['_GETEXPERIMENTREQUEST']._serialized_start=506
-  _globals['_GETEXPERIMENTREQUEST']._serialized_end=542
-  _globals['_GETEXPERIMENTSTATUSREQUEST']._serialized_start=544
-  _globals['_GETEXPERIMENTSTATUSREQUEST']._serialized_end=586
-  _globals['_LISTEXPERIMENTSREQUEST']._serialized_start=588
-  _globals['_LISTEXPERIMENTSREQUEST']._serialized_end=685
-  _globals['_LISTEXPERIMENTSRESPONSE']._serialized_start=687
-  _globals['_LISTEXPERIMENTSRESPONSE']._serialized_end=789
-  _globals['_UPDATEEXPERIMENTREQUEST']._serialized_start=791
-  _globals['_UPDATEEXPERIMENTREQUEST']._serialized_end=916
-  _globals['_UPDATEEXPERIMENTLAUNCHSTATEREQUEST']._serialized_start=918
-  _globals['_UPDATEEXPERIMENTLAUNCHSTATEREQUEST']._serialized_end=1039
-  _globals['_CREATEWORKUNITREQUEST']._serialized_start=1041
-  _globals['_CREATEWORKUNITREQUEST']._serialized_end=1150
-  _globals['_GETWORKUNITREQUEST']._serialized_start=1152
-  _globals['_GETWORKUNITREQUEST']._serialized_end=1186
-  _globals['_GETCURRENTWORKUNITEXECUTIONREQUEST']._serialized_start=1188
-  _globals['_GETCURRENTWORKUNITEXECUTIONREQUEST']._serialized_end=1238
-  _globals['_LISTWORKUNITEXECUTIONSREQUEST']._serialized_start=1240
-  _globals['_LISTWORKUNITEXECUTIONSREQUEST']._serialized_end=1287
-  _globals['_LISTWORKUNITEXECUTIONSRESPONSE']._serialized_start=1289
-  _globals['_LISTWORKUNITEXECUTIONSRESPONSE']._serialized_end=1389
-  _globals['_LISTWORKUNITSREQUEST']._serialized_start=1391
-  _globals['_LISTWORKUNITSREQUEST']._serialized_end=1502
-  _globals['_LISTWORKUNITSRESPONSE']._serialized_start=1504
-  _globals['_LISTWORKUNITSRESPONSE']._serialized_end=1601
-  _globals['_STOPWORKUNITREQUEST']._serialized_start=1603
-  _globals['_STOPWORKUNITREQUEST']._serialized_end=1638
-  _globals['_BATCHSTOPWORKUNITSREQUEST']._serialized_start=1640
-  _globals['_BATCHSTOPWORKUNITSREQUEST']._serialized_end=1699
-  _globals['_RESTARTWORKUNITREQUEST']._serialized_start=1701
-  _globals['_RESTARTWORKUNITREQUEST']._serialized_end=1739
-  _globals['_BATCHRESTARTWORKUNITSREQUEST']._serialized_start=1741
-  _globals['_BATCHRESTARTWORKUNITSREQUEST']._serialized_end=1803
-  _globals['_UPDATEWORKUNITREQUEST']._serialized_start=1805
-  _globals['_UPDATEWORKUNITREQUEST']._serialized_end=1925
-  _globals['_CREATEARTIFACTREQUEST']._serialized_start=1927
-  _globals['_CREATEARTIFACTREQUEST']._serialized_end=2013
-  _globals['_GETARTIFACTREQUEST']._serialized_start=2015
-  _globals['_GETARTIFACTREQUEST']._serialized_end=2049
-  _globals['_LISTARTIFACTSREQUEST']._serialized_start=2051
-  _globals['_LISTARTIFACTSREQUEST']._serialized_end=2162
-  _globals['_DELETEARTIFACTREQUEST']._serialized_start=2164
-  _globals['_DELETEARTIFACTREQUEST']._serialized_end=2201
-  _globals['_UPDATEARTIFACTREQUEST']._serialized_start=2203
-  _globals['_UPDATEARTIFACTREQUEST']._serialized_end=2322
-  _globals['_LISTARTIFACTSRESPONSE']._serialized_start=2324
-  _globals['_LISTARTIFACTSRESPONSE']._serialized_end=2420
-  _globals['_LISTSTATUSMESSAGESREQUEST']._serialized_start=2422
-  _globals['_LISTSTATUSMESSAGESREQUEST']._serialized_end=2538
-  _globals['_LISTSTATUSMESSAGESRESPONSE']._serialized_start=2540
-  _globals['_LISTSTATUSMESSAGESRESPONSE']._serialized_end=2652
-  _globals['_EXPERIMENTSTATESERVICE']._serialized_start=2655
-  _globals['_EXPERIMENTSTATESERVICE']._serialized_end=5275
+  _globals['_EXPERIMENTSTATESERVICE'].methods_by_name['CreateExperiment']._loaded_options = None
+  _globals['_EXPERIMENTSTATESERVICE'].methods_by_name['CreateExperiment']._serialized_options = b'\202\323\344\223\002\035\"\017/v1/experiments:\nexperiment'
+  _globals['_EXPERIMENTSTATESERVICE'].methods_by_name['UpdateExperimentLaunchState']._loaded_options = None
+  _globals['_EXPERIMENTSTATESERVICE'].methods_by_name['UpdateExperimentLaunchState']._serialized_options = b'\202\323\344\223\002/\"*/v1/{name=experiments/*}:updateLaunchState:\001*'
+  _globals['_EXPERIMENTSTATESERVICE'].methods_by_name['GetExperiment']._loaded_options = None
+  _globals['_EXPERIMENTSTATESERVICE'].methods_by_name['GetExperiment']._serialized_options = b'\202\323\344\223\002\032\022\030/v1/{name=experiments/*}'
+  _globals['_EXPERIMENTSTATESERVICE'].methods_by_name['GetExperimentStatus']._loaded_options = None
+  _globals['_EXPERIMENTSTATESERVICE'].methods_by_name['GetExperimentStatus']._serialized_options = b'\202\323\344\223\002!\022\037/v1/{name=experiments/*}/status'
+  _globals['_EXPERIMENTSTATESERVICE'].methods_by_name['ListExperiments']._loaded_options = None
+  _globals['_EXPERIMENTSTATESERVICE'].methods_by_name['ListExperiments']._serialized_options = b'\202\323\344\223\002\021\022\017/v1/experiments'
+  _globals['_EXPERIMENTSTATESERVICE'].methods_by_name['SearchExperiments']._loaded_options = None
+  _globals['_EXPERIMENTSTATESERVICE'].methods_by_name['SearchExperiments']._serialized_options = b'\202\323\344\223\002\030\022\026/v1/experiments:search'
+  _globals['_EXPERIMENTSTATESERVICE'].methods_by_name['UpdateExperiment']._loaded_options = None
+  _globals['_EXPERIMENTSTATESERVICE'].methods_by_name['UpdateExperiment']._serialized_options = b'\202\323\344\223\00212#/v1/{experiment.name=experiments/*}:\nexperiment'
+  _globals['_EXPERIMENTSTATESERVICE'].methods_by_name['CreateWorkUnit']._loaded_options = None
+  _globals['_EXPERIMENTSTATESERVICE'].methods_by_name['CreateWorkUnit']._serialized_options = b'\202\323\344\223\0021\"$/v1/{parent=experiments/*}/workUnits:\twork_unit'
+  _globals['_EXPERIMENTSTATESERVICE'].methods_by_name['GetWorkUnit']._loaded_options = None
+  _globals['_EXPERIMENTSTATESERVICE'].methods_by_name['GetWorkUnit']._serialized_options = b'\202\323\344\223\002&\022$/v1/{name=experiments/*/workUnits/*}'
+  _globals['_EXPERIMENTSTATESERVICE'].methods_by_name['GetCurrentWorkUnitExecution']._loaded_options = None
+  _globals['_EXPERIMENTSTATESERVICE'].methods_by_name['GetCurrentWorkUnitExecution']._serialized_options = b'\202\323\344\223\0027\0225/v1/{name=experiments/*/workUnits/*}/currentExecution'
+  _globals['_EXPERIMENTSTATESERVICE'].methods_by_name['ListWorkUnitExecutions']._loaded_options = None
+  _globals['_EXPERIMENTSTATESERVICE'].methods_by_name['ListWorkUnitExecutions']._serialized_options = b'\202\323\344\223\0023\0221/v1/{parent=experiments/*/workUnits/*}/executions'
+  _globals['_EXPERIMENTSTATESERVICE'].methods_by_name['ListWorkUnits']._loaded_options = None
+  _globals['_EXPERIMENTSTATESERVICE'].methods_by_name['ListWorkUnits']._serialized_options = b'\202\323\344\223\002&\022$/v1/{parent=experiments/*}/workUnits'
+  _globals['_EXPERIMENTSTATESERVICE'].methods_by_name['SearchWorkUnits']._loaded_options = None
+  _globals['_EXPERIMENTSTATESERVICE'].methods_by_name['SearchWorkUnits']._serialized_options = b'\202\323\344\223\002-\022+/v1/{parent=experiments/*}/workUnits:search'
+  _globals['_EXPERIMENTSTATESERVICE'].methods_by_name['StopWorkUnit']._loaded_options = None
+  _globals['_EXPERIMENTSTATESERVICE'].methods_by_name['StopWorkUnit']._serialized_options = b'\202\323\344\223\002.\")/v1/{name=experiments/*/workUnits/*}:stop:\001*'
+  _globals['_EXPERIMENTSTATESERVICE'].methods_by_name['BatchStopWorkUnits']._loaded_options = None
+  _globals['_EXPERIMENTSTATESERVICE'].methods_by_name['BatchStopWorkUnits']._serialized_options = b'\202\323\344\223\0023\"./v1/{parent=experiments/*}/workUnits:batchStop:\001*'
+  _globals['_EXPERIMENTSTATESERVICE'].methods_by_name['RestartWorkUnit']._loaded_options = None
+  _globals['_EXPERIMENTSTATESERVICE'].methods_by_name['RestartWorkUnit']._serialized_options = b'\202\323\344\223\0021\",/v1/{name=experiments/*/workUnits/*}:restart:\001*'
+  _globals['_EXPERIMENTSTATESERVICE'].methods_by_name['BatchRestartWorkUnits']._loaded_options = None
+  _globals['_EXPERIMENTSTATESERVICE'].methods_by_name['BatchRestartWorkUnits']._serialized_options = b'\202\323\344\223\0026\"1/v1/{parent=experiments/*}/workUnits:batchRestart:\001*'
+  _globals['_EXPERIMENTSTATESERVICE'].methods_by_name['UpdateWorkUnit']._loaded_options = None
+  _globals['_EXPERIMENTSTATESERVICE'].methods_by_name['UpdateWorkUnit']._serialized_options = b'\202\323\344\223\002;2./v1/{work_unit.name=experiments/*/workUnits/*}:\twork_unit'
+  _globals['_EXPERIMENTSTATESERVICE'].methods_by_name['CreateArtifact']._loaded_options = None
+  _globals['_EXPERIMENTSTATESERVICE'].methods_by_name['CreateArtifact']._serialized_options = b'\202\323\344\223\002n\"$/v1/{parent=experiments/*}/artifacts:\010artifactZ<\"0/v1/{parent=experiments/*/workUnits/*}/artifacts:\010artifact'
+  _globals['_EXPERIMENTSTATESERVICE'].methods_by_name['GetArtifact']._loaded_options = None
+  _globals['_EXPERIMENTSTATESERVICE'].methods_by_name['GetArtifact']._serialized_options = b'\202\323\344\223\002\030\022\026/v1/{name=artifacts/*}'
+  _globals['_EXPERIMENTSTATESERVICE'].methods_by_name['ListArtifacts']._loaded_options = None
+  _globals['_EXPERIMENTSTATESERVICE'].methods_by_name['ListArtifacts']._serialized_options = b'\202\323\344\223\002k\022\r/v1/artifactsZ&\022$/v1/{parent=experiments/*}/artifactsZ2\0220/v1/{parent=experiments/*/workUnits/*}/artifacts'
+  _globals['_EXPERIMENTSTATESERVICE'].methods_by_name['SearchArtifacts']._loaded_options = None
+  _globals['_EXPERIMENTSTATESERVICE'].methods_by_name['SearchArtifacts']._serialized_options = b'\202\323\344\223\002\200\001\022\024/v1/artifacts:searchZ-\022+/v1/{parent=experiments/*}/artifacts:searchZ9\0227/v1/{parent=experiments/*/workUnits/*}/artifacts:search'
+  _globals['_EXPERIMENTSTATESERVICE'].methods_by_name['DeleteArtifact']._loaded_options = None
+  _globals['_EXPERIMENTSTATESERVICE'].methods_by_name['DeleteArtifact']._serialized_options = b'\202\323\344\223\002\030*\026/v1/{name=artifacts/*}'
+  _globals['_EXPERIMENTSTATESERVICE'].methods_by_name['UpdateArtifact']._loaded_options = None
+  _globals['_EXPERIMENTSTATESERVICE'].methods_by_name['UpdateArtifact']._serialized_options = b'\202\323\344\223\002+2\037/v1/{artifact.name=artifacts/*}:\010artifact'
+  _globals['_EXPERIMENTSTATESERVICE'].methods_by_name['ListStatusMessages']._loaded_options = None
+  _globals['_EXPERIMENTSTATESERVICE'].methods_by_name['ListStatusMessages']._serialized_options = b'\202\323\344\223\002d\022)/v1/{parent=experiments/*}/statusMessagesZ7\0225/v1/{parent=experiments/*/workUnits/*}/statusMessages'
+  _globals['_EXPERIMENTSTATESERVICE'].methods_by_name['SearchStatusMessages']._loaded_options = None
+  _globals['_EXPERIMENTSTATESERVICE'].methods_by_name['SearchStatusMessages']._serialized_options = b'\202\323\344\223\002r\0220/v1/{parent=experiments/*}/statusMessages:searchZ>\022</v1/{parent=experiments/*/workUnits/*}/statusMessages:search'
+  _globals['_CREATEEXPERIMENTREQUEST']._serialized_start=458
+  _globals['_CREATEEXPERIMENTREQUEST']._serialized_end=534
+  _globals['_GETEXPERIMENTREQUEST']._serialized_start=536
+  _globals['_GETEXPERIMENTREQUEST']._serialized_end=572
+  _globals['_GETEXPERIMENTSTATUSREQUEST']._serialized_start=574
+  _globals['_GETEXPERIMENTSTATUSREQUEST']._serialized_end=616
+  _globals['_LISTEXPERIMENTSREQUEST']._serialized_start=618
+  _globals['_LISTEXPERIMENTSREQUEST']._serialized_end=715
+  _globals['_LISTEXPERIMENTSRESPONSE']._serialized_start=717
+  _globals['_LISTEXPERIMENTSRESPONSE']._serialized_end=819
+  _globals['_UPDATEEXPERIMENTREQUEST']._serialized_start=821
+  _globals['_UPDATEEXPERIMENTREQUEST']._serialized_end=946
+  _globals['_UPDATEEXPERIMENTLAUNCHSTATEREQUEST']._serialized_start=948
+  _globals['_UPDATEEXPERIMENTLAUNCHSTATEREQUEST']._serialized_end=1069
+  _globals['_CREATEWORKUNITREQUEST']._serialized_start=1071
+  _globals['_CREATEWORKUNITREQUEST']._serialized_end=1180
+  _globals['_GETWORKUNITREQUEST']._serialized_start=1182
+  _globals['_GETWORKUNITREQUEST']._serialized_end=1216
+  _globals['_GETCURRENTWORKUNITEXECUTIONREQUEST']._serialized_start=1218
+  _globals['_GETCURRENTWORKUNITEXECUTIONREQUEST']._serialized_end=1268
+  _globals['_LISTWORKUNITEXECUTIONSREQUEST']._serialized_start=1270
+  _globals['_LISTWORKUNITEXECUTIONSREQUEST']._serialized_end=1317
+  _globals['_LISTWORKUNITEXECUTIONSRESPONSE']._serialized_start=1319
+  _globals['_LISTWORKUNITEXECUTIONSRESPONSE']._serialized_end=1419
+  _globals['_LISTWORKUNITSREQUEST']._serialized_start=1421
+  _globals['_LISTWORKUNITSREQUEST']._serialized_end=1532
+  _globals['_LISTWORKUNITSRESPONSE']._serialized_start=1534
+  _globals['_LISTWORKUNITSRESPONSE']._serialized_end=1631
+  _globals['_STOPWORKUNITREQUEST']._serialized_start=1633
+  _globals['_STOPWORKUNITREQUEST']._serialized_end=1668
+  _globals['_BATCHSTOPWORKUNITSREQUEST']._serialized_start=1670
+  _globals['_BATCHSTOPWORKUNITSREQUEST']._serialized_end=1729
+  _globals['_RESTARTWORKUNITREQUEST']._serialized_start=1731
+  _globals['_RESTARTWORKUNITREQUEST']._serialized_end=1769
+  _globals['_BATCHRESTARTWORKUNITSREQUEST']._serialized_start=1771
+  _globals['_BATCHRESTARTWORKUNITSREQUEST']._serialized_end=1833
+  _globals['_UPDATEWORKUNITREQUEST']._serialized_start=1835
+  _globals['_UPDATEWORKUNITREQUEST']._serialized_end=1955
+  _globals['_CREATEARTIFACTREQUEST']._serialized_start=1957
+  _globals['_CREATEARTIFACTREQUEST']._serialized_end=2043
+  _globals['_GETARTIFACTREQUEST']._serialized_start=2045
+  _globals['_GETARTIFACTREQUEST']._serialized_end=2079
+  _globals['_LISTARTIFACTSREQUEST']._serialized_start=2081
+  _globals['_LISTARTIFACTSREQUEST']._serialized_end=2192
+  _globals['_DELETEARTIFACTREQUEST']._serialized_start=2194
+  _globals['_DELETEARTIFACTREQUEST']._serialized_end=2231
+  _globals['_UPDATEARTIFACTREQUEST']._serialized_start=2233
+  _globals['_UPDATEARTIFACTREQUEST']._serialized_end=2352
+  _globals['_LISTARTIFACTSRESPONSE']._serialized_start=2354
+  _globals['_LISTARTIFACTSRESPONSE']._serialized_end=2450
+  _globals['_LISTSTATUSMESSAGESREQUEST']._serialized_start=2452
+  _globals['_LISTSTATUSMESSAGESREQUEST']._serialized_end=2568
+  _globals['_LISTSTATUSMESSAGESRESPONSE']._serialized_start=2570
+  _globals['_LISTSTATUSMESSAGESRESPONSE']._serialized_end=2682
+  _globals['_EXPERIMENTSTATESERVICE']._serialized_start=2685
+  _globals['_EXPERIMENTSTATESERVICE']._serialized_end=6947
 # @@protoc_insertion_point(module_scope)

@@ -3,8 +3,9 @@
 isort:skip_file
 Wire-compatible with the published XMC client's
 xmanager_cloud/experiment_state_server/proto/api.proto: the public XMC API.
-google.api annotations (http rules, field behaviors, resources) are left out: they do not
-travel on the wire.
+The google.api.http rules are the published client's, read out of its generated descriptor
+(docs/rest.md); xmc-ui's REST face is built from them. The other google.api annotations
+(field behaviors, resources) are left out: they do not travel on the wire.
 
 google/longrunning/operations.proto: googleapis-common-protos ships this file's source as
 google/longrunning/operations_proto.proto, but its generated module registers it in the

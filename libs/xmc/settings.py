@@ -1,0 +1,426 @@
+"""Every setting XMC takes from the environment (SPEC §11): the one reader of it.
+
+Modelled on kopf's ``OperatorSettings``: a frozen dataclass per concern — :class:`Settings`
+(what every service shares), :class:`AuthSettings` (who may call the ESS),
+:class:`TlsSettings` (the ESS's certificate), :class:`ServiceClientSettings` (how the
+Reconciler calls the ESS), :class:`LocalRunSettings` (``make run``), :class:`UiSettings`
+(the dashboard) and :class:`CliSettings` (the ``xmc`` command) — each field documenting
+its variable, and :func:`load_settings`, which reads the environment once and builds them
+all. Every
+service and ``make run`` take their settings from it (the ``xmc`` command, a client, from
+:func:`load_cli_settings`); nothing else reads ``os.environ``.
+
+One ``.env`` (or one ConfigMap) configures the whole system, so a malformed value fails
+whichever process reads it, at start, with an error that names the variable. What only
+one service needs is checked by that service (the ESS: a way to authenticate callers,
+:meth:`AuthSettings.require_verifier`; a task signing key). Flags may override fields
+(:meth:`Settings.replace`), which validates again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import jwt
+from jwt.algorithms import get_default_algorithms, has_crypto
+
+from xmc.errors import InvalidArgumentError
+
+MIN_HS256_SECRET_BYTES: Final = 32  # RFC 7518 §3.2: at least the hash output size
+PUBLIC_KEY_VARIABLE: Final = "XMC_AUTH_PUBLIC_KEY_FILE"
+
+Env = Mapping[str, str]
+ReadFile = Callable[[str], str]
+
+# --- parsing: one function per kind of value, each naming its variable --------------------
+
+_TRUE: Final = frozenset({"1", "true", "yes", "on"})
+_FALSE: Final = frozenset({"0", "false", "no", "off", ""})
+
+
+def _flag(env: Env, name: str, default: bool = False) -> bool:
+    raw = env.get(name)
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise InvalidArgumentError(f"{name}: expected true or false, got {raw!r}")
+
+
+def _number(env: Env, name: str, default: float, *, what: str = "a number") -> float:
+    raw = env.get(name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise InvalidArgumentError(f"{name}: expected {what}, got {raw!r}") from None
+
+
+def _seconds(env: Env, name: str, default: float) -> float:
+    return _number(env, name, default, what="seconds")
+
+
+def _port(env: Env, name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw is None or not raw.strip():
+        return default
+    if not raw.strip().isdigit() or not 0 < int(raw) < 65536:
+        raise InvalidArgumentError(f"{name}: expected a port number, got {raw!r}")
+    return int(raw)
+
+
+def _items(raw: str) -> list[str]:
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def _emails(env: Env, name: str) -> frozenset[str]:
+    emails = _items(env.get(name, ""))
+    bad = [email for email in emails if "@" not in email]
+    if bad:
+        raise InvalidArgumentError(f"{name}: not an email: {bad[0]!r}")
+    return frozenset(email.lower() for email in emails)
+
+
+def _static_tokens(env: Env, name: str) -> dict[str, str]:
+    """Parse ``token=email,…``; messages name the entry by position, never by its token."""
+    tokens: dict[str, str] = {}
+    for position, item in enumerate(_items(env.get(name, "")), start=1):
+        token, sep, email = (part.strip() for part in item.partition("="))
+        if not sep or not token or "@" not in email:
+            raise InvalidArgumentError(f"{name}: entry {position} must be token=email")
+        if token in tokens:
+            raise InvalidArgumentError(f"{name}: entry {position} repeats an earlier token")
+        tokens[token] = email.lower()
+    return tokens
+
+
+def _read_text(path: str) -> str:
+    return Path(path).read_text()
+
+
+def _read_key_file(path: str, read_file: ReadFile) -> str:
+    try:
+        return read_file(path)
+    except OSError as exc:
+        raise InvalidArgumentError(
+            f"{PUBLIC_KEY_VARIABLE}: cannot read {path!r}: {exc.strerror or exc}"
+        ) from None
+
+
+def load_public_key(pem: str) -> tuple[str, Any]:
+    """The accepted algorithm and the parsed key; the key's type decides the algorithm."""
+    name = PUBLIC_KEY_VARIABLE
+    if not has_crypto:
+        raise InvalidArgumentError(
+            f"{name}: RS256/ES256 verification needs the cryptography package "
+            "(install pyjwt[crypto])"
+        )
+    if "PRIVATE KEY" in pem:
+        raise InvalidArgumentError(f"{name}: holds a private key; give the public key")
+    algorithms = get_default_algorithms()
+    for algorithm in ("RS256", "ES256"):
+        try:
+            return algorithm, algorithms[algorithm].prepare_key(pem)
+        except (jwt.InvalidKeyError, ValueError, TypeError):
+            continue
+    raise InvalidArgumentError(f"{name}: not an RSA or P-256 EC public key in PEM form")
+
+
+# --- the groups -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What every service shares."""
+
+    #: XMC_DATABASE_URL — Postgres DSN.
+    database_url: str = "postgresql://postgres@127.0.0.1:5432/xmc"
+    #: XMC_REDIS_URL — Redis URL for the task, DLQ and resume streams (one node).
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    #: XMC_REDIS_CLUSTER_NODES — ``host:port,...`` of a Redis Cluster's nodes (any few of
+    #: them: the client discovers the rest); when set, XMC_REDIS_URL is not used.
+    redis_cluster_nodes: tuple[str, ...] = ()
+    #: XMC_ESS_LISTEN — host:port the ESS binds.
+    ess_listen: str = "127.0.0.1:50051"
+    #: XMC_ESS_TARGET — where the Reconciler finds the ESS.
+    ess_target: str = "127.0.0.1:50051"
+    #: XMC_KUBE_URL — API server URL (e.g. kubesim); empty = in-cluster config or kubeconfig.
+    kube_url: str = ""
+    #: XMC_KUBE_REQUEST_TIMEOUT — seconds one Kubernetes API call may take (a watch: until
+    #: its answer starts) before it fails as "no response"; never an endless wait.
+    kube_request_timeout: float = 30.0
+    #: XMC_NAMESPACE — namespace of the JobSets.
+    namespace: str = "default"
+    #: XMC_TASK_SIGNING_KEY — HMAC key that signs tasks on the stream.
+    task_signing_key: str = field(default="", repr=False)
+    #: XMC_STREAM_PREFIX — prefix of every Redis key, so tests and tenants never collide
+    #: (it goes inside the keys' hash tag, so it may not contain braces).
+    stream_prefix: str = ""
+    #: XMC_METRICS_LISTEN — host:port of the Prometheus /metrics endpoint ('' = off).
+    metrics_listen: str = ""
+
+    @classmethod
+    def _from_env(cls, env: Env) -> Settings:
+        d = cls()
+        return cls(
+            database_url=env.get("XMC_DATABASE_URL", d.database_url),
+            redis_url=env.get("XMC_REDIS_URL", d.redis_url),
+            redis_cluster_nodes=tuple(_items(env.get("XMC_REDIS_CLUSTER_NODES", ""))),
+            ess_listen=env.get("XMC_ESS_LISTEN", d.ess_listen),
+            ess_target=env.get("XMC_ESS_TARGET", d.ess_target),
+            kube_url=env.get("XMC_KUBE_URL", d.kube_url),
+            kube_request_timeout=_seconds(env, "XMC_KUBE_REQUEST_TIMEOUT", d.kube_request_timeout),
+            namespace=env.get("XMC_NAMESPACE", d.namespace),
+            task_signing_key=env.get("XMC_TASK_SIGNING_KEY", d.task_signing_key),
+            stream_prefix=env.get("XMC_STREAM_PREFIX", d.stream_prefix),
+            metrics_listen=env.get("XMC_METRICS_LISTEN", d.metrics_listen),
+        )
+
+    def replace(self, **changes: str) -> Settings:
+        """A copy with some fields overridden (command-line flags), validated again."""
+        updated = dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+        updated.validate()
+        return updated
+
+    def validate(self) -> None:
+        if not self.database_url.startswith(("postgresql://", "postgres://")):
+            raise InvalidArgumentError(
+                f"XMC_DATABASE_URL: must start with postgresql://, got {self.database_url!r}"
+            )
+        if not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
+            raise InvalidArgumentError(
+                f"XMC_REDIS_URL: must be a redis:// URL, got {self.redis_url!r}"
+            )
+        for node in self.redis_cluster_nodes:
+            host, _, port = node.rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise InvalidArgumentError(
+                    f"XMC_REDIS_CLUSTER_NODES: expected host:port,..., got {node!r}"
+                )
+        if "{" in self.stream_prefix or "}" in self.stream_prefix:
+            raise InvalidArgumentError(
+                f"XMC_STREAM_PREFIX: may not contain braces (it is inside the keys' hash "
+                f"tag), got {self.stream_prefix!r}"
+            )
+        if not 0 < self.kube_request_timeout < float("inf"):
+            raise InvalidArgumentError(
+                f"XMC_KUBE_REQUEST_TIMEOUT: must be a positive number of seconds, "
+                f"got {self.kube_request_timeout!r}"
+            )
+        if not self.namespace:
+            raise InvalidArgumentError("XMC_NAMESPACE: must not be empty")
+        if self.task_signing_key and len(self.task_signing_key.encode()) < 32:
+            raise InvalidArgumentError(
+                "XMC_TASK_SIGNING_KEY: must be at least 32 bytes (HS256 key length)"
+            )
+
+
+@dataclass(frozen=True)
+class AuthSettings:
+    """How the ESS authenticates callers (``ess.auth``, SPEC §2.4)."""
+
+    #: XMC_AUTH_DISABLED — development only: every caller is the admin ``dev@localhost``.
+    disabled: bool = False
+    #: XMC_AUTH_HS256_SECRET — verifies HS256 ID tokens (local runs); >= 32 bytes.
+    hs256_secret: str = field(default="", repr=False)
+    #: Contents of XMC_AUTH_PUBLIC_KEY_FILE — an RSA or P-256 public key (PEM) for OIDC tokens.
+    public_key_pem: str = ""
+    #: XMC_AUTH_ISSUER — required ``iss`` when non-empty.
+    issuer: str = ""
+    #: XMC_AUTH_AUDIENCE — required ``aud`` when non-empty.
+    audience: str = ""
+    #: XMC_AUTH_STATIC_TOKENS — ``token=email,token2=email2``, for local runs and CI.
+    static_tokens: Mapping[str, str] = field(default_factory=dict, repr=False)
+    #: XMC_AUTH_ADMINS — comma-separated emails allowed to change any experiment.
+    admins: frozenset[str] = frozenset()
+    #: XMC_AUTH_SERVICE_ACCOUNTS — comma-separated emails allowed on internal RPCs.
+    service_accounts: frozenset[str] = frozenset()
+
+    @classmethod
+    def _from_env(cls, env: Env, read_file: ReadFile) -> AuthSettings:
+        key_path = env.get(PUBLIC_KEY_VARIABLE, "").strip()
+        return cls(
+            disabled=_flag(env, "XMC_AUTH_DISABLED"),
+            hs256_secret=env.get("XMC_AUTH_HS256_SECRET", ""),
+            public_key_pem=_read_key_file(key_path, read_file) if key_path else "",
+            issuer=env.get("XMC_AUTH_ISSUER", "").strip(),
+            audience=env.get("XMC_AUTH_AUDIENCE", "").strip(),
+            static_tokens=_static_tokens(env, "XMC_AUTH_STATIC_TOKENS"),
+            admins=_emails(env, "XMC_AUTH_ADMINS"),
+            service_accounts=_emails(env, "XMC_AUTH_SERVICE_ACCOUNTS"),
+        )
+
+    def validate(self) -> None:
+        """Each value that is set is usable (fail at startup rather than on every call)."""
+        if self.hs256_secret and len(self.hs256_secret.encode()) < MIN_HS256_SECRET_BYTES:
+            raise InvalidArgumentError(
+                f"XMC_AUTH_HS256_SECRET: must be at least {MIN_HS256_SECRET_BYTES} bytes "
+                "(RFC 7518 §3.2)"
+            )
+        if self.public_key_pem:
+            load_public_key(self.public_key_pem)
+
+    def require_verifier(self) -> None:
+        """The ESS's own check: some way to authenticate callers is configured."""
+        if not (self.disabled or self.hs256_secret or self.public_key_pem or self.static_tokens):
+            raise InvalidArgumentError(
+                "XMC_AUTH_*: no way to authenticate callers; set XMC_AUTH_HS256_SECRET, "
+                "XMC_AUTH_PUBLIC_KEY_FILE or XMC_AUTH_STATIC_TOKENS "
+                "(or XMC_AUTH_DISABLED=true for development)"
+            )
+
+
+@dataclass(frozen=True)
+class TlsSettings:
+    """The ESS serves TLS when both files are set."""
+
+    #: XMC_TLS_CERT_FILE — PEM certificate chain.
+    cert_file: str = ""
+    #: XMC_TLS_KEY_FILE — PEM private key.
+    key_file: str = ""
+
+    @classmethod
+    def _from_env(cls, env: Env) -> TlsSettings:
+        return cls(env.get("XMC_TLS_CERT_FILE", ""), env.get("XMC_TLS_KEY_FILE", ""))
+
+
+@dataclass(frozen=True)
+class ServiceClientSettings:
+    """How an internal service (the Reconciler) authenticates to the ESS."""
+
+    #: XMC_SERVICE_TOKEN — bearer token; unset = none (works only with XMC_AUTH_DISABLED
+    #: on the ESS side).
+    token: str | None = field(default=None, repr=False)
+
+    @classmethod
+    def _from_env(cls, env: Env) -> ServiceClientSettings:
+        return cls(env.get("XMC_SERVICE_TOKEN") or None)
+
+
+@dataclass(frozen=True)
+class LocalRunSettings:
+    """``make run`` (``xmc.devrun``): kubesim's side of a local run, and where it keeps its
+    pidfile. The ESS address is the shared ``Settings.ess_listen``."""
+
+    #: XMC_KUBESIM_PORT — kubesim's API port.
+    kubesim_port: int = 8081
+    #: XMC_KUBESIM_TIME_SCALE — simulated seconds per real second (pod run times, grace).
+    time_scale: float = 1.0
+    #: XMC_KUBESIM_CLOCK_OFFSET — kubesim's clock against the host's, as
+    #: ``xmc-kubesim --clock-offset`` takes it (e.g. ``-5s``).
+    clock_offset: str = "0s"
+    #: XMC_KUBESIM_KUEUE_VERSION — whose Kueue defaults kubesim follows.
+    kueue_version: str = "0.19"
+    #: XMC_METRICS_BASE_PORT — /metrics of the ESS; +1 the Actuator, +2 the Reconciler.
+    metrics_base: int = 9464
+    #: XMC_RUN_DIR — where the pidfile of a running ``make run`` lives.
+    run_dir: str = ".run"
+
+    @property
+    def pidfile(self) -> Path:
+        return Path(self.run_dir) / "xmc.pid"
+
+    @classmethod
+    def _from_env(cls, env: Env) -> LocalRunSettings:
+        d = cls()
+        return cls(
+            kubesim_port=_port(env, "XMC_KUBESIM_PORT", d.kubesim_port),
+            time_scale=_number(env, "XMC_KUBESIM_TIME_SCALE", d.time_scale),
+            clock_offset=env.get("XMC_KUBESIM_CLOCK_OFFSET", d.clock_offset),
+            kueue_version=env.get("XMC_KUBESIM_KUEUE_VERSION", d.kueue_version),
+            metrics_base=_port(env, "XMC_METRICS_BASE_PORT", d.metrics_base),
+            run_dir=env.get("XMC_RUN_DIR", d.run_dir),
+        )
+
+
+@dataclass(frozen=True)
+class UiSettings:
+    """``xmc-ui``, the dashboard and REST/JSON face; it calls the ESS at
+    ``Settings.ess_target``."""
+
+    #: XMC_UI_LISTEN — host:port of the pages and of /v1 (port 0 = any free one).
+    listen: str = "127.0.0.1:8080"
+    #: XMC_UI_TOKEN — bearer token for callers whose request carries no Authorization
+    #: header (a single-user or development dashboard); '' = send none.
+    token: str = field(default="", repr=False)
+    #: XMC_UI_POLL_SECONDS — how often a page refreshes its live region.
+    poll_seconds: float = 2.0
+
+    @classmethod
+    def _from_env(cls, env: Env) -> UiSettings:
+        d = cls()
+        poll = _seconds(env, "XMC_UI_POLL_SECONDS", d.poll_seconds)
+        if not 0 < poll < float("inf"):
+            raise InvalidArgumentError(
+                f"XMC_UI_POLL_SECONDS: must be a positive number of seconds, got {poll!r}"
+            )
+        return cls(
+            listen=env.get("XMC_UI_LISTEN", d.listen),
+            token=env.get("XMC_UI_TOKEN", d.token),
+            poll_seconds=poll,
+        )
+
+
+@dataclass(frozen=True)
+class CliSettings:
+    """The ``xmc`` command line (its ``--endpoint`` and ``--token`` flags read
+    XMANAGER_ENDPOINT and XMC_AUTH_TOKEN themselves, through click)."""
+
+    #: XMANAGER_INSECURE_GRPC — the xmanager client's switch: ``false``/``0``/``no`` means
+    #: TLS; anything else (the default ``true``) plaintext, when neither ``--tls`` nor the
+    #: endpoint's scheme says.
+    tls: bool = False
+
+    @classmethod
+    def _from_env(cls, env: Env) -> CliSettings:
+        raw = env.get("XMANAGER_INSECURE_GRPC", "true")
+        return cls(tls=raw.strip().lower() in ("false", "0", "no"))
+
+
+@dataclass(frozen=True)
+class XmcSettings:
+    """Every group, as :func:`load_settings` read them."""
+
+    core: Settings = field(default_factory=Settings)
+    auth: AuthSettings = field(default_factory=AuthSettings)
+    tls: TlsSettings = field(default_factory=TlsSettings)
+    service_client: ServiceClientSettings = field(default_factory=ServiceClientSettings)
+    local_run: LocalRunSettings = field(default_factory=LocalRunSettings)
+    ui: UiSettings = field(default_factory=UiSettings)
+    cli: CliSettings = field(default_factory=CliSettings)
+
+
+def load_settings(env: Env | None = None, *, read_file: ReadFile | None = None) -> XmcSettings:
+    """Read the environment (``os.environ`` unless given) and build every group,
+    validated; a malformed value raises InvalidArgumentError naming its variable.
+
+    ``read_file`` reads XMC_AUTH_PUBLIC_KEY_FILE (injected by tests).
+    """
+    env = os.environ if env is None else env
+    settings = XmcSettings(
+        core=Settings._from_env(env),
+        auth=AuthSettings._from_env(env, read_file or _read_text),
+        tls=TlsSettings._from_env(env),
+        service_client=ServiceClientSettings._from_env(env),
+        local_run=LocalRunSettings._from_env(env),
+        ui=UiSettings._from_env(env),
+        cli=CliSettings._from_env(env),
+    )
+    settings.core.validate()
+    settings.auth.validate()
+    return settings
+
+
+def load_cli_settings(env: Env | None = None) -> CliSettings:
+    """The ``xmc`` command's group alone: a client on a laptop must not fail on a
+    server's variable it never uses."""
+    return CliSettings._from_env(os.environ if env is None else env)

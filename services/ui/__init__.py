@@ -1,0 +1,1 @@
+"""xmc-ui: the web dashboard and REST/JSON face of the ESS."""

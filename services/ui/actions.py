@@ -1,0 +1,104 @@
+"""The POST forms: stop / restart one unit, the batch for the filtered set, and the
+scheduling pause. Each redirects back to the page it came from with a notice (POST,
+redirect, GET), so a reload never repeats an action."""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from aiohttp import web
+
+from ui import views
+from ui.context import ess
+from ui.gateway import UiError
+
+
+def back_to(target: str, notice: str, fallback: str) -> str:
+    """``target`` (a path of this site only: no open redirect) with ``notice`` in its
+    query, replacing an earlier one (pure)."""
+    parts = urlsplit(target)
+    if parts.scheme or parts.netloc or not parts.path.startswith("/") or target.startswith("//"):
+        parts = urlsplit(fallback)
+    query = [(k, v) for k, v in parse_qsl(parts.query) if k != "notice"]
+    query.append(("notice", notice))
+    return urlunsplit(("", "", parts.path, urlencode(query), ""))
+
+
+def _ids(request: web.Request) -> tuple[int, int]:
+    return int(request.match_info["xid"]), int(request.match_info.get("wid", "0"))
+
+
+def came_from(referer: str, host: str) -> str:
+    """The path and query of the page a form was sent from, when it is of this host (pure)."""
+    parts = urlsplit(referer)
+    if parts.netloc != host:
+        return ""
+    return urlunsplit(("", "", parts.path, parts.query, ""))
+
+
+async def _redirect(request: web.Request, notice: str, fallback: str) -> web.Response:
+    """Back to the form's ``back`` field, else to the page it was sent from (Referer)."""
+    form = await request.post()
+    target = str(form.get("back", "")) or came_from(
+        request.headers.get("Referer", ""), request.host
+    )
+    raise web.HTTPSeeOther(back_to(target, notice, fallback))
+
+
+async def stop(request: web.Request) -> web.Response:
+    xid, wid = _ids(request)
+    await ess(request).stop(xid, wid)
+    return await _redirect(request, f"stop of work unit {wid} requested", f"/experiments/{xid}")
+
+
+async def restart(request: web.Request) -> web.Response:
+    xid, wid = _ids(request)
+    await ess(request).restart(xid, wid)
+    return await _redirect(request, f"restart of work unit {wid} requested", f"/experiments/{xid}")
+
+
+async def _batch_filter(request: web.Request) -> tuple[int, str, str]:
+    xid, _ = _ids(request)
+    form = await request.post()
+    if form.get("confirm") != "on":
+        raise UiError(400, "tick the confirmation box to act on every unit of the filter")
+    state = str(form.get("state", ""))
+    try:
+        filter_ = views.state_filter(state)
+    except ValueError as error:
+        raise UiError(400, str(error)) from None
+    return xid, filter_, state.lower() + " " if state else "all "
+
+
+async def batch_stop(request: web.Request) -> web.Response:
+    xid, filter_, which = await _batch_filter(request)
+    await ess(request).batch_stop(xid, filter_)
+    return await _redirect(request, f"stop of {which}work units requested", f"/experiments/{xid}")
+
+
+async def batch_restart(request: web.Request) -> web.Response:
+    xid, filter_, which = await _batch_filter(request)
+    await ess(request).batch_restart(xid, filter_)
+    notice = f"restart of {which}work units requested"
+    return await _redirect(request, notice, f"/experiments/{xid}")
+
+
+async def pause(request: web.Request) -> web.Response:
+    form = await request.post()
+    await ess(request).pause(str(form.get("reason", "")).strip() or "paused from the dashboard")
+    raise web.HTTPSeeOther(back_to("/scheduling", "scheduling paused", "/scheduling"))
+
+
+async def resume(request: web.Request) -> web.Response:
+    await ess(request).resume()
+    raise web.HTTPSeeOther(back_to("/scheduling", "scheduling resumed", "/scheduling"))
+
+
+def add_routes(app: web.Application) -> None:
+    unit = r"/experiments/{xid:\d+}/workUnits/{wid:\d+}"
+    app.router.add_post(f"{unit}/stop", stop)
+    app.router.add_post(f"{unit}/restart", restart)
+    app.router.add_post(r"/experiments/{xid:\d+}/stop", batch_stop)
+    app.router.add_post(r"/experiments/{xid:\d+}/restart", batch_restart)
+    app.router.add_post("/scheduling/pause", pause)
+    app.router.add_post("/scheduling/resume", resume)

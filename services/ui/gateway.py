@@ -1,0 +1,145 @@
+"""The dashboard's gRPC side: typed calls to the ESS with the caller's bearer token, and
+one place where an RPC error becomes a message for the page.
+
+The UI holds no state of its own and no credentials of its own beyond an optional
+default token (``XMC_UI_TOKEN``): a request's ``Authorization`` header (set by the auth
+proxy in front of the dashboard) is passed through unchanged, so the ESS authorizes the
+person, not the dashboard.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from ui.transcode import HTTP_STATUS
+from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
+from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
+from xmc_api.cloud.xmanager.v1.status_message_pb2 import StatusMessage
+from xmc_api.cloud.xmanager.v1.work_unit_execution_pb2 import WorkUnitExecution
+from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
+from xmc_api.internal.v1 import scheduling_pb2, scheduling_pb2_grpc
+
+#: Seconds one RPC may take before the page says the ESS is slow.
+RPC_TIMEOUT = 10.0
+#: The most status messages the work unit page reads (newest kept).
+MAX_MESSAGES = 1000
+
+
+class UiError(Exception):
+    """What the page shows instead of a result: an HTTP status and a one-line message."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def rpc_error(error: grpc.RpcError) -> UiError:
+    """The page's message for a failed RPC: the code and the ESS's own details."""
+    code = error.code() if isinstance(error, grpc.aio.AioRpcError) else grpc.StatusCode.UNKNOWN
+    details = error.details() if isinstance(error, grpc.aio.AioRpcError) else str(error)
+    hint = " (is the ESS up?)" if code == grpc.StatusCode.UNAVAILABLE else ""
+    return UiError(HTTP_STATUS.get(code, 500), f"{code.name}: {details}{hint}")
+
+
+def call_metadata(authorization: str | None, default_token: str) -> tuple[tuple[str, str], ...]:
+    """The caller's ``Authorization`` header when it sent one, else the default token."""
+    if authorization:
+        return (("authorization", authorization),)
+    if default_token:
+        return (("authorization", f"Bearer {default_token}"),)
+    return ()
+
+
+@dataclass(frozen=True)
+class Page:
+    items: list[Any]
+    next_page_token: str
+
+
+class Ess:
+    """The RPCs the pages need, bound to one caller's credentials."""
+
+    def __init__(self, channel: grpc.aio.Channel, metadata: tuple[tuple[str, str], ...]) -> None:
+        self._api = api_pb2_grpc.ExperimentStateServiceStub(channel)
+        self._scheduling = scheduling_pb2_grpc.SchedulingServiceStub(channel)
+        self._metadata = metadata
+
+    async def _call(self, method: Any, request: Any) -> Any:
+        try:
+            return await method(request, metadata=self._metadata, timeout=RPC_TIMEOUT)
+        except grpc.RpcError as error:
+            raise rpc_error(error) from None
+
+    async def experiments(self, filter_: str, page_token: str, page_size: int) -> Page:
+        request = api_pb2.ListExperimentsRequest(  # the default order: newest first
+            filter=filter_, page_token=page_token, page_size=page_size
+        )
+        found = await self._call(self._api.SearchExperiments, request)
+        return Page(list(found.experiments), found.next_page_token)
+
+    async def experiment(self, xid: int) -> Experiment:
+        request = api_pb2.GetExperimentRequest(name=f"experiments/{xid}")
+        found: Experiment = await self._call(self._api.GetExperiment, request)
+        return found
+
+    async def work_units(self, xid: int, filter_: str, page_token: str, page_size: int) -> Page:
+        request = api_pb2.ListWorkUnitsRequest(
+            parent=f"experiments/{xid}", filter=filter_, page_token=page_token, page_size=page_size
+        )
+        found = await self._call(self._api.ListWorkUnits, request)
+        return Page(list(found.work_units), found.next_page_token)
+
+    async def work_unit(self, xid: int, wid: int) -> WorkUnit:
+        request = api_pb2.GetWorkUnitRequest(name=f"experiments/{xid}/workUnits/{wid}")
+        found: WorkUnit = await self._call(self._api.GetWorkUnit, request)
+        return found
+
+    async def executions(self, xid: int, wid: int) -> list[WorkUnitExecution]:
+        request = api_pb2.ListWorkUnitExecutionsRequest(parent=f"experiments/{xid}/workUnits/{wid}")
+        found = await self._call(self._api.ListWorkUnitExecutions, request)
+        return list(found.work_unit_executions)
+
+    async def messages(self, xid: int, wid: int) -> list[StatusMessage]:
+        """Up to :data:`MAX_MESSAGES` newest status messages of a unit, oldest first."""
+        request = api_pb2.ListStatusMessagesRequest(
+            parent=f"experiments/{xid}/workUnits/{wid}", page_size=MAX_MESSAGES,
+            order_by="create_time desc",
+        )  # fmt: skip
+        found = await self._call(self._api.ListStatusMessages, request)
+        return list(reversed(found.status_messages))
+
+    async def stop(self, xid: int, wid: int) -> None:
+        request = api_pb2.StopWorkUnitRequest(name=f"experiments/{xid}/workUnits/{wid}")
+        await self._call(self._api.StopWorkUnit, request)
+
+    async def restart(self, xid: int, wid: int) -> None:
+        request = api_pb2.RestartWorkUnitRequest(name=f"experiments/{xid}/workUnits/{wid}")
+        await self._call(self._api.RestartWorkUnit, request)
+
+    async def batch_stop(self, xid: int, filter_: str) -> None:
+        request = api_pb2.BatchStopWorkUnitsRequest(parent=f"experiments/{xid}", filter=filter_)
+        await self._call(self._api.BatchStopWorkUnits, request)
+
+    async def batch_restart(self, xid: int, filter_: str) -> None:
+        request = api_pb2.BatchRestartWorkUnitsRequest(parent=f"experiments/{xid}", filter=filter_)
+        await self._call(self._api.BatchRestartWorkUnits, request)
+
+    async def scheduling(self) -> scheduling_pb2.SchedulingState:
+        request = scheduling_pb2.GetSchedulingStateRequest()
+        found: scheduling_pb2.SchedulingState = await self._call(
+            self._scheduling.GetSchedulingState, request
+        )
+        return found
+
+    async def pause(self, reason: str) -> None:
+        request = scheduling_pb2.PauseSchedulingRequest(reason=reason)
+        await self._call(self._scheduling.PauseScheduling, request)
+
+    async def resume(self) -> None:
+        await self._call(
+            self._scheduling.ResumeScheduling, scheduling_pb2.ResumeSchedulingRequest()
+        )

@@ -1,0 +1,123 @@
+"""The GET pages: experiments, one experiment's work units, one work unit, scheduling; and
+the HTML fragments their live regions poll."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from ui import views
+from ui.context import ess, render
+from ui.gateway import UiError
+
+#: Experiments per page of ``/``.
+EXPERIMENTS_PAGE = 50
+#: Work units per page of ``/experiments/{xid}`` (the ESS's largest page).
+UNITS_PAGE = 1000
+
+
+def _page_size(request: web.Request, default: int) -> int:
+    raw = request.query.get("page_size", "")
+    if not raw:
+        return default
+    if not raw.isdigit() or not 0 < int(raw) <= default:
+        raise UiError(400, f"page_size: expected 1..{default}, got {raw!r}")
+    return int(raw)
+
+
+def _ids(request: web.Request) -> tuple[int, int | None]:
+    wid = request.match_info.get("wid")
+    return int(request.match_info["xid"]), int(wid) if wid is not None else None
+
+
+async def experiments(request: web.Request) -> web.Response:
+    query = request.query.get("q", "").strip()
+    token = request.query.get("page_token", "")
+    found = await ess(request).experiments(query, token, _page_size(request, EXPERIMENTS_PAGE))
+    rows = [views.experiment_row(e) for e in found.items]
+    return render(
+        request,
+        "experiments.html",
+        {"rows": rows, "q": query, "next_page_token": found.next_page_token, "paged": bool(token)},
+    )
+
+
+async def _experiment_context(request: web.Request) -> dict[str, Any]:
+    xid, _ = _ids(request)
+    state = request.query.get("state", "")
+    try:
+        filter_ = views.state_filter(state)
+    except ValueError as error:
+        raise UiError(400, str(error)) from None
+    token = request.query.get("page_token", "")
+    client = ess(request)
+    experiment = await client.experiment(xid)
+    units = await client.work_units(xid, filter_, token, _page_size(request, UNITS_PAGE))
+    return {
+        "experiment": views.experiment_row(experiment),
+        "units": [views.work_unit_row(u) for u in units.items],
+        "state": state,
+        "states": views.FILTER_STATES,
+        "filter": filter_,
+        "page_token": token,
+        "next_page_token": units.next_page_token,
+    }
+
+
+async def experiment(request: web.Request) -> web.Response:
+    return render(request, "experiment.html", await _experiment_context(request))
+
+
+async def experiment_live(request: web.Request) -> web.Response:
+    return render(request, "experiment_live.html", await _experiment_context(request))
+
+
+async def _work_unit_context(request: web.Request) -> dict[str, Any]:
+    xid, wid = _ids(request)
+    assert wid is not None
+    client = ess(request)
+    unit = await client.work_unit(xid, wid)
+    executions = await client.executions(xid, wid)
+    messages = await client.messages(xid, wid)
+    current = unit.current_work_unit_execution
+    return {
+        "xid": xid,
+        "unit": views.work_unit_row(unit),
+        "executions": [views.execution_row(e) for e in executions],
+        "messages": [views.message_row(m) for m in messages],
+        "jobset": views.jobset_detail(current.status),
+        "scheduling": views.scheduling_info(current),
+    }
+
+
+async def work_unit(request: web.Request) -> web.Response:
+    return render(request, "work_unit.html", await _work_unit_context(request))
+
+
+async def work_unit_live(request: web.Request) -> web.Response:
+    return render(request, "work_unit_live.html", await _work_unit_context(request))
+
+
+async def scheduling(request: web.Request) -> web.Response:
+    state = await ess(request).scheduling()
+    return render(
+        request,
+        "scheduling.html",
+        {
+            "paused": state.paused,
+            "reason": state.reason,
+            "by": state.updated_by,
+            "since": views.fmt_time(state.update_time),
+            "parked": state.paused_task_count,
+        },
+    )
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_get("/", experiments, name="experiments")
+    app.router.add_get(r"/experiments/{xid:\d+}", experiment, name="experiment")
+    app.router.add_get(r"/experiments/{xid:\d+}/live", experiment_live)
+    app.router.add_get(r"/experiments/{xid:\d+}/workUnits/{wid:\d+}", work_unit)
+    app.router.add_get(r"/experiments/{xid:\d+}/workUnits/{wid:\d+}/live", work_unit_live)
+    app.router.add_get("/scheduling", scheduling, name="scheduling")

@@ -1,0 +1,182 @@
+"""The REST/JSON face of the ESS: every RPC with a ``google.api.http`` rule, at its path and
+verb, transcoded to gRPC on the dashboard's channel (docs/rest.md).
+
+Nothing here is written per RPC: the routes come from the service descriptor
+(:mod:`ui.http_rules`), requests and responses go through the proto3 JSON mapping
+(:mod:`ui.transcode`), and the RPC is called by its method path with the descriptor's
+message classes. This module is the thin async shell: read the request, call, answer.
+Every failure is a JSON error in the Google API shape, never a stack trace.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any, Final, TypeAlias
+
+import grpc
+import structlog
+from aiohttp import web
+from google.protobuf import json_format, message_factory
+from google.protobuf.descriptor import ServiceDescriptor
+
+from ui.http_rules import (
+    HttpRoute,
+    Matched,
+    NoRoute,
+    WrongMethod,
+    path_prefixes,
+    resolve,
+    routes_from_service,
+    rules_table,
+)
+from ui.transcode import (
+    DETAILS_KEY,
+    RequestError,
+    bearer_metadata,
+    build_request,
+    details_json,
+    error_body,
+    http_status,
+    response_json,
+)
+
+# Imported for their descriptors: Operation.metadata and .response are Any values that
+# name these types, and MessageToDict resolves them in the default pool.
+from xmc_api.cloud.xmanager.v1 import api_pb2, operations_pb2, work_unit_pb2  # noqa: F401
+
+log = structlog.get_logger()
+
+#: The public API every REST route calls.
+ESS_SERVICE: Final[ServiceDescriptor] = api_pb2.DESCRIPTOR.services_by_name[
+    "ExperimentStateService"
+]
+#: Seconds one transcoded RPC may take before the caller gets 504.
+DEFAULT_TIMEOUT: Final = 30.0
+#: Statuses of errors raised here rather than by the ESS (google.rpc names).
+_LOCAL_STATUS: Final = {
+    400: "INVALID_ARGUMENT",
+    404: "NOT_FOUND",
+    405: "UNIMPLEMENTED",
+    413: "OUT_OF_RANGE",
+    500: "INTERNAL",
+}
+_REASONS: Final = {499: "Client Closed Request"}
+
+ChannelSource: TypeAlias = "grpc.aio.Channel | Callable[[], grpc.aio.Channel]"
+
+
+def error_response(
+    http: int, message: str, *, status: str | None = None, details: Sequence[Any] = ()
+) -> web.Response:
+    body = error_body(http, status or _LOCAL_STATUS.get(http, "UNKNOWN"), message, details)
+    return web.json_response(body, status=http, reason=_REASONS.get(http))
+
+
+async def _payload(request: web.Request, route: HttpRoute) -> Any:
+    """The decoded JSON body; None when the route takes none or the body is empty."""
+    raw = (await request.read()) if request.can_read_body else b""
+    if not raw.strip():
+        return {} if route.body == "*" else None
+    if not route.body:
+        raise RequestError(f"{route.http_method} {route.template.text} takes no request body")
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise RequestError(f"the request body is not valid JSON: {error}") from None
+
+
+class RestFace:
+    """Serves every route of ``routes`` over one ESS channel."""
+
+    def __init__(
+        self,
+        routes: Sequence[HttpRoute],
+        channel: ChannelSource,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> None:
+        self.routes = tuple(routes)
+        self._channel = channel
+        self.timeout = timeout
+
+    def channel(self) -> grpc.aio.Channel:
+        return self._channel() if callable(self._channel) else self._channel
+
+    async def handle(self, request: web.Request) -> web.Response:
+        """One REST request; everything unexpected is a logged 500 with no detail."""
+        try:
+            return await self._handle(request)
+        except web.HTTPException as error:  # e.g. 413 from reading an oversized body
+            return error_response(error.status, error.reason)
+        except Exception:
+            log.exception("rest request failed", method=request.method, path=request.path)
+            return error_response(500, "internal error; xmc-ui's log has the details")
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        outcome = resolve(self.routes, request.method, request.rel_url.raw_path)
+        if isinstance(outcome, NoRoute):
+            return error_response(404, f"no REST route for {request.path}")
+        if isinstance(outcome, WrongMethod):
+            allowed = ", ".join(outcome.allowed)
+            response = error_response(405, f"{request.path} takes {allowed}, not {request.method}")
+            response.headers["Allow"] = allowed
+            return response
+        assert isinstance(outcome, Matched)
+        route = outcome.route
+        try:
+            payload = await _payload(request, route)
+            message = build_request(route, outcome.bindings, payload, request.query.items())
+        except (RequestError, json_format.ParseError) as error:
+            return error_response(400, str(error))
+        return await self._call(request, route, message)
+
+    async def _call(self, request: web.Request, route: HttpRoute, message: Any) -> web.Response:
+        output = message_factory.GetMessageClass(route.output_type)
+        call = self.channel().unary_unary(
+            route.full_method,
+            request_serializer=lambda m: m.SerializeToString(),
+            response_deserializer=output.FromString,
+        )
+        metadata = bearer_metadata(request.headers.get("Authorization"))
+        try:
+            response = await call(message, metadata=metadata, timeout=self.timeout)
+        except grpc.aio.AioRpcError as error:
+            return _rpc_error(error)
+        return web.json_response(response_json(route, response))
+
+
+def _rpc_error(error: grpc.aio.AioRpcError) -> web.Response:
+    code = error.code()
+    trailers = error.trailing_metadata() or ()
+    blob = next((v for k, v in trailers if k == DETAILS_KEY and isinstance(v, bytes)), None)
+    return error_response(
+        http_status(code),
+        error.details() or code.name,
+        status=code.name,
+        details=details_json(blob),
+    )
+
+
+def rest_routes(
+    channel: ChannelSource,
+    *,
+    service: ServiceDescriptor = ESS_SERVICE,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> list[web.RouteDef]:
+    """aiohttp routes that send every path under the rules' prefixes (``/v1/...``) here.
+    ``channel`` may be a callable, for an app that opens its channel at startup."""
+    face = RestFace(routes_from_service(service), channel, timeout=timeout)
+    return [
+        web.route("*", f"{prefix}/{{tail:.*}}", face.handle)
+        for prefix in path_prefixes(face.routes)
+    ]
+
+
+def add_rest_routes(app: web.Application, channel: grpc.aio.Channel) -> None:
+    """The dashboard's hook (``ui.app``): the REST face on the app's listener."""
+    app.add_routes(rest_routes(channel))
+
+
+if __name__ == "__main__":  # the route table of docs/rest.md
+    print(rules_table(routes_from_service(ESS_SERVICE)), end="")

@@ -1,0 +1,218 @@
+"""The dashboard's pages against a real ESS over gRPC (no browser): what each page shows,
+the actions, the token pass-through, and errors as messages on the page."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import aiohttp
+import pytest
+
+from tests.integration.conftest import Ess, metadata
+from tests.integration.support import minimal_work_unit
+from tests.integration.ui_support import running_ui
+from xmc.model.states import WorkUnitState
+from xmc_api.cloud.xmanager.v1 import api_pb2
+from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
+
+ALICE = metadata("alice")
+
+
+@pytest.fixture
+async def ui(ess: Ess) -> AsyncIterator[str]:
+    async with running_ui(ess.channel) as base:
+        yield base
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as session:
+        yield session
+
+
+async def experiment(ess: Ess, title: str, units: int = 0) -> int:
+    created = await ess.api.CreateExperiment(
+        api_pb2.CreateExperimentRequest(experiment=Experiment(title=title, tags=["sweep"])),
+        metadata=ALICE,
+    )
+    ess.clock.advance(1)  # distinct creation times: the list is newest first
+    for _ in range(units):
+        await ess.api.CreateWorkUnit(
+            api_pb2.CreateWorkUnitRequest(parent=created.name, work_unit=minimal_work_unit()),
+            metadata=ALICE,
+        )
+    return int(created.name.split("/")[1])
+
+
+async def get(http: aiohttp.ClientSession, url: str, **kwargs: object) -> tuple[int, str]:
+    async with http.get(url, **kwargs) as response:  # type: ignore[arg-type]
+        return response.status, await response.text()
+
+
+async def test_experiments_page_lists_searches_and_pages(
+    ess: Ess, ui: str, http: aiohttp.ClientSession
+) -> None:
+    first = await experiment(ess, "alpha sweep", units=2)
+    await experiment(ess, "beta sweep")
+    await experiment(ess, "gamma sweep")
+
+    status, page = await get(http, f"{ui}/")
+    assert status == 200
+    assert "alpha sweep" in page
+    assert "alice@example.com" in page
+    assert f'href="/experiments/{first}"' in page
+    assert "INITIALIZING 2" in page  # the state bar's legend
+    assert "LAUNCHING" in page or "UNSPECIFIED" in page
+
+    status, page = await get(http, f"{ui}/", params={"q": 'title = "alpha sweep"'})
+    assert status == 200
+    assert "alpha sweep" in page
+    assert "beta sweep" not in page
+
+    status, page = await get(http, f"{ui}/", params={"page_size": "2"})
+    assert status == 200
+    assert 'rel="next"' in page
+    assert "gamma sweep" in page
+    assert "alpha sweep" not in page
+
+    status, page = await get(http, f"{ui}/", params={"q": "title = = oops"})
+    assert status == 400
+    assert "INVALID_ARGUMENT" in page
+    assert "Traceback" not in page
+
+
+async def test_experiment_page_filters_by_state_and_missing_is_404(
+    ess: Ess, ui: str, http: aiohttp.ClientSession
+) -> None:
+    xid = await experiment(ess, "units", units=3)
+    status, page = await get(http, f"{ui}/experiments/{xid}")
+    assert status == 200
+    assert page.count('data-state="INITIALIZING"') == 3
+    assert 'data-live-url="/experiments/' in page
+
+    status, page = await get(http, f"{ui}/experiments/{xid}", params={"state": "RUNNING"})
+    assert status == 200
+    assert "No work units in RUNNING" in page
+
+    status, fragment = await get(http, f"{ui}/experiments/{xid}/live")
+    assert status == 200
+    assert "<html" not in fragment
+    assert 'data-wid="3"' in fragment
+
+    status, page = await get(http, f"{ui}/experiments/{xid}", params={"state": "BOGUS"})
+    assert status == 400
+    assert "unknown state" in page
+
+    for printed in (f"{ui}//experiments/{xid}", f"{ui}/experiments/{xid}/"):
+        status, page = await get(http, printed)  # XMANAGER_UI_URL ending in a slash
+        assert status == 200
+        assert 'data-wid="3"' in page
+
+    status, page = await get(http, f"{ui}/experiments/99999")
+    assert status == 404
+    assert "NOT_FOUND" in page
+    assert "Not found" in page
+    status, page = await get(http, f"{ui}/experiments/not-a-number")
+    assert status == 404
+    assert "page not found" in page
+
+
+async def test_work_unit_page_and_stop_restart(
+    ess: Ess, ui: str, http: aiohttp.ClientSession
+) -> None:
+    xid = await experiment(ess, "one", units=3)
+    status, page = await get(http, f"{ui}/experiments/{xid}/workUnits/1")
+    assert status == 200
+    assert "Executions" in page
+    assert "Status messages" in page
+    assert "Scheduling" in page
+
+    back = f"/experiments/{xid}?state=INITIALIZING"
+    async with http.post(
+        f"{ui}/experiments/{xid}/workUnits/1/stop", data={"back": back}, allow_redirects=False
+    ) as response:
+        assert response.status == 303
+        assert response.headers["Location"].startswith(f"/experiments/{xid}?state=INITIALIZING")
+        assert "notice=stop+of+work+unit+1+requested" in response.headers["Location"]
+    unit = await ess.api.GetWorkUnit(
+        api_pb2.GetWorkUnitRequest(name=f"experiments/{xid}/workUnits/1"), metadata=ALICE
+    )
+    assert WorkUnitState(unit.current_work_unit_execution.status.state) in (
+        WorkUnitState.STOPPING,
+        WorkUnitState.STOPPED,
+    )
+
+    async with http.post(
+        f"{ui}/experiments/{xid}/workUnits/2/stop",
+        headers={"Referer": f"{ui}/experiments/{xid}?state=STOPPED"},
+        allow_redirects=False,
+    ) as response:  # no back field: the Referer names the page to return to
+        assert response.status == 303
+        assert response.headers["Location"].startswith(f"/experiments/{xid}?state=STOPPED&")
+
+    async with http.post(
+        f"{ui}/experiments/{xid}/stop", data={"state": "INITIALIZING"}, allow_redirects=False
+    ) as response:
+        assert response.status == 400
+        assert "tick the confirmation box" in await response.text()
+
+    async with http.post(
+        f"{ui}/experiments/{xid}/stop",
+        data={"state": "INITIALIZING", "confirm": "on", "back": "https://evil.example/"},
+        allow_redirects=False,
+    ) as response:
+        assert response.status == 303
+        assert response.headers["Location"].startswith(f"/experiments/{xid}?notice=")
+
+    async with http.post(
+        f"{ui}/experiments/{xid}/workUnits/1/stop",
+        headers={"Origin": "https://evil.example"},
+        allow_redirects=False,
+    ) as response:
+        assert response.status == 403
+
+
+async def test_callers_token_is_passed_through(
+    ess: Ess, ui: str, http: aiohttp.ClientSession
+) -> None:
+    status, page = await get(http, f"{ui}/", headers={"Authorization": "Bearer not-a-token"})
+    assert status == 401
+    assert "UNAUTHENTICATED" in page
+    status, _ = await get(http, f"{ui}/", headers={"Authorization": "Bearer token-bob"})
+    assert status == 200
+
+
+async def test_scheduling_pause_and_resume_for_admins(
+    ess: Ess, ui: str, http: aiohttp.ClientSession
+) -> None:
+    status, page = await get(http, f"{ui}/scheduling")
+    assert status == 403
+    assert "PERMISSION_DENIED" in page
+    async with http.post(f"{ui}/scheduling/pause", data={"reason": "maintenance"}) as response:
+        assert response.status == 403
+        assert "PERMISSION_DENIED" in await response.text()
+
+    root = {"Authorization": "Bearer token-root"}
+    status, page = await get(http, f"{ui}/scheduling", headers=root)
+    assert status == 200
+    assert "RUNNING" in page
+    assert 'class="parked">0<' in page
+    async with http.post(
+        f"{ui}/scheduling/pause", data={"reason": "maintenance"}, headers=root
+    ) as response:
+        assert response.status == 200  # redirected to the scheduling page
+        page = await response.text()
+    assert "PAUSED" in page
+    assert "maintenance" in page
+    assert "scheduling paused" in page
+    async with http.post(f"{ui}/scheduling/resume", headers=root) as response:
+        page = await response.text()
+    assert "RUNNING" in page
+    assert "scheduling resumed" in page
+
+
+async def test_probes(ess: Ess, ui: str, http: aiohttp.ClientSession) -> None:
+    assert (await get(http, f"{ui}/healthz"))[0] == 200
+    status, body = await get(http, f"{ui}/readyz")
+    assert status == 200
+    assert "SERVING" in body

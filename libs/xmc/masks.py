@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from google.protobuf.field_mask_pb2 import FieldMask
 from google.protobuf.message import Message
 
 from xmc.errors import InvalidArgumentError
@@ -29,17 +30,12 @@ def validate_update_mask(paths: Iterable[str], allowed: frozenset[str]) -> tuple
 
 
 def apply_update_mask(target: Message, source: Message, paths: Iterable[str]) -> None:
-    """Copy each masked top-level field of ``source`` onto ``target`` (replace, not merge:
-    a masked field that is unset in ``source`` is cleared)."""
-    for path in paths:
-        descriptor = target.DESCRIPTOR.fields_by_name[path]
-        if descriptor.is_repeated:
-            target.ClearField(path)
-            getattr(target, path).extend(getattr(source, path))
-        elif descriptor.message_type is not None:
-            if source.HasField(path):
-                getattr(target, path).CopyFrom(getattr(source, path))
-            else:
-                target.ClearField(path)
-        else:
-            setattr(target, path, getattr(source, path))
+    """Copy each masked field of ``source`` onto ``target``: replace, not merge (AIP-134).
+
+    protobuf's ``FieldMask.MergeMessage`` with both ``replace_*`` options: a masked message
+    field unset in ``source`` is cleared and a masked list or map is replaced, never
+    appended to. Its default (merge) would keep stale list entries and old sub-fields.
+    """
+    FieldMask(paths=list(paths)).MergeMessage(
+        source, target, replace_message_field=True, replace_repeated_field=True
+    )

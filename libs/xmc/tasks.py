@@ -31,6 +31,7 @@ from typing import Any, Final
 import jwt
 from google.protobuf.message import DecodeError
 
+from xmc.claims import JwtProblem, TimeFault, TimeProblem, check_claim_times, classify_jwt_error
 from xmc.timestamps import as_utc, set_timestamp
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 from xmc_api.internal.v1.tasks_pb2 import Task, TaskPayload
@@ -148,7 +149,9 @@ def verify_task(
     ``decode_responses=True``). Expiry is judged against ``now``, not the host clock.
     """
     verified = _authenticate(fields, key=key, issuer=issuer, audience=audience)
-    _check_time(verified, now=now, leeway=leeway)
+    fault = check_claim_times(verified.claims, now=now, leeway=leeway)
+    if fault is not None:
+        raise verified.reject(*_time_rejection(fault))
     return verified.parsed()
 
 
@@ -213,7 +216,8 @@ def _authenticate(fields: StreamFields, *, key: str, issuer: str, audience: str)
             algorithms=[_ALGORITHM],
             issuer=issuer,
             audience=audience,
-            # Time is checked against the injected ``now`` in _check_time, never the host clock.
+            # Time is checked against the injected ``now`` (check_claim_times), never the host
+            # clock.
             options={
                 "verify_exp": False,
                 "verify_iat": False,
@@ -230,19 +234,14 @@ def _authenticate(fields: StreamFields, *, key: str, issuer: str, audience: str)
     return verified
 
 
-def _check_time(verified: _Verified, *, now: datetime, leeway: timedelta) -> None:
-    claims = verified.claims
-    times = {name: claims[name] for name in ("exp", "iat", "nbf") if name in claims}
-    if not all(_is_number(value) for value in times.values()):
-        raise verified.reject(TaskRejectReason.UNDECODABLE, "exp, iat and nbf must be numbers")
-    now_s = as_utc(now).timestamp()
-    slack = leeway.total_seconds()
-    # RFC 7519 §4.1.4: exp is the first instant at which the token is no longer accepted.
-    if now_s >= times["exp"] + slack:
-        raise verified.reject(TaskRejectReason.EXPIRED, f"token expired at {times['exp']}")
-    for name in ("iat", "nbf"):
-        if name in times and times[name] > now_s + slack:
-            raise verified.reject(TaskRejectReason.NOT_YET_VALID, f"{name} is in the future")
+def _time_rejection(fault: TimeFault) -> tuple[TaskRejectReason, str]:
+    match fault.problem:
+        case TimeProblem.NOT_A_NUMBER:
+            return TaskRejectReason.UNDECODABLE, "exp, iat and nbf must be numbers"
+        case TimeProblem.EXPIRED:
+            return TaskRejectReason.EXPIRED, f"token expired at {fault.value}"
+        case TimeProblem.NOT_YET_VALID:
+            return TaskRejectReason.NOT_YET_VALID, f"{fault.claim} is in the future"
 
 
 def _read_fields(fields: StreamFields) -> tuple[bytes, str]:
@@ -277,14 +276,13 @@ def _parse(task_bytes: bytes) -> Task | None:
         return None
 
 
-# Order matters: InvalidSignatureError is a DecodeError, and every class is an InvalidTokenError.
-_JWT_ERRORS: Final[tuple[tuple[type[jwt.PyJWTError], TaskRejectReason, str], ...]] = (
-    (jwt.InvalidSignatureError, TaskRejectReason.BAD_SIGNATURE, "signature does not verify"),
-    (jwt.InvalidAlgorithmError, TaskRejectReason.BAD_SIGNATURE, "algorithm is not HS256"),
-    (jwt.DecodeError, TaskRejectReason.UNDECODABLE, "token is not a well-formed JWT"),
-    (jwt.InvalidIssuerError, TaskRejectReason.WRONG_ISSUER, "issuer is not accepted"),
-    (jwt.InvalidAudienceError, TaskRejectReason.WRONG_AUDIENCE, "audience is not accepted"),
-)
+_JWT_REJECTIONS: Final[Mapping[JwtProblem, tuple[TaskRejectReason, str]]] = {
+    JwtProblem.BAD_SIGNATURE: (TaskRejectReason.BAD_SIGNATURE, "signature does not verify"),
+    JwtProblem.BAD_ALGORITHM: (TaskRejectReason.BAD_SIGNATURE, "algorithm is not HS256"),
+    JwtProblem.MALFORMED: (TaskRejectReason.UNDECODABLE, "token is not a well-formed JWT"),
+    JwtProblem.WRONG_ISSUER: (TaskRejectReason.WRONG_ISSUER, "issuer is not accepted"),
+    JwtProblem.WRONG_AUDIENCE: (TaskRejectReason.WRONG_AUDIENCE, "audience is not accepted"),
+}
 _MISSING_CLAIM: Final[Mapping[str, TaskRejectReason]] = {
     "iss": TaskRejectReason.WRONG_ISSUER,
     "aud": TaskRejectReason.WRONG_AUDIENCE,
@@ -293,20 +291,15 @@ _MISSING_CLAIM: Final[Mapping[str, TaskRejectReason]] = {
 
 
 def _classify_jwt_error(exc: jwt.PyJWTError) -> tuple[TaskRejectReason, str]:
-    if isinstance(exc, jwt.MissingRequiredClaimError):
-        reason = _MISSING_CLAIM.get(exc.claim, TaskRejectReason.UNDECODABLE)
-        return reason, f"token lacks the {exc.claim!r} claim"
-    for error_type, reason, detail in _JWT_ERRORS:
-        if isinstance(exc, error_type):
-            return reason, detail
-    return TaskRejectReason.UNDECODABLE, f"invalid token ({type(exc).__name__})"
+    fault = classify_jwt_error(exc)
+    if fault.problem is JwtProblem.MISSING_CLAIM:
+        reason = _MISSING_CLAIM.get(fault.claim, TaskRejectReason.UNDECODABLE)
+        return reason, f"token lacks the {fault.claim!r} claim"
+    default = (TaskRejectReason.UNDECODABLE, f"invalid token ({type(exc).__name__})")
+    return _JWT_REJECTIONS.get(fault.problem, default)
 
 
 def _require_key(key: str) -> None:
     # An empty HMAC key is a misconfiguration; accepting it would let anyone forge tasks.
     if not key:
         raise ValueError("task signing key is empty (set XMC_TASK_SIGNING_KEY)")
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)

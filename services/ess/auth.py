@@ -30,6 +30,7 @@ from typing import Any, Final
 
 import jwt
 
+from xmc.claims import JwtProblem, TimeProblem, check_claim_times, classify_jwt_error
 from xmc.errors import PermissionDeniedError, UnauthenticatedError
 from xmc.settings import AuthSettings, load_public_key
 from xmc.timestamps import utc_now
@@ -98,7 +99,9 @@ class Authenticator:
         if token.count(".") != 2:
             raise UnauthenticatedError("bearer token is neither a known static token nor a JWT")
         claims = self._decode(token)
-        _check_time(claims, now=self._clock())
+        fault = check_claim_times(claims, now=self._clock(), leeway=CLOCK_LEEWAY)
+        if fault is not None:
+            raise UnauthenticatedError(_TIME_MESSAGES[fault.problem])
         return _email_claim(claims)
 
     def _decode(self, token: str) -> dict[str, Any]:
@@ -112,7 +115,7 @@ class Authenticator:
                 issuer=settings.issuer or None,
                 audience=settings.audience or None,
                 options={
-                    # Time is checked against the injected clock in _check_time.
+                    # Time is checked against the injected clock (check_claim_times).
                     "verify_exp": False,
                     "verify_iat": False,
                     "verify_nbf": False,
@@ -182,36 +185,26 @@ def require_experiment_writer(
 
 # --- token checks ----------------------------------------------------------------------
 
-# Order matters: InvalidSignatureError is a DecodeError, and every class is an InvalidTokenError.
-_JWT_ERRORS: Final[tuple[tuple[type[jwt.PyJWTError], str], ...]] = (
-    (jwt.InvalidSignatureError, "token signature is invalid"),
-    (jwt.InvalidAlgorithmError, "token algorithm is not accepted"),
-    (jwt.DecodeError, "malformed bearer token"),
-    (jwt.InvalidIssuerError, "token issuer is not accepted"),
-    (jwt.InvalidAudienceError, "token audience is not accepted"),
-    (jwt.InvalidKeyError, "token algorithm does not fit the configured key"),
-)
+_JWT_MESSAGES: Final[Mapping[JwtProblem, str]] = {
+    JwtProblem.BAD_SIGNATURE: "token signature is invalid",
+    JwtProblem.BAD_ALGORITHM: "token algorithm is not accepted",
+    JwtProblem.MALFORMED: "malformed bearer token",
+    JwtProblem.WRONG_ISSUER: "token issuer is not accepted",
+    JwtProblem.WRONG_AUDIENCE: "token audience is not accepted",
+    JwtProblem.KEY_MISMATCH: "token algorithm does not fit the configured key",
+}
+_TIME_MESSAGES: Final[Mapping[TimeProblem, str]] = {
+    TimeProblem.NOT_A_NUMBER: "token exp, iat and nbf must be numbers",
+    TimeProblem.EXPIRED: "token has expired",
+    TimeProblem.NOT_YET_VALID: "token is not yet valid",
+}
 
 
 def _jwt_error_message(exc: jwt.PyJWTError) -> str:
-    if isinstance(exc, jwt.MissingRequiredClaimError):
-        return f"token lacks the {exc.claim!r} claim"
-    for error_type, message in _JWT_ERRORS:
-        if isinstance(exc, error_type):
-            return message
-    return "invalid bearer token"
-
-
-def _check_time(claims: Mapping[str, Any], *, now: datetime) -> None:
-    times = {name: claims[name] for name in ("exp", "iat", "nbf") if name in claims}
-    if not all(_is_number(value) for value in times.values()):
-        raise UnauthenticatedError("token exp, iat and nbf must be numbers")
-    now_s = now.timestamp()
-    slack = CLOCK_LEEWAY.total_seconds()
-    if now_s >= times["exp"] + slack:
-        raise UnauthenticatedError("token has expired")
-    if any(times[name] > now_s + slack for name in ("iat", "nbf") if name in times):
-        raise UnauthenticatedError("token is not yet valid")
+    fault = classify_jwt_error(exc)
+    if fault.problem is JwtProblem.MISSING_CLAIM:
+        return f"token lacks the {fault.claim!r} claim"
+    return _JWT_MESSAGES.get(fault.problem, "invalid bearer token")
 
 
 def _email_claim(claims: Mapping[str, Any]) -> str:
@@ -222,10 +215,6 @@ def _email_claim(claims: Mapping[str, Any]) -> str:
     if claims.get("email_verified") in (False, "false"):
         raise UnauthenticatedError("token email is not verified")
     return email.strip().lower()
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 # --- metadata --------------------------------------------------------------------------

@@ -5,7 +5,7 @@ pod templates, container specs, ``managedFields`` and ``kubectl``'s last-applied
 annotation, none of which any observer reads; at 5,000 live JobSets they were most of
 the Reconciler's memory (issue 14). Like client-go's informer ``SetTransform``, each
 object is cut down once, as it arrives, to what the observers, the failure reasons and
-the finalizer use (``observe.py``, ``failure.py``, ``finalizer.py``); status is kept
+the finalizer use (``observe/``, ``failure.py``, ``finalizer.py``); status is kept
 whole, since every decision reads it.
 
 What is kept is then *compacted*: JSON decoding makes a fresh string for every key and

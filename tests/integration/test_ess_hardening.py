@@ -222,7 +222,7 @@ async def test_undecodable_request_bytes_are_invalid_argument(ess: Ess) -> None:
 
 async def test_a_value_the_checks_miss_is_still_invalid_argument(ess: Ess) -> None:
     """The last line of defence (decision 15): a filter time whose UTC form leaves the
-    datetime range passes the filter parser (libs/xmc/query.py) and is refused by asyncpg;
+    datetime range passes the filter parser (libs/xmc/query/) and is refused by asyncpg;
     the answer is INVALID_ARGUMENT, not INTERNAL."""
     await expect(
         ess.api.ListExperiments(

@@ -65,7 +65,7 @@ def _exit_rule(action: str, operator: str, *codes: int, **extra: Any) -> dict[st
 
 
 DISRUPTION = {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}
-"""The rule XMC's Actuator puts on every Job (``services/actuator/manifest.py``)."""
+"""The rule XMC's Actuator puts on every Job (``services/actuator/manifest/jobset.py``)."""
 
 
 # --- podFailurePolicy -------------------------------------------------------------------

@@ -1,11 +1,11 @@
 """JobSet → WorkUnitState (SPEC §8.1): a named case per rule and per ordering that matters."""
 
-import copy
 from datetime import UTC, datetime, timedelta, timezone
-from typing import Any, Self
+from typing import Any
 
 import pytest
 
+from tests.builders import JobSetBuilder, PodBuilder
 from xmc.model.jobset import (
     NO_PODS,
     JobTotals,
@@ -24,118 +24,12 @@ S = WorkUnitState
 R = MappingRule
 T0 = "2026-01-02T03:04:05Z"
 OBSERVED_AT = datetime(2026, 1, 2, 12, 0, 0, tzinfo=UTC)
-
-_CONDITION_REASONS = {
-    ("Completed", "True"): ("AllJobsCompleted", "jobset completed successfully"),
-    ("Failed", "True"): ("FailedJobs", "jobset failed due to one or more job failures"),
-}
-
-
-class JobSetBuilder:
-    """Fluent builder of `jobset.x-k8s.io/v1alpha2` objects as the API server returns them."""
-
-    def __init__(self, name: str, namespace: str = "xmc-jobs") -> None:
-        self._obj: dict[str, Any] = {
-            "apiVersion": "jobset.x-k8s.io/v1alpha2",
-            "kind": "JobSet",
-            "metadata": {
-                "name": name,
-                "namespace": namespace,
-                "uid": f"uid-{name}",
-                "labels": {"kueue.x-k8s.io/queue-name": "default"},
-                "finalizers": ["xmc.dev/execution-state"],
-            },
-            "spec": {"replicatedJobs": []},
-            "status": {"replicatedJobsStatus": [], "restarts": 0},
-        }
-
-    def replicated_job(self, name: str, *, replicas: int | None = 1) -> Self:
-        """Add a replicated job; `replicas=None` omits the field as a sparse manifest would."""
-        job: dict[str, Any] = {
-            "name": name,
-            "template": {
-                "spec": {
-                    "parallelism": 1,
-                    "completions": 1,
-                    "backoffLimit": 0,
-                    "template": {
-                        "spec": {
-                            "restartPolicy": "Never",
-                            "containers": [{"name": "main", "image": "trainer:latest"}],
-                        }
-                    },
-                }
-            },
-        }
-        if replicas is not None:
-            job["replicas"] = replicas
-        self._obj["spec"]["replicatedJobs"].append(job)
-        return self
-
-    def status_counts(
-        self,
-        name: str,
-        *,
-        ready: int = 0,
-        active: int = 0,
-        succeeded: int = 0,
-        failed: int = 0,
-        suspended: int = 0,
-    ) -> Self:
-        self._obj["status"]["replicatedJobsStatus"].append(
-            {
-                "name": name,
-                "ready": ready,
-                "active": active,
-                "succeeded": succeeded,
-                "failed": failed,
-                "suspended": suspended,
-            }
-        )
-        return self
-
-    def condition(self, type_: str, status: str, last_transition_time: str = T0) -> Self:
-        reason, message = _CONDITION_REASONS.get((type_, status), ("Test", "set by test"))
-        self._obj["status"].setdefault("conditions", []).append(
-            {
-                "type": type_,
-                "status": status,
-                "reason": reason,
-                "message": message,
-                "lastTransitionTime": last_transition_time,
-            }
-        )
-        if status == "True" and type_ in ("Completed", "Failed"):
-            self._obj["status"]["terminalState"] = type_
-        return self
-
-    def suspend(self, value: bool) -> Self:
-        self._obj["spec"]["suspend"] = value
-        return self
-
-    def deleting(self, at: str = T0) -> Self:
-        self._obj["metadata"]["deletionTimestamp"] = at
-        return self
-
-    def without_status(self) -> Self:
-        del self._obj["status"]
-        return self
-
-    def created(self, at: str) -> Self:
-        self._obj["metadata"]["creationTimestamp"] = at
-        return self
-
-    def obj(self) -> dict[str, Any]:
-        return copy.deepcopy(self._obj)
-
-
-def make_jobset(name: str = "wu-1-eid-1") -> JobSetBuilder:
-    return JobSetBuilder(name)
+NAME = "wu-1-eid-1"
 
 
 def two_workers() -> JobSetBuilder:
     """A JobSet with one replicated job of two Jobs, the usual shape in these cases."""
-    return make_jobset().replicated_job("workers", replicas=2)
+    return JobSetBuilder(NAME).replicated_job("workers", replicas=2)
 
 
 MAPPING_CASES = [
@@ -245,7 +139,7 @@ MAPPING_CASES = [
         id="R6 one succeeded and the rest ready is RUNNING",
     ),
     pytest.param(
-        make_jobset()
+        JobSetBuilder(NAME)
         .replicated_job("leader", replicas=None)
         .replicated_job("workers", replicas=2)
         .status_counts("leader", ready=1, active=1)
@@ -416,10 +310,8 @@ def test_decide_work_unit_state_with_pods(
 
 
 def _pod(phase: str, *, deleted: bool) -> dict[str, Any]:
-    metadata: dict[str, Any] = {"name": "p"}
-    if deleted:
-        metadata["deletionTimestamp"] = T0
-    return {"metadata": metadata, "status": {"phase": phase}}
+    pod = PodBuilder("p").phase(phase)
+    return (pod.deleting(T0) if deleted else pod).obj()
 
 
 @pytest.mark.parametrize(
@@ -464,12 +356,12 @@ def test_builder_produces_an_api_shaped_object() -> None:
             {"spec": None, "status": None}, JobTotals(0, 0, 0, 0, 0), id="null spec and status"
         ),
         pytest.param(
-            make_jobset().replicated_job("workers", replicas=None).without_status().obj(),
+            JobSetBuilder(NAME).replicated_job("workers", replicas=None).without_status().obj(),
             JobTotals(replicas=1, ready=0, active=0, succeeded=0, failed=0),
             id="missing replicas counts as 1 and missing status as 0",
         ),
         pytest.param(
-            make_jobset()
+            JobSetBuilder(NAME)
             .replicated_job("leader", replicas=1)
             .replicated_job("workers", replicas=3)
             .status_counts("leader", ready=1, active=1)

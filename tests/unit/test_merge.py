@@ -14,7 +14,6 @@ from xmc.model.merge import (
     ExecutionUpdate,
     MergeResult,
     MessageField,
-    StoredExecution,
     defer_to_existing_message,
     merge_metadata,
     merge_work_unit_execution,
@@ -22,6 +21,7 @@ from xmc.model.merge import (
     validate_batch,
 )
 from xmc.model.states import Severity, WorkUnitState
+from xmc.model.stored import StoredExecution
 from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
 from xmc_api.cloud.xmanager.v1.work_unit_execution_pb2 import (
     ClusterInfo,

@@ -4,9 +4,8 @@ merge that stores it once."""
 
 from __future__ import annotations
 
-import copy
 from datetime import UTC, datetime, timedelta
-from typing import Any, Self
+from typing import Any
 
 import pytest
 
@@ -26,9 +25,11 @@ from reconciler.observe import (
     decide_finalizer,
     observe_jobset,
 )
-from xmc.labels import EXECUTION_ID, EXPERIMENT_ID, FINALIZER, WORK_UNIT_ID
-from xmc.model.merge import MessageField, StoredExecution, merge_work_unit_execution
+from tests import builders
+from tests.builders import JobSetBuilder, PodBuilder, waiting
+from xmc.model.merge import MessageField, merge_work_unit_execution
 from xmc.model.states import WorkUnitState
+from xmc.model.stored import StoredExecution
 from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
 
 C = FailureCause
@@ -56,26 +57,17 @@ def failed_jobset(
     restarts: int = 0,
     failed: bool = True,
 ) -> dict[str, Any]:
-    conditions = [
-        {
-            "type": "Failed",
-            "status": "True" if failed else "False",
-            "reason": reason,
-            "message": message,
-            "lastTransitionTime": T_FAILED,
-        }
-    ]
-    return {
-        "metadata": {
-            "name": JS,
-            "namespace": "default",
-            "uid": JS_UID,
-            "labels": {EXPERIMENT_ID: str(XID), WORK_UNIT_ID: str(WID), EXECUTION_ID: str(EID)},
-            "finalizers": [FINALIZER],
-        },
-        "spec": {"replicatedJobs": [{"name": "main", "replicas": 1}]},
-        "status": {"conditions": conditions, "restarts": restarts},
-    }
+    return (
+        JobSetBuilder(JS, namespace="default")
+        .uid(JS_UID)
+        .execution(XID, WID, EID)
+        .replicated_job("main")
+        .restarts(restarts)
+        .condition(
+            "Failed", "True" if failed else "False", T_FAILED, reason=reason, message=message
+        )
+        .obj()
+    )
 
 
 def job(
@@ -92,91 +84,19 @@ def job(
             "uid": f"uid-{name}",
             "labels": {"jobset.sigs.k8s.io/jobset-uid": JS_UID},
         },
-        "status": {
-            "conditions": [
-                {
-                    "type": type_,
-                    "status": "True",
-                    "reason": reason,
-                    "message": message,
-                    "lastTransitionTime": at,
-                }
-            ]
-        },
+        "status": {"conditions": [builders.condition(type_, "True", reason, message, at)]},
     }
 
 
 def terminated(
     code: int, reason: str = "Error", *, at: str = T_FAIL, message: str | None = None
 ) -> dict[str, Any]:
-    state: dict[str, Any] = {
-        "exitCode": code,
-        "reason": reason,
-        "startedAt": T_START,
-        "finishedAt": at,
-    }
-    if message is not None:
-        state["message"] = message
-    return {"terminated": state}
-
-
-def waiting(reason: str, message: str | None = None) -> dict[str, Any]:
-    state: dict[str, Any] = {"reason": reason}
-    if message is not None:
-        state["message"] = message
-    return {"waiting": state}
-
-
-class PodBuilder:
-    """A pod of job ``job`` of the failed JobSet, as the API server returns it."""
-
-    def __init__(self, name: str = POD, *, job: str = JOB, phase: str = "Failed") -> None:
-        self._obj: dict[str, Any] = {
-            "metadata": {
-                "name": name,
-                "labels": {
-                    "jobset.sigs.k8s.io/jobset-name": JS,
-                    "jobset.sigs.k8s.io/jobset-uid": JS_UID,
-                    "jobset.sigs.k8s.io/restart-attempt": "0",
-                    "batch.kubernetes.io/job-name": job,
-                    "batch.kubernetes.io/controller-uid": f"uid-{job}",
-                },
-            },
-            "status": {"phase": phase, "containerStatuses": []},
-        }
-
-    def container(
-        self, name: str, state: dict[str, Any], *, last: dict[str, Any] | None = None
-    ) -> Self:
-        return self._add("containerStatuses", name, state, last)
-
-    def init(self, name: str, state: dict[str, Any]) -> Self:
-        return self._add("initContainerStatuses", name, state, None)
-
-    def _add(self, key: str, name: str, state: dict[str, Any], last: dict[str, Any] | None) -> Self:
-        self._obj["status"].setdefault(key, []).append(
-            {"name": name, "state": state, "lastState": last or {}, "restartCount": 0}
-        )
-        return self
-
-    def reason(self, reason: str, message: str) -> Self:
-        self._obj["status"].update(reason=reason, message=message)
-        return self
-
-    def deleted(self, at: str) -> Self:
-        self._obj["metadata"]["deletionTimestamp"] = at
-        return self
-
-    def label(self, key: str, value: str) -> Self:
-        self._obj["metadata"]["labels"][key] = value
-        return self
-
-    def obj(self) -> dict[str, Any]:
-        return copy.deepcopy(self._obj)
+    return builders.terminated(code, reason, started_at=T_START, finished_at=at, message=message)
 
 
 def pod(name: str = POD, *, job: str = JOB, phase: str = "Failed") -> PodBuilder:
-    return PodBuilder(name, job=job, phase=phase)
+    """A pod of job ``job`` of the failed JobSet."""
+    return PodBuilder(name).of_jobset(JS, JS_UID, restart_attempt=0).of_job(job).phase(phase)
 
 
 def reason(cause: FailureCause, text: str, job_name: str = JOB) -> FailureReason:
@@ -224,7 +144,7 @@ CASES = [
         [job()],
         [
             pod()
-            .init("fetch", terminated(3, at="2026-01-02T03:01:00Z"))
+            .init_container("fetch", terminated(3, at="2026-01-02T03:01:00Z"))
             .container("main", waiting("PodInitializing"))
             .obj()
         ],
@@ -286,7 +206,7 @@ CASES = [
         [job(reason="DeadlineExceeded", message=DEADLINE)],
         [
             pod(phase="Running")
-            .deleted(T_FAILED)
+            .deleting(T_FAILED)
             .container("main", terminated(143, at=T_FAILED))
             .obj()
         ],
@@ -434,7 +354,7 @@ CASES = [
     pytest.param(
         failed_jobset(),
         [job()],
-        [pod().deleted("2026-01-02T03:06:00Z").container("main", terminated(1, at=T_FAIL)).obj()],
+        [pod().deleting("2026-01-02T03:06:00Z").container("main", terminated(1, at=T_FAIL)).obj()],
         reason(C.CONTAINER, f'{PREFIX}: container "main" {OF_POD} exited with code 1 (Error)'),
         id="a pod deleted after its container failed still tells",
     ),

@@ -3,9 +3,8 @@ rule, compared as whole results."""
 
 from __future__ import annotations
 
-import copy
 from datetime import UTC, datetime, timedelta
-from typing import Any, Self
+from typing import Any
 
 import pytest
 
@@ -30,6 +29,7 @@ from reconciler.observe import (
     work_unit_ids,
     workload_owner,
 )
+from tests.builders import JobSetBuilder, PodBuilder, WorkloadBuilder, running, waiting
 from xmc.labels import EXECUTION_ID, EXPERIMENT_ID, FINALIZER, WORK_UNIT_ID
 from xmc.model.jobset import NO_PODS, MappingRule, PodSummary
 from xmc.model.states import WorkUnitState
@@ -74,118 +74,11 @@ def ts_condition(type_: str, status: str, reason: str, message: str, time: str) 
     return condition
 
 
-_CONDITION_REASONS = {
-    ("Completed", "True"): ("AllJobsCompleted", "jobset completed successfully"),
-    ("Failed", "True"): ("FailedJobs", "jobset failed due to one or more job failures"),
-    ("Suspended", "True"): ("SuspendedJobs", "jobset is suspended"),
-    ("Suspended", "False"): ("ResumeJobs", "jobset is resumed"),
-}
-
-
-class JobSetBuilder:
-    """Fluent builder of XMC-managed `jobset.x-k8s.io/v1alpha2` objects as the API returns them."""
-
-    def __init__(self, name: str = JOBSET_NAME, namespace: str = "xmc-jobs") -> None:
-        self._obj: dict[str, Any] = {
-            "apiVersion": "jobset.x-k8s.io/v1alpha2",
-            "kind": "JobSet",
-            "metadata": {
-                "name": name,
-                "namespace": namespace,
-                "uid": JOBSET_UID,
-                "resourceVersion": "42",
-                "labels": {
-                    EXPERIMENT_ID: str(XID),
-                    WORK_UNIT_ID: str(WID),
-                    EXECUTION_ID: str(EID),
-                    "app.kubernetes.io/managed-by": "xmc",
-                    "kueue.x-k8s.io/queue-name": "default",
-                },
-                "finalizers": [FINALIZER],
-            },
-            "spec": {"replicatedJobs": []},
-            "status": {"replicatedJobsStatus": [], "restarts": 0},
-        }
-
-    def replicated_job(
-        self, name: str, *, replicas: int = 1, service_account: str | None = None
-    ) -> Self:
-        pod_spec: dict[str, Any] = {
-            "restartPolicy": "Never",
-            "containers": [{"name": "main", "image": "trainer:latest"}],
-        }
-        if service_account is not None:
-            pod_spec["serviceAccountName"] = service_account
-        self._obj["spec"]["replicatedJobs"].append(
-            {
-                "name": name,
-                "replicas": replicas,
-                "template": {"spec": {"backoffLimit": 0, "template": {"spec": pod_spec}}},
-            }
-        )
-        return self
-
-    def status_counts(
-        self, name: str, *, ready: int = 0, active: int = 0, succeeded: int = 0, failed: int = 0
-    ) -> Self:
-        self._obj["status"]["replicatedJobsStatus"].append(
-            {
-                "name": name,
-                "ready": ready,
-                "active": active,
-                "succeeded": succeeded,
-                "failed": failed,
-                "suspended": 0,
-            }
-        )
-        return self
-
-    def condition(self, type_: str, status: str, time: str = T_ADMITTED) -> Self:
-        reason, message = _CONDITION_REASONS.get((type_, status), ("Test", "set by test"))
-        self._obj["status"].setdefault("conditions", []).append(
-            {
-                "type": type_,
-                "status": status,
-                "reason": reason,
-                "message": message,
-                "lastTransitionTime": time,
-            }
-        )
-        return self
-
-    def admitted(self, time: str = T_ADMITTED) -> Self:
-        return self.suspend(False).condition("Suspended", "False", time)
-
-    def suspend(self, value: bool) -> Self:
-        self._obj["spec"]["suspend"] = value
-        return self
-
-    def restarts(self, count: int) -> Self:
-        self._obj["status"]["restarts"] = count
-        return self
-
-    def deleting(self, at: str = T_LATER) -> Self:
-        self._obj["metadata"]["deletionTimestamp"] = at
-        return self
-
-    def finalizers(self, *names: str) -> Self:
-        self._obj["metadata"]["finalizers"] = list(names)
-        return self
-
-    def label(self, key: str, value: str | None) -> Self:
-        labels = self._obj["metadata"]["labels"]
-        if value is None:
-            labels.pop(key, None)
-        else:
-            labels[key] = value
-        return self
-
-    def obj(self) -> dict[str, Any]:
-        return copy.deepcopy(self._obj)
-
-
 def make_jobset() -> JobSetBuilder:
-    return JobSetBuilder()
+    """An execution's JobSet, as the Actuator labels it."""
+    return (
+        JobSetBuilder(JOBSET_NAME).uid(JOBSET_UID).resource_version("42").execution(XID, WID, EID)
+    )
 
 
 def two_workers() -> JobSetBuilder:
@@ -223,7 +116,7 @@ STATE_CASES = [
         .admitted()
         .status_counts("workers", succeeded=2)
         .condition("Completed", "True", T_LATER)
-        .deleting()
+        .deleting(T_LATER)
         .obj(),
         (S.COMPLETED, R.R1),
         id="R1 deleting a completed jobset is COMPLETED",
@@ -233,13 +126,13 @@ STATE_CASES = [
         .admitted()
         .status_counts("workers", failed=1)
         .condition("Failed", "True", T_LATER)
-        .deleting()
+        .deleting(T_LATER)
         .obj(),
         (S.FAILED, R.R1),
         id="R1 deleting a failed jobset is FAILED",
     ),
     pytest.param(
-        two_workers().admitted().status_counts("workers", ready=2).deleting().obj(),
+        two_workers().admitted().status_counts("workers", ready=2).deleting(T_LATER).obj(),
         (S.STOPPED, R.R1),
         id="R1 deleting a running jobset is STOPPED",
     ),
@@ -434,81 +327,8 @@ def test_observe_jobset(jobset: dict[str, Any], expected: Observation | None) ->
 # --- observe_workload ---------------------------------------------------------------------
 
 
-class WorkloadBuilder:
-    """A Kueue Workload as kubesim's Kueue writes it for the JobSet above."""
-
-    def __init__(self) -> None:
-        self._obj: dict[str, Any] = {
-            "apiVersion": "kueue.x-k8s.io/v1beta1",
-            "kind": "Workload",
-            "metadata": {
-                "name": f"jobset-{JOBSET_NAME}-abcde",
-                "namespace": "xmc-jobs",
-                "labels": {"kueue.x-k8s.io/job-uid": JOBSET_UID},
-                "ownerReferences": [
-                    {
-                        "apiVersion": "jobset.x-k8s.io/v1alpha2",
-                        "kind": "JobSet",
-                        "name": JOBSET_NAME,
-                        "uid": JOBSET_UID,
-                        "controller": True,
-                        "blockOwnerDeletion": True,
-                    }
-                ],
-            },
-            "spec": {"podSets": [], "queueName": "default"},
-            "status": {},
-        }
-
-    def pod_set(self, name: str, *, node_selector: dict[str, str] | None = None) -> Self:
-        spec: dict[str, Any] = {"containers": [{"name": "main", "image": "trainer:latest"}]}
-        if node_selector is not None:
-            spec["nodeSelector"] = node_selector
-        self._obj["spec"]["podSets"].append({"name": name, "count": 2, "template": {"spec": spec}})
-        return self
-
-    def condition(
-        self, type_: str, status: str, reason: str, message: str, time: str = T_CREATED
-    ) -> Self:
-        self._obj["status"].setdefault("conditions", []).append(
-            {
-                "type": type_,
-                "status": status,
-                "reason": reason,
-                "message": message,
-                "lastTransitionTime": time,
-            }
-        )
-        return self
-
-    def waiting(self, reason: str, message: str) -> Self:
-        return self.condition("QuotaReserved", "False", reason, message)
-
-    def admit(self, *assignments: tuple[str, dict[str, str]], cluster: str | None = None) -> Self:
-        reserved = "Quota reserved in ClusterQueue cq"
-        self.condition("QuotaReserved", "True", "QuotaReserved", reserved, T_ADMITTED)
-        self.condition("Admitted", "True", "Admitted", "The workload is admitted", T_ADMITTED)
-        self._obj["status"]["admission"] = {
-            "clusterQueue": "cq",
-            "podSetAssignments": [
-                {"name": name, "flavors": flavors, "resourceUsage": {}, "count": 2}
-                for name, flavors in assignments
-            ],
-        }
-        if cluster is not None:
-            self._obj["status"]["clusterName"] = cluster
-        return self
-
-    def owner(self, *refs: dict[str, Any]) -> Self:
-        self._obj["metadata"]["ownerReferences"] = list(refs)
-        return self
-
-    def obj(self) -> dict[str, Any]:
-        return copy.deepcopy(self._obj)
-
-
 def make_workload() -> WorkloadBuilder:
-    return WorkloadBuilder().pod_set("workers")
+    return WorkloadBuilder(JOBSET_NAME, JOBSET_UID).pod_set("workers")
 
 
 def waiting_message(text: str, *, position: int, total: int) -> StructuredMessage:
@@ -573,7 +393,7 @@ WORKLOAD_CASES = [
         id="evicted workload is waiting again and Evicted is not read",
     ),
     pytest.param(
-        WorkloadBuilder()
+        WorkloadBuilder(JOBSET_NAME, JOBSET_UID)
         .pod_set("workers", node_selector={"cloud.google.com/gke-accelerator": "tpu-v5e"})
         .pod_set("ps", node_selector={"pool": "cpu"})
         .admit(
@@ -704,36 +524,12 @@ def test_workload_owner(workload: dict[str, Any], expected: str | None) -> None:
 # --- startup diagnostics ------------------------------------------------------------------
 
 
-def waiting_container(name: str, reason: str, message: str | None = None) -> dict[str, Any]:
-    waiting: dict[str, Any] = {"reason": reason}
-    if message is not None:
-        waiting["message"] = message
-    return {"name": name, "ready": False, "started": False, "state": {"waiting": waiting}}
-
-
-def running_container(name: str) -> dict[str, Any]:
-    return {"name": name, "ready": True, "state": {"running": {"startedAt": T_ADMITTED}}}
-
-
-def make_pod(
-    name: str,
-    *containers: dict[str, Any],
-    init: tuple[dict[str, Any], ...] = (),
-    jobset_uid: str | None = JOBSET_UID,
-    jobset_name: str = JOBSET_NAME,
-) -> dict[str, Any]:
-    labels = {"jobset.sigs.k8s.io/jobset-name": jobset_name}
-    if jobset_uid is not None:
-        labels["jobset.sigs.k8s.io/jobset-uid"] = jobset_uid
-    status: dict[str, Any] = {"phase": "Pending", "containerStatuses": list(containers)}
-    if init:
-        status["initContainerStatuses"] = list(init)
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "xmc-jobs", "labels": labels},
-        "status": status,
-    }
+def pod(
+    name: str, *, jobset_uid: str | None = JOBSET_UID, jobset_name: str = JOBSET_NAME
+) -> PodBuilder:
+    """A pending pod of the JobSet (or of ``jobset_name``; without ``jobset_uid``, the
+    labels of a JobSet controller that does not write the uid)."""
+    return PodBuilder(name).of_jobset(jobset_name, jobset_uid)
 
 
 def diagnostic(text: str) -> StructuredMessage:
@@ -748,7 +544,7 @@ def diagnostic(text: str) -> StructuredMessage:
 ADMITTED_AT = at(T_ADMITTED)
 PULL_ERROR = 'Back-off pulling image "trainer:nope"'
 ADMITTED_JOBSET = two_workers().admitted().status_counts("workers", active=2).obj()
-BAD_IMAGE_POD = make_pod("xmc-7-3-workers-0-0-b", waiting_container("main", "ImagePullBackOff"))
+BAD_IMAGE_POD = pod("xmc-7-3-workers-0-0-b").container("main", waiting("ImagePullBackOff")).obj()
 
 DIAGNOSTIC_CASES = [
     pytest.param(
@@ -770,10 +566,9 @@ DIAGNOSTIC_CASES = [
     pytest.param(
         ADMITTED_JOBSET,
         [
-            make_pod(
-                "xmc-7-3-workers-0-0-b",
-                waiting_container("main", "ImagePullBackOff", PULL_ERROR),
-            )
+            pod("xmc-7-3-workers-0-0-b")
+            .container("main", waiting("ImagePullBackOff", PULL_ERROR))
+            .obj()
         ],
         ADMITTED_AT + timedelta(minutes=2),
         diagnostic(
@@ -785,13 +580,12 @@ DIAGNOSTIC_CASES = [
     pytest.param(
         ADMITTED_JOBSET,
         [
-            make_pod("xmc-7-3-workers-0-1-z", waiting_container("main", "ErrImagePull")),
-            make_pod(
-                "xmc-7-3-workers-0-0-b",
-                running_container("sidecar"),
-                waiting_container("main", "CreateContainerConfigError"),
-                waiting_container("logger", "InvalidImageName"),
-            ),
+            pod("xmc-7-3-workers-0-1-z").container("main", waiting("ErrImagePull")).obj(),
+            pod("xmc-7-3-workers-0-0-b")
+            .container("sidecar", running())
+            .container("main", waiting("CreateContainerConfigError"))
+            .container("logger", waiting("InvalidImageName"))
+            .obj(),
         ],
         ADMITTED_AT + timedelta(minutes=5),
         diagnostic(
@@ -803,11 +597,10 @@ DIAGNOSTIC_CASES = [
     pytest.param(
         ADMITTED_JOBSET,
         [
-            make_pod(
-                "xmc-7-3-workers-0-0-b",
-                waiting_container("main", "PodInitializing"),
-                init=(waiting_container("fetch", "ImagePullBackOff"),),
-            )
+            pod("xmc-7-3-workers-0-0-b")
+            .container("main", waiting("PodInitializing"))
+            .init_container("fetch", waiting("ImagePullBackOff"))
+            .obj()
         ],
         ADMITTED_AT + timedelta(minutes=5),
         None,
@@ -815,7 +608,7 @@ DIAGNOSTIC_CASES = [
     ),
     pytest.param(
         ADMITTED_JOBSET,
-        [make_pod("xmc-7-3-workers-0-0-b", waiting_container("main", "ContainerCreating"))],
+        [pod("xmc-7-3-workers-0-0-b").container("main", waiting("ContainerCreating")).obj()],
         ADMITTED_AT + timedelta(minutes=5),
         None,
         id="a container still being created is not a failure",
@@ -823,11 +616,9 @@ DIAGNOSTIC_CASES = [
     pytest.param(
         ADMITTED_JOBSET,
         [
-            make_pod(
-                "xmc-7-3-workers-0-0-b",
-                waiting_container("main", "ImagePullBackOff"),
-                jobset_uid="uid-of-the-previous-execution",
-            )
+            pod("xmc-7-3-workers-0-0-b", jobset_uid="uid-of-the-previous-execution")
+            .container("main", waiting("ImagePullBackOff"))
+            .obj()
         ],
         ADMITTED_AT + timedelta(minutes=5),
         None,
@@ -836,17 +627,12 @@ DIAGNOSTIC_CASES = [
     pytest.param(
         ADMITTED_JOBSET,
         [
-            make_pod(
-                "xmc-7-3-workers-0-0-b",
-                waiting_container("main", "RunContainerError"),
-                jobset_uid=None,
-            ),
-            make_pod(
-                "other-0-0-a",
-                waiting_container("main", "ErrImagePull"),
-                jobset_uid=None,
-                jobset_name="other",
-            ),
+            pod("xmc-7-3-workers-0-0-b", jobset_uid=None)
+            .container("main", waiting("RunContainerError"))
+            .obj(),
+            pod("other-0-0-a", jobset_uid=None, jobset_name="other")
+            .container("main", waiting("ErrImagePull"))
+            .obj(),
         ],
         ADMITTED_AT + timedelta(minutes=5),
         diagnostic(
@@ -906,7 +692,7 @@ def pod_observation(text: str) -> Observation:
         ),
         pytest.param(
             ADMITTED_JOBSET,
-            [make_pod("xmc-7-3-workers-0-0-b", running_container("main"))],
+            [pod("xmc-7-3-workers-0-0-b").container("main", running()).obj()],
             ADMITTED_AT + timedelta(minutes=3),
             None,
             id="healthy pods report nothing",
@@ -1143,11 +929,11 @@ def test_orphan_flag_covers_every_reason() -> None:
 # --- R4 from the pods (docs/decisions/0019) ---------------------------------------------
 
 
-def terminating_pod(name: str, **labels: Any) -> dict[str, Any]:
-    pod = make_pod(name, running_container("main"), **labels)
-    pod["metadata"]["deletionTimestamp"] = T_LATER
-    pod["status"]["phase"] = "Running"
-    return pod
+def terminating_pod(
+    name: str, *, jobset_uid: str | None = JOBSET_UID, jobset_name: str = JOBSET_NAME
+) -> dict[str, Any]:
+    builder = pod(name, jobset_uid=jobset_uid, jobset_name=jobset_name)
+    return builder.container("main", running()).phase("Running").deleting(T_LATER).obj()
 
 
 @pytest.mark.parametrize(
@@ -1169,7 +955,7 @@ def terminating_pod(name: str, **labels: Any) -> dict[str, Any]:
             NO_PODS,
             id="another JobSet's pods do not count",
         ),
-        pytest.param([make_pod("running", running_container("main"))], NO_PODS, id="a live pod"),
+        pytest.param([pod("running").container("main", running()).obj()], NO_PODS, id="a live pod"),
     ],
 )
 def test_jobset_pods(pods: list[dict[str, Any]], expected: PodSummary) -> None:
@@ -1182,7 +968,9 @@ def test_jobset_pods(pods: list[dict[str, Any]], expected: PodSummary) -> None:
         pytest.param(two_workers().suspend(True).obj(), True, id="suspended"),
         pytest.param(two_workers().admitted().obj(), False, id="running"),
         pytest.param(two_workers().obj(), False, id="suspend unset"),
-        pytest.param(two_workers().suspend(True).deleting().obj(), False, id="being deleted"),
+        pytest.param(
+            two_workers().suspend(True).deleting(T_LATER).obj(), False, id="being deleted"
+        ),
     ],
 )
 def test_reobserve_on_pod_change(jobset: dict[str, Any], expected: bool) -> None:

@@ -12,8 +12,8 @@ from typing import Any
 
 from google.protobuf.message import Message
 
-from xmc.model.merge import StoredExecution, write_execution
 from xmc.model.states import WorkUnitState
+from xmc.model.stored import StoredExecution, write_execution
 from xmc.names import execution_name
 from xmc_api.cloud.xmanager.v1.work_unit_execution_pb2 import WorkUnitExecution
 

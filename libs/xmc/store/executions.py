@@ -24,11 +24,11 @@ from xmc.model.merge import (
     STATE_PATH,
     SYSTEM_MESSAGE_PATH,
     ExecutionUpdate,
-    StoredExecution,
     merge_work_unit_execution,
     validate_batch,
 )
 from xmc.model.states import WorkUnitState
+from xmc.model.stored import StoredExecution
 from xmc.store.codec import EXECUTION_COLUMNS, stored_from_row, stored_to_columns
 from xmc.store.experiments import RollupDelta, apply_rollups
 from xmc.store.work_units import insert_history

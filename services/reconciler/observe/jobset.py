@@ -1,0 +1,162 @@
+"""The JobSet row of SPEC §4 (§8.1): state, detailed status and metadata of a JobSet."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any, Final
+
+from reconciler.observation import Observation, Source
+from reconciler.observe.read import (
+    as_int,
+    as_mapping,
+    as_sequence,
+    as_str,
+    belongs_to,
+    conditions_of,
+    metadata_of,
+    work_unit_ids,
+)
+from xmc.model.jobset import (
+    NO_PODS,
+    MappingRule,
+    PodSummary,
+    decide_work_unit_state,
+    observation_state_update_time,
+    summarize_pods,
+)
+from xmc.model.states import WorkUnitState
+from xmc.timestamps import parse_rfc3339, set_timestamp
+from xmc_api.cloud.xmanager.v1.status_pb2 import (
+    Condition,
+    ExecutableStatus,
+    JobSetStatus,
+    ReplicatedJobStatus,
+    WorkUnitStatus,
+)
+from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
+from xmc_api.cloud.xmanager.v1.work_unit_execution_pb2 import (
+    WorkUnitExecution,
+    WorkUnitExecutionMetadata,
+)
+
+JOBSET_MASK: Final = ("status.state", "status.detailed_status", "metadata")
+#: A FAILED JobSet's observation also says why (``reconciler.failure``).
+FAILED_JOBSET_MASK: Final = (*JOBSET_MASK, "status.system_message")
+
+
+def jobset_state_rule(jobset: Mapping[str, Any], pods: PodSummary = NO_PODS) -> MappingRule:
+    """The §8.1 rule behind :func:`observe_jobset`'s state, for a metric label."""
+    return decide_work_unit_state(jobset, pods).rule
+
+
+def jobset_pods(jobset: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> PodSummary:
+    """The summary R4 reads (docs/decisions/0019) of those of ``pods`` that are this
+    JobSet's: the pod cache holds every execution's pods under the same JobSet name."""
+    return summarize_pods(p for p in pods if belongs_to(p, jobset))
+
+
+def _jobset_state_update_time(jobset: Mapping[str, Any], observed_at: datetime) -> datetime:
+    """Newest condition transition; on the finalizer path (R1) at least the deletion time.
+
+    The deletion is the transition R1 reports. Conditions alone may all predate the user's
+    stop, and then the §5.2 time order would reject STOPPED after STOPPING.
+    """
+    newest = observation_state_update_time(jobset, observed_at)
+    deleted_at = parse_rfc3339(metadata_of(jobset).get("deletionTimestamp"))
+    return newest if deleted_at is None else max(newest, deleted_at)
+
+
+def _proto_condition(item: Mapping[str, Any]) -> Condition:
+    condition = Condition(
+        type=as_str(item.get("type")),
+        status=as_str(item.get("status")),
+        reason=as_str(item.get("reason")),
+        message=as_str(item.get("message")),
+    )
+    set_timestamp(condition.update_time, parse_rfc3339(item.get("lastTransitionTime")))
+    return condition
+
+
+def jobset_status(jobset: Mapping[str, Any]) -> JobSetStatus:
+    """``status.detailed_status.jobset_status``: the JobSet's own status, field for field."""
+    status = as_mapping(jobset.get("status"))
+    return JobSetStatus(
+        conditions=[_proto_condition(c) for c in conditions_of(jobset)],
+        restarts=as_int(status.get("restarts")),
+        replicated_jobs_status=[
+            ReplicatedJobStatus(
+                name=as_str(item.get("name")),
+                ready=as_int(item.get("ready")),
+                succeeded=as_int(item.get("succeeded")),
+                active=as_int(item.get("active")),
+                failed=as_int(item.get("failed")),
+            )
+            for item in map(as_mapping, as_sequence(status.get("replicatedJobsStatus")))
+        ],
+    )
+
+
+def _service_account(jobset: Mapping[str, Any]) -> str:
+    """The first pod template's ``serviceAccountName``; the Actuator sets one for all."""
+    replicated_jobs = as_sequence(as_mapping(jobset.get("spec")).get("replicatedJobs"))
+    if not replicated_jobs:
+        return ""
+    job_spec = as_mapping(as_mapping(as_mapping(replicated_jobs[0]).get("template")).get("spec"))
+    pod_spec = as_mapping(as_mapping(job_spec.get("template")).get("spec"))
+    return as_str(pod_spec.get("serviceAccountName"))
+
+
+def jobset_metadata(jobset: Mapping[str, Any]) -> WorkUnitExecutionMetadata:
+    metadata = metadata_of(jobset)
+    return WorkUnitExecutionMetadata(
+        type=WorkUnitExecutionMetadata.JOB_SET,
+        resource_name=as_str(metadata.get("name")),
+        namespace=as_str(metadata.get("namespace")),
+        service_account=_service_account(jobset),
+    )
+
+
+def reobserve_on_pod_change(jobset: Mapping[str, Any]) -> bool:
+    """Whether a change to one of this JobSet's pods may change its state: only R4 reads
+    the pods, and only for a suspended JobSet that is not being deleted (R1 first)."""
+    suspended = as_mapping(jobset.get("spec")).get("suspend") is True
+    return suspended and not metadata_of(jobset).get("deletionTimestamp")
+
+
+def observe_jobset(
+    jobset: Mapping[str, Any],
+    *,
+    observed_at: datetime,
+    failure: StructuredMessage | None = None,
+    pods: PodSummary = NO_PODS,
+) -> Observation | None:
+    """The JobSet row of SPEC §4: state (R1–R9, R4 reading ``pods`` too), detailed status
+    and metadata.
+
+    ``failure`` (``reconciler.failure``: why it failed) rides along as the
+    ``system_message`` of a FAILED observation only, forced: it is the execution's last
+    word and must replace an earlier ERROR such as the startup diagnostic it may explain.
+    A resend changes nothing — a FAILED execution is immutable, and an equal message is
+    not stored twice (§5.3) — so the status messages get it once.
+
+    None when the JobSet carries no valid XMC labels: it is not ours to report.
+    """
+    ids = work_unit_ids(jobset)
+    if ids is None:
+        return None
+    xid, wid, eid = ids
+    state = decide_work_unit_state(jobset, pods).state
+    status = WorkUnitStatus(
+        state=WorkUnitStatus.WorkUnitState.ValueType(state),
+        detailed_status=ExecutableStatus(jobset_status=jobset_status(jobset)),
+    )
+    set_timestamp(status.state_update_time, _jobset_state_update_time(jobset, observed_at))
+    execution = WorkUnitExecution(status=status, metadata=jobset_metadata(jobset))
+    if failure is None or state != WorkUnitState.FAILED:
+        return Observation(xid, wid, eid, Source.JOBSET, execution, JOBSET_MASK)
+    execution.status.system_message.CopyFrom(failure)
+    return Observation(
+        xid, wid, eid, Source.JOBSET, execution, FAILED_JOBSET_MASK,
+        force_status_message_update=True,
+    )  # fmt: skip

@@ -43,10 +43,9 @@ from typing import Any, Final
 from reconciler.observe import (
     STARTUP_FAILURE_REASONS,
     belongs_to,
-    work_unit_ids,
+    cluster_error,
 )
 from xmc.messages import printable
-from xmc.names import work_unit_name
 from xmc.timestamps import parse_rfc3339
 from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
 
@@ -355,10 +354,4 @@ def failure_message(jobset: Mapping[str, Any], reason: FailureReason) -> Structu
     FAILED observation; None when there is nothing to say."""
     if reason.cause is FailureCause.NOT_FAILED:
         return None
-    ids = work_unit_ids(jobset)
-    return StructuredMessage(
-        severity=StructuredMessage.ERROR,
-        source=StructuredMessage.KUBERNETES,
-        parent="" if ids is None else work_unit_name(ids[0], ids[1]),
-        user_facing_text=reason.text,
-    )
+    return cluster_error(jobset, reason.text)

@@ -39,6 +39,7 @@ from reconciler.observe.pods import (
     POD_MASK,
     STARTUP_FAILURE_REASONS,
     StuckContainer,
+    cluster_error,
     observe_pods,
     startup_diagnostics,
 )
@@ -72,6 +73,7 @@ __all__ = [
     "StuckContainer",
     "WorkUnitSnapshot",
     "belongs_to",
+    "cluster_error",
     "decide_finalizer",
     "decide_orphan",
     "finalizer_removal_patch",

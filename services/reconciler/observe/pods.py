@@ -108,12 +108,18 @@ def startup_diagnostics(
     stuck = _stuck_containers(p for p in pods if belongs_to(p, jobset))
     if not stuck:
         return None
+    return cluster_error(jobset, _diagnostic_text(stuck))
+
+
+def cluster_error(jobset: Mapping[str, Any], text: str) -> StructuredMessage:
+    """An ERROR message whose text is the cluster's (source KUBERNETES), about the work
+    unit the JobSet's labels name: startup diagnostics and failure reasons alike."""
     ids = work_unit_ids(jobset)
     return StructuredMessage(
         severity=StructuredMessage.ERROR,
         source=StructuredMessage.KUBERNETES,
         parent="" if ids is None else work_unit_name(ids[0], ids[1]),
-        user_facing_text=_diagnostic_text(stuck),
+        user_facing_text=text,
     )
 
 

@@ -1,7 +1,8 @@
 """Benchmark: ``CreateWorkUnit`` into one experiment through a real ESS (issue 3).
 
-The ESS runs as its own process(es) (``xmc-ess serve``), against a fresh database and a
-private Redis prefix; a gRPC client drives it with 1, 16 and 64 concurrent callers.
+The ESS runs as its own process (``xmc-ess serve``; one per port: it refuses to share
+one), against a fresh database and a private Redis prefix; a gRPC client drives it with 1,
+16 and 64 concurrent callers.
 Printed beside the raw baseline measured in the same run at the same concurrency: one
 asyncpg transaction that inserts a row and updates one hot counter row, plus one XADD.
 The ESS commits each task to the outbox and its relay publishes it; "publish lag" is the
@@ -9,7 +10,7 @@ time from a task's commit to its XADD (p50 / p99 over the point's tasks, both st
 the ESS), measured once the relay has drained. Figures only: this is not a test and
 asserts nothing.
 
-    .venv/bin/python bench/ess_create.py [--seconds 5] [--processes 1] [--runs 3]
+    .venv/bin/python bench/ess_create.py [--seconds 5] [--runs 3]
 """
 
 from __future__ import annotations
@@ -130,9 +131,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-async def start_ess(
-    dsn: str, prefix: str, port: int, processes: int
-) -> list[asyncio.subprocess.Process]:
+async def start_ess(dsn: str, prefix: str, port: int) -> list[asyncio.subprocess.Process]:
     env = {
         **os.environ,
         "XMC_DATABASE_URL": dsn,
@@ -151,19 +150,16 @@ async def start_ess(
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.DEVNULL,
         )
-        for _ in range(processes)
     ]
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
     await asyncio.wait_for(channel.channel_ready(), timeout=30)
     await channel.close()
-    await asyncio.sleep(0.5)  # let every process of the group finish binding
     return procs
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=5.0)
-    parser.add_argument("--processes", type=int, default=1, help="ESS processes on one port")
     parser.add_argument("--runs", type=int, default=3, help="runs per point (median printed)")
     args = parser.parse_args()
 
@@ -177,7 +173,7 @@ async def main() -> None:
     try:
         await migrate(dsn)
         port = free_port()
-        procs = await start_ess(dsn, prefix, port, args.processes)
+        procs = await start_ess(dsn, prefix, port)
         channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
         api = api_pb2_grpc.ExperimentStateServiceStub(channel)
         experiment = await api.CreateExperiment(
@@ -189,7 +185,7 @@ async def main() -> None:
             await api.CreateWorkUnit(request, metadata=METADATA)
 
         print(
-            f"ESS processes: {args.processes}; {args.seconds:.0f} s per point; one experiment;"
+            f"one ESS process; {args.seconds:.0f} s per point; one experiment;"
             f" median of {args.runs} runs (each: ESS and raw back to back)"
         )
         header = ("clients", "ESS/s", "p50 ms", "p99 ms", "raw/s", "p50 ms", "p99 ms")

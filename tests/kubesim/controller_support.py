@@ -195,13 +195,16 @@ class Sim:
 
 @asynccontextmanager
 async def running_sim(
-    settings: ControllerSettings | None = None, *, defaults: bool = True
+    settings: ControllerSettings | None = None, *, defaults: bool = True, scale: float = SCALE
 ) -> AsyncIterator[Sim]:
-    clock = SimClock(SCALE)
+    """The simulators on a store, at ``scale`` simulated seconds per real second (a test
+    that bounds a simulated duration from above wants a lower one: at 100, a 20 ms hiccup
+    of a loaded machine is 2 simulated seconds)."""
+    clock = SimClock(scale)
     store = ObjectStore(clock=clock)
     if defaults:
         install_defaults(store)
-    controllers = Controllers(store, clock, settings or ControllerSettings(time_scale=SCALE))
+    controllers = Controllers(store, clock, settings or ControllerSettings(time_scale=scale))
     await controllers.start()
     try:
         yield Sim(store, clock)

@@ -247,7 +247,8 @@ def _with_deadline(rjob: dict[str, Any], seconds: int) -> dict[str, Any]:
 
 
 async def test_a_job_that_outlives_its_deadline_fails_the_jobset() -> None:
-    async with running_sim() as sim:
+    # Scale 10: the 2 s of slack below are 200 ms of real time, not 20 ms (CI flaked at 100).
+    async with running_sim(scale=10.0) as sim:
         rjob = _with_deadline(replicated_job(behavior={"run_seconds": None}), 20)
         sim.create(JOBSET, make_jobset("slow", rjob))
         failed = await sim.until(

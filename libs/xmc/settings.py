@@ -26,9 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-import jwt
-from jwt.algorithms import get_default_algorithms, has_crypto
-
 from xmc.errors import InvalidArgumentError
 
 MIN_HS256_SECRET_BYTES: Final = 32  # RFC 7518 §3.2: at least the hash output size
@@ -118,6 +115,12 @@ def _read_key_file(path: str, read_file: ReadFile) -> str:
 
 def load_public_key(pem: str) -> tuple[str, Any]:
     """The accepted algorithm and the parsed key; the key's type decides the algorithm."""
+    # Imported here, not at the top: every process loads these settings, and pyjwt's
+    # crypto backend (``cryptography``) is ~8 MB of RSS in the Reconciler and the
+    # dashboard, which never verify a token.
+    import jwt
+    from jwt.algorithms import get_default_algorithms, has_crypto
+
     name = PUBLIC_KEY_VARIABLE
     if not has_crypto:
         raise InvalidArgumentError(

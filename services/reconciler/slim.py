@@ -131,10 +131,32 @@ def slim_workload(workload: Obj) -> Obj:
     return _envelope(workload, slim_spec)
 
 
+#: What a pod's status is read for: its phase (R4's terminating pods), a pod-level failure
+#: reason and message, and its containers' states (startup diagnostics, failure reasons).
+#: Conditions, addresses and times are not read.
+POD_STATUS: Final = ("phase", "reason", "message", "containerStatuses", "initContainerStatuses")
+#: Of each container status: image names and runtime ids are long, unique and unread.
+CONTAINER_STATUS_DROPPED: Final = frozenset({"image", "imageID", "containerID"})
+
+
+def _slim_pod_status(status: Mapping[str, Any]) -> Obj:
+    kept: Obj = {k: status[k] for k in POD_STATUS if k in status}
+    for key in ("containerStatuses", "initContainerStatuses"):
+        if key in kept:
+            kept[key] = [
+                {k: v for k, v in _mapping(c).items() if k not in CONTAINER_STATUS_DROPPED}
+                for c in _sequence(kept[key])
+            ]
+    return kept
+
+
 def slim_pod(pod: Obj) -> Obj:
-    """Metadata with only the ``POD_LABELS``, and status: the startup
-    diagnostics, R4's terminating pods and the failure reasons read labels and container
-    *statuses*, never the pod's spec."""
+    """Metadata with only the ``POD_LABELS``, and the ``POD_STATUS`` fields: the startup
+    diagnostics, R4's terminating pods and the failure reasons read labels, the phase and
+    container *states*, never the pod's spec or conditions."""
     metadata = _mapping(pod.get("metadata"))
     labels = {k: v for k, v in _mapping(metadata.get("labels")).items() if k in POD_LABELS}
-    return _envelope({**pod, "metadata": {**metadata, "labels": labels}}, {})
+    slim = {**pod, "metadata": {**metadata, "labels": labels}}
+    if "status" in pod:
+        slim["status"] = _slim_pod_status(_mapping(pod["status"]))
+    return _envelope(slim, {})

@@ -134,3 +134,36 @@ def test_compacted_objects_are_equal_and_share_their_keys_and_short_strings() ->
     assert a["type"] is b["type"]
     assert next(iter(a)) is next(iter(b))
     assert a["message"] is not b["message"]
+
+
+def test_a_pod_keeps_its_phase_reasons_and_container_states_only() -> None:
+    container = {
+        "name": "main",
+        "image": "python:3.11",
+        "imageID": "docker-pullable://python@sha256:0d1c",
+        "containerID": "containerd://9f2e",
+        "restartCount": 1,
+        "state": {"terminated": {"exitCode": 3, "reason": "Error"}},
+        "lastState": {"terminated": {"exitCode": 1}},
+    }
+    status = {
+        "phase": "Failed",
+        "reason": "Evicted",
+        "message": "The node was low on memory.",
+        "conditions": [{"type": "Ready", "status": "False"}],
+        "hostIP": "10.0.0.1",
+        "podIP": "10.1.0.7",
+        "startTime": "2026-12-01T00:00:00Z",
+        "qosClass": "BestEffort",
+        "containerStatuses": [container],
+        "initContainerStatuses": [dict(container, name="init")],
+    }
+    slim = slim_pod({"metadata": {"name": "p"}, "status": status})["status"]
+    kept = {k: v for k, v in container.items() if k not in ("image", "imageID", "containerID")}
+    assert slim == {
+        "phase": "Failed",
+        "reason": "Evicted",
+        "message": "The node was low on memory.",
+        "containerStatuses": [kept],
+        "initContainerStatuses": [dict(kept, name="init")],
+    }

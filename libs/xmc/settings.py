@@ -6,8 +6,8 @@ Modelled on kopf's ``OperatorSettings``: a frozen dataclass per concern — :cla
 Reconciler calls the ESS), :class:`LocalRunSettings` (``make run``), :class:`UiSettings`
 (the dashboard) and :class:`CliSettings` (the ``xmc`` command) — each field documenting
 its variable, and :func:`load_settings`, which reads the environment once and builds them
-all. Every
-service and ``make run`` take their settings from it (the ``xmc`` command, a client, from
+all (each kind of value parsed by ``xmc.setting_values``). Every service and ``make run``
+take their settings from it (the ``xmc`` command, a client, from
 :func:`load_cli_settings`); nothing else reads ``os.environ``.
 
 One ``.env`` (or one ConfigMap) configures the whole system, so a malformed value fails
@@ -21,122 +21,29 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 from xmc.errors import InvalidArgumentError
+from xmc.setting_values import (
+    PUBLIC_KEY_VARIABLE,
+    Env,
+    ReadFile,
+    emails,
+    flag,
+    items,
+    load_public_key,
+    number,
+    port,
+    read_key_file,
+    read_text,
+    seconds,
+    static_tokens,
+)
 
 MIN_HS256_SECRET_BYTES: Final = 32  # RFC 7518 §3.2: at least the hash output size
-PUBLIC_KEY_VARIABLE: Final = "XMC_AUTH_PUBLIC_KEY_FILE"
-
-Env = Mapping[str, str]
-ReadFile = Callable[[str], str]
-
-# --- parsing: one function per kind of value, each naming its variable --------------------
-
-_TRUE: Final = frozenset({"1", "true", "yes", "on"})
-_FALSE: Final = frozenset({"0", "false", "no", "off", ""})
-
-
-def _flag(env: Env, name: str, default: bool = False) -> bool:
-    raw = env.get(name)
-    if raw is None:
-        return default
-    value = raw.strip().lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise InvalidArgumentError(f"{name}: expected true or false, got {raw!r}")
-
-
-def _number(env: Env, name: str, default: float, *, what: str = "a number") -> float:
-    raw = env.get(name)
-    if raw is None or not raw.strip():
-        return default
-    try:
-        return float(raw)
-    except ValueError:
-        raise InvalidArgumentError(f"{name}: expected {what}, got {raw!r}") from None
-
-
-def _seconds(env: Env, name: str, default: float) -> float:
-    return _number(env, name, default, what="seconds")
-
-
-def _port(env: Env, name: str, default: int) -> int:
-    raw = env.get(name)
-    if raw is None or not raw.strip():
-        return default
-    if not raw.strip().isdigit() or not 0 < int(raw) < 65536:
-        raise InvalidArgumentError(f"{name}: expected a port number, got {raw!r}")
-    return int(raw)
-
-
-def _items(raw: str) -> list[str]:
-    return [item.strip() for item in raw.split(",") if item.strip()]
-
-
-def _emails(env: Env, name: str) -> frozenset[str]:
-    emails = _items(env.get(name, ""))
-    bad = [email for email in emails if "@" not in email]
-    if bad:
-        raise InvalidArgumentError(f"{name}: not an email: {bad[0]!r}")
-    return frozenset(email.lower() for email in emails)
-
-
-def _static_tokens(env: Env, name: str) -> dict[str, str]:
-    """Parse ``token=email,…``; messages name the entry by position, never by its token."""
-    tokens: dict[str, str] = {}
-    for position, item in enumerate(_items(env.get(name, "")), start=1):
-        token, sep, email = (part.strip() for part in item.partition("="))
-        if not sep or not token or "@" not in email:
-            raise InvalidArgumentError(f"{name}: entry {position} must be token=email")
-        if token in tokens:
-            raise InvalidArgumentError(f"{name}: entry {position} repeats an earlier token")
-        tokens[token] = email.lower()
-    return tokens
-
-
-def _read_text(path: str) -> str:
-    return Path(path).read_text()
-
-
-def _read_key_file(path: str, read_file: ReadFile) -> str:
-    try:
-        return read_file(path)
-    except OSError as exc:
-        raise InvalidArgumentError(
-            f"{PUBLIC_KEY_VARIABLE}: cannot read {path!r}: {exc.strerror or exc}"
-        ) from None
-
-
-def load_public_key(pem: str) -> tuple[str, Any]:
-    """The accepted algorithm and the parsed key; the key's type decides the algorithm."""
-    # Imported here, not at the top: every process loads these settings, and pyjwt's
-    # crypto backend (``cryptography``) is ~8 MB of RSS in the Reconciler and the
-    # dashboard, which never verify a token.
-    import jwt
-    from jwt.algorithms import get_default_algorithms, has_crypto
-
-    name = PUBLIC_KEY_VARIABLE
-    if not has_crypto:
-        raise InvalidArgumentError(
-            f"{name}: RS256/ES256 verification needs the cryptography package "
-            "(install pyjwt[crypto])"
-        )
-    if "PRIVATE KEY" in pem:
-        raise InvalidArgumentError(f"{name}: holds a private key; give the public key")
-    algorithms = get_default_algorithms()
-    for algorithm in ("RS256", "ES256"):
-        try:
-            return algorithm, algorithms[algorithm].prepare_key(pem)
-        except (jwt.InvalidKeyError, ValueError, TypeError):
-            continue
-    raise InvalidArgumentError(f"{name}: not an RSA or P-256 EC public key in PEM form")
-
 
 # --- the groups -------------------------------------------------------------------------
 
@@ -177,11 +84,11 @@ class Settings:
         return cls(
             database_url=env.get("XMC_DATABASE_URL", d.database_url),
             redis_url=env.get("XMC_REDIS_URL", d.redis_url),
-            redis_cluster_nodes=tuple(_items(env.get("XMC_REDIS_CLUSTER_NODES", ""))),
+            redis_cluster_nodes=tuple(items(env.get("XMC_REDIS_CLUSTER_NODES", ""))),
             ess_listen=env.get("XMC_ESS_LISTEN", d.ess_listen),
             ess_target=env.get("XMC_ESS_TARGET", d.ess_target),
             kube_url=env.get("XMC_KUBE_URL", d.kube_url),
-            kube_request_timeout=_seconds(env, "XMC_KUBE_REQUEST_TIMEOUT", d.kube_request_timeout),
+            kube_request_timeout=seconds(env, "XMC_KUBE_REQUEST_TIMEOUT", d.kube_request_timeout),
             namespace=env.get("XMC_NAMESPACE", d.namespace),
             task_signing_key=env.get("XMC_TASK_SIGNING_KEY", d.task_signing_key),
             stream_prefix=env.get("XMC_STREAM_PREFIX", d.stream_prefix),
@@ -252,14 +159,14 @@ class AuthSettings:
     def _from_env(cls, env: Env, read_file: ReadFile) -> AuthSettings:
         key_path = env.get(PUBLIC_KEY_VARIABLE, "").strip()
         return cls(
-            disabled=_flag(env, "XMC_AUTH_DISABLED"),
+            disabled=flag(env, "XMC_AUTH_DISABLED"),
             hs256_secret=env.get("XMC_AUTH_HS256_SECRET", ""),
-            public_key_pem=_read_key_file(key_path, read_file) if key_path else "",
+            public_key_pem=read_key_file(key_path, read_file) if key_path else "",
             issuer=env.get("XMC_AUTH_ISSUER", "").strip(),
             audience=env.get("XMC_AUTH_AUDIENCE", "").strip(),
-            static_tokens=_static_tokens(env, "XMC_AUTH_STATIC_TOKENS"),
-            admins=_emails(env, "XMC_AUTH_ADMINS"),
-            service_accounts=_emails(env, "XMC_AUTH_SERVICE_ACCOUNTS"),
+            static_tokens=static_tokens(env, "XMC_AUTH_STATIC_TOKENS"),
+            admins=emails(env, "XMC_AUTH_ADMINS"),
+            service_accounts=emails(env, "XMC_AUTH_SERVICE_ACCOUNTS"),
         )
 
     def validate(self) -> None:
@@ -336,11 +243,11 @@ class LocalRunSettings:
     def _from_env(cls, env: Env) -> LocalRunSettings:
         d = cls()
         return cls(
-            kubesim_port=_port(env, "XMC_KUBESIM_PORT", d.kubesim_port),
-            time_scale=_number(env, "XMC_KUBESIM_TIME_SCALE", d.time_scale),
+            kubesim_port=port(env, "XMC_KUBESIM_PORT", d.kubesim_port),
+            time_scale=number(env, "XMC_KUBESIM_TIME_SCALE", d.time_scale),
             clock_offset=env.get("XMC_KUBESIM_CLOCK_OFFSET", d.clock_offset),
             kueue_version=env.get("XMC_KUBESIM_KUEUE_VERSION", d.kueue_version),
-            metrics_base=_port(env, "XMC_METRICS_BASE_PORT", d.metrics_base),
+            metrics_base=port(env, "XMC_METRICS_BASE_PORT", d.metrics_base),
             run_dir=env.get("XMC_RUN_DIR", d.run_dir),
         )
 
@@ -361,7 +268,7 @@ class UiSettings:
     @classmethod
     def _from_env(cls, env: Env) -> UiSettings:
         d = cls()
-        poll = _seconds(env, "XMC_UI_POLL_SECONDS", d.poll_seconds)
+        poll = seconds(env, "XMC_UI_POLL_SECONDS", d.poll_seconds)
         if not 0 < poll < float("inf"):
             raise InvalidArgumentError(
                 f"XMC_UI_POLL_SECONDS: must be a positive number of seconds, got {poll!r}"
@@ -411,7 +318,7 @@ def load_settings(env: Env | None = None, *, read_file: ReadFile | None = None) 
     env = os.environ if env is None else env
     settings = XmcSettings(
         core=Settings._from_env(env),
-        auth=AuthSettings._from_env(env, read_file or _read_text),
+        auth=AuthSettings._from_env(env, read_file or read_text),
         tls=TlsSettings._from_env(env),
         service_client=ServiceClientSettings._from_env(env),
         local_run=LocalRunSettings._from_env(env),

@@ -32,7 +32,8 @@ import jwt
 
 from xmc.claims import JwtProblem, TimeProblem, check_claim_times, classify_jwt_error
 from xmc.errors import PermissionDeniedError, UnauthenticatedError
-from xmc.settings import AuthSettings, load_public_key
+from xmc.setting_values import load_public_key
+from xmc.settings import AuthSettings
 from xmc.timestamps import utc_now
 from xmc_api.cloud.xmanager.v1.xid_pb2 import XidAcls
 

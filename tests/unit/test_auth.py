@@ -26,7 +26,8 @@ from ess.auth import (
     require_service,
 )
 from xmc.errors import InvalidArgumentError, PermissionDeniedError, UnauthenticatedError
-from xmc.settings import AuthSettings, ReadFile, load_settings
+from xmc.setting_values import ReadFile
+from xmc.settings import AuthSettings, load_settings
 from xmc_api.cloud.xmanager.v1.xid_pb2 import XidAcls
 
 NOW = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)

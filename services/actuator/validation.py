@@ -23,17 +23,19 @@ from typing import Any, Final, TypeGuard
 
 import kubequantity
 from actuator.manifest import GKE_TPU_TOPOLOGY
+from actuator.validation_names import (
+    DNS_1035_LABEL,
+    DNS_1123_LABEL,
+    MAX_LABEL,
+    check_annotations,
+    check_labels,
+    check_metadata,
+    check_type,
+    dns_label,
+)
 from xmc import labels
 
-_DNS_1035_LABEL: Final = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-_DNS_1123_LABEL: Final = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS_1123_SUBDOMAIN: Final = re.compile(
-    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-)
-_LABEL_NAME: Final = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _TPU_TOPOLOGY: Final = re.compile(r"^[1-9][0-9]*(x[1-9][0-9]*)*$")
-_MAX_LABEL: Final = 63
-_MAX_SUBDOMAIN: Final = 253
 
 _JOB_RESTART_POLICIES: Final = ("Never", "OnFailure")
 _DEPENDS_ON_STATUSES: Final = ("Ready", "Complete")
@@ -52,13 +54,13 @@ def validate_jobset_manifest(jobset: Mapping[str, Any]) -> list[str]:
     """Every problem of ``jobset``, each prefixed by its field path; empty when valid."""
     metadata = _mapping(jobset.get("metadata"))
     spec = _mapping(jobset.get("spec"))
-    problems = _check_type(jobset) + _check_metadata(metadata)
+    problems = check_type(jobset) + check_metadata(metadata)
     replicated_jobs = [_mapping(rj) for rj in _sequence(spec.get("replicatedJobs"))]
     if not replicated_jobs:
         problems.append("spec.replicatedJobs: at least one replicated job is required")
     # Pod hostnames are checked only under a valid JobSet name, to report each fault once.
     name = metadata.get("name")
-    jobset_name = name if not _dns_label(name, "", _DNS_1035_LABEL) else None
+    jobset_name = name if not dns_label(name, "", DNS_1035_LABEL) else None
     exclusive = labels.EXCLUSIVE_TOPOLOGY in _mapping(metadata.get("annotations"))
     seen: list[str] = []
     for i, replicated_job in enumerate(replicated_jobs):
@@ -86,81 +88,6 @@ def parse_quantity(value: object) -> Decimal | None:
         return None
 
 
-# --- metadata --------------------------------------------------------------------------
-
-
-def _check_type(jobset: Mapping[str, Any]) -> list[str]:
-    problems = []
-    if jobset.get("apiVersion") != labels.JOBSET_API_VERSION:
-        problems.append(f"apiVersion: must be {labels.JOBSET_API_VERSION}")
-    if jobset.get("kind") != labels.JOBSET_KIND:
-        problems.append(f"kind: must be {labels.JOBSET_KIND}")
-    return problems
-
-
-def _check_metadata(metadata: Mapping[str, Any]) -> list[str]:
-    problems = _dns_label(metadata.get("name"), "metadata.name", _DNS_1035_LABEL)
-    problems += _dns_label(metadata.get("namespace"), "metadata.namespace", _DNS_1123_LABEL)
-    jobset_labels = _mapping(metadata.get("labels"))
-    problems += _check_labels(jobset_labels, "metadata.labels")
-    problems += _check_annotations(_mapping(metadata.get("annotations")), "metadata.annotations")
-    if not jobset_labels.get(labels.QUEUE_NAME):
-        problems.append(
-            f"metadata.labels[{labels.QUEUE_NAME}]: required; Kueue admits only queued JobSets"
-        )
-    eid = jobset_labels.get(labels.EXECUTION_ID)
-    if not (isinstance(eid, str) and eid.isascii() and eid.isdigit() and int(eid) > 0):
-        problems.append(f"metadata.labels[{labels.EXECUTION_ID}]: must be a positive integer")
-    return problems
-
-
-def _dns_label(value: object, where: str, pattern: re.Pattern[str]) -> list[str]:
-    if not isinstance(value, str) or not value:
-        return [f"{where}: required"]
-    if len(value) > _MAX_LABEL or not pattern.match(value):
-        kind = "DNS-1035" if pattern is _DNS_1035_LABEL else "DNS-1123"
-        return [f"{where}: {value!r} is not a {kind} label of at most {_MAX_LABEL} characters"]
-    return []
-
-
-def _qualified_name_problem(key: object) -> str | None:
-    if not isinstance(key, str):
-        return "is not a string"
-    prefix, _, name = key.rpartition("/")
-    if "/" in key and (
-        not prefix or len(prefix) > _MAX_SUBDOMAIN or not _DNS_1123_SUBDOMAIN.match(prefix)
-    ):
-        return "prefix is not a DNS-1123 subdomain"
-    if not name or len(name) > _MAX_LABEL or not _LABEL_NAME.match(name):
-        return f"name must be 1-{_MAX_LABEL} alphanumerics, '-', '_' or '.'"
-    return None
-
-
-def _check_labels(values: Mapping[str, Any], where: str) -> list[str]:
-    problems = []
-    for key, value in values.items():
-        if (problem := _qualified_name_problem(key)) is not None:
-            problems.append(f"{where}[{key}]: key {problem}")
-        if not isinstance(value, str) or (
-            value and (len(value) > _MAX_LABEL or not _LABEL_NAME.match(value))
-        ):
-            problems.append(
-                f"{where}[{key}]: value {value!r} is not a label value "
-                f"(at most {_MAX_LABEL} alphanumerics, '-', '_' or '.')"
-            )
-    return problems
-
-
-def _check_annotations(values: Mapping[str, Any], where: str) -> list[str]:
-    problems = []
-    for key, value in values.items():
-        if (problem := _qualified_name_problem(key)) is not None:
-            problems.append(f"{where}[{key}]: key {problem}")
-        if not isinstance(value, str):
-            problems.append(f"{where}[{key}]: value must be a string")
-    return problems
-
-
 # --- replicated jobs -------------------------------------------------------------------
 
 
@@ -173,7 +100,7 @@ def _check_replicated_job(
     exclusive: bool,
 ) -> list[str]:
     name = replicated_job.get("name")
-    problems = _dns_label(name, f"{where}.name", _DNS_1123_LABEL)
+    problems = dns_label(name, f"{where}.name", DNS_1123_LABEL)
     if name in earlier:
         problems.append(f"{where}.name: {name!r} is used by an earlier replicated job")
     replicas = replicated_job.get("replicas", 1)
@@ -186,9 +113,9 @@ def _check_replicated_job(
     if jobset_name and isinstance(name, str) and _is_int(replicas) and _is_int(completions):
         # The last pod's hostname, <jobset>-<job>-<job index>-<pod index>, is a DNS label.
         hostname = f"{jobset_name}-{name}-{max(replicas - 1, 0)}-{max(completions - 1, 0)}"
-        if len(hostname) > _MAX_LABEL:
+        if len(hostname) > MAX_LABEL:
             problems.append(
-                f"{where}.name: pod hostname {hostname!r} would exceed {_MAX_LABEL} characters"
+                f"{where}.name: pod hostname {hostname!r} would exceed {MAX_LABEL} characters"
             )
     exclusive = exclusive or labels.EXCLUSIVE_TOPOLOGY in _mapping(
         _mapping(template.get("metadata")).get("annotations")
@@ -225,10 +152,10 @@ def _check_job_spec(job_spec: Mapping[str, Any], where: str, *, exclusive: bool)
         problems.append(f"{where}.activeDeadlineSeconds: must be > 0")
     pod_template = _mapping(job_spec.get("template"))
     pod_metadata = _mapping(pod_template.get("metadata"))
-    problems += _check_labels(
+    problems += check_labels(
         _mapping(pod_metadata.get("labels")), f"{where}.template.metadata.labels"
     )
-    problems += _check_annotations(
+    problems += check_annotations(
         _mapping(pod_metadata.get("annotations")), f"{where}.template.metadata.annotations"
     )
     # JobSet's pod webhook reads the annotation from the pod itself, so a pod template
@@ -257,7 +184,7 @@ def _check_pod_spec(pod_spec: Mapping[str, Any], where: str, *, exclusive: bool)
     if not _is_int(grace) or grace < 0:
         problems.append(f"{where}.terminationGracePeriodSeconds: must be >= 0")
     node_selector = _mapping(pod_spec.get("nodeSelector"))
-    problems += _check_labels(node_selector, f"{where}.nodeSelector")
+    problems += check_labels(node_selector, f"{where}.nodeSelector")
     topology = node_selector.get(GKE_TPU_TOPOLOGY)
     if topology is not None and not (isinstance(topology, str) and _TPU_TOPOLOGY.match(topology)):
         problems.append(
@@ -290,7 +217,7 @@ def _check_volumes(volumes: Sequence[Any], where: str) -> _Volumes:
     names: list[str] = []
     for k, volume in enumerate(_mapping(v) for v in volumes):
         name = volume.get("name")
-        problems += _dns_label(name, f"{where}[{k}].name", _DNS_1123_LABEL)
+        problems += dns_label(name, f"{where}[{k}].name", DNS_1123_LABEL)
         if name in names:
             problems.append(f"{where}[{k}].name: {name!r} is used by an earlier volume")
         names.append(str(name))
@@ -301,7 +228,7 @@ def _check_container(
     container: Mapping[str, Any], where: str, *, names: Sequence[str], volumes: frozenset[str]
 ) -> list[str]:
     name = container.get("name")
-    problems = _dns_label(name, f"{where}.name", _DNS_1123_LABEL)
+    problems = dns_label(name, f"{where}.name", DNS_1123_LABEL)
     if name in names:
         problems.append(f"{where}.name: {name!r} is used by another container of the pod")
     if not container.get("image"):
@@ -354,7 +281,7 @@ def _check_network(network: Mapping[str, Any]) -> list[str]:
     if subdomain is None:
         return []
     # The subdomain names the headless Service, so it must be a Service name.
-    return _dns_label(subdomain, "spec.network.subdomain", _DNS_1035_LABEL)
+    return dns_label(subdomain, "spec.network.subdomain", DNS_1035_LABEL)
 
 
 def _check_success_policy(policy: object, replicas: Mapping[str, int]) -> list[str]:

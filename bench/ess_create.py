@@ -18,22 +18,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import socket
 import statistics
 import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import asyncpg
 import grpc
 import redis.asyncio as aioredis
+from bench.ess_rpc import free_port, start_ess
 from bench.workloads import work_unit
 
+from tests.stack import create_database, drop_database
 from xmc.store.migrate import migrate
 from xmc.streams import hash_tag
 from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
@@ -125,55 +125,20 @@ async def publish_lag(dsn: str, *, after_seq: int) -> tuple[float, float]:
     return cuts[49], cuts[98]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-async def start_ess(dsn: str, prefix: str, port: int) -> list[asyncio.subprocess.Process]:
-    env = {
-        **os.environ,
-        "XMC_DATABASE_URL": dsn,
-        "XMC_REDIS_URL": REDIS_URL,
-        "XMC_ESS_LISTEN": f"127.0.0.1:{port}",
-        "XMC_TASK_SIGNING_KEY": "bench-signing-key-of-at-least-32-bytes",
-        "XMC_AUTH_STATIC_TOKENS": f"{TOKEN}=bench@example.com",
-        "XMC_STREAM_PREFIX": prefix,
-    }
-    exe = str(Path(sys.executable).with_name("xmc-ess"))
-    procs = [
-        await asyncio.create_subprocess_exec(
-            exe,
-            "serve",
-            env=env,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL,
-        )
-    ]
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
-    await asyncio.wait_for(channel.channel_ready(), timeout=30)
-    await channel.close()
-    return procs
-
-
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--runs", type=int, default=3, help="runs per point (median printed)")
     args = parser.parse_args()
 
-    name = f"xmc_bench_{uuid.uuid4().hex[:8]}"
-    admin = await asyncpg.connect(ADMIN_DSN)
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    dsn = urlunsplit(urlsplit(ADMIN_DSN)._replace(path=f"/{name}"))
+    dsn = await create_database(ADMIN_DSN)
     prefix = f"bench-{uuid.uuid4().hex[:8]}:"
     redis = aioredis.Redis.from_url(REDIS_URL)
-    procs: list[asyncio.subprocess.Process] = []
+    proc: asyncio.subprocess.Process | None = None
     try:
         await migrate(dsn)
         port = free_port()
-        procs = await start_ess(dsn, prefix, port)
+        proc = await start_ess(dsn, port, prefix=prefix, service=False)
         channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
         api = api_pb2_grpc.ExperimentStateServiceStub(channel)
         experiment = await api.CreateExperiment(
@@ -215,16 +180,14 @@ async def main() -> None:
         print(f"CreateWorkUnit at 64 clients: p99 {p99s[64]:.1f} ms (target < 100 ms)")
         await channel.close()
     finally:
-        for proc in procs:
+        if proc is not None:
             proc.terminate()
-        for proc in procs:
             await proc.wait()
         keys = [key async for key in redis.scan_iter(match=f"{hash_tag(prefix)}*")]
         if keys:
             await redis.delete(*keys)
         await redis.aclose()
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
+        await drop_database(ADMIN_DSN, dsn)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,6 @@ from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -43,6 +42,7 @@ import asyncpg
 import grpc
 from bench.workloads import MASK, observation, work_unit
 
+from tests.stack import create_database, drop_database
 from xmc.model.merge import ExecutionUpdate
 from xmc.names import experiment_name, work_unit_name
 from xmc.store.executions import update_work_unit_executions
@@ -242,7 +242,13 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-async def start_ess(dsn: str, port: int, profile: str) -> asyncio.subprocess.Process:
+async def start_ess(
+    dsn: str, port: int, profile: str = "", *, prefix: str = "", service: bool = True
+) -> asyncio.subprocess.Process:
+    """``xmc-ess serve`` on ``port`` (under cProfile into ``profile`` when given), its Redis
+    keys under ``prefix`` (a fresh one by default); returns once it answers. The bench
+    token's caller is a service account (UpdateWorkUnitExecutions needs one) unless
+    ``service`` is False: a researcher, as CreateWorkUnit's callers are."""
     env = {
         **os.environ,
         "XMC_DATABASE_URL": dsn,
@@ -250,9 +256,10 @@ async def start_ess(dsn: str, port: int, profile: str) -> asyncio.subprocess.Pro
         "XMC_ESS_LISTEN": f"127.0.0.1:{port}",
         "XMC_TASK_SIGNING_KEY": "bench-signing-key-of-at-least-32-bytes",
         "XMC_AUTH_STATIC_TOKENS": f"{TOKEN}={SERVICE}",
-        "XMC_AUTH_SERVICE_ACCOUNTS": SERVICE,
-        "XMC_STREAM_PREFIX": f"bench-{uuid.uuid4().hex[:8]}:",
+        "XMC_STREAM_PREFIX": prefix or f"bench-{uuid.uuid4().hex[:8]}:",
     }
+    if service:
+        env["XMC_AUTH_SERVICE_ACCOUNTS"] = SERVICE
     exe = str(Path(sys.executable).with_name("xmc-ess"))
     command = [exe, "serve"]
     if profile:
@@ -276,10 +283,7 @@ async def main() -> None:
     parser.add_argument("--only", choices=("update", "list"), default="", help="one figure")
     args = parser.parse_args()
 
-    name = f"xmc_bench_{uuid.uuid4().hex[:8]}"
-    admin = await asyncpg.connect(ADMIN_DSN)
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    dsn = urlunsplit(urlsplit(ADMIN_DSN)._replace(path=f"/{name}"))
+    dsn = await create_database(ADMIN_DSN)
     proc = None
     try:
         await migrate(dsn)
@@ -345,8 +349,7 @@ async def main() -> None:
         if proc is not None:
             proc.terminate()
             await proc.wait()
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
+        await drop_database(ADMIN_DSN, dsn)
 
 
 if __name__ == "__main__":

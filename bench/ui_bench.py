@@ -26,11 +26,9 @@ import os
 import statistics
 import sys
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -39,6 +37,7 @@ import asyncpg
 import grpc
 from bench.ess_rpc import BATCH, METADATA, TOKEN, free_port, seed, start_ess, update_request
 
+from tests.stack import create_database, drop_database
 from xmc.store.migrate import migrate
 from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
 
@@ -115,10 +114,7 @@ async def main() -> None:
     parser.add_argument("--loads", type=int, default=30)
     args = parser.parse_args()
 
-    name = f"xmc_bench_{uuid.uuid4().hex[:8]}"
-    admin = await asyncpg.connect(ADMIN_DSN)
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    dsn = urlunsplit(urlsplit(ADMIN_DSN)._replace(path=f"/{name}"))
+    dsn = await create_database(ADMIN_DSN)
     processes: list[asyncio.subprocess.Process] = []
     try:
         await migrate(dsn)
@@ -208,8 +204,7 @@ async def main() -> None:
         for proc in reversed(processes):
             proc.terminate()
             await proc.wait()
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
+        await drop_database(ADMIN_DSN, dsn)
 
 
 if __name__ == "__main__":

@@ -89,6 +89,18 @@ def checked(deserializer: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
     return deserialize
 
 
+def passthrough(serializer: Callable[[Any], bytes] | None) -> Callable[[Any], bytes] | None:
+    """``serializer``, except that a response a servicer returns already serialized
+    (``bytes``: pages framed from stored bytes) goes out as it is."""
+    if serializer is None:
+        return None
+
+    def serialize(response: Any) -> bytes:
+        return response if type(response) is bytes else serializer(response)
+
+    return serialize
+
+
 def _refusal(exc: Exception) -> tuple[grpc.StatusCode, str]:
     """Classify ``exc`` for the caller; log what the operator must see."""
     code, message = status_code(exc)
@@ -177,5 +189,5 @@ class EssInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         return grpc.unary_unary_rpc_method_handler(
             wrapped,
             request_deserializer=checked(handler.request_deserializer),
-            response_serializer=handler.response_serializer,
+            response_serializer=passthrough(handler.response_serializer),
         )

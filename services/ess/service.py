@@ -149,19 +149,17 @@ class ExperimentStateService(api_pb2_grpc.ExperimentStateServiceServicer):
         found = await self._store.list_work_unit_executions(xid, wid)
         return api_pb2.ListWorkUnitExecutionsResponse(work_unit_executions=found)
 
-    async def ListWorkUnits(
+    async def ListWorkUnits(  # type: ignore[override]  # bytes: see the docstring
         self, request: api_pb2.ListWorkUnitsRequest, context: Any
-    ) -> api_pb2.ListWorkUnitsResponse:
+    ) -> bytes:
+        """The response already serialized, framed from stored bytes (``xmc.store.wire``);
+        the interceptor's serializer passes bytes through."""
         xid = parse_experiment_name(request.parent, field="parent")
-        response = api_pb2.ListWorkUnitsResponse()
         # One statement, so no transaction: it would only add BEGIN and COMMIT round trips.
         async with self._store.connection() as conn:
-            response.next_page_token = await work_units.list_work_units(
-                conn, xid, list_request(request), response.work_units
-            )
-        return response
+            return await work_units.list_work_units(conn, xid, list_request(request))
 
-    SearchWorkUnits = ListWorkUnits
+    SearchWorkUnits = ListWorkUnits  # type: ignore[assignment]
 
     async def StopWorkUnit(self, request: api_pb2.StopWorkUnitRequest, context: Any) -> Operation:
         xid, wid = parse_work_unit_name(request.name)

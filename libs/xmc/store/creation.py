@@ -29,11 +29,12 @@ from xmc.errors import (
 )
 from xmc.model.states import WorkUnitState
 from xmc.names import MAX_CLIENT_WORK_UNIT_ID, MAX_ID, experiment_name, work_unit_name
+from xmc.store.codec import EXECUTION_COLUMNS
 from xmc.store.experiments import RollupDelta, apply_rollups, experiment_doc_acls
 from xmc.store.operations import ActionType, NewOperation, insert_operations, operations_by_key
 from xmc.store.work_units import (
-    WORK_UNIT_COLUMNS,
     insert_history,
+    wire_parts,
     work_unit_doc,
     work_unit_from_row,
 )
@@ -45,15 +46,15 @@ _INITIALIZING = int(WorkUnitState.INITIALIZING)
 _INSERT = f"""
     INSERT INTO work_units (xid, wid, work_unit_type, priority, tags, notes, doc,
         create_time, update_time, eid, exec_create_time, exec_update_time, state,
-        state_update_time, status_update_time)
+        state_update_time, status_update_time, head, exec_wire)
     SELECT u.xid, u.wid, u.work_unit_type, u.priority,
            ARRAY(SELECT jsonb_array_elements_text(u.tags)), u.notes, u.doc,
-           $8, $8, 1, $8, $8, {_INITIALIZING}, $8, $8
+           $8, $8, 1, $8, $8, {_INITIALIZING}, $8, $8, u.head, u.exec_wire
     FROM unnest($1::bigint[], $2::bigint[], $3::smallint[], $4::smallint[], $5::jsonb[],
-                $6::text[], $7::bytea[])
-         AS u(xid, wid, work_unit_type, priority, tags, notes, doc)
+                $6::text[], $7::bytea[], $9::bytea[], $10::bytea[])
+         AS u(xid, wid, work_unit_type, priority, tags, notes, doc, head, exec_wire)
     ON CONFLICT (xid, wid) DO NOTHING
-    RETURNING {WORK_UNIT_COLUMNS}"""
+    RETURNING xid, wid"""
 
 
 @dataclass(frozen=True)
@@ -166,23 +167,32 @@ async def create_work_units(
         planned[(item.xid, wid)] = first_of[(item.xid, wid)] = i
 
     # 4. Insert the rows; a conflict means another transaction created that id first.
+    # The rows as they will be stored, so the response and the wire parts are built
+    # here and the insert returns only which keys it took.
     keys = list(planned)
+    rows = [_new_row(k, items[planned[k]].work_unit, now) for k in keys]
+    parts = [wire_parts(row) for row in rows]
     inserted = (
         await conn.fetch(
             _INSERT,
             [k[0] for k in keys],
             [k[1] for k in keys],
-            [int(items[planned[k]].work_unit.work_unit_type) for k in keys],
-            [int(items[planned[k]].work_unit.priority) for k in keys],
-            [_json_list(items[planned[k]].work_unit.tags) for k in keys],
-            [items[planned[k]].work_unit.notes for k in keys],
-            [work_unit_doc(items[planned[k]].work_unit) for k in keys],
+            [row["work_unit_type"] for row in rows],
+            [row["priority"] for row in rows],
+            [_json_list(row["tags"]) for row in rows],
+            [row["notes"] for row in rows],
+            [row["doc"] for row in rows],
             now,
+            [head for head, _ in parts],
+            [exec_wire for _, exec_wire in parts],
         )
         if keys
         else []
     )
-    created = {(r["xid"], r["wid"]): work_unit_from_row(r) for r in inserted}
+    taken = {(r["xid"], r["wid"]) for r in inserted}
+    created = {
+        key: work_unit_from_row(row) for key, row in zip(keys, rows, strict=True) if key in taken
+    }
     lost = [k for k in keys if k not in created]
     if lost:
         won_elsewhere = await operations_by_key(conn, lost, ActionType.CREATE)
@@ -227,6 +237,28 @@ async def create_work_units(
         )
     assert all(o is not None for o in outcomes), "every item has an outcome"
     return [o for o in outcomes if o is not None]
+
+
+def _new_row(key: tuple[int, int], work_unit: WorkUnit, now: datetime) -> dict[str, Any]:
+    """The columns ``_INSERT`` stores for a new work unit: execution 1, INITIALIZING."""
+    return {
+        "xid": key[0],
+        "wid": key[1],
+        "work_unit_type": int(work_unit.work_unit_type),
+        "priority": int(work_unit.priority),
+        "tags": list(work_unit.tags),
+        "notes": work_unit.notes,
+        "doc": work_unit_doc(work_unit),
+        "create_time": now,
+        "update_time": now,
+        "eid": 1,
+        **dict.fromkeys(EXECUTION_COLUMNS),
+        "exec_create_time": now,
+        "exec_update_time": now,
+        "state": _INITIALIZING,
+        "state_update_time": now,
+        "status_update_time": now,
+    }
 
 
 def _json_list(values: Sequence[str]) -> str:

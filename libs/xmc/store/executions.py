@@ -31,6 +31,7 @@ from xmc.model.states import WorkUnitState
 from xmc.model.stored import StoredExecution
 from xmc.store.codec import EXECUTION_COLUMNS, stored_from_row, stored_to_columns
 from xmc.store.experiments import RollupDelta, apply_rollups
+from xmc.store.wire import execution_wire
 from xmc.store.work_units import insert_history
 from xmc.timestamps import set_timestamp, stamp_after, to_datetime
 from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
@@ -87,11 +88,14 @@ _COLUMN_TYPES = (
     "bytea",
     "bytea",
 )
+#: The execution columns and ``exec_wire``, the execution as the API serializes it
+#: (``xmc.store.wire``), which pages are framed from.
+_WRITTEN = (*EXECUTION_COLUMNS, "exec_wire")
 _UPDATE_CHANGED = f"""
-    UPDATE work_units AS w SET {", ".join(f"{c} = u.{c}" for c in EXECUTION_COLUMNS)}
+    UPDATE work_units AS w SET {", ".join(f"{c} = u.{c}" for c in _WRITTEN)}
     FROM unnest($1::bigint[], $2::bigint[],
-                {", ".join(f"${i + 3}::{t}[]" for i, t in enumerate(_COLUMN_TYPES))})
-         AS u(xid, wid, {", ".join(EXECUTION_COLUMNS)})
+                {", ".join(f"${i + 3}::{t}[]" for i, t in enumerate((*_COLUMN_TYPES, "bytea")))})
+         AS u(xid, wid, {", ".join(_WRITTEN)})
     WHERE w.xid = u.xid AND w.wid = u.wid"""
 
 _INSERT_MESSAGES = """
@@ -186,7 +190,10 @@ async def _write_changed(conn: Any, slots: dict[tuple[int, int], _Slot]) -> None
     changed = [(key, slot) for key, slot in slots.items() if slot.changed]
     if not changed:
         return
-    rows = [(*key, *stored_to_columns(slot.current)) for key, slot in changed]
+    rows = [
+        (*key, *stored_to_columns(slot.current), execution_wire(*key, slot.eid, slot.current))
+        for key, slot in changed
+    ]
     await conn.execute(_UPDATE_CHANGED, *zip(*rows, strict=True))
 
 

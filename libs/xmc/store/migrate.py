@@ -17,6 +17,8 @@ from typing import Any
 
 import asyncpg
 
+from xmc.store.backfill import backfill_wire
+
 # Arbitrary but fixed: every XMC process agrees on it, nothing else uses it.
 MIGRATION_LOCK_KEY = 0x584D43_0001
 
@@ -92,9 +94,12 @@ async def apply_migrations(conn: Any, migrations: list[Migration] | None = None)
 
 
 async def migrate(dsn: str) -> list[int]:
-    """Connect, migrate, disconnect: what ``xmc-ess migrate`` runs."""
+    """Connect, migrate (schema, then the wire parts of older rows), disconnect: what
+    ``xmc-ess migrate`` runs."""
     conn = await asyncpg.connect(dsn)
     try:
-        return await apply_migrations(conn)
+        applied = await apply_migrations(conn)
+        await backfill_wire(conn)
+        return applied
     finally:
         await conn.close()

@@ -11,12 +11,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
-
 from xmc.errors import InvalidArgumentError, NotFoundError
 from xmc.masks import apply_update_mask
 from xmc.model.states import Priority, Severity, WorkUnitState
-from xmc.names import status_message_name, work_unit_name
+from xmc.model.stored import StoredExecution
+from xmc.names import execution_name, status_message_name, work_unit_name
 from xmc.query import FieldKind, FieldSpec, OrderKey, compile_filter
 from xmc.store.codec import (
     EXECUTION_COLUMNS,
@@ -26,6 +25,14 @@ from xmc.store.codec import (
 )
 from xmc.store.experiments import RollupDelta, apply_rollups, require_experiment
 from xmc.store.listing import ListRequest, ListResource, fetch_page
+from xmc.store.wire import (
+    execution_wire,
+    execution_wire_from_values,
+    list_response_from_parts,
+    list_response_wire,
+    wire_row_is_whole,
+    work_unit_wire,
+)
 from xmc.timestamps import set_timestamp
 from xmc_api.cloud.xmanager.v1.status_message_pb2 import StatusMessage
 from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
@@ -79,13 +86,18 @@ def work_unit_from_row(row: Mapping[str, Any]) -> WorkUnit:
 
 
 def write_work_unit_from_row(target: WorkUnit, row: Mapping[str, Any]) -> None:
-    """Fill an empty ``target`` in place: a page of 100 is built straight into the
-    response's repeated field (``add()``), never built apart and copied in."""
-    xid, wid = row["xid"], row["wid"]
+    """Fill an empty ``target`` in place from the columns."""
+    write_work_unit_head(target, row)
+    execution = target.current_work_unit_execution
+    write_execution_from_row(execution, row, execution_name(row["xid"], row["wid"], row["eid"]))
+    execution.state = ACTIVE
+
+
+def write_work_unit_head(target: WorkUnit, row: Mapping[str, Any]) -> None:
+    """Everything but the current execution: what the ``head`` column holds."""
     if row["doc"]:
         target.MergeFromString(row["doc"])
-    name = work_unit_name(xid, wid)
-    target.name = name
+    target.name = work_unit_name(row["xid"], row["wid"])
     target.work_unit_type = row["work_unit_type"]
     target.priority = row["priority"]
     if row["tags"]:
@@ -93,9 +105,18 @@ def write_work_unit_from_row(target: WorkUnit, row: Mapping[str, Any]) -> None:
     target.notes = row["notes"]
     set_timestamp(target.create_time, row["create_time"])
     set_timestamp(target.update_time, row["update_time"])
-    execution = target.current_work_unit_execution
-    write_execution_from_row(execution, row, f"{name}/executions/{row['eid']}")
-    execution.state = ACTIVE
+
+
+def head_wire(row: Mapping[str, Any]) -> bytes:
+    head = WorkUnit()
+    write_work_unit_head(head, row)
+    return head.SerializeToString()
+
+
+def wire_parts(row: Mapping[str, Any]) -> tuple[bytes, bytes]:
+    """(``head``, ``exec_wire``) of a row, built from its columns."""
+    name = execution_name(row["xid"], row["wid"], row["eid"])
+    return head_wire(row), execution_wire_from_values(name, [row[c] for c in EXECUTION_COLUMNS])
 
 
 async def insert_history(conn: Any, rows: list[tuple[Any, ...]]) -> None:
@@ -139,17 +160,20 @@ async def restart_work_unit(
     old_state = WorkUnitState(current["state"])
     new_state = WorkUnitState.RESTARTING
     new_eid = current["eid"] + 1
+    fresh = StoredExecution(now, now, None, new_state, now, now)
     row = await conn.fetchrow(
         f"""UPDATE work_units SET eid = $3, exec_create_time = $4, exec_update_time = $4,
                 exec_complete_time = NULL, state = $5, state_update_time = $4,
                 status_update_time = $4, system_message = NULL, user_message = NULL,
-                scheduling_information = NULL, detailed_status = NULL, metadata = NULL
+                scheduling_information = NULL, detailed_status = NULL, metadata = NULL,
+                exec_wire = $6
             WHERE xid = $1 AND wid = $2 RETURNING {WORK_UNIT_COLUMNS}""",
         xid,
         wid,
         new_eid,
         now,
         int(new_state),
+        execution_wire(xid, wid, new_eid, fresh),
     )
     await insert_history(
         conn, [(xid, wid, new_eid, int(old_state), int(new_state), now, writer, now)]
@@ -209,12 +233,12 @@ async def fetch_status_history(conn: Any, xid: int, wid: int) -> list[StatusHist
     ]
 
 
-def _work_unit_listing(alias: str) -> ListResource:
+def _work_unit_listing(alias: str, columns: str) -> ListResource:
     a = alias
     state = FieldSpec(f"{a}.state", FieldKind.ENUM, enum=WorkUnitState)
     return ListResource(
         source=f"work_units {a}",
-        columns=", ".join(f"{a}.{c.strip()}" for c in WORK_UNIT_COLUMNS.split(",")),
+        columns=", ".join(f"{a}.{c.strip()}" for c in columns.split(",")),
         fields={
             "wid": FieldSpec(f"{a}.wid", FieldKind.INT),
             "state": state,
@@ -234,31 +258,52 @@ def _work_unit_listing(alias: str) -> ListResource:
     )
 
 
-WORK_UNIT_LISTING = _work_unit_listing("w")
+WORK_UNIT_LISTING = _work_unit_listing("w", WORK_UNIT_COLUMNS)
+#: Pages read the stored wire parts only (``xmc.store.wire``).
+WORK_UNIT_WIRE_LISTING = _work_unit_listing("w", "xid, wid, head, exec_wire")
 
 #: What ``UpdateWorkUnit`` may change (SPEC §2.1).
 WORK_UNIT_UPDATABLE = frozenset({"priority", "urls", "tags", "notes"})
 
 
-async def list_work_units(
-    conn: Any, xid: int, request: ListRequest, into: RepeatedCompositeFieldContainer[WorkUnit]
-) -> str:
-    """One page, built into ``into`` (the response's repeated field); the next page's
-    token. NOT_FOUND when the experiment does not exist — before any complaint about the
-    filter or token — checked only when the page is empty or the request is refused: a
-    work unit row implies its experiment (foreign key), so a full page needs no check."""
+async def list_work_units(conn: Any, xid: int, request: ListRequest) -> bytes:
+    """One page as a serialized ``ListWorkUnitsResponse``, framed from the stored wire
+    parts (``xmc.store.wire``). NOT_FOUND when the experiment does not exist — before any
+    complaint about the filter or token — checked only when the page is empty or the
+    request is refused: a work unit row implies its experiment (foreign key), so a full
+    page needs no check."""
     try:
         rows, token = await fetch_page(
-            conn, WORK_UNIT_LISTING, request, where="w.xid = $1", params=[xid], scope=str(xid)
+            conn, WORK_UNIT_WIRE_LISTING, request, where="w.xid = $1", params=[xid], scope=str(xid)
         )
     except InvalidArgumentError:
         await require_experiment(conn, xid)
         raise
     if not rows:
         await require_experiment(conn, xid)
-    for row in rows:
-        write_work_unit_from_row(into.add(), row)
-    return token
+    if all(row["head"] is not None and row["exec_wire"] is not None for row in rows):
+        return list_response_from_parts([(row["head"], row["exec_wire"]) for row in rows], token)
+    built = await _build_from_columns(
+        conn, xid, [row["wid"] for row in rows if not wire_row_is_whole(row)]
+    )
+    units = [
+        work_unit_wire(row["head"], row["exec_wire"])
+        if wire_row_is_whole(row)
+        else built.get(row["wid"])
+        for row in rows
+    ]
+    # A row gone since the page was read (its experiment deleted) is left out.
+    return list_response_wire([u for u in units if u is not None], token)
+
+
+async def _build_from_columns(conn: Any, xid: int, wids: list[int]) -> dict[int, bytes]:
+    """Rows whose wire parts are not stored yet (written before migration 0003)."""
+    rows = await conn.fetch(
+        f"SELECT {WORK_UNIT_COLUMNS} FROM work_units WHERE xid = $1 AND wid = ANY($2::bigint[])",
+        xid,
+        wids,
+    )
+    return {row["wid"]: work_unit_wire(*wire_parts(row)) for row in rows}
 
 
 async def select_work_unit_ids(conn: Any, xid: int, filter_text: str) -> list[int]:
@@ -285,16 +330,26 @@ async def update_work_unit(
         raise NotFoundError(f"name: {work_unit_name(xid, wid)} does not exist")
     work_unit = work_unit_from_row(row)
     apply_update_mask(work_unit, source, paths)
+    changed = {
+        **row,
+        "priority": int(work_unit.priority),
+        "tags": list(work_unit.tags),
+        "notes": work_unit.notes,
+        "doc": work_unit_doc(work_unit),
+        "update_time": now,
+    }
     row = await conn.fetchrow(
-        f"""UPDATE work_units SET priority = $3, tags = $4, notes = $5, doc = $6, update_time = $7
+        f"""UPDATE work_units SET priority = $3, tags = $4, notes = $5, doc = $6, update_time = $7,
+                head = $8
             WHERE xid = $1 AND wid = $2 RETURNING {WORK_UNIT_COLUMNS}""",
         xid,
         wid,
-        int(work_unit.priority),
-        list(work_unit.tags),
-        work_unit.notes,
-        work_unit_doc(work_unit),
+        changed["priority"],
+        changed["tags"],
+        changed["notes"],
+        changed["doc"],
         now,
+        head_wire(changed),
     )
     return work_unit_from_row(row)
 

@@ -122,6 +122,20 @@ def test_compute_active_state(
             {S.STOPPING: 1},
             id="stored zero entries are dropped",
         ),
+        pytest.param(
+            {S.FAILED: 0, S.RUNNING: 2},
+            S.RUNNING,
+            S.STOPPING,
+            {S.RUNNING: 1, S.STOPPING: 1},
+            id="stored zero entries are dropped when nothing empties",
+        ),
+        pytest.param(
+            {S.RUNNING: 3, S.SCHEDULING: 1, S.STARTING: 2},
+            S.STARTING,
+            S.RUNNING,
+            {S.RUNNING: 4, S.SCHEDULING: 1, S.STARTING: 1},
+            id="nothing to drop: a move within the tally",
+        ),
     ],
 )
 def test_apply_child_state_change(
@@ -132,7 +146,10 @@ def test_apply_child_state_change(
 ) -> None:
     before = dict(counts)
 
-    assert apply_child_state_change(counts, old, new) == expected
+    result = apply_child_state_change(counts, old, new)
+    assert result == expected
+    assert list(result) == [k for k in {**counts, new: 0} if k in result], "order is kept"
+    assert result is not counts
     assert counts == before
 
 

@@ -80,6 +80,20 @@ class StateUpdateDecision:
     reason: GuardReason
 
 
+#: The six decisions there are, made once: the guard runs for every observed item.
+_DECIDED = {
+    reason: StateUpdateDecision(allowed=reason is GuardReason.ACCEPTED, reason=reason)
+    for reason in GuardReason
+}
+_ZERO_TIME = _DECIDED[GuardReason.ZERO_TIME]
+_TERMINAL = _DECIDED[GuardReason.TERMINAL]
+_SAME_STATE = _DECIDED[GuardReason.SAME_STATE]
+_STALE_TIME = _DECIDED[GuardReason.STALE_TIME]
+_NOT_ALLOWED = _DECIDED[GuardReason.TRANSITION_NOT_ALLOWED]
+_ACCEPTED = _DECIDED[GuardReason.ACCEPTED]
+_NOWHERE: frozenset[WorkUnitState] = frozenset()
+
+
 def decide_state_update(
     current_state: WorkUnitState,
     current_state_update_time: datetime | None,
@@ -97,13 +111,13 @@ def decide_state_update(
     new_time = as_utc(new_state_update_time)
     # 2. A zero timestamp is set but meaningless: drop the state change quietly.
     if new_time == UNIX_EPOCH:
-        return StateUpdateDecision(allowed=False, reason=GuardReason.ZERO_TIME)
+        return _ZERO_TIME
     # 3. A finished execution is immutable.
     if current_state in EXECUTION_TERMINAL_STATES:
-        return StateUpdateDecision(allowed=False, reason=GuardReason.TERMINAL)
+        return _TERMINAL
     # 4. Same state: nothing changes, not even the time.
     if new_state == current_state:
-        return StateUpdateDecision(allowed=False, reason=GuardReason.SAME_STATE)
+        return _SAME_STATE
     # 5. Older news loses, but only between two times of the same clock: a user's stop
     #    must survive a cluster clock running ahead, and an intent state's time is XMC's
     #    clock, not the cluster's (see INTENT_STATES).
@@ -113,11 +127,11 @@ def decide_state_update(
         and new_state not in WORK_UNIT_TIME_IGNORED_STATES
         and current_state not in INTENT_STATES
     ):
-        return StateUpdateDecision(allowed=False, reason=GuardReason.STALE_TIME)
+        return _STALE_TIME
     # 6. Only the listed transitions.
-    if new_state not in ALLOWED_TRANSITIONS.get(current_state, frozenset()):
-        return StateUpdateDecision(allowed=False, reason=GuardReason.TRANSITION_NOT_ALLOWED)
-    return StateUpdateDecision(allowed=True, reason=GuardReason.ACCEPTED)
+    if new_state not in ALLOWED_TRANSITIONS.get(current_state, _NOWHERE):
+        return _NOT_ALLOWED
+    return _ACCEPTED
 
 
 def should_update_work_unit_execution_state(

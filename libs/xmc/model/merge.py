@@ -10,12 +10,19 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Literal, NamedTuple, TypeVar
 
 from xmc.errors import InvalidArgumentError
 from xmc.model.guard import GuardReason, decide_state_update
+from xmc.model.masks import DETAILED_STATUS_PATH as DETAILED_STATUS_PATH
+from xmc.model.masks import MASK_PATHS as MASK_PATHS
+from xmc.model.masks import METADATA_PATH as METADATA_PATH
+from xmc.model.masks import SCHEDULING_INFORMATION_PATH as SCHEDULING_INFORMATION_PATH
+from xmc.model.masks import STATE_PATH as STATE_PATH
+from xmc.model.masks import SYSTEM_MESSAGE_PATH as SYSTEM_MESSAGE_PATH
+from xmc.model.masks import USER_MESSAGE_PATH as USER_MESSAGE_PATH
+from xmc.model.masks import accepted_before, accepted_mask_paths, mask_paths
 from xmc.model.states import (
     EXECUTION_TERMINAL_STATES,
     WORK_UNIT_STATUS_RETAINING_STATES,
@@ -31,25 +38,6 @@ from xmc_api.cloud.xmanager.v1.work_unit_execution_pb2 import (
     WorkUnitExecutionMetadata,
 )
 
-STATE_PATH = "status.state"
-SYSTEM_MESSAGE_PATH = "status.system_message"
-USER_MESSAGE_PATH = "status.user_message"
-SCHEDULING_INFORMATION_PATH = "status.scheduling_information"
-DETAILED_STATUS_PATH = "status.detailed_status"
-METADATA_PATH = "metadata"
-
-#: The only paths the masked write accepts (SPEC §4). ``status.state_update_time`` travels
-#: with ``status.state`` and is deliberately not a path of its own.
-MASK_PATHS = frozenset(
-    {
-        STATE_PATH,
-        SYSTEM_MESSAGE_PATH,
-        USER_MESSAGE_PATH,
-        SCHEDULING_INFORMATION_PATH,
-        DETAILED_STATUS_PATH,
-        METADATA_PATH,
-    }
-)
 _SETTABLE_STATES = frozenset(int(s) for s in WorkUnitState) - {0}
 _STATES = {int(s): s for s in WorkUnitState}
 _SEVERITIES = frozenset(int(s) for s in Severity)
@@ -59,6 +47,7 @@ _MESSAGE_PATHS = {
     SCHEDULING_INFORMATION_PATH: "scheduling_information",
 }
 MessageName = Literal["system_message", "user_message", "scheduling_information"]
+_T = TypeVar("_T")
 
 
 class MessageField(enum.StrEnum):
@@ -68,9 +57,12 @@ class MessageField(enum.StrEnum):
     USER = "user_message"
 
 
-@dataclass(frozen=True)
-class ExecutionUpdate:
-    """One item of an ``UpdateWorkUnitExecutions`` batch, with its name already parsed."""
+class ExecutionUpdate(NamedTuple):
+    """One item of an ``UpdateWorkUnitExecutions`` batch, with its name already parsed.
+
+    This and ``MergeResult`` are named tuples, not frozen dataclasses, for the reason
+    ``StoredExecution`` is: one of each per item of every batch, and a frozen dataclass's
+    ``__init__`` cost several times a tuple's."""
 
     xid: int
     wid: int
@@ -80,15 +72,7 @@ class ExecutionUpdate:
     force_status_message_update: bool = False
 
 
-#: Message paths mirrored into StatusMessages, with the field they land in.
-_HISTORY_MESSAGE_PATHS: tuple[tuple[str, MessageField, MessageName], ...] = (
-    (SYSTEM_MESSAGE_PATH, MessageField.SYSTEM, "system_message"),
-    (USER_MESSAGE_PATH, MessageField.USER, "user_message"),
-)
-
-
-@dataclass(frozen=True)
-class MergeResult:
+class MergeResult(NamedTuple):
     """What merging one item did. ``execution`` is a new object; the input is untouched."""
 
     execution: StoredExecution
@@ -104,39 +88,37 @@ class MergeResult:
 
 def validate_update(item: ExecutionUpdate, index: int) -> None:
     """Reject malformed input before anything is written (fails the whole batch)."""
-    where = f"updates[{index}]"
     if item.eid < 1:
-        raise InvalidArgumentError(f"{where}.execution_id: must be >= 1, got {item.eid}")
-    if not item.update_mask:
-        raise InvalidArgumentError(f"{where}.update_mask: must name at least one path")
-    for path in item.update_mask:
-        if path == "status.state_update_time":
-            raise InvalidArgumentError(
-                f"{where}.update_mask: 'status.state_update_time' is not a path of its own; "
-                "it is carried by 'status.state'"
-            )
-        if path not in MASK_PATHS:
-            allowed = ", ".join(sorted(MASK_PATHS))
-            raise InvalidArgumentError(
-                f"{where}.update_mask: unknown path {path!r}; allowed: {allowed}"
-            )
+        raise InvalidArgumentError(f"updates[{index}].execution_id: must be >= 1, got {item.eid}")
+    mask = item.update_mask
+    paths = accepted_before(mask) or accepted_mask_paths(mask, f"updates[{index}]")
     status = item.execution.status
-    for path, field in _MESSAGE_PATHS.items():
-        if path in item.update_mask and status.HasField(field):  # type: ignore[arg-type]
-            severity = int(getattr(status, field).severity)
-            if severity not in _SEVERITIES:
-                raise InvalidArgumentError(
-                    f"{where}.execution.{path}.severity: {severity} is not a known Severity"
-                )
-    if STATE_PATH in item.update_mask:
+    if paths.system_message:
+        _check_severity(status, SYSTEM_MESSAGE_PATH, index)
+    if paths.user_message:
+        _check_severity(status, USER_MESSAGE_PATH, index)
+    if paths.scheduling_information:
+        _check_severity(status, SCHEDULING_INFORMATION_PATH, index)
+    if paths.state:
         if int(status.state) not in _SETTABLE_STATES:
             raise InvalidArgumentError(
-                f"{where}.execution.status.state: {status.state} is not a settable WorkUnitState"
+                f"updates[{index}].execution.status.state: {status.state} is not a settable "
+                "WorkUnitState"
             )
         if not status.HasField("state_update_time"):
             raise InvalidArgumentError(
-                f"{where}.execution.status.state_update_time: required when the mask has "
-                "'status.state'"
+                f"updates[{index}].execution.status.state_update_time: required when the mask "
+                "has 'status.state'"
+            )
+
+
+def _check_severity(status: WorkUnitStatus, path: str, index: int) -> None:
+    field = _MESSAGE_PATHS[path]
+    if status.HasField(field):  # type: ignore[arg-type]
+        severity = int(getattr(status, field).severity)
+        if severity not in _SEVERITIES:
+            raise InvalidArgumentError(
+                f"updates[{index}].execution.{path}.severity: {severity} is not a known Severity"
             )
 
 
@@ -249,82 +231,102 @@ def merge_work_unit_execution(
     force_status_message_update: bool,
     now: datetime,
 ) -> MergeResult:
-    """``MergeWorkUnitExecution`` (SPEC §5.2–§5.3) for one validated item."""
-    mask = frozenset(update_mask)
+    """``MergeWorkUnitExecution`` (SPEC §5.2–§5.3) for one validated item.
+
+    The hot path of every observation: each stored field is carried in a local and the
+    merged execution built once, only when something changed (a stored value equal to
+    its merged one is kept as it is)."""
     status = new.status
     current = stored.state
     force = force_status_message_update
-    changes: dict[str, Any] = {}
+    complete, state, state_time = stored.complete_time, current, stored.state_update_time
+    system, user = stored.system_message, stored.user_message
+    scheduling, detailed = stored.scheduling_information, stored.detailed_status
+    metadata = stored.metadata
 
     # 1. A finished execution is immutable: only the user's own message still lands.
-    if current in EXECUTION_TERMINAL_STATES:
-        mask &= {USER_MESSAGE_PATH, STATE_PATH}
+    live, finished = mask_paths(update_mask)
+    paths = finished if current in EXECUTION_TERMINAL_STATES else live
 
     # 2. The state guard decides the state; a rejection drops only the state.
     state_change: tuple[WorkUnitState, WorkUnitState] | None = None
     rejection: GuardReason | None = None
-    if STATE_PATH in mask:
+    if paths.state:
         new_state = _STATES[status.state]  # validated: a settable state
         new_time = (
             to_datetime(status.state_update_time) if status.HasField("state_update_time") else None
         )
-        decision = decide_state_update(current, stored.state_update_time, new_state, new_time)
+        decision = decide_state_update(current, state_time, new_state, new_time)
         if decision.allowed:
             state_change = (current, new_state)
-            changes["state"] = new_state
-            changes["state_update_time"] = new_time
+            state, state_time = new_state, new_time  # type: ignore[assignment]
         else:
             rejection = decision.reason
 
     # 3. Copy the other masked paths.
     messages: list[tuple[MessageField, StructuredMessage]] = []
-    for path, field, name in _HISTORY_MESSAGE_PATHS:
-        if path in mask:
-            data, message = _merge_message(
-                getattr(stored, name), status, name, force=force, defer=True, now=now
-            )
-            changes[name] = data
-            if message is not None:
-                messages.append((field, message))
-    if SCHEDULING_INFORMATION_PATH in mask:
-        changes["scheduling_information"], _ = _merge_message(
-            stored.scheduling_information,
-            status,
-            "scheduling_information",
-            force=True,
-            defer=False,
-            now=now,
+    if paths.system_message:
+        system, message = _merge_message(
+            system, status, "system_message", force=force, defer=True, now=now
         )
-    if DETAILED_STATUS_PATH in mask:
-        changes["detailed_status"] = optional_bytes(status, "detailed_status")
-    if METADATA_PATH in mask:
-        changes["metadata"] = _merged_metadata(stored.metadata, new)
+        if message is not None:
+            messages.append((MessageField.SYSTEM, message))
+    if paths.user_message:
+        user, message = _merge_message(
+            user, status, "user_message", force=force, defer=True, now=now
+        )
+        if message is not None:
+            messages.append((MessageField.USER, message))
+    if paths.scheduling_information:
+        scheduling, _ = _merge_message(
+            scheduling, status, "scheduling_information", force=True, defer=False, now=now
+        )
+    if paths.detailed_status:
+        detailed = optional_bytes(status, "detailed_status")
+    if paths.metadata:
+        metadata = _merged_metadata(metadata, new)
 
     # 4. Consequences of an accepted state change.
     if state_change is not None:
         new_state = state_change[1]
         if stored.system_message is not None and should_reset_status_message(
             parse_message(stored.system_message),
-            item_sets_system_message=(
-                SYSTEM_MESSAGE_PATH in mask and status.HasField("system_message")
-            ),
+            item_sets_system_message=paths.system_message and status.HasField("system_message"),
             new_state=new_state,
             force=force,
         ):
-            changes["system_message"] = None
+            system = None
         if new_state in EXECUTION_TERMINAL_STATES:
-            changes["complete_time"] = now
+            complete = now
 
-    changes = {k: v for k, v in changes.items() if getattr(stored, k) != v}
-    if changes:
-        changes["update_time"] = changes["status_update_time"] = now
-        merged = stored.replace(changes)
-    else:
-        merged = stored
-    return MergeResult(
-        execution=merged,
-        changed=bool(changes),
-        state_change=state_change,
-        state_rejection=rejection,
-        new_messages=tuple(messages),
-    )
+    merged = stored
+    if (
+        complete != stored.complete_time
+        or state != current
+        or state_time != stored.state_update_time
+        or system != stored.system_message
+        or user != stored.user_message
+        or scheduling != stored.scheduling_information
+        or detailed != stored.detailed_status
+        or metadata != stored.metadata
+    ):
+        merged = StoredExecution(
+            stored.create_time,
+            now,
+            _changed(complete, stored.complete_time),
+            state,
+            _changed(state_time, stored.state_update_time),
+            now,
+            system,
+            user,
+            scheduling,
+            detailed,
+            metadata,
+        )
+    return MergeResult(merged, merged is not stored, state_change, rejection, tuple(messages))
+
+
+def _changed(merged: _T, stored: _T) -> _T:
+    """The merged time, or the stored one itself when the two are equal (the same instant
+    in another zone stays as stored). Equal bytes need no such care."""
+    return stored if merged == stored else merged

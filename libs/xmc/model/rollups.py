@@ -52,7 +52,9 @@ def _move_count(counts: Mapping[_K, int], old: _K | None, new: _K | None) -> dic
         moved[old] -= 1
     if new is not None:
         moved[new] = moved.get(new, 0) + 1
-    return {key: count for key, count in moved.items() if count != 0}
+    if 0 in moved.values():  # rarely: a scan in C spares the copy of every other move
+        return {key: count for key, count in moved.items() if count != 0}
+    return moved
 
 
 def apply_child_state_change(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import socket
 from collections.abc import Callable
@@ -185,6 +186,9 @@ class EssServer:
                 f"XMC_ESS_LISTEN: cannot bind {settings.ess_listen} (in use, or not local)"
             ) from exc
         await server.start()
+        # What is alive now (modules, descriptors, settings) lives as long as the process:
+        # out of the collector's generations, it is not scanned again on every collection.
+        gc.freeze()
         self._server = server
         for name in (*SERVICE_NAMES, ""):
             await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)

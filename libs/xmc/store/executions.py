@@ -17,7 +17,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from xmc.model.guard import GuardReason
 from xmc.model.merge import (
@@ -46,8 +46,9 @@ class UpdateOutcome(enum.StrEnum):
     NOT_FOUND = "not_found"
 
 
-@dataclass(frozen=True)
-class ItemResult:
+class ItemResult(NamedTuple):
+    """One item's outcome (a NamedTuple: a frozen dataclass cost ~1.5 µs more per item)."""
+
     xid: int
     wid: int
     eid: int

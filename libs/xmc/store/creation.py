@@ -32,11 +32,11 @@ from xmc.names import MAX_CLIENT_WORK_UNIT_ID, MAX_ID, experiment_name, work_uni
 from xmc.store.codec import EXECUTION_COLUMNS
 from xmc.store.experiments import RollupDelta, apply_rollups, experiment_doc_acls
 from xmc.store.operations import ActionType, NewOperation, insert_operations, operations_by_key
+from xmc.store.wire import work_unit_wire
 from xmc.store.work_units import (
     insert_history,
     wire_parts,
     work_unit_doc,
-    work_unit_from_row,
 )
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 from xmc_api.cloud.xmanager.v1.xid_pb2 import XidAcls
@@ -189,9 +189,12 @@ async def create_work_units(
         if keys
         else []
     )
+    # The answer is parsed from the stored bytes (upb) rather than built a second time.
     taken = {(r["xid"], r["wid"]) for r in inserted}
     created = {
-        key: work_unit_from_row(row) for key, row in zip(keys, rows, strict=True) if key in taken
+        key: WorkUnit.FromString(work_unit_wire(*part))
+        for key, part in zip(keys, parts, strict=True)
+        if key in taken
     }
     lost = [k for k in keys if k not in created]
     if lost:

@@ -19,7 +19,7 @@ until ``backfill_wire`` reaches it) is built from the columns instead.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from xmc.model.stored import StoredExecution, write_execution
@@ -58,17 +58,9 @@ def work_unit_wire(head: bytes, exec_wire: bytes) -> bytes:
     return head + frame(CURRENT_EXECUTION_TAG, exec_wire)
 
 
-def list_response_wire(work_units: Sequence[bytes], next_page_token: str) -> bytes:
-    """A serialized ``ListWorkUnitsResponse`` of already serialized WorkUnits."""
-    parts = [frame(WORK_UNITS_TAG, unit) for unit in work_units]
-    if next_page_token:
-        parts.append(frame(NEXT_PAGE_TOKEN_TAG, next_page_token.encode()))
-    return b"".join(parts)
-
-
 def list_response_from_parts(parts: Sequence[tuple[bytes, bytes]], next_page_token: str) -> bytes:
-    """``list_response_wire`` of WorkUnits given as (``head``, ``exec_wire``), in one
-    join: no WorkUnit is assembled apart first."""
+    """A serialized ``ListWorkUnitsResponse`` of WorkUnits given as (``head``,
+    ``exec_wire``), in one join: no WorkUnit is assembled apart first."""
     out: list[bytes] = []
     append = out.append
     for head, exec_wire in parts:
@@ -97,7 +89,3 @@ def execution_wire_from_values(name: str, values: Sequence[Any]) -> bytes:
     write_execution(execution, name, values)
     execution.state = _ACTIVE
     return execution.SerializeToString()
-
-
-def wire_row_is_whole(row: Mapping[str, Any]) -> bool:
-    return row["head"] is not None and row["exec_wire"] is not None

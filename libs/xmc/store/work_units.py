@@ -29,9 +29,6 @@ from xmc.store.wire import (
     execution_wire,
     execution_wire_from_values,
     list_response_from_parts,
-    list_response_wire,
-    wire_row_is_whole,
-    work_unit_wire,
 )
 from xmc.timestamps import set_timestamp
 from xmc_api.cloud.xmanager.v1.status_message_pb2 import StatusMessage
@@ -281,29 +278,25 @@ async def list_work_units(conn: Any, xid: int, request: ListRequest) -> bytes:
         raise
     if not rows:
         await require_experiment(conn, xid)
-    if all(row["head"] is not None and row["exec_wire"] is not None for row in rows):
-        return list_response_from_parts([(row["head"], row["exec_wire"]) for row in rows], token)
-    built = await _build_from_columns(
-        conn, xid, [row["wid"] for row in rows if not wire_row_is_whole(row)]
-    )
-    units = [
-        work_unit_wire(row["head"], row["exec_wire"])
-        if wire_row_is_whole(row)
-        else built.get(row["wid"])
-        for row in rows
-    ]
+    parts = {row["wid"]: (row["head"], row["exec_wire"]) for row in rows}
+    missing = [wid for wid, (head, exec_wire) in parts.items() if head is None or exec_wire is None]
+    if missing:
+        parts.update(await _parts_from_columns(conn, xid, missing))
     # A row gone since the page was read (its experiment deleted) is left out.
-    return list_response_wire([u for u in units if u is not None], token)
+    whole = [part for part in parts.values() if None not in part]
+    return list_response_from_parts(whole, token)
 
 
-async def _build_from_columns(conn: Any, xid: int, wids: list[int]) -> dict[int, bytes]:
+async def _parts_from_columns(
+    conn: Any, xid: int, wids: list[int]
+) -> dict[int, tuple[bytes | None, bytes | None]]:
     """Rows whose wire parts are not stored yet (written before migration 0003)."""
     rows = await conn.fetch(
         f"SELECT {WORK_UNIT_COLUMNS} FROM work_units WHERE xid = $1 AND wid = ANY($2::bigint[])",
         xid,
         wids,
     )
-    return {row["wid"]: work_unit_wire(*wire_parts(row)) for row in rows}
+    return {wid: (None, None) for wid in wids} | {row["wid"]: wire_parts(row) for row in rows}
 
 
 async def select_work_unit_ids(conn: Any, xid: int, filter_text: str) -> list[int]:

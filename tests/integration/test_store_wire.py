@@ -172,3 +172,34 @@ async def test_rows_without_wire_parts_are_built_from_columns_then_backfilled(
         assert await backfill_wire(conn) == 0
         assert await assert_wire_matches_columns(conn, xid) == 4
         assert await listed(conn, xid) == expected
+
+
+async def test_a_write_that_skips_a_part_drops_it_instead_of_leaving_it_stale(
+    store: Store,
+) -> None:
+    """Migration 0004's guard: an UPDATE of the columns without the part they make (an
+    ESS of an older version, a hand-written fix) sets that part to NULL, so pages serve
+    the columns; XMC's own writers keep their parts (the test above)."""
+    xid = int((await store.create_experiment(Experiment(), creator="a")).name.split("/")[1])
+    for i in range(3):
+        await store.insert_work_unit(xid, rich_work_unit(i), writer=WRITER)
+    async with store.connection() as conn:
+        await conn.execute(
+            "UPDATE work_units SET state = $2, state_update_time = $3 WHERE xid = $1 AND wid = 1",
+            xid,
+            int(S.RUNNING),
+            T0,
+        )
+        await conn.execute(
+            "UPDATE work_units SET notes = 'by hand' WHERE xid = $1 AND wid = 2", xid
+        )
+        rows = await stored_rows(conn, xid)
+        assert [(r["head"] is None, r["exec_wire"] is None) for r in rows] == [
+            (False, True),
+            (True, False),
+            (False, False),
+        ]
+        page = await listed(conn, xid)
+        assert list(page.work_units) == [work_unit_from_row(r) for r in rows]
+        assert S(page.work_units[0].current_work_unit_execution.status.state) == S.RUNNING
+        assert page.work_units[1].notes == "by hand"

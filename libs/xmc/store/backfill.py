@@ -1,7 +1,10 @@
 """Filling the wire parts of rows written before migration 0003 (``xmc.store.wire``).
 
-Run by ``migrate`` after the schema is current, so ``xmc-ess migrate`` and every ESS start
-leave no row to be built from its columns. It walks the primary key in batches (each batch
+Run by ``migrate`` right after migration 0003 (or 0004, its guard) is applied, once: a
+walk of the whole table on every start would cost seconds at a million work units. A row
+left without parts afterwards (a crash mid-walk, a writer of an older version, which
+migration 0004's guard answers by dropping the part) is built from its columns when read,
+until its next write stores the part again. It walks the primary key in batches (each batch
 an index range, so the whole pass is linear in the table) and locks each batch's rows in
 (xid, wid) order, the order every writer locks work units in; a row a writer changed
 meanwhile is re-read under the lock, and one that already has both parts is passed over.
@@ -14,6 +17,8 @@ from typing import Any
 from xmc.store.work_units import WORK_UNIT_COLUMNS, wire_parts
 
 BATCH = 1000
+#: The migrations after which the parts are filled (``migrate``).
+WIRE_MIGRATIONS = frozenset({3, 4})
 
 _SELECT = f"""
     SELECT {WORK_UNIT_COLUMNS} FROM work_units

@@ -17,7 +17,7 @@ from typing import Any
 
 import asyncpg
 
-from xmc.store.backfill import backfill_wire
+from xmc.store.backfill import WIRE_MIGRATIONS, backfill_wire
 
 # Arbitrary but fixed: every XMC process agrees on it, nothing else uses it.
 MIGRATION_LOCK_KEY = 0x584D43_0001
@@ -94,12 +94,13 @@ async def apply_migrations(conn: Any, migrations: list[Migration] | None = None)
 
 
 async def migrate(dsn: str) -> list[int]:
-    """Connect, migrate (schema, then the wire parts of older rows), disconnect: what
-    ``xmc-ess migrate`` runs."""
+    """Connect, migrate, disconnect: what ``xmc-ess migrate`` runs. The migration that adds
+    the wire parts is followed by their backfill; later starts do not walk the table again."""
     conn = await asyncpg.connect(dsn)
     try:
         applied = await apply_migrations(conn)
-        await backfill_wire(conn)
+        if WIRE_MIGRATIONS.intersection(applied):
+            await backfill_wire(conn)
         return applied
     finally:
         await conn.close()

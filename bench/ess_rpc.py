@@ -134,28 +134,31 @@ async def record_updates(conn: Any, xid: int, work_units: int) -> list[list[Any]
     return batches
 
 
-async def record_pages(conn: Any, xid: int) -> list[list[Any]]:
-    pages, token = [], ""
-    while True:
-        recorder = Recorder(conn)
-        request = ListRequest(page_size=PAGE, page_token=token)
-        data = await list_work_units(recorder, xid, request)
-        token = api_pb2.ListWorkUnitsResponse.FromString(data).next_page_token
-        pages.append(recorder.calls)
-        if not token:
-            return pages
+#: Reads one page through a (recording) connection; returns the next page's token.
+PageRead = Callable[[Any, int, ListRequest], Awaitable[str]]
 
 
-async def record_column_pages(conn: Any, xid: int) -> list[list[Any]]:
-    """The same pages' SELECT of every column a WorkUnit is built from (the statement
+async def store_page(conn: Any, xid: int, request: ListRequest) -> str:
+    """The page as the store reads it."""
+    data = await list_work_units(conn, xid, request)
+    return api_pb2.ListWorkUnitsResponse.FromString(data).next_page_token
+
+
+async def column_page(conn: Any, xid: int, request: ListRequest) -> str:
+    """The same page's SELECT of every column a WorkUnit is built from (the statement
     pages sent before they were framed from stored bytes): a second reference."""
+    _rows, token = await fetch_page(
+        conn, WORK_UNIT_LISTING, request, where="w.xid = $1", params=[xid], scope=str(xid)
+    )
+    return token
+
+
+async def record_pages(conn: Any, xid: int, read: PageRead = store_page) -> list[list[Any]]:
+    """The statements of every page of ``xid``, page by page, as ``read`` sends them."""
     pages, token = [], ""
     while True:
         recorder = Recorder(conn)
-        request = ListRequest(page_size=PAGE, page_token=token)
-        _rows, token = await fetch_page(
-            recorder, WORK_UNIT_LISTING, request, where="w.xid = $1", params=[xid], scope=str(xid)
-        )
+        token = await read(recorder, xid, ListRequest(page_size=PAGE, page_token=token))
         pages.append(recorder.calls)
         if not token:
             return pages
@@ -321,7 +324,7 @@ async def main() -> None:
         await conn.execute("VACUUM ANALYZE")
         batches = await record_updates(conn, raw_xid, args.work_units)
         pages = await record_pages(conn, raw_xid)
-        column_pages = await record_column_pages(conn, raw_xid)
+        column_pages = await record_pages(conn, raw_xid, column_page)
         port = free_port()
         proc = await start_ess(dsn, port, args.profile)
         channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")

@@ -11,6 +11,7 @@ import dataclasses
 from typing import Any
 
 import grpc
+import redis.asyncio as aioredis
 import pytest
 from google.longrunning import operations_grpc_pb2
 from google.longrunning.operations_proto_pb2 import GetOperationRequest
@@ -59,8 +60,13 @@ async def _create(ess: Ess, parent: str) -> tuple[str, str]:
 
 
 async def _stream(ess: Ess, redis: RedisServer) -> list[tuple[str, Task]]:
-    client = ess.server.redis
-    entries = await client.xrange(ess.names.tasks)
+    """The stream as a fresh client sees it: the ESS's pool may still hold connections
+    from before a restart, and the test's eyes must not fail on those."""
+    client = aioredis.Redis.from_url(redis.url)
+    try:
+        entries = await client.xrange(ess.names.tasks)
+    finally:
+        await client.aclose()
     return [
         (entry_id.decode(), verify_task(fields, key=SIGNING_KEY, now=ess.clock.now))
         for entry_id, fields in entries

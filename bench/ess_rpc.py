@@ -10,7 +10,13 @@ median of ``--runs`` runs, each run measuring the ESS and its raw baseline back 
   store sends for those batches (lock SELECT, bulk UPDATE, history COPY, rollups), recorded
   once and replayed through asyncpg, one transaction per batch.
 - ``ListWorkUnits`` page 100, walking every page of the experiment, one call in flight,
-  vs the raw SELECT of each page (the statement the store sends) through asyncpg.
+  vs the raw SELECT of each page (the statement the store sends) through asyncpg, and vs
+  the SELECT of every column a WorkUnit is built from (what pages sent when issue 14 was
+  filed).
+- The **gRPC floor** of both: ``bench/bare_grpc.py``, a server in its own process that does
+  no work, carrying requests and responses of the very sizes the ESS's had, in the same
+  slices. A call costs at least the floor and then its SQL, so ``floor / (floor + raw)``
+  is the highest ratio any grpc.aio server can reach against that baseline.
 
 Requests are serialized before the clock starts and responses parsed after it stops, so
 the client's protobuf work does not load the 2-core machine during the measurement.
@@ -40,6 +46,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import asyncpg
 import grpc
+from bench.bare_grpc import METHOD as BARE_METHOD
+from bench.bare_grpc import sized_request
 from bench.workloads import MASK, observation, work_unit
 
 from tests.stack import create_database, drop_database
@@ -189,13 +197,31 @@ async def raw_batch(conn: Any, calls: list[Any]) -> None:
         await replay(conn, calls)
 
 
+async def floor_slice(
+    bare: grpc.aio.Channel, requests: Sequence[bytes], responses: Sequence[bytes]
+) -> float:
+    """Seconds the bare server (``bench/bare_grpc.py``) takes to carry requests and
+    responses of these sizes, one call in flight: the gRPC floor of the same slice."""
+    call = bare.unary_unary(BARE_METHOD)
+    sized = [
+        sized_request(len(out), len(into)) for into, out in zip(requests, responses, strict=True)
+    ]
+    seconds, _ = await timed([partial(call, request) for request in sized])
+    return seconds
+
+
 async def measure_updates(
-    conn: Any, channel: grpc.aio.Channel, recorded: list[list[Any]], requests: list[bytes]
-) -> tuple[float, float]:
-    """(ESS items/s, raw items/s): each request, and the recorded statements of a batch
-    of the same size, one transaction per batch."""
+    conn: Any,
+    channel: grpc.aio.Channel,
+    bare: grpc.aio.Channel,
+    recorded: list[list[Any]],
+    requests: list[bytes],
+) -> tuple[float, float, float]:
+    """(ESS items/s, raw items/s, gRPC floor items/s): each request, the recorded
+    statements of a batch of the same size (one transaction per batch), and the bare
+    server carrying the same bytes."""
     call = channel.unary_unary(UPDATE_METHOD)
-    clocks, responses = Clocks(), []
+    clocks, responses, floor = Clocks(), [], 0.0
     for start in range(0, len(requests), SLICE):
         chunk = range(start, min(start + SLICE, len(requests)))
         seconds, _ = await timed(
@@ -204,6 +230,7 @@ async def measure_updates(
         clocks.raw += seconds
         seconds, out = await timed([partial(call, requests[i], metadata=METADATA) for i in chunk])
         clocks.ess += seconds
+        floor += await floor_slice(bare, [requests[i] for i in chunk], out)
         responses += out
     changed = sum(
         r.state_changed
@@ -212,7 +239,7 @@ async def measure_updates(
     )
     assert changed == len(requests) * BATCH, "every observation must change the state"
     items = len(requests) * BATCH
-    return items / clocks.ess, items / clocks.raw
+    return items / clocks.ess, items / clocks.raw, items / floor
 
 
 async def page_requests(channel: grpc.aio.Channel, xid: int) -> list[bytes]:
@@ -233,14 +260,16 @@ async def page_requests(channel: grpc.aio.Channel, xid: int) -> list[bytes]:
 async def measure_pages(
     conn: Any,
     channel: grpc.aio.Channel,
+    bare: grpc.aio.Channel,
     recorded: list[list[Any]],
     columns: list[list[Any]],
     requests: list[bytes],
-) -> tuple[float, float, float]:
-    """(ESS rows/s, raw rows/s, raw all-columns rows/s) walking every page: the RPC vs
-    the page's SELECT, and vs the SELECT of every column the page's WorkUnits hold."""
+) -> tuple[float, float, float, float]:
+    """(ESS rows/s, raw rows/s, raw all-columns rows/s, gRPC floor rows/s) walking every
+    page: the RPC vs the page's SELECT, vs the SELECT of every column the page's
+    WorkUnits hold, and the bare server carrying the same bytes."""
     call = channel.unary_unary(LIST_METHOD)
-    clocks, ess_rows, raw_rows, column_seconds = Clocks(), 0, 0, 0.0
+    clocks, ess_rows, raw_rows, column_seconds, floor = Clocks(), 0, 0, 0.0, 0.0
     for start in range(0, len(requests), SLICE):
         chunk = range(start, min(start + SLICE, len(requests)))
         for source in (recorded, columns):
@@ -255,9 +284,10 @@ async def measure_pages(
                 column_seconds += seconds
         seconds, out = await timed([partial(call, requests[i], metadata=METADATA) for i in chunk])
         clocks.ess += seconds
+        floor += await floor_slice(bare, [requests[i] for i in chunk], out)
         ess_rows += sum(len(api_pb2.ListWorkUnitsResponse.FromString(d).work_units) for d in out)
     assert ess_rows == raw_rows, "the ESS and the raw SELECT must read the same rows"
-    return ess_rows / clocks.ess, raw_rows / clocks.raw, raw_rows / column_seconds
+    return ess_rows / clocks.ess, raw_rows / clocks.raw, raw_rows / column_seconds, ess_rows / floor
 
 
 def cpu_seconds(pid: int) -> float:
@@ -304,6 +334,20 @@ async def start_ess(
     return proc
 
 
+async def start_bare(port: int) -> asyncio.subprocess.Process:
+    """``bench/bare_grpc.py`` on ``port``, its own process like the ESS; returns once it
+    answers."""
+    script = str(Path(__file__).with_name("bare_grpc.py"))
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, script, str(port),
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    await asyncio.wait_for(channel.channel_ready(), timeout=30)
+    await channel.close()
+    return proc
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=3)
@@ -315,7 +359,7 @@ async def main() -> None:
     args = parser.parse_args()
 
     dsn = await create_database(ADMIN_DSN)
-    proc = None
+    proc = bare_proc = None
     try:
         await migrate(dsn)
         conn = await asyncpg.connect(dsn)
@@ -328,9 +372,13 @@ async def main() -> None:
         port = free_port()
         proc = await start_ess(dsn, port, args.profile)
         channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+        bare_port = free_port()
+        bare_proc = await start_bare(bare_port)
+        bare = grpc.aio.insecure_channel(f"127.0.0.1:{bare_port}")
         figures: dict[str, list[float]] = {
-            k: [] for k in ("ess_u", "raw_u", "cpu_u", "ess_l", "raw_l", "cpu_l", "raw_c")
+            k: [] for k in ("ess_u", "raw_u", "cpu_u", "bare_u", "ess_l", "raw_l", "cpu_l")
         }
+        figures["raw_c"], figures["bare_l"] = [], []
         pages_out = await page_requests(channel, xid)
         next_round = 1
         for _run in range(args.runs):
@@ -342,25 +390,29 @@ async def main() -> None:
                 ]
                 next_round += args.rounds
                 cpu = cpu_seconds(proc.pid)
-                ess, raw = await measure_updates(conn, channel, batches, requests)
+                ess, raw, floor = await measure_updates(conn, channel, bare, batches, requests)
                 figures["cpu_u"].append((cpu_seconds(proc.pid) - cpu) / (len(requests) * BATCH))
                 figures["ess_u"].append(ess)
                 figures["raw_u"].append(raw)
+                figures["bare_u"].append(floor)
             if args.only != "update":
                 cpu = cpu_seconds(proc.pid)
-                ess, raw, raw_columns = await measure_pages(
+                ess, raw, raw_columns, floor = await measure_pages(
                     conn,
                     channel,
+                    bare,
                     pages * args.walks,
                     column_pages * args.walks,
                     pages_out * args.walks,
                 )
                 figures["raw_c"].append(raw_columns)
+                figures["bare_l"].append(floor)
                 walked = len(pages_out) * args.walks * PAGE
                 figures["cpu_l"].append((cpu_seconds(proc.pid) - cpu) / walked)
                 figures["ess_l"].append(ess)
                 figures["raw_l"].append(raw)
         await channel.close()
+        await bare.close()
         await conn.close()
         median = {k: statistics.median(v) for k, v in figures.items() if v}
         print(
@@ -382,6 +434,18 @@ async def main() -> None:
                 f" runs: {', '.join(f'{x:.2f}' for x in ratios)});"
                 f" ESS CPU {median[f'cpu_{key}'] * 1e6:.0f} µs per {unit.split('/')[0][:-1]}"
             )
+            # A call with no work but the gRPC floor and then the raw SQL, one after the other
+            # as an RPC must: the most any grpc.aio server reaches against this baseline.
+            bounds = [
+                b / (b + r) for b, r in zip(figures[f"bare_{key}"], figures[raw_key], strict=True)
+            ]
+            bound = statistics.median(bounds)
+            print(
+                f"{'  gRPC floor (bare server, same bytes)':36}"
+                f" {median[f'bare_{key}']:13,.0f} {unit}"
+                f" | floor then raw SQL, nothing else: {bound:.2f}x raw, the most a grpc.aio"
+                f" server reaches (runs: {', '.join(f'{x:.2f}' for x in bounds)})"
+            )
         if figures["raw_c"]:
             ratios = [e / r for e, r in zip(figures["ess_l"], figures["raw_c"], strict=True)]
             print(
@@ -389,9 +453,10 @@ async def main() -> None:
                 f" | {statistics.median(ratios):.2f}x (the statement pages sent before issue 14)"
             )
     finally:
-        if proc is not None:
-            proc.terminate()
-            await proc.wait()
+        for process in (proc, bare_proc):
+            if process is not None:
+                process.terminate()
+                await process.wait()
         await drop_database(ADMIN_DSN, dsn)
 
 

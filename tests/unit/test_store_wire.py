@@ -2,17 +2,42 @@
 
 from __future__ import annotations
 
+import random
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
 import pytest
 from google.protobuf.internal.encoder import _VarintBytes  # type: ignore[attr-defined]
 
-from xmc.store.wire import frame, list_response_from_parts, varint, work_unit_wire
+from xmc.model.states import WorkUnitState
+from xmc.model.stored import write_execution
+from xmc.store.wire import (
+    execution_wire_from_values,
+    frame,
+    list_response_from_parts,
+    signed_varint,
+    varint,
+    work_unit_wire,
+)
 from xmc_api.cloud.xmanager.v1 import api_pb2
+from xmc_api.cloud.xmanager.v1.status_pb2 import ExecutableStatus
+from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
+from xmc_api.cloud.xmanager.v1.work_unit_execution_pb2 import (
+    WorkUnitExecution,
+    WorkUnitExecutionMetadata,
+)
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 
 
 @pytest.mark.parametrize("value", [0, 1, 127, 128, 300, 16_383, 16_384, 2_097_152, 2**31, 2**40])
 def test_varint_is_protobufs(value: int) -> None:
     assert varint(value) == _VarintBytes(value)
+
+
+@pytest.mark.parametrize("value", [-1, -(2**31), -(2**62), -62135596800])
+def test_a_negative_int64_is_protobufs_ten_byte_varint(value: int) -> None:
+    assert signed_varint(value) == _VarintBytes(value & (2**64 - 1))
+    assert len(signed_varint(value)) == 10
 
 
 @pytest.mark.parametrize("size", [0, 1, 127, 128, 16_384])
@@ -51,3 +76,74 @@ def test_pages_from_parts_parse_as_the_messages(sizes: list[int], token: str) ->
     from_parts = list_response_from_parts(parts, token)
     assert from_parts == expected.SerializeToString()
     assert [WorkUnit.FromString(work_unit_wire(*part)) for part in parts] == units
+
+
+_TIMES = [
+    None,
+    datetime(1970, 1, 1, tzinfo=UTC),  # both Timestamp fields zero: an empty message
+    datetime(1, 1, 1, tzinfo=UTC),  # negative seconds: a ten-byte varint
+    datetime(1969, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC),
+    datetime(2026, 12, 1, 21, 58, 3, 123_456, tzinfo=UTC),
+    datetime(2026, 12, 1, 23, 58, 3, tzinfo=timezone(timedelta(hours=2))),  # not UTC
+    datetime(2026, 12, 1, 21, 58, 3),  # naive: UTC
+    datetime(9999, 12, 30, tzinfo=UTC),
+]
+
+
+def _message(rng: random.Random) -> bytes | None:
+    choice = rng.randrange(4)
+    if choice == 0:
+        return None
+    if choice == 1:
+        return b""  # present but empty
+    message = StructuredMessage(
+        severity=StructuredMessage.INFO, user_facing_text="c" * rng.randrange(300)
+    )
+    return message.SerializeToString()
+
+
+def _random_values(rng: random.Random) -> list[Any]:
+    required = [t for t in _TIMES if t is not None]
+    metadata = rng.choice(
+        [
+            None,
+            b"",
+            WorkUnitExecutionMetadata(resource_name="r" * rng.randrange(200)).SerializeToString(),
+        ]
+    )
+    detailed = rng.choice([None, b"", ExecutableStatus().SerializeToString(), b"\x0a\x02\x08\x01"])
+    return [
+        rng.choice(required),
+        rng.choice(required),
+        rng.choice(_TIMES),
+        rng.choice(list(WorkUnitState)),
+        rng.choice(required),
+        rng.choice(required),
+        _message(rng),
+        _message(rng),
+        _message(rng),
+        detailed,
+        metadata,
+    ]
+
+
+def test_exec_wire_is_upbs_serialization_of_the_built_message() -> None:
+    """The direct encoder writes the very bytes upb writes for the message the readers
+    build (``write_execution``): every field set or not, empty messages, times before
+    1970, in other zones and naive, names of every varint length."""
+    rng = random.Random(14)
+    for i in range(2_000):
+        values = _random_values(rng)
+        name = rng.choice(["", "experiments/1/workUnits/2/executions/3", "n" * (i % 300)])
+        expected = WorkUnitExecution()
+        write_execution(expected, name, values)
+        expected.state = WorkUnitExecution.WorkUnitExecutionState.ACTIVE
+        assert execution_wire_from_values(name, values) == expected.SerializeToString(), values
+
+
+def test_a_time_encodes_the_same_from_the_cache() -> None:
+    moment = datetime(2026, 12, 1, 21, 58, 3, 5, tzinfo=UTC)
+    values = [moment, moment, None, WorkUnitState.RUNNING, moment, moment] + [None] * 5
+    first = execution_wire_from_values("n", values)
+    assert execution_wire_from_values("n", values) == first
+    assert WorkUnitExecution.FromString(first).create_time.ToDatetime(UTC) == moment

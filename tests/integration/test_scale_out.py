@@ -11,12 +11,14 @@ import dataclasses
 import functools
 import uuid
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 import redis.asyncio as aioredis
 from bench.scale_out import OPTIONS, sweep
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 
+from ess.relay import OutboxRelay
 from tests.conftest import ADMIN_DSN
 from tests.integration.conftest import SIGNING_KEY
 from tests.integration.processes import Client, running_stack
@@ -24,6 +26,7 @@ from tests.integration.redis_cluster import LocalRedisCluster
 from tests.integration.redis_server import RedisServer
 from tests.integration.support import forever_work_unit, wait_until
 from tests.stack import JobSetLedger, StackOptions
+from xmc.model.outbox import EntryState as E
 from xmc.model.states import WorkUnitState
 from xmc.redis_client import connect_redis, server_run_id
 from xmc.settings import Settings
@@ -108,6 +111,32 @@ async def test_on_a_cluster_each_attempt_is_published_once_and_restarts_are_seen
         finally:
             await direct.aclose()
         assert await server_run_id(client, names.tasks) == expected
+    finally:
+        await client.aclose()
+
+
+async def test_on_a_cluster_the_relay_finds_where_each_entry_is(
+    redis_cluster: LocalRedisCluster,
+) -> None:
+    """The relay's lookup script (one call, the stream's slot): gone, waiting, in flight
+    (delivered, not acked) and settled (delivered and acked), before and after the group
+    exists."""
+    client = connect_redis(Settings(redis_cluster_nodes=tuple(redis_cluster.nodes.split(","))))
+    names = StreamNames.with_prefix(f"t-{uuid.uuid4().hex[:8]}:")
+    publisher = TaskPublisher(client, names, signing_key=SIGNING_KEY, clock=utc_now)
+    relay = OutboxRelay(cast(Any, None), client, names, publisher, clock=utc_now)
+    try:
+        ids = await publisher.publish_attempts([(Task(task_id=f"t{i}"), 1) for i in range(3)])
+        gone = f"{int(ids[0].split('-')[0]) - 1}-0"
+        states = await relay.entry_states([gone, *ids])
+        assert list(states.values()) == [E.GONE, E.WAITING, E.WAITING, E.WAITING], "no group"
+
+        await client.xgroup_create(names.tasks, ACTUATOR_GROUP, id="0")
+        delivered = await client.xreadgroup(ACTUATOR_GROUP, "a", {names.tasks: ">"}, count=2)
+        assert len(delivered[0][1]) == 2
+        await client.xack(names.tasks, ACTUATOR_GROUP, ids[0])
+        states = await relay.entry_states([gone, *ids])
+        assert list(states.values()) == [E.GONE, E.SETTLED, E.IN_FLIGHT, E.WAITING]
     finally:
         await client.aclose()
 

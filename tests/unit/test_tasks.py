@@ -18,6 +18,7 @@ from xmc.tasks import (
     TOKEN_FIELD,
     TaskRejected,
     TaskRejectReason,
+    hs256_token,
     sign_task,
     task_digest,
     verify_task,
@@ -311,3 +312,18 @@ def test_custom_issuer_and_audience_must_match_on_both_sides() -> None:
 def test_an_empty_key_is_a_misconfiguration(call: Callable[[], object]) -> None:
     with pytest.raises(ValueError, match="XMC_TASK_SIGNING_KEY"):
         call()
+
+
+@pytest.mark.parametrize(
+    "claims",
+    [
+        {},
+        {"sub": "t", "iat": 0, "exp": 2**40},
+        {"iss": "xmc-ess", "aud": "xmc-actuator", "jti": "é\u2028", "digest": "d" * 64, "n": -1},
+    ],
+)
+@pytest.mark.parametrize("key", ["k" * 32, "ü" * 40])
+def test_the_token_is_the_one_pyjwt_makes(claims: dict[str, Any], key: str) -> None:
+    token = hs256_token(claims, key)
+    assert token == jwt.encode(claims, key, algorithm="HS256")
+    assert jwt.decode(token, key, algorithms=["HS256"], options={"verify_aud": False}) == claims

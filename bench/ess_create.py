@@ -7,8 +7,10 @@ Printed beside the raw baseline measured in the same run at the same concurrency
 asyncpg transaction that inserts a row and updates one hot counter row, plus one XADD.
 The ESS commits each task to the outbox and its relay publishes it; "publish lag" is the
 time from a task's commit to its XADD (p50 / p99 over the point's tasks, both stamped by
-the ESS), measured once the relay has drained. Figures only: this is not a test and
-asserts nothing.
+the ESS), measured once the relay has drained. Last, the gRPC floor at each concurrency:
+``bench/bare_grpc.py`` (its own process, no work) carrying requests and answers of the
+create's sizes, so a p99 can be read against what gRPC alone costs on the machine that
+day. Figures only: this is not a test and asserts nothing.
 
     .venv/bin/python bench/ess_create.py [--seconds 5] [--runs 3]
 """
@@ -30,7 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import asyncpg
 import grpc
 import redis.asyncio as aioredis
-from bench.ess_rpc import free_port, start_ess
+from bench.bare_grpc import METHOD as BARE_METHOD
+from bench.bare_grpc import sized_request
+from bench.ess_rpc import free_port, start_bare, start_ess
 from bench.workloads import work_unit
 
 from tests.stack import create_database, drop_database
@@ -135,6 +139,7 @@ async def main() -> None:
     prefix = f"bench-{uuid.uuid4().hex[:8]}:"
     redis = aioredis.Redis.from_url(REDIS_URL)
     proc: asyncio.subprocess.Process | None = None
+    bare_proc: asyncio.subprocess.Process | None = None
     try:
         await migrate(dsn)
         port = free_port()
@@ -149,6 +154,17 @@ async def main() -> None:
         async def create() -> None:
             await api.CreateWorkUnit(request, metadata=METADATA)
 
+        # The gRPC floor: a bare server (its own process) carrying the same bytes.
+        answer = await api.CreateWorkUnit(request, metadata=METADATA)
+        bare_port = free_port()
+        bare_proc = await start_bare(bare_port)
+        bare_channel = grpc.aio.insecure_channel(f"127.0.0.1:{bare_port}")
+        bare_call = bare_channel.unary_unary(BARE_METHOD)
+        sized = sized_request(answer.ByteSize(), request.ByteSize())
+
+        async def bare() -> None:
+            await bare_call(sized, metadata=METADATA)
+
         print(
             f"one ESS process; {args.seconds:.0f} s per point; one experiment;"
             f" median of {args.runs} runs (each: ESS and raw back to back)"
@@ -160,6 +176,7 @@ async def main() -> None:
             )
         )
         p99s: dict[int, float] = {}
+        floors: dict[int, list[float]] = {}
         for clients in CONCURRENCY:
             runs: list[tuple[float, ...]] = []
             for _run in range(args.runs):
@@ -167,6 +184,9 @@ async def main() -> None:
                 rate, p50, p99 = await measure(create, clients=clients, seconds=args.seconds)
                 lag50, lag99 = await publish_lag(dsn, after_seq=first_seq)
                 raw, raw50, raw99 = await raw_baseline(dsn, clients, args.seconds, f"{prefix}raw")
+                floors.setdefault(clients, []).append(
+                    (await measure(bare, clients=clients, seconds=args.seconds))[2]
+                )
                 runs.append((rate, p50, p99, raw, raw50, raw99, rate / raw, lag50, lag99))
             rate, p50, p99, raw, raw50, raw99, ratio, lag50, lag99 = (
                 statistics.median(column) for column in zip(*runs, strict=True)
@@ -178,11 +198,17 @@ async def main() -> None:
             )
             p99s[clients] = p99
         print(f"CreateWorkUnit at 64 clients: p99 {p99s[64]:.1f} ms (target < 100 ms)")
+        print(
+            "gRPC floor, p99 of a bare grpc.aio server carrying the same bytes (no work):"
+            + "".join(f" {c} clients {statistics.median(f):.1f} ms;" for c, f in floors.items())
+        )
         await channel.close()
+        await bare_channel.close()
     finally:
-        if proc is not None:
-            proc.terminate()
-            await proc.wait()
+        for process in (proc, bare_proc):
+            if process is not None:
+                process.terminate()
+                await process.wait()
         keys = [key async for key in redis.scan_iter(match=f"{hash_tag(prefix)}*")]
         if keys:
             await redis.delete(*keys)

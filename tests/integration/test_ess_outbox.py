@@ -11,8 +11,8 @@ import dataclasses
 from typing import Any
 
 import grpc
-import redis.asyncio as aioredis
 import pytest
+import redis.asyncio as aioredis
 from google.longrunning import operations_grpc_pb2
 from google.longrunning.operations_proto_pb2 import GetOperationRequest
 

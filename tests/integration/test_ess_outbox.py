@@ -62,7 +62,7 @@ async def _create(ess: Ess, parent: str) -> tuple[str, str]:
 async def _stream(ess: Ess, redis: RedisServer) -> list[tuple[str, Task]]:
     """The stream as a fresh client sees it: the ESS's pool may still hold connections
     from before a restart, and the test's eyes must not fail on those."""
-    client = aioredis.Redis.from_url(redis.url)
+    client: Any = aioredis.Redis.from_url(redis.url)
     try:
         entries = await client.xrange(ess.names.tasks)
     finally:

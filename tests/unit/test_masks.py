@@ -114,8 +114,8 @@ def test_the_merge_builds_a_new_execution_only_when_something_changed() -> None:
         stored, new, mask, force_status_message_update=False, now=now
     )
     assert result.changed
-    assert result.execution == stored.replace(
-        {"detailed_status": b"", "update_time": now, "status_update_time": now}
+    assert result.execution == stored._replace(
+        detailed_status=b"", update_time=now, status_update_time=now
     )
     again = merge_work_unit_execution(
         result.execution, new, mask, force_status_message_update=False, now=now

@@ -539,12 +539,13 @@ def test_validate_batch_names_the_field(item: ExecutionUpdate, fragment: str) ->
     assert fragment in str(info.value)
 
 
-def test_stored_execution_values_and_replace_follow_the_field_order() -> None:
-    """``values``/``replace`` keep the field order (= ``EXECUTION_COLUMNS``)."""
+def test_stored_execution_keeps_its_field_order() -> None:
+    """The tuple's order is ``EXECUTION_COLUMNS``'s, which the codec and the wire encoder
+    read it in."""
     stored = StoredExecution(T0, T0, None, S.RUNNING, T0, NOW, b"s", None, b"", b"d", b"m")
     names = list(StoredExecution._fields)
-    assert stored.values() == [getattr(stored, name) for name in names]
-    changed = stored.replace({"state": S.COMPLETED, "complete_time": NOW, "metadata": None})
+    assert list(stored) == [getattr(stored, name) for name in names]
+    changed = stored._replace(state=S.COMPLETED, complete_time=NOW, metadata=None)
     assert changed == StoredExecution(
         T0, T0, NOW, S.COMPLETED, T0, NOW, b"s", None, b"", b"d", None
     )

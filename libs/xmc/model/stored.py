@@ -7,7 +7,7 @@ protobuf round trip; ``write_execution`` builds the response message only at the
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Literal, NamedTuple
 
@@ -50,14 +50,6 @@ class StoredExecution(NamedTuple):
         execution = WorkUnitExecution()
         write_execution(execution, name, self)
         return execution
-
-    def replace(self, changes: Mapping[str, Any]) -> StoredExecution:
-        """A copy with ``changes`` (field name -> value) applied."""
-        return self._replace(**changes)
-
-    def values(self) -> list[Any]:
-        """The fields in order (= ``EXECUTION_COLUMNS``)."""
-        return list(self)
 
     def best_severity(self) -> Severity | None:
         """What this execution contributes to ``message_severity_counts`` (SPEC §3.3)."""

@@ -36,9 +36,13 @@ def set_timestamp(ts: Timestamp, value: datetime | None) -> None:
     """Write ``value`` into ``ts``; None leaves the field untouched (unset)."""
     if value is None:
         return
+    ts.seconds, ts.nanos = timestamp_fields(value)
+
+
+def timestamp_fields(value: datetime) -> tuple[int, int]:
+    """``value`` as a Timestamp's (seconds, nanos), at the microsecond."""
     delta = as_utc(value) - EPOCH
-    ts.seconds = delta.days * 86400 + delta.seconds
-    ts.nanos = delta.microseconds * 1000
+    return delta.days * 86400 + delta.seconds, delta.microseconds * 1000
 
 
 def stamp_after(stored: datetime | None, now: datetime) -> datetime:

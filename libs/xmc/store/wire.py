@@ -30,7 +30,7 @@ from typing import Any
 
 from xmc.model.stored import StoredExecution
 from xmc.names import execution_name
-from xmc.timestamps import EPOCH, as_utc
+from xmc.timestamps import timestamp_fields
 from xmc_api.cloud.xmanager.v1.work_unit_execution_pb2 import WorkUnitExecution
 
 _ACTIVE = WorkUnitExecution.WorkUnitExecutionState.ACTIVE
@@ -127,9 +127,7 @@ def signed_varint(value: int) -> bytes:
 def timestamp_wire(value: datetime) -> bytes:
     """The serialized ``google.protobuf.Timestamp`` of ``value`` (µs precision, like
     ``set_timestamp``; zero fields omitted, as proto3 does)."""
-    delta = as_utc(value) - EPOCH
-    seconds = delta.days * 86400 + delta.seconds
-    nanos = delta.microseconds * 1000
+    seconds, nanos = timestamp_fields(value)
     return (b"\x08" + signed_varint(seconds) if seconds else b"") + (
         b"\x10" + varint(nanos) if nanos else b""
     )

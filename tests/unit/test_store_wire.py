@@ -11,6 +11,7 @@ from google.protobuf.internal.encoder import _VarintBytes  # type: ignore[attr-d
 
 from xmc.model.states import WorkUnitState
 from xmc.model.stored import write_execution
+from xmc.store import wire
 from xmc.store.wire import (
     execution_wire_from_values,
     frame,
@@ -76,6 +77,21 @@ def test_pages_from_parts_parse_as_the_messages(sizes: list[int], token: str) ->
     from_parts = list_response_from_parts(parts, token)
     assert from_parts == expected.SerializeToString()
     assert [WorkUnit.FromString(work_unit_wire(*part)) for part in parts] == units
+
+
+def test_a_page_of_more_lengths_than_the_prefix_caches_hold_still_parses(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The tag-and-length caches are cleared when full; the page must not notice."""
+    monkeypatch.setattr(wire, "_MAX_PREFIXES", 2)
+    units = [work_unit(i, n) for i, n in enumerate([0, 1, 2, 3, 200, 201, 20_000])]
+    parts = [split(u) for u in units]
+    for _ in range(2):  # the second page meets caches filled by the first
+        from_parts = list_response_from_parts(parts, "next")
+        expected = api_pb2.ListWorkUnitsResponse(work_units=units, next_page_token="next")
+        assert from_parts == expected.SerializeToString()
+    assert len(wire._UNIT_PREFIXES) <= 2
+    assert len(wire._EXECUTION_PREFIXES) <= 2
 
 
 _TIMES = [

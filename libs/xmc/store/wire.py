@@ -24,7 +24,7 @@ columns instead.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -46,6 +46,8 @@ def varint(value: int) -> bytes:
     """The base-128 varint of a non-negative ``value`` (lengths)."""
     if value < 0x80:
         return _SMALL[value]
+    if value < 0x4000:  # two bytes: every WorkUnit a page frames
+        return bytes(((value & 0x7F) | 0x80, value >> 7))
     out = bytearray()
     while value > 0x7F:
         out.append((value & 0x7F) | 0x80)
@@ -65,24 +67,40 @@ def work_unit_wire(head: bytes, exec_wire: bytes) -> bytes:
     return head + frame(CURRENT_EXECUTION_TAG, exec_wire)
 
 
-def list_response_from_parts(parts: Sequence[tuple[bytes, bytes]], next_page_token: str) -> bytes:
+def list_response_from_parts(parts: Iterable[tuple[bytes, bytes]], next_page_token: str) -> bytes:
     """A serialized ``ListWorkUnitsResponse`` of WorkUnits given as (``head``,
-    ``exec_wire``), in one join: no WorkUnit is assembled apart first."""
+    ``exec_wire``), in one join: no WorkUnit is assembled apart first. Each WorkUnit is
+    four pieces: its field-1 tag and length, ``head``, the field-10 tag and length, and
+    ``exec_wire``; the tag-and-length pieces come from caches keyed by length (a page's
+    rows have a few lengths)."""
     out: list[bytes] = []
     append = out.append
+    outer, inner = _UNIT_PREFIXES, _EXECUTION_PREFIXES
     for head, exec_wire in parts:
         size = len(exec_wire)
-        length = _SMALL[size] if size < 0x80 else varint(size)
-        total = len(head) + 1 + len(length) + size
-        append(WORK_UNITS_TAG)
-        append(_SMALL[total] if total < 0x80 else varint(total))
+        execution = inner.get(size) or _prefix(inner, CURRENT_EXECUTION_TAG, size)
+        total = len(head) + len(execution) + size
+        append(outer.get(total) or _prefix(outer, WORK_UNITS_TAG, total))
         append(head)
-        append(CURRENT_EXECUTION_TAG)
-        append(length)
+        append(execution)
         append(exec_wire)
     if next_page_token:
         append(frame(NEXT_PAGE_TOKEN_TAG, next_page_token.encode()))
     return b"".join(out)
+
+
+#: Tag-and-length prefixes by length: a WorkUnit's (field 1 of the response) and its
+#: current execution's (field 10 of the WorkUnit). Bounded: cleared when full.
+_UNIT_PREFIXES: dict[int, bytes] = {}
+_EXECUTION_PREFIXES: dict[int, bytes] = {}
+_MAX_PREFIXES = 4096
+
+
+def _prefix(cache: dict[int, bytes], tag: bytes, size: int) -> bytes:
+    if len(cache) >= _MAX_PREFIXES:
+        cache.clear()
+    prefix = cache[size] = tag + varint(size)
+    return prefix
 
 
 def execution_wire(xid: int, wid: int, eid: int, stored: StoredExecution) -> bytes:

@@ -278,13 +278,23 @@ async def list_work_units(conn: Any, xid: int, request: ListRequest) -> bytes:
         raise
     if not rows:
         await require_experiment(conn, xid)
-    parts = {row["wid"]: (row["head"], row["exec_wire"]) for row in rows}
-    missing = [wid for wid, (head, exec_wire) in parts.items() if head is None or exec_wire is None]
-    if missing:
-        parts.update(await _parts_from_columns(conn, xid, missing))
-    # A row gone since the page was read (its experiment deleted) is left out.
-    whole = [part for part in parts.values() if None not in part]
-    return list_response_from_parts(whole, token)
+    heads = [row["head"] for row in rows]
+    wires = [row["exec_wire"] for row in rows]
+    if None in heads or None in wires:
+        wids = [row["wid"] for row in rows]
+        return list_response_from_parts(await _fill_parts(conn, xid, wids, heads, wires), token)
+    return list_response_from_parts(zip(heads, wires, strict=True), token)
+
+
+async def _fill_parts(
+    conn: Any, xid: int, wids: list[int], heads: list[Any], wires: list[Any]
+) -> list[tuple[bytes, bytes]]:
+    """A page's parts with those not stored yet built from their columns. A row gone
+    since the page was read (its experiment deleted) is left out."""
+    parts = dict(zip(wids, zip(heads, wires, strict=True), strict=True))
+    missing = [wid for wid, pair in parts.items() if None in pair]
+    parts.update(await _parts_from_columns(conn, xid, missing))
+    return [(h, e) for h, e in parts.values() if h is not None and e is not None]
 
 
 async def _parts_from_columns(

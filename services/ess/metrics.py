@@ -32,3 +32,7 @@ RELAY_PASS_FAILURES = Counter(
 TASKS_RESUMED = Counter(
     "xmc_ess_paused_tasks_total", "Parked tasks handled by the resume worker", ["resolution"]
 )
+TASK_STREAM_TRIMMED = Counter(
+    "xmc_ess_task_stream_trimmed_total",
+    "Entries the relay trimmed from the task stream: their tasks were finished",
+)

@@ -34,7 +34,13 @@ import grpc
 import structlog
 from redis.exceptions import ResponseError
 
-from ess.metrics import RELAY_PASS_FAILURES, TASKS_ABANDONED, TASKS_ENQUEUED, TASKS_REDRIVEN
+from ess.metrics import (
+    RELAY_PASS_FAILURES,
+    TASK_STREAM_TRIMMED,
+    TASKS_ABANDONED,
+    TASKS_ENQUEUED,
+    TASKS_REDRIVEN,
+)
 from xmc.messages import backend_message
 from xmc.model.outbox import (
     EntryState,
@@ -44,6 +50,7 @@ from xmc.model.outbox import (
     classify_entry,
     decide_pending,
     decide_published,
+    trim_point,
 )
 from xmc.model.resume import TaskKind
 from xmc.model.states import Severity, WorkUnitState
@@ -125,6 +132,7 @@ class OutboxRelay:
         self._wake = asyncio.Event()
         self._redis_run_id: str | None = None
         self._run_id_checked = -float("inf")
+        self._trimmed = -float("inf")
         self._where = redis.register_script(_WHERE)
 
     def wake(self) -> None:
@@ -161,6 +169,7 @@ class OutboxRelay:
             if not await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", RELAY_LOCK_KEY):
                 return RelayReport(busy=True)
             await self._notice_redis_restart(conn)
+            await self._trim_when_due(conn)
             rows = await outbox.claim_due(conn, now=now, limit=self.settings.batch_size)
             if not rows:
                 return RelayReport()
@@ -208,6 +217,26 @@ class OutboxRelay:
             count = await outbox.check_every_published_now(conn)
             log.warning("Redis restarted: checking every published task now", tasks=count)
         self._redis_run_id = run_id
+
+    async def _trim_when_due(self, conn: Any) -> None:
+        """Every ``trim_seconds``, under the relay lock: drop the stream's entries no task
+        needs any more (``trim_point``), approximately (whole stream nodes, which is cheap
+        for Redis). Redis failing here only postpones the trim; the pass goes on."""
+        loop = asyncio.get_running_loop()
+        if loop.time() - self._trimmed < self.settings.trim_seconds:
+            return
+        try:
+            newest = await self._redis.xrevrange(self._names.tasks, count=1)
+            oldest = await outbox.oldest_unfinished_entry(conn)
+            point = trim_point(oldest, _text(newest[0][0]) if newest else None)
+            if point is not None:
+                TASK_STREAM_TRIMMED.inc(
+                    await self._redis.xtrim(self._names.tasks, minid=point, approximate=True)
+                )
+        except REDIS_UNAVAILABLE as exc:
+            log.warning("could not trim the task stream; will retry", error=str(exc))
+            return
+        self._trimmed = loop.time()
 
     async def _decide(
         self, rows: Sequence[OutboxTask], *, now: datetime
@@ -305,6 +334,10 @@ class OutboxRelay:
             TASKS_ABANDONED.inc(abandoned)
         waiting = sum(1 for _r, d in decisions if d.action is RelayAction.CHECK_LATER)
         return RelayReport(len(publish) - redriven, redriven, waiting, abandoned)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def _kind_label(kind: int) -> str:

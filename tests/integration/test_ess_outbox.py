@@ -296,3 +296,58 @@ async def test_two_relays_publish_every_task_once(
     tasks = [task for _id, task in await _stream(first, private_redis)]
     assert len(tasks) == len({t.task_id for t in tasks}) == 20
     assert [t.wid for t in tasks] == list(range(1, 21))
+
+
+async def test_the_relay_trims_the_stream_of_entries_no_task_needs(
+    ess_factory: Any, private_redis: RedisServer
+) -> None:
+    """Without trimming the stream keeps every task ever published, and Redis's memory
+    grows with them. Entries of finished tasks go; the oldest task still on its way keeps
+    its entry, and every newer one stays; once every task is finished only the last
+    entry is left."""
+    client: Any = aioredis.Redis.from_url(private_redis.url)
+    try:
+        await client.config_set("stream-node-max-entries", 1)  # approximate trims are exact
+    finally:
+        await client.aclose()
+    ess = await _ess(ess_factory, private_redis, trim_seconds=0)
+    parent = await _experiment(ess)
+    for _ in range(4):
+        await _create(ess, parent)
+    await ess.relayed()
+    entries = await _stream(ess, private_redis)
+    ids = [entry_id for entry_id, _task in entries]
+    assert len(ids) == 4
+
+    async def finish(*indexes: int) -> None:
+        """What the Actuator records when it is done with a task."""
+        await fetch_all(
+            ess.database_url,
+            """UPDATE task_outbox SET status = 'finished', finished_time = now(),
+                   next_attempt = NULL, outcome = 'done'
+               WHERE task_id = ANY($1::text[]) RETURNING task_id""",
+            [entries[i][1].task_id for i in indexes],
+        )
+        _relay(ess).wake()
+
+    async def left() -> list[str]:
+        return [entry_id for entry_id, _task in await _stream(ess, private_redis)]
+
+    await finish(0, 1, 3)  # the third is still on its way
+    await wait_until(left, ids[2:])
+
+    ess.clock.advance(RELAY.first_check_seconds)
+    _relay(ess).wake()
+
+    async def checked_again() -> bool:
+        rows = await fetch_all(
+            ess.database_url, "SELECT next_attempt FROM task_outbox WHERE status = 'published'"
+        )
+        return all(r["next_attempt"] > ess.clock.now for r in rows)
+
+    await wait_until(checked_again, True)
+    assert [r["publish_count"] for r in await _rows(ess)] == [1, 1, 1, 1], "none re-driven"
+    assert await left() == ids[2:]
+
+    await finish(2)
+    await wait_until(left, ids[3:])

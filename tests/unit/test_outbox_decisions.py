@@ -15,6 +15,7 @@ from xmc.model.outbox import (
     decide_pending,
     decide_published,
     parse_entry_id,
+    trim_point,
 )
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -100,8 +101,22 @@ def test_a_pending_task_is_published_and_checked_after_the_first_interval() -> N
         {"max_publishes": 0},
         {"first_check_seconds": 0},
         {"first_check_seconds": 10, "max_check_seconds": 5},
+        {"trim_seconds": -1},
     ],
 )
 def test_settings_are_validated(bad: dict[str, float]) -> None:
     with pytest.raises(ValueError, match=r"must be|need"):
         RelaySettings(**bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("oldest_unfinished", "newest", "want"),
+    [
+        pytest.param("5-0", "9-3", "5-0", id="below the oldest task still on its way"),
+        pytest.param(None, "9-3", "9-3", id="every task finished: only the last entry stays"),
+        pytest.param("5-0", "2-0", "5-0", id="the stream lost entries: it was finished or lost"),
+        pytest.param(None, None, None, id="an empty stream is left alone"),
+    ],
+)
+def test_trim_point(oldest_unfinished: str | None, newest: str | None, want: str | None) -> None:
+    assert trim_point(oldest_unfinished, newest) == want

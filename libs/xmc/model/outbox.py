@@ -48,6 +48,10 @@ class RelaySettings:
     redis_restart_check_seconds: float = 1.0
     """How often the relay reads Redis's run id to notice a restart (every published
     task is then checked at once)."""
+    trim_seconds: float = 10.0
+    """How often the relay trims ``xmc-tasks-stream`` of the entries no task needs any
+    more (``trim_point``); without it the stream, and Redis's memory, grow with every
+    task ever published."""
     error_backoff: Backoffs = RELAY_ERROR_BACKOFFS
     """Seconds to wait after consecutive failed passes (Redis or Postgres down)."""
 
@@ -56,6 +60,8 @@ class RelaySettings:
             raise ValueError("batch_size and max_publishes must be at least 1")
         if not 0 < self.first_check_seconds <= self.max_check_seconds:
             raise ValueError("need 0 < first_check_seconds <= max_check_seconds")
+        if self.trim_seconds < 0:
+            raise ValueError("trim_seconds must be >= 0")
 
 
 class EntryState(enum.StrEnum):
@@ -142,3 +148,20 @@ def decide_published(
         f"{lost}; re-drive #{publish_count}",
         now + timedelta(seconds=settings.first_check_seconds),
     )
+
+
+def trim_point(oldest_unfinished: str | None, newest: str | None) -> str | None:
+    """The stream id below which ``xmc-tasks-stream`` may be trimmed (``XTRIM MINID``), or
+    None to leave it as it is. Read under the relay lock, so no relay is between an XADD
+    and its commit: an entry is then either a published task's or left by a pass that
+    crashed after its XADD, whose next pass adopts it.
+
+    - ``oldest_unfinished``: the oldest entry of a published task the Actuator has not
+      finished. Everything older belongs to finished tasks: trimmed, nothing is lost.
+    - Otherwise ``newest``, the stream's last entry: every task is finished, so only the
+      last entry is kept (Redis also keeps the last id a stream generated).
+
+    An entry trimmed all the same (a crashed pass's, adopted later) is what a check files
+    as GONE, and the relay re-drives it: trimming can cost a publish, never a task.
+    """
+    return oldest_unfinished if oldest_unfinished is not None else newest

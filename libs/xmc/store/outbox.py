@@ -159,6 +159,19 @@ async def check_later(conn: Any, checks: Sequence[tuple[str, datetime]]) -> None
     )
 
 
+async def oldest_unfinished_entry(conn: Any) -> str | None:
+    """The stream entry of the published, unfinished task published longest ago (entry
+    ids order as (milliseconds, sequence) pairs, not as text); None when there is none.
+    Scans the published rows only (the partial index ``task_outbox_due``)."""
+    entry_id: str | None = await conn.fetchval(
+        """SELECT entry_id FROM task_outbox
+           WHERE status = 'published' AND entry_id IS NOT NULL
+           ORDER BY split_part(entry_id, '-', 1)::bigint, split_part(entry_id, '-', 2)::bigint
+           LIMIT 1"""
+    )
+    return entry_id
+
+
 async def check_every_published_now(conn: Any) -> int:
     """Make every published, unfinished task due for a check (Redis restarted: whatever
     it held is gone, however long ago it was published); returns how many."""

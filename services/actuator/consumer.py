@@ -90,10 +90,14 @@ class ConsumerSettings:
     """In-process retries of RETRY outcomes, per delivery."""
     redis_backoff: float = 1.0
     """Seconds to wait after a Redis error before reading or claiming again."""
+    dlq_max_entries: int = 100_000
+    """Newest entries ``xmc-dlq-stream`` keeps (older ones are trimmed as new ones come):
+    the DLQ is for people to read, and a misconfiguration that refuses every task must
+    not fill Redis's memory. ``xmc_actuator_dlq_total`` counts every entry."""
 
     def __post_init__(self) -> None:
-        if self.concurrency < 1 or self.max_deliveries < 1:
-            raise ValueError("concurrency and max_deliveries must be at least 1")
+        if self.concurrency < 1 or self.max_deliveries < 1 or self.dlq_max_entries < 1:
+            raise ValueError("concurrency, max_deliveries and dlq_max_entries must be at least 1")
         if self.claim_idle <= 0 or self.block <= 0:
             raise ValueError("claim_idle and block must be positive")
 
@@ -145,7 +149,8 @@ class TaskConsumer:
         )  # fmt: skip
         self._settler = EntrySettler(
             redis=redis, names=names, store=store, consumer=self.name,
-            max_deliveries=settings.max_deliveries, clock=clock,
+            max_deliveries=settings.max_deliveries, dlq_max_entries=settings.dlq_max_entries,
+            clock=clock,
         )  # fmt: skip
         self._lanes = Lanes(
             handler=handler, settler=self._settler, max_deliveries=settings.max_deliveries,

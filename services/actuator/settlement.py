@@ -51,10 +51,11 @@ REJECTION_CODES: Final[Mapping[TaskRejectReason, str]] = {
     TaskRejectReason.NOT_YET_VALID: "FAILED_PRECONDITION",
 }
 
-# KEYS: tasks stream, DLQ stream. ARGV: group, entry id, then the DLQ entry's field/values.
+# KEYS: tasks stream, DLQ stream. ARGV: group, entry id, the DLQ's length cap, then the DLQ
+# entry's field/values. The cap is exact (dead letters are rare: its cost does not matter).
 _DEAD_LETTER = """
 if redis.call('XACK', KEYS[1], ARGV[1], ARGV[2]) == 1 then
-  return redis.call('XADD', KEYS[2], '*', unpack(ARGV, 3))
+  return redis.call('XADD', KEYS[2], 'MAXLEN', ARGV[3], '*', unpack(ARGV, 4))
 end
 return false
 """
@@ -104,6 +105,8 @@ class EntrySettler:
     store: Store
     consumer: str
     max_deliveries: int
+    #: Newest entries the DLQ keeps.
+    dlq_max_entries: int
     #: Wall time: stamps the DLQ entry and the settled Operation.
     clock: Callable[[], datetime]
     _tasks: TaskSettler = field(init=False)
@@ -171,7 +174,7 @@ class EntrySettler:
             source_id=delivery.entry_id,
             failed_at=self.clock().isoformat(),
         )
-        args = [ACTUATOR_GROUP, delivery.entry_id]
+        args = [ACTUATOR_GROUP, delivery.entry_id, self.dlq_max_entries]
         for name, value in entry.items():
             args.extend((name, value))
         added = await asyncio.shield(

@@ -276,6 +276,28 @@ async def test_permanent_failure_is_dead_lettered_and_acked(harness: Harness) ->
     assert await harness.operation(task.operation) == (False, None, None)
 
 
+async def test_the_dlq_keeps_its_newest_entries_only(harness: Harness) -> None:
+    """A misconfiguration that refuses every task must not fill Redis: past
+    ``dlq_max_entries`` the oldest dead letters go, and the counter still counts each."""
+    tasks = await fresh_tasks(harness.ess, 3)
+    entry_ids = await harness.publisher().publish_many(tasks)
+    before = counter("xmc_actuator_dlq_total", reason=REASON_PERMANENT)
+
+    async def invalid(_task: Task, _n: int) -> TaskResult:
+        return TaskResult(Outcome.PERMANENT, "refused", "INVALID_ARGUMENT")
+
+    harness.start(FakeHandler(invalid), dlq_max_entries=2)
+
+    async def dead_lettered() -> float:
+        return counter("xmc_actuator_dlq_total", reason=REASON_PERMANENT) - before
+
+    await wait_until(dead_lettered, 3.0)
+    await wait_until(harness.settled, (0, 0))
+    kept = [dead[b"source_id"] for dead in await harness.dlq()]
+    assert len(kept) == 2
+    assert set(kept) < set(entry_ids)
+
+
 def _tampered(task: Task, fields: dict[bytes, bytes]) -> dict[bytes, bytes]:
     forged = variant(task, task.task_id)
     forged.wid += 1

@@ -12,6 +12,10 @@ One pass, in one Postgres transaction:
 4. Publish what is to be published in one pipelined round trip, each (task, attempt) at
    most once (``TaskPublisher.publish_attempts``), then record it.
 
+Every ``trim_seconds`` a pass also trims the stream of the entries finished tasks left
+(``trim_point``), before claiming, so the stream holds the work in flight, not every task
+ever published.
+
 A pass that fails (Redis or Postgres down) rolls back and changes nothing; the loop backs
 off and tries again, so a Redis outage delays tasks and loses none. A crash after the
 XADD and before the commit republishes the same attempt, which Redis answers with the

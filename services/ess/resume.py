@@ -30,7 +30,13 @@ from xmc.retry import sleep_or_stop
 from xmc.store import operations, outbox, scheduling, work_units
 from xmc.store.repository import Store
 from xmc.store.scheduling import ParkedTask, Resolution
-from xmc.streams import REDIS_UNAVAILABLE, RESUME_GROUP, StreamNames
+from xmc.streams import (
+    REDIS_UNAVAILABLE,
+    RESUME_GROUP,
+    ReadFailure,
+    StreamNames,
+    classify_read_error,
+)
 from xmc_api.internal.v1.tasks_pb2 import Task
 
 log = structlog.get_logger()
@@ -80,6 +86,11 @@ class ResumeWorker:
         self._consumer = consumer
         self._batch_size = batch_size
         self._sweep_interval = sweep_interval
+        #: Whether the group is known to exist: created once, and again only when a read
+        #: finds it gone (NOGROUP: Redis restarted without persistence, the key deleted)
+        #: or the connection was lost. Creating it on every iteration made Redis count a
+        #: failed command (BUSYGROUP) twice a second on an idle system.
+        self._group_ready = False
 
     async def resume_once(self, run_id: str | None = None) -> ResumeReport:
         """One resume run over every unprocessed parked task."""
@@ -141,13 +152,19 @@ class ResumeWorker:
     async def _next_triggers(self, block_ms: int) -> list[tuple[bytes, Any]]:
         # Our own unacked triggers first (a crash mid-run), then new ones.
         for start in ("0", ">"):
-            reply = await self._redis.xreadgroup(
-                RESUME_GROUP,
-                self._consumer,
-                {self._names.resume: start},
-                count=16,
-                block=None if start == "0" else block_ms,
-            )
+            try:
+                reply = await self._redis.xreadgroup(
+                    RESUME_GROUP,
+                    self._consumer,
+                    {self._names.resume: start},
+                    count=16,
+                    block=None if start == "0" else block_ms,
+                )
+            except ResponseError as exc:
+                if classify_read_error(str(exc)) is not ReadFailure.GROUP_GONE:
+                    raise
+                self._group_ready = False  # the next iteration creates it again
+                return []
             entries = [entry for _stream, items in reply or [] for entry in items]
             if entries:
                 return entries
@@ -159,7 +176,9 @@ class ResumeWorker:
         next_sweep = loop.time()
         while not stop.is_set():
             try:
-                await self._ensure_group()
+                if not self._group_ready:
+                    await self._ensure_group()
+                    self._group_ready = True
                 triggers = await self._next_triggers(block_ms=500)
                 if triggers or loop.time() >= next_sweep:
                     report = await self.resume_once()
@@ -176,6 +195,7 @@ class ResumeWorker:
                         self._names.resume, RESUME_GROUP, *[entry_id for entry_id, _ in triggers]
                     )
             except REDIS_UNAVAILABLE as exc:
+                self._group_ready = False  # a restarted Redis may have lost it
                 log.warning("resume worker waiting for redis", error=str(exc))
                 await sleep_or_stop(stop, ERROR_PAUSE_SECONDS)
             except Exception:

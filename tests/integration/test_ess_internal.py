@@ -5,17 +5,22 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from typing import Any
 
 import grpc
+import redis.asyncio as aioredis
 from google.protobuf.field_mask_pb2 import FieldMask
+from redis.exceptions import ResponseError
 
 from ess.resume import ResumeWorker
 from tests.integration.conftest import SIGNING_KEY, Ess, metadata
+from tests.integration.redis_server import RedisServer
 from tests.integration.support import fetch_all, minimal_work_unit, wait_until
 from tests.integration.test_ess_api import expect_error
 from xmc.model.resume import SkipReason, TaskKind
 from xmc.model.states import WorkUnitState
 from xmc.store import scheduling
+from xmc.streams import RESUME_GROUP, StreamNames
 from xmc.tasks import verify_task
 from xmc_api.cloud.xmanager.v1 import api_pb2
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
@@ -315,3 +320,50 @@ async def test_a_task_parked_again_after_a_resume_is_resumed_again(ess: Ess) -> 
     )
     await wait_until(lambda: _unprocessed(ess), 0)
     assert [t.task_id for t in await stream_tasks(ess)] == [task.task_id] * 2
+
+
+async def test_the_resume_worker_creates_its_group_once_and_again_when_it_is_gone(
+    ess: Ess, private_redis: RedisServer
+) -> None:
+    """Not on every iteration (Redis counted a failed BUSYGROUP twice a second on an idle
+    system), but again when a read finds the group gone: a trigger sent after the stream
+    was deleted is still read and acked."""
+    assert ess.server.store is not None
+    client: Any = aioredis.Redis.from_url(private_redis.url)
+    names = StreamNames.with_prefix("resume-test:")
+    worker = ResumeWorker(
+        ess.server.store, client, names, clock=ess.clock, consumer="t", sweep_interval=3600
+    )
+    stop = asyncio.Event()
+    running = asyncio.create_task(worker.run(stop))
+
+    async def calls(command: str) -> int:
+        stats = await client.info("commandstats")
+        return int(stats.get(f"cmdstat_{command}", {}).get("calls", 0))
+
+    async def group_after(entry_id: bytes | None) -> bool:
+        try:
+            groups = await client.xinfo_groups(names.resume)
+        except ResponseError:
+            return False
+        return any(
+            g["name"] == RESUME_GROUP.encode()
+            and g["pending"] == 0
+            and (entry_id is None or g["last-delivered-id"] == entry_id)
+            for g in groups
+        )
+
+    async def iterations_done() -> bool:
+        return await calls("xreadgroup") >= 8  # at least four iterations of the loop
+
+    try:
+        await wait_until(iterations_done, True)
+        assert await calls("xgroup|create") == 1
+        await client.delete(names.resume)  # the group goes with the stream
+        trigger = await client.xadd(names.resume, {"by": "after the loss"})
+        await wait_until(lambda: group_after(trigger), True)
+        assert await calls("xgroup|create") == 2
+    finally:
+        stop.set()
+        await running
+        await client.aclose()

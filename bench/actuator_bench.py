@@ -186,7 +186,7 @@ async def run_actuators(dsn: str, kube_url: str, processes: int, n: int) -> tupl
             process.terminate()
         for process in actuators:
             await process.wait()
-        keys = [key async for key in redis.scan_iter(match=f"{hash_tag(prefix)}*")]
+        keys = [key async for key in redis.scan_iter(match=f"{hash_tag(prefix)}*", count=10_000)]
         if keys:
             await redis.delete(*keys)
         await redis.aclose()

@@ -37,9 +37,8 @@ from bench.bare_grpc import sized_request
 from bench.ess_rpc import free_port, start_bare, start_ess
 from bench.workloads import work_unit
 
-from tests.stack import create_database, drop_database
+from tests.stack import create_database, delete_prefixed_keys, drop_database
 from xmc.store.migrate import migrate
-from xmc.streams import hash_tag
 from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
 
@@ -209,9 +208,8 @@ async def main() -> None:
             if process is not None:
                 process.terminate()
                 await process.wait()
-        keys = [key async for key in redis.scan_iter(match=f"{hash_tag(prefix)}*")]
-        if keys:
-            await redis.delete(*keys)
+        await delete_prefixed_keys(redis, prefix)
+        await redis.delete(f"{prefix}raw")  # the raw baseline's stream
         await redis.aclose()
         await drop_database(ADMIN_DSN, dsn)
 

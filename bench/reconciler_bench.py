@@ -470,7 +470,7 @@ async def main() -> None:
         if server is not None:
             await server.stop(grace=1)
         await sim.stop()
-        keys = [key async for key in redis.scan_iter(match=f"{hash_tag(prefix)}*")]
+        keys = [key async for key in redis.scan_iter(match=f"{hash_tag(prefix)}*", count=10_000)]
         if keys:
             await redis.delete(*keys)
         await redis.aclose()

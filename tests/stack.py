@@ -27,6 +27,8 @@ from urllib.parse import urlsplit, urlunsplit
 import aiohttp
 import asyncpg
 
+from xmc.streams import hash_tag
+
 BIN: Final = Path(sys.executable).parent
 SIGNING_KEY: Final = "fault-test-signing-key-of-at-least-32-bytes"
 SERVICES: Final = ("kubesim", "ess", "actuator", "reconciler")
@@ -47,6 +49,16 @@ def free_port() -> int:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
         return port
+
+
+async def delete_prefixed_keys(redis: Any, prefix: str) -> None:
+    """Delete a run's Redis keys (all of one prefix share its hash tag). SCAN walks the
+    whole keyspace whatever the pattern, so each step asks for 10,000 keys: a shared Redis
+    holding other users' keys (once 190,000 publish markers) costs a few round trips,
+    not the thousands that made every test's teardown take seconds."""
+    keys = [key async for key in redis.scan_iter(match=f"{hash_tag(prefix)}*", count=10_000)]
+    if keys:
+        await redis.delete(*keys)
 
 
 def database_dsn(admin_dsn: str, name: str) -> str:

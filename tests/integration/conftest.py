@@ -19,9 +19,10 @@ from ess.app import EssOptions, EssServer
 from tests.integration.processes import client, ledger, stack  # noqa: F401  (fixtures)
 from tests.integration.redis_cluster import redis_cluster  # noqa: F401  (a fixture)
 from tests.integration.support import FakeClock, wait_until
+from tests.stack import delete_prefixed_keys
 from xmc.redis_client import connect_redis
 from xmc.settings import AuthSettings, Settings
-from xmc.streams import StreamNames, hash_tag
+from xmc.streams import StreamNames
 from xmc_api.cloud.xmanager.v1 import api_pb2_grpc
 from xmc_api.internal.v1 import executions_pb2_grpc, scheduling_pb2_grpc
 
@@ -147,9 +148,7 @@ async def ess_factory(database_url: str) -> AsyncIterator[EssFactory]:
     for server, channel in started:
         await channel.close()
         await server.stop(grace=1)
-    keys = [key async for key in redis.scan_iter(match=f"{hash_tag(prefix)}*")]
-    if keys:
-        await redis.delete(*keys)
+    await delete_prefixed_keys(redis, prefix)
     await redis.aclose()
     for cluster_client in cluster_clients:
         await cluster_client.aclose()

@@ -22,8 +22,8 @@ import redis.asyncio as aioredis
 
 from tests.integration.conftest import REDIS_URL
 from tests.integration.test_local_run import free_ports, read_until
+from tests.stack import delete_prefixed_keys
 from xmc.model.states import ActiveState, LaunchState, WorkUnitState
-from xmc.streams import hash_tag
 from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -82,9 +82,7 @@ async def _delete_keys(prefix: str) -> None:
     """The run's streams and keys, so the shared Redis does not collect them."""
     redis = aioredis.Redis.from_url(REDIS_URL)
     try:
-        keys = [key async for key in redis.scan_iter(match=f"{hash_tag(prefix)}*")]
-        if keys:
-            await redis.delete(*keys)
+        await delete_prefixed_keys(redis, prefix)
     finally:
         await redis.aclose()
 

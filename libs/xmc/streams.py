@@ -68,6 +68,11 @@ class StreamNames:
         return f"{hash_tag(self.prefix)}:published:{task_id}:{attempt}"
 
 
+def text(value: bytes | str) -> str:
+    """A Redis reply value as text: redis-py answers bytes unless the client decodes."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
 def hash_tag(prefix: str) -> str:
     """``{<prefix>xmc}``: Redis Cluster hashes only what is between the first braces, so
     every key of one prefix lands in one slot, and different prefixes spread over slots."""
@@ -168,4 +173,4 @@ class TaskPublisher:
             ids: list[bytes | str] = await self._publish_attempts(keys=keys, args=args)
         except REDIS_UNAVAILABLE as exc:
             raise UnavailableError(f"task stream unavailable: {exc}") from exc
-        return [i.decode() if isinstance(i, bytes) else i for i in ids]
+        return [text(i) for i in ids]

@@ -18,7 +18,7 @@ import structlog
 from redis.exceptions import ResponseError
 
 from actuator.metrics import RECLAIMED_TOTAL
-from xmc.streams import ACTUATOR_GROUP, REDIS_UNAVAILABLE, StreamNames
+from xmc.streams import ACTUATOR_GROUP, REDIS_UNAVAILABLE, StreamNames, text
 
 log = structlog.get_logger()
 
@@ -33,10 +33,6 @@ class Delivery:
     deliveries: int
     #: Monotonic time it was received, for the latency histogram.
     received: float
-
-
-def text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 @dataclass(kw_only=True)

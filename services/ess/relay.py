@@ -63,7 +63,7 @@ from xmc.retry import sleep_or_stop
 from xmc.store import executions, operations, outbox
 from xmc.store.outbox import OutboxStatus, OutboxTask
 from xmc.store.repository import Store
-from xmc.streams import ACTUATOR_GROUP, REDIS_UNAVAILABLE, StreamNames, TaskPublisher
+from xmc.streams import ACTUATOR_GROUP, REDIS_UNAVAILABLE, StreamNames, TaskPublisher, text
 from xmc.tasks import task_execution_id
 from xmc_api.internal.v1.tasks_pb2 import Task
 
@@ -232,7 +232,7 @@ class OutboxRelay:
         try:
             newest = await self._redis.xrevrange(self._names.tasks, count=1)
             oldest = await outbox.oldest_unfinished_entry(conn)
-            point = trim_point(oldest, _text(newest[0][0]) if newest else None)
+            point = trim_point(oldest, text(newest[0][0]) if newest else None)
             if point is not None:
                 TASK_STREAM_TRIMMED.inc(
                     await self._redis.xtrim(self._names.tasks, minid=point, approximate=True)
@@ -285,7 +285,7 @@ class OutboxRelay:
             return None  # no stream: nothing was delivered
         for group in groups:
             name = group.get("name")
-            if (name.decode() if isinstance(name, bytes) else name) == ACTUATOR_GROUP:
+            if text(name) == ACTUATOR_GROUP:
                 value = group.get("last-delivered-id")
                 return value.decode() if isinstance(value, bytes) else str(value)
         return None
@@ -338,10 +338,6 @@ class OutboxRelay:
             TASKS_ABANDONED.inc(abandoned)
         waiting = sum(1 for _r, d in decisions if d.action is RelayAction.CHECK_LATER)
         return RelayReport(len(publish) - redriven, redriven, waiting, abandoned)
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def _kind_label(kind: int) -> str:

@@ -142,6 +142,21 @@ def classify_failure(status: int | None, reason: str | None) -> KubeFailure:
     return KubeFailure.UNEXPECTED
 
 
+@dataclass(frozen=True)
+class StatusCause:
+    """One of a ``Status``'s ``details.causes``; ``reason`` is Go's ``StatusCause.Type``
+    (its JSON name is ``reason``)."""
+
+    reason: str
+    message: str = ""
+
+
+#: ``metav1.CauseTypeResourceVersionTooLarge``: a list or watch asked for a resourceVersion
+#: the server has not reached (apiserver ``storage.NewTooLargeResourceVersionError``).
+CAUSE_RESOURCE_VERSION_TOO_LARGE: Final = "ResourceVersionTooLarge"
+_TOO_LARGE_TEXT: Final = "Too large resource version"
+
+
 class KubeError(Exception):
     """A failed Kubernetes call, one type for every service: ``status`` None means no
     HTTP answer at all (connection loss, timeout); ``reason`` is the ``Status.reason`` of
@@ -154,12 +169,15 @@ class KubeError(Exception):
         reason: str | None,
         message: str,
         retry_after: float | None = None,
+        causes: tuple[StatusCause, ...] = (),
     ) -> None:
         super().__init__(message)
         self.status = status or None
         self.reason = reason
         self.message = message
         self.retry_after = retry_after
+        #: ``details.causes`` of the answer's ``Status``: what a 504 is about, say.
+        self.causes = causes
         self.failure = classify_failure(self.status, reason)
 
     @classmethod
@@ -169,6 +187,21 @@ class KubeError(Exception):
     def __str__(self) -> str:
         where = "no response" if self.status is None else f"{self.status} {self.reason or ''}"
         return f"{where.strip()}: {self.message}"
+
+    @property
+    def resource_version_too_large(self) -> bool:
+        """The server has not reached the resourceVersion asked for (its history went
+        backwards: etcd restored, an ephemeral kubesim restarted): only a fresh list helps.
+        Read like client-go's ``isTooLargeResourceVersionError`` (tools/cache/reflector.go):
+        the cause, or for API servers before 1.18.6 a Timeout whose cause or message says
+        so in words."""
+        if any(c.reason == CAUSE_RESOURCE_VERSION_TOO_LARGE for c in self.causes):
+            return True
+        if self.reason != "Timeout":
+            return False
+        return any(c.message == _TOO_LARGE_TEXT for c in self.causes) or (
+            _TOO_LARGE_TEXT in self.message
+        )
 
 
 def parse_retry_after(header: str | None) -> float | None:
@@ -201,7 +234,21 @@ def error_from_answer(
         seconds = details.get("retryAfterSeconds")
         if isinstance(seconds, int | float) and not isinstance(seconds, bool):
             delay = float(seconds)
-    return KubeError(status, reason if isinstance(reason, str) else None, str(message), delay)
+    return KubeError(
+        status, reason if isinstance(reason, str) else None, str(message), delay, _causes(details)
+    )
+
+
+def _causes(details: object) -> tuple[StatusCause, ...]:
+    """``details.causes``, whatever of it is readable."""
+    causes = details.get("causes") if isinstance(details, Mapping) else None
+    if not isinstance(causes, list):
+        return ()
+    return tuple(
+        StatusCause(str(c.get("reason") or ""), str(c.get("message") or ""))
+        for c in causes
+        if isinstance(c, Mapping)
+    )
 
 
 def read_answer(status: int, raw: bytes, retry_after: str | None = None) -> dict[str, Any]:

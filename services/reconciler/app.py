@@ -180,7 +180,12 @@ class Reconciler:
     async def readiness(self) -> list[Check]:
         """``/readyz``: every watch synced and connected, the Lease reachable."""
         watches = [
-            WatchState(w.what, w.ready.is_set(), w.failures)
+            WatchState(
+                w.what,
+                w.ready.is_set(),
+                w.failures,
+                None if w.relist_reason is None else w.relist_reason.value,
+            )
             for w in (self.jobsets, self.workloads, self.pods)
         ]
         election = (

@@ -63,3 +63,29 @@ OBSERVATIONS_DROPPED_TOTAL = Counter(
     "Observations of batches the ESS refused (after bounded retries of INTERNAL), by code",
     ["code"],
 )
+RELISTS_TOTAL = Counter(
+    "xmc_reconciler_relists_total",
+    "Full lists of a watched resource, by resource and reason (initial; expired: 410; "
+    "too_large: the server had never reached the watch's resourceVersion; retry)",
+    ["resource", "reason"],
+)
+VANISHED_JOBSETS_TOTAL = Counter(
+    "xmc_reconciler_vanished_jobsets_total",
+    "Executions ended FAILED because their JobSet disappeared from the cluster without "
+    "passing XMC's finalizer (counted when the ESS applied the write)",
+)
+VANISHED_SWEEPS_TOTAL = Counter(
+    "xmc_reconciler_vanished_sweeps_total",
+    "Passes of the vanished-JobSet sweep, by result (done; skipped: a watch not synced or "
+    "not leading; failed: the ESS or the cluster could not be read)",
+    ["result"],
+)
+VANISHED_SWEEP_SECONDS = Histogram(
+    "xmc_reconciler_vanished_sweep_seconds",
+    "Time one completed pass of the vanished-JobSet sweep took (listing included)",
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+)
+VANISHED_SUSPECTS = Gauge(
+    "xmc_reconciler_vanished_suspects",
+    "Executions the last sweep found without their JobSet and still inside the grace period",
+)

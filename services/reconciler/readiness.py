@@ -1,7 +1,9 @@
 """What ``/readyz`` says about a Reconciler (pure): synced watches, a working election.
 
-Ready means this replica can do its job now: every watch has listed once and is connected
-(no failure since its last success), and, with leader election, the Lease can be read and
+Ready means this replica can do its job now: every watch has listed once, is connected
+(no failure since its last success) and owes no re-list (a cache the server said is stale —
+410, or a resourceVersion the server has never reached — is not "synced" until a fresh list
+has replaced it), and, with leader election, the Lease can be read and
 written — whether this replica leads or stands by is reported, not judged, because a
 standby is exactly as ready as the leader to take over.
 """
@@ -17,8 +19,11 @@ from xmc.health import Check
 @dataclass(frozen=True)
 class WatchState:
     what: str
-    synced: bool
+    #: The first list is done.
+    listed: bool
     failures: int
+    #: Why the cache owes a full list (``watch.Failure`` value), None when it does not.
+    relisting: str | None = None
 
 
 @dataclass(frozen=True)
@@ -44,8 +49,10 @@ def decide_readiness(watches: Sequence[WatchState], election: ElectionState | No
 
 def _watch_check(watch: WatchState) -> Check:
     name = f"watch {watch.what}"
-    if not watch.synced:
+    if not watch.listed:
         return Check(name, False, "first list not done yet")
     if watch.failures:
         return Check(name, False, f"reconnecting: {watch.failures} failures in a row")
+    if watch.relisting is not None:
+        return Check(name, False, f"re-listing ({watch.relisting}): the cache is stale")
     return Check(name, True, "synced")

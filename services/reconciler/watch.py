@@ -14,14 +14,24 @@ latest state; it must not depend on the sequence of events, because
   since that version: the watcher re-lists and *diffs* against its cache, synthesizing
   ADDED / MODIFIED / DELETED for whatever changed while it was away — intermediate states
   are gone for good;
+- "too large resource version" (504 Timeout with cause ``ResourceVersionTooLarge``, or the
+  older servers' message) means the server's history went *backwards* (etcd restored from
+  a backup, an ephemeral kubesim restarted): it has never reached our version, so resuming
+  from it would wait forever for events that already happened under other numbers. Like
+  client-go's reflector it is a re-list from ``""`` (a consistent read) and the same diff:
+  whatever vanished is delivered as DELETED;
 - every ``resync_seconds`` every cached object is re-delivered as RESYNC, so a handler that
   failed or a decision that depended on something outside Kubernetes is retried.
 
 Failures are classified once, by the client (``KubeError.failure``); :func:`classify`
-maps that to what the watcher does: EXPIRED (410) re-lists, INVALID (400, 422: a malformed
-selector) stops the watcher, everything else (no response, THROTTLED, SERVER, FORBIDDEN or
-NOT_FOUND while RBAC or a CRD is being installed) is retried with a bounded, logged
-backoff.
+maps that to what the watcher does: EXPIRED (410) and TOO_LARGE re-list, INVALID (400,
+422: a malformed selector) stops the watcher, everything else (no response, THROTTLED,
+SERVER, FORBIDDEN or NOT_FOUND while RBAC or a CRD is being installed) is retried with a
+bounded, logged backoff.
+
+``synced`` is what ``/readyz`` reports: listed at least once, no failure since the last
+success, and no re-list owed — a watcher that knows its cache is stale says so until a
+list has replaced it.
 """
 
 from __future__ import annotations
@@ -36,6 +46,7 @@ from typing import Any, Final, Literal
 
 import structlog
 
+from reconciler import metrics
 from xmc.kube import KubeError, KubeFailure, Resource
 from xmc.kube_client import KubeClient
 from xmc.retry import Backoffs, sleep_or_stop
@@ -72,8 +83,13 @@ class WatchFailed(Exception):
 
 
 class Failure(enum.Enum):
+    """Also the ``reason`` label of ``xmc_reconciler_relists_total`` (for the re-lists)."""
+
     EXPIRED = "expired"
     """410: the resourceVersion is older than the server's history — re-list."""
+    TOO_LARGE = "too_large"
+    """The server has never reached the resourceVersion (its history went backwards) —
+    re-list from a consistent read."""
     RETRY = "retry"
     """Back off, then resume from the last resourceVersion."""
     FATAL = "fatal"
@@ -87,10 +103,16 @@ _BY_FAILURE: Final[Mapping[KubeFailure, Failure]] = {
 }
 
 
+#: Failures after which the cache is known stale: only a full list repairs it.
+RELISTS: Final = frozenset({Failure.EXPIRED, Failure.TOO_LARGE})
+
+
 def classify(error: BaseException) -> Failure:
     """The one place that decides what a failed list or watch means to the watcher; an
     error that is not a Kubernetes call's (a malformed object, a bug) is retried."""
     if isinstance(error, KubeError):
+        if error.resource_version_too_large:
+            return Failure.TOO_LARGE
         return _BY_FAILURE.get(error.failure, Failure.RETRY)
     return Failure.RETRY
 
@@ -164,6 +186,8 @@ class ResourceWatcher:
         self.failures = 0
         #: Monotonic time of the last successful list or watch connection.
         self.last_success: float | None = None
+        #: Why the cache is known stale and owes a full list (None: it does not).
+        self.relist_reason: Failure | None = None
 
     # --- reading ---------------------------------------------------------------------
 
@@ -196,6 +220,13 @@ class ResourceWatcher:
                 self._groups.pop(old_key, None)
         if new_key is not None and obj is not None:
             self._groups.setdefault(new_key, {})[name] = obj
+
+    @property
+    def synced(self) -> bool:
+        """The cache is as fresh as the watch can make it: listed, connected since the last
+        failure, no re-list owed. Checks that compare the cache with the world (the
+        vanished-JobSet sweep) run only while this holds."""
+        return self.ready.is_set() and not self.failures and self.relist_reason is None
 
     @property
     def resource_version(self) -> str | None:
@@ -239,15 +270,17 @@ class ResourceWatcher:
                 kind = classify(error)
                 if kind is Failure.FATAL:
                     raise WatchFailed(f"watch of {self.what} failed: {error}") from error
-                if kind is Failure.EXPIRED:
-                    log.info(
-                        f"watch of {self.what} expired; re-listing",
+                if kind in RELISTS:
+                    log.warning(
+                        f"watch of {self.what}: {kind.value}; re-listing",
                         resource_version=self._resource_version,
+                        error=str(error),
                     )
                     no_progress = self._resource_version == listed_at
                     self._resource_version = None
+                    self.relist_reason = kind
                     if not no_progress:
-                        continue  # re-list at once; a 410 right after a list backs off
+                        continue  # re-list at once; the same answer right after a list backs off
                 await self._back_off(error)
 
     async def _back_off(self, error: BaseException) -> None:
@@ -296,6 +329,8 @@ class ResourceWatcher:
             if not token:
                 break
         self.lists += 1
+        reason = "initial" if self.lists == 1 else (self.relist_reason or Failure.RETRY).value
+        metrics.RELISTS_TOTAL.labels(self.what, reason).inc()
         self._succeeded()
         changes = diff(self._cache, items)
         for name in [n for n in self._cache if n not in items]:
@@ -305,6 +340,10 @@ class ResourceWatcher:
         self._resource_version = list_rv or None
         for kind_, obj in changes:
             await self._deliver(kind_, obj)
+        if self.relist_reason is not None:
+            log.info(f"watch of {self.what}: re-listed", items=len(items), changes=len(changes),
+                     reason=self.relist_reason.value, resource_version=list_rv)  # fmt: skip
+        self.relist_reason = None
         self.ready.set()
 
     async def _watch_once(self, resource_version: str) -> None:

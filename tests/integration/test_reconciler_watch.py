@@ -1,5 +1,5 @@
 """ResourceWatcher against a real kubesim over HTTP (controllers off): list, watch, resume,
-re-list after 410, selectors, resync and backoff."""
+re-list after 410 and after "too large resource version", selectors, resync and backoff."""
 
 from __future__ import annotations
 
@@ -11,10 +11,14 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from kubesim.errors import ApiError
+from kubesim.faults import Fault
 from kubesim.resources import JOBSET
 from kubesim.server import KubeSim
+from reconciler import metrics
 from reconciler.watch import (
     ChangeKind,
+    Failure,
     ResourceWatcher,
     WatchFailed,
     WatchSettings,
@@ -200,6 +204,60 @@ async def test_expired_resource_version_relists_and_synthesizes_the_difference(
     assert same["metadata"]["resourceVersion"] == same_rv
     assert any("expired; re-listing" in entry["event"] for entry in logs)
 
+    create(sim, "after")  # and the watch goes on from the new list
+    await eventually(lambda: seen.has("ADDED", "after"), what="ADDED after")
+
+
+class TooLarge(Fault):
+    """The answer of an API server whose history is behind the resourceVersion asked for
+    (apiserver storage.NewTooLargeResourceVersionError, as the cacher sends it)."""
+
+    def error(self) -> ApiError:
+        return ApiError(
+            504,
+            "Timeout",
+            "Too large resource version: 90000, current: 12",
+            {
+                "causes": [
+                    {"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}
+                ],
+                "retryAfterSeconds": 1,
+            },
+        )
+
+
+def _relists(reason: str) -> float:
+    value = metrics.RELISTS_TOTAL.labels("jobsets", reason)._value.get()
+    return float(value)
+
+
+async def test_a_server_behind_the_watch_version_is_relisted_not_waited_for(
+    make_kubesim: MakeKubeSim, start_watcher: StartWatcher
+) -> None:
+    sim = await make_kubesim()
+    for name in ("kept", "gone"):
+        create(sim, name)
+    watcher, seen = await start_watcher(sim)
+    before = _relists("too_large")
+    assert watcher.synced
+
+    await eventually(lambda: sim.watches.open_count == 1, what="the watch")
+    sim.faults.add(TooLarge("watch", "jobsets", code=504, times=1))
+    sim.faults.delay("list", "jobsets", seconds=0.5, times=1)
+    sim.store.delete(JOBSET, "default", "gone")
+    sim.faults.close_watches()
+    create(sim, "new")
+
+    await eventually(lambda: watcher.relist_reason is Failure.TOO_LARGE, what="a re-list owed")
+    assert not watcher.synced, "a cache known stale is not reported synced"
+    await eventually(lambda: watcher.lists == 2, what="the re-list")
+    await eventually(lambda: watcher.synced, what="synced again")
+
+    assert set(watcher.cache) == {"kept", "new"}
+    assert seen.kinds("gone") == ["ADDED", "DELETED"], "what vanished is delivered as DELETED"
+    assert seen.kinds("new") == ["ADDED"]
+    assert watcher.failures == 0
+    assert _relists("too_large") == before + 1
     create(sim, "after")  # and the watch goes on from the new list
     await eventually(lambda: seen.has("ADDED", "after"), what="ADDED after")
 

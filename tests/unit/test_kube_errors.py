@@ -258,6 +258,61 @@ def test_the_watcher_maps_the_shared_classification(
     assert classify(KubeError(status, reason, "message")) is expected
 
 
+def _status(code: int, reason: str, message: str, causes: list[dict[str, str]]) -> dict[str, Any]:
+    return {"kind": "Status", "status": "Failure", "code": code, "reason": reason,
+            "message": message, "details": {"causes": causes, "retryAfterSeconds": 1}}  # fmt: skip
+
+
+_TOO_LARGE = "Too large resource version: 900, current: 12"
+_CAUSE = {"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}
+
+#: (Status body, what the watcher does): "too large resource version" the ways API servers
+#: have said it (apiserver storage.NewTooLargeResourceVersionError; client-go reflector.go
+#: isTooLargeResourceVersionError), and look-alikes that are not it.
+TOO_LARGE_CASES = [
+    pytest.param(
+        _status(504, "Timeout", _TOO_LARGE, [_CAUSE]), Failure.TOO_LARGE, id="1.18.6+: the cause"
+    ),
+    pytest.param(
+        _status(504, "Timeout", _TOO_LARGE, [{"message": "Too large resource version"}]),
+        Failure.TOO_LARGE,
+        id="1.17-1.18.5: the cause's message",
+    ),
+    pytest.param(
+        _status(504, "Timeout", _TOO_LARGE, []), Failure.TOO_LARGE, id="before 1.17: the message"
+    ),
+    pytest.param(
+        _status(504, "Timeout", "request timed out", []),
+        Failure.RETRY,
+        id="a plain 504 timeout: resume",
+    ),
+    pytest.param(
+        _status(500, "InternalError", _TOO_LARGE, []),
+        Failure.RETRY,
+        id="the words without Timeout: not it",
+    ),
+    pytest.param(
+        _status(500, "InternalError", "x", [_CAUSE]), Failure.TOO_LARGE, id="the cause is enough"
+    ),
+    pytest.param(
+        _status(410, "Expired", "too old resource version", []),
+        Failure.EXPIRED,
+        id="410 stays expired",
+    ),
+]
+
+
+@pytest.mark.parametrize(("body", "expected"), TOO_LARGE_CASES)
+def test_the_watcher_relists_when_the_server_is_behind_its_version(
+    body: dict[str, Any], expected: Failure
+) -> None:
+    as_answer = error_from_answer(body["code"], json.dumps(body).encode())
+    as_event = error_from_answer(None, body)  # a watch ERROR event's object
+    assert classify(as_answer) is expected
+    assert classify(as_event) is expected
+    assert as_event.retry_after == 1.0
+
+
 def test_the_watcher_table_covers_every_failure() -> None:
     def failure(status: object, reason: object) -> KubeFailure:
         assert status is None or isinstance(status, int)

@@ -165,6 +165,13 @@ S, F = True, False
         ([WatchState("pods", S, 0)], ElectionState(leading=True, failures=0), [True, True]),
         ([WatchState("pods", S, 0)], ElectionState(leading=False, failures=0), [True, True]),
         ([WatchState("pods", S, 0)], ElectionState(leading=False, failures=3), [True, False]),
+        ([WatchState("pods", S, 0, relisting="too_large")], None, [False, True]),
+        ([WatchState("pods", S, 0, relisting="expired")], None, [False, True]),
+        (
+            [WatchState("pods", S, 0), WatchState("jobsets", S, 0, "too_large")],
+            None,
+            [True, False, True],
+        ),
     ],
 )
 def test_reconciler_readiness(
@@ -173,6 +180,11 @@ def test_reconciler_readiness(
     checks = decide_readiness(watches, election)
     assert [c.ok for c in checks] == oks
     assert checks[-1].name == "leader election"
+
+
+def test_a_stale_cache_says_why() -> None:
+    (check, _) = decide_readiness([WatchState("jobsets", True, 0, "too_large")], None)
+    assert check == Check("watch jobsets", False, "re-listing (too_large): the cache is stale")
 
 
 def test_a_standby_says_so() -> None:

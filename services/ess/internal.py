@@ -1,4 +1,5 @@
-"""Internal API (SPEC §2.3): observation writes and the global scheduling switch.
+"""Internal API (SPEC §2.3): observation writes, the listing of deployed executions (the
+Reconciler's vanished-JobSet sweep) and the global scheduling switch.
 
 Only service identities (Reconciler, Actuator, operators' tools) may call these.
 """
@@ -16,8 +17,8 @@ from ess.auth import require_service
 from ess.interceptor import caller
 from xmc.errors import InvalidArgumentError, ResourceExhaustedError, UnavailableError
 from xmc.model.merge import ExecutionUpdate
-from xmc.names import parse_work_unit_name, work_unit_ids
-from xmc.store import scheduling
+from xmc.names import parse_work_unit_name, work_unit_ids, work_unit_name
+from xmc.store import deployed, scheduling
 from xmc.store.executions import ItemResult, UpdateOutcome
 from xmc.store.repository import Store
 from xmc.streams import REDIS_UNAVAILABLE, StreamNames
@@ -104,6 +105,28 @@ class WorkUnitExecutionService(executions_pb2_grpc.WorkUnitExecutionServiceServi
         )
         response = executions_pb2.UpdateWorkUnitExecutionsResponse()
         add_results(response, request.updates, results)
+        return response
+
+    async def ListDeployedExecutions(
+        self, request: executions_pb2.ListDeployedExecutionsRequest, context: Any
+    ) -> executions_pb2.ListDeployedExecutionsResponse:
+        require_service(caller(), "ListDeployedExecutions")
+        after = deployed.decode_page_token(request.page_token)
+        limit = deployed.page_size(request.page_size)
+        async with self._store.connection() as conn:
+            found, upper = await deployed.list_deployed(conn, after=after, limit=limit)
+        response = executions_pb2.ListDeployedExecutionsResponse(
+            next_page_token=deployed.encode_page_token(upper)
+        )
+        for execution in found:
+            item = response.executions.add(
+                work_unit=work_unit_name(execution.xid, execution.wid),
+                execution_id=execution.eid,
+                state=int(execution.state),
+            )
+            set_timestamp(item.state_update_time, execution.state_update_time)
+            if execution.deploy_time is not None:
+                set_timestamp(item.deploy_time, execution.deploy_time)
         return response
 
 

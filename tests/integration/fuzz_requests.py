@@ -340,6 +340,13 @@ BUILDERS: dict[str, tuple[Builder, float]] = {
     _OPS + "CancelOperation": (_named(ops.CancelOperationRequest, operation_name), 0.3),
     _OPS + "DeleteOperation": (_named(ops.DeleteOperationRequest, operation_name), 0.3),
     _EXECUTIONS + "UpdateWorkUnitExecutions": (update_executions, 5),
+    _EXECUTIONS + "ListDeployedExecutions": (
+        lambda rng, known: executions_pb2.ListDeployedExecutionsRequest(
+            page_size=rng.choice((0, 1, 7, 5000, 5001, -1, 2**31 - 1)),
+            page_token=pick(rng, ["", "1/1", "0/0", "1/", "/1", "-1/2", "1/99999999999999999999"]),
+        ),
+        0.5,
+    ),
     _SCHEDULING + "PauseScheduling": (
         lambda rng, known: scheduling_pb2.PauseSchedulingRequest(reason=random_text(rng)),
         0.5,

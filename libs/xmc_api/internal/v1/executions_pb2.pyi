@@ -3,13 +3,15 @@
 isort:skip_file
 XMC internal API: the masked observation write path (SPEC §5), used by the Reconciler
 (through its UpdateBatcher and the finalizer), by ESS itself and by jobs posting
-user_message.
+user_message; and the listing of executions that should have a JobSet, read by the
+Reconciler's vanished-JobSet sweep (docs/decisions/0028-vanished-jobsets-fail.md).
 """
 
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import field_mask_pb2 as _field_mask_pb2
 from google.protobuf import message as _message
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from xmc_api.cloud.xmanager.v1 import status_pb2 as _status_pb2
@@ -181,3 +183,98 @@ class UpdateWorkUnitExecutionsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___UpdateWorkUnitExecutionsResponse: _TypeAlias = UpdateWorkUnitExecutionsResponse  # noqa: Y015
+
+@_typing.final
+class ListDeployedExecutionsRequest(_message.Message):
+    """One page of ListDeployedExecutions."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    page_size: _builtins.int
+    """At most this many executions (default 1000, at most 5000)."""
+    page_token: _builtins.str
+    """next_page_token of the previous page; empty for the first."""
+    def __init__(
+        self,
+        *,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListDeployedExecutionsRequest: _TypeAlias = ListDeployedExecutionsRequest  # noqa: Y015
+
+@_typing.final
+class DeployedExecution(_message.Message):
+    """A live execution whose JobSet the Actuator created and nothing XMC does is removing."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORK_UNIT_FIELD_NUMBER: _builtins.int
+    EXECUTION_ID_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    STATE_UPDATE_TIME_FIELD_NUMBER: _builtins.int
+    DEPLOY_TIME_FIELD_NUMBER: _builtins.int
+    work_unit: _builtins.str
+    """experiments/{xid}/workUnits/{wid}"""
+    execution_id: _builtins.int
+    state: _status_pb2.WorkUnitStatus.WorkUnitState.ValueType
+    """The stored state: one the Reconciler derived from this execution's JobSet."""
+    @_builtins.property
+    def state_update_time(self) -> _timestamp_pb2.Timestamp:
+        """Its time (the cluster's clock: decision 11)."""
+
+    @_builtins.property
+    def deploy_time(self) -> _timestamp_pb2.Timestamp:
+        """When the Actuator finished the Create or Restart that made the JobSet (the Actuator
+        host's clock); unset when that record has expired from the outbox (7 days).
+        """
+
+    def __init__(
+        self,
+        *,
+        work_unit: _builtins.str = ...,
+        execution_id: _builtins.int = ...,
+        state: _status_pb2.WorkUnitStatus.WorkUnitState.ValueType = ...,
+        state_update_time: _timestamp_pb2.Timestamp | None = ...,
+        deploy_time: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["deploy_time", b"deploy_time", "state_update_time", b"state_update_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deploy_time", b"deploy_time", "execution_id", b"execution_id", "state", b"state", "state_update_time", b"state_update_time", "work_unit", b"work_unit"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeployedExecution: _TypeAlias = DeployedExecution  # noqa: Y015
+
+@_typing.final
+class ListDeployedExecutionsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EXECUTIONS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Empty on the last page."""
+    @_builtins.property
+    def executions(self) -> _containers.RepeatedCompositeFieldContainer[Global___DeployedExecution]:
+        """In (experiment id, work unit id) order."""
+
+    def __init__(
+        self,
+        *,
+        executions: _abc.Iterable[Global___DeployedExecution] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["executions", b"executions", "next_page_token", b"next_page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListDeployedExecutionsResponse: _TypeAlias = ListDeployedExecutionsResponse  # noqa: Y015

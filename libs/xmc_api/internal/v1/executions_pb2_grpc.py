@@ -39,6 +39,11 @@ class WorkUnitExecutionServiceStub:
                 request_serializer=xmc__api_dot_internal_dot_v1_dot_executions__pb2.UpdateWorkUnitExecutionsRequest.SerializeToString,
                 response_deserializer=xmc__api_dot_internal_dot_v1_dot_executions__pb2.UpdateWorkUnitExecutionsResponse.FromString,
                 _registered_method=True)
+        self.ListDeployedExecutions = channel.unary_unary(
+                '/xmc.internal.v1.WorkUnitExecutionService/ListDeployedExecutions',
+                request_serializer=xmc__api_dot_internal_dot_v1_dot_executions__pb2.ListDeployedExecutionsRequest.SerializeToString,
+                response_deserializer=xmc__api_dot_internal_dot_v1_dot_executions__pb2.ListDeployedExecutionsResponse.FromString,
+                _registered_method=True)
 
 
 class WorkUnitExecutionServiceServicer:
@@ -50,6 +55,17 @@ class WorkUnitExecutionServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListDeployedExecutions(self, request, context):
+        """Non-terminal executions of active experiments in a state derived from their JobSet
+        (SCHEDULING, DESCHEDULING, STARTING, RUNNING, PARTIALLY_FAILED) whose Create or
+        Restart the Actuator finished with outcome done, with no task of theirs pending,
+        published or parked and no stop ever written for them: each should have its JobSet
+        in the cluster. Paged; a page costs the same at any number of work units.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkUnitExecutionServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -57,6 +73,11 @@ def add_WorkUnitExecutionServiceServicer_to_server(servicer, server):
                     servicer.UpdateWorkUnitExecutions,
                     request_deserializer=xmc__api_dot_internal_dot_v1_dot_executions__pb2.UpdateWorkUnitExecutionsRequest.FromString,
                     response_serializer=xmc__api_dot_internal_dot_v1_dot_executions__pb2.UpdateWorkUnitExecutionsResponse.SerializeToString,
+            ),
+            'ListDeployedExecutions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListDeployedExecutions,
+                    request_deserializer=xmc__api_dot_internal_dot_v1_dot_executions__pb2.ListDeployedExecutionsRequest.FromString,
+                    response_serializer=xmc__api_dot_internal_dot_v1_dot_executions__pb2.ListDeployedExecutionsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -86,6 +107,33 @@ class WorkUnitExecutionService:
             '/xmc.internal.v1.WorkUnitExecutionService/UpdateWorkUnitExecutions',
             xmc__api_dot_internal_dot_v1_dot_executions__pb2.UpdateWorkUnitExecutionsRequest.SerializeToString,
             xmc__api_dot_internal_dot_v1_dot_executions__pb2.UpdateWorkUnitExecutionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListDeployedExecutions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/xmc.internal.v1.WorkUnitExecutionService/ListDeployedExecutions',
+            xmc__api_dot_internal_dot_v1_dot_executions__pb2.ListDeployedExecutionsRequest.SerializeToString,
+            xmc__api_dot_internal_dot_v1_dot_executions__pb2.ListDeployedExecutionsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -3,7 +3,8 @@
 isort:skip_file
 XMC internal API: the masked observation write path (SPEC §5), used by the Reconciler
 (through its UpdateBatcher and the finalizer), by ESS itself and by jobs posting
-user_message.
+user_message; and the listing of executions that should have a JobSet, read by the
+Reconciler's vanished-JobSet sweep (docs/decisions/0028-vanished-jobsets-fail.md).
 """
 
 from collections import abc as _abc
@@ -35,11 +36,25 @@ class WorkUnitExecutionServiceStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> WorkUnitExecutionServiceAsyncStub: ...
     UpdateWorkUnitExecutions: _grpc.UnaryUnaryMultiCallable[_executions_pb2.UpdateWorkUnitExecutionsRequest, _executions_pb2.UpdateWorkUnitExecutionsResponse]
+    ListDeployedExecutions: _grpc.UnaryUnaryMultiCallable[_executions_pb2.ListDeployedExecutionsRequest, _executions_pb2.ListDeployedExecutionsResponse]
+    """Non-terminal executions of active experiments in a state derived from their JobSet
+    (SCHEDULING, DESCHEDULING, STARTING, RUNNING, PARTIALLY_FAILED) whose Create or
+    Restart the Actuator finished with outcome done, with no task of theirs pending,
+    published or parked and no stop ever written for them: each should have its JobSet
+    in the cluster. Paged; a page costs the same at any number of work units.
+    """
 
 @_typing.type_check_only
 class WorkUnitExecutionServiceAsyncStub(WorkUnitExecutionServiceStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     UpdateWorkUnitExecutions: _aio.UnaryUnaryMultiCallable[_executions_pb2.UpdateWorkUnitExecutionsRequest, _executions_pb2.UpdateWorkUnitExecutionsResponse]  # type: ignore[assignment]
+    ListDeployedExecutions: _aio.UnaryUnaryMultiCallable[_executions_pb2.ListDeployedExecutionsRequest, _executions_pb2.ListDeployedExecutionsResponse]  # type: ignore[assignment]
+    """Non-terminal executions of active experiments in a state derived from their JobSet
+    (SCHEDULING, DESCHEDULING, STARTING, RUNNING, PARTIALLY_FAILED) whose Create or
+    Restart the Actuator finished with outcome done, with no task of theirs pending,
+    published or parked and no stop ever written for them: each should have its JobSet
+    in the cluster. Paged; a page costs the same at any number of work units.
+    """
 
 class WorkUnitExecutionServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -48,5 +63,18 @@ class WorkUnitExecutionServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _executions_pb2.UpdateWorkUnitExecutionsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_executions_pb2.UpdateWorkUnitExecutionsResponse, _abc.Awaitable[_executions_pb2.UpdateWorkUnitExecutionsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ListDeployedExecutions(
+        self,
+        request: _executions_pb2.ListDeployedExecutionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_executions_pb2.ListDeployedExecutionsResponse, _abc.Awaitable[_executions_pb2.ListDeployedExecutionsResponse]]:
+        """Non-terminal executions of active experiments in a state derived from their JobSet
+        (SCHEDULING, DESCHEDULING, STARTING, RUNNING, PARTIALLY_FAILED) whose Create or
+        Restart the Actuator finished with outcome done, with no task of theirs pending,
+        published or parked and no stop ever written for them: each should have its JobSet
+        in the cluster. Paged; a page costs the same at any number of work units.
+        """
 
 def add_WorkUnitExecutionServiceServicer_to_server(servicer: WorkUnitExecutionServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

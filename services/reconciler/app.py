@@ -9,7 +9,9 @@ Besides the batched observations, two paths write directly:
   terminal state written synchronously, and only then loses
   ``jobset.xmanager.cloud/finalizer``;
 - orphan collection (§8.6): a JobSet of an old execution, or of a finished or deleted
-  work unit, is deleted with a UID precondition.
+  work unit, is deleted with a UID precondition;
+- the vanished-JobSet sweep (``reconciler.vanished``): an execution whose JobSet left the
+  cluster without passing the finalizer is ended FAILED, saying so.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from reconciler.observe import (
 from reconciler.queue_positions import QueuePositions
 from reconciler.readiness import ElectionState, WatchState, decide_readiness
 from reconciler.slim import slim_jobset, slim_pod, slim_workload
+from reconciler.vanished import VanishedSettings, VanishedSweep
 from reconciler.watch import ChangeKind, ResourceWatcher, WatchSettings
 from xmc.health import Check
 from xmc.kube import JOBSETS, PODS, WORKLOADS, KubeError, KubeFailure
@@ -92,6 +95,8 @@ class ReconcilerOptions:
     diagnostics_interval: float = 10.0
     #: Real seconds between orphan scans.
     orphan_interval: float = 30.0
+    #: The vanished-JobSet sweep; None = off.
+    vanished: VanishedSettings | None = field(default_factory=VanishedSettings)
 
 
 class Reconciler:
@@ -144,6 +149,10 @@ class Reconciler:
             stopping=self._stopping,
             describe_failure=self._failure_message,
         )
+        self.vanished = VanishedSweep(
+            kube, ess, ns, jobset_of=self.jobsets.get, synced=self._synced, wall_clock=clock,
+            settings=self.options.vanished or VanishedSettings(),
+        )  # fmt: skip
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -169,6 +178,14 @@ class Reconciler:
                 name="orphan collection",
             )
         )  # fmt: skip
+        if self.options.vanished is not None:
+            self._tasks.append(
+                asyncio.create_task(
+                    every("vanished-JobSet sweep", self.options.vanished.interval,
+                          self._sweep_vanished, stopping=self._stopping),
+                    name="vanished-JobSet sweep",
+                )
+            )  # fmt: skip
         if self.elector is not None:
             self._tasks.append(asyncio.create_task(self.elector.run(), name="leader election"))
 
@@ -267,6 +284,8 @@ class Reconciler:
             self.batcher.add(observation)  # the batcher counts it
 
     async def _on_jobset(self, kind: ChangeKind, jobset: Obj) -> None:
+        if kind == "DELETED":
+            self.vanished.note_deleted(jobset)
         if kind == "DELETED" or not self.leading:
             return
         meta = jobset.get("metadata") or {}
@@ -359,6 +378,21 @@ class Reconciler:
         if self.leading:
             for jobset in list(self.jobsets.cache.values()):
                 self._diagnose(jobset)
+
+    def _synced(self) -> bool:
+        return all(w.synced for w in (self.jobsets, self.workloads, self.pods))
+
+    async def _sweep_vanished(self) -> None:
+        """The leader's pass; a standby forgets its suspects (a new leader waits the whole
+        grace again). A passing ESS or cluster failure is one skipped pass, not a crash."""
+        if not self.leading:
+            self.vanished.forget()
+            return
+        try:
+            await self.vanished.sweep()
+        except (EssUnavailable, EssRejected, KubeError) as error:
+            metrics.VANISHED_SWEEPS_TOTAL.labels("failed").inc()
+            log.warning("vanished-JobSet sweep failed; next pass retries", error=str(error))
 
     async def _collect_orphans_if_leading(self) -> None:
         if self.leading:

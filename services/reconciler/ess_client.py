@@ -1,4 +1,5 @@
-"""The Reconciler's only way to ESS: masked observation writes and work-unit look-ups.
+"""The Reconciler's only way to ESS: masked observation writes, work-unit look-ups and the
+listing of deployed executions (the vanished-JobSet sweep).
 
 gRPC errors are classified here, once (STYLE: one classification per boundary):
 ``EssUnavailable`` means "try again later, nothing is wrong with the request" (the batcher
@@ -14,6 +15,8 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Final
 
 import grpc
@@ -22,8 +25,9 @@ from reconciler import metrics
 from reconciler.observation import Observation
 from reconciler.observe import WorkUnitSnapshot
 from xmc.model.states import EXECUTION_TERMINAL_STATES, WorkUnitState
-from xmc.names import work_unit_name
+from xmc.names import work_unit_ids, work_unit_name
 from xmc.retry import Backoffs
+from xmc.timestamps import to_datetime
 from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 from xmc_api.internal.v1 import executions_pb2, executions_pb2_grpc
@@ -129,6 +133,35 @@ def snapshot_of(work_unit: WorkUnit) -> WorkUnitSnapshot:
     return WorkUnitSnapshot(eid=eid, state=WorkUnitState(current.status.state))
 
 
+@dataclass(frozen=True)
+class DeployedExecution:
+    """A live execution that should have its JobSet in the cluster (``ListDeployedExecutions``)."""
+
+    xid: int
+    wid: int
+    eid: int
+    state: WorkUnitState
+    #: The stored state's time (the cluster's clock).
+    state_update_time: datetime
+    #: When the Actuator finished the task that made the JobSet; None: no record left.
+    deploy_time: datetime | None
+
+
+def deployed_of(item: executions_pb2.DeployedExecution) -> DeployedExecution | None:
+    """The wire item as data (pure); None for a work-unit name this client cannot read."""
+    ids = work_unit_ids(item.work_unit)
+    if ids is None:
+        return None
+    return DeployedExecution(
+        xid=ids[0],
+        wid=ids[1],
+        eid=item.execution_id,
+        state=WorkUnitState(item.state),
+        state_update_time=to_datetime(item.state_update_time),
+        deploy_time=to_datetime(item.deploy_time) if item.HasField("deploy_time") else None,
+    )
+
+
 class EssClient:
     """One ``grpc.aio`` channel to ESS, used by every flush and look-up of the Reconciler."""
 
@@ -180,6 +213,23 @@ class EssClient:
                 return None
             raise classify(exc) from exc
         return snapshot_of(work_unit)
+
+    async def deployed(
+        self, *, page_token: str, page_size: int
+    ) -> tuple[list[DeployedExecution], str]:
+        """One page of ``ListDeployedExecutions`` and the token of the next ("" at the end)."""
+        try:
+            response = await self._executions.ListDeployedExecutions(
+                executions_pb2.ListDeployedExecutionsRequest(
+                    page_size=page_size, page_token=page_token
+                ),
+                metadata=self._metadata,
+                timeout=self._deadline,
+            )
+        except grpc.aio.AioRpcError as exc:
+            raise classify(exc) from exc
+        items = [deployed_of(item) for item in response.executions]
+        return [item for item in items if item is not None], response.next_page_token
 
     async def close(self) -> None:
         await self._channel.close()

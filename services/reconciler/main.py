@@ -7,12 +7,14 @@ import asyncio
 import os
 import socket
 import uuid
+from datetime import timedelta
 
 import structlog
 
 from reconciler.app import Reconciler, ReconcilerOptions
 from reconciler.ess_client import EssClient
 from reconciler.leader import LeaseSettings
+from reconciler.vanished import VanishedSettings
 from xmc.health import OpsServer
 from xmc.kube_client import KubeClient
 from xmc.logging import configure_logging
@@ -50,6 +52,17 @@ async def _serve(
         await api.close()
 
 
+def _seconds(text: str) -> float:
+    """A positive number of seconds, or an error naming the value."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:  # NaN too
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return value
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="xmc-reconciler", description="XMC Reconciler")
     parser.add_argument(
@@ -59,6 +72,15 @@ def main(argv: list[str] | None = None) -> None:
         "--no-leader-election", action="store_true", help="a single replica: always write"
     )
     parser.add_argument("--metrics-listen", default=None, help="overrides XMC_METRICS_LISTEN")
+    defaults = VanishedSettings()
+    parser.add_argument(
+        "--vanished-grace", type=_seconds, default=defaults.grace.total_seconds(),
+        help="seconds a JobSet must be missing before its execution is ended FAILED",
+    )  # fmt: skip
+    parser.add_argument(
+        "--vanished-interval", type=_seconds, default=defaults.interval,
+        help="seconds between two vanished-JobSet sweeps",
+    )  # fmt: skip
     args = parser.parse_args(argv)
 
     configure_logging(service="reconciler")
@@ -68,7 +90,10 @@ def main(argv: list[str] | None = None) -> None:
         args.metrics_listen if args.metrics_listen is not None else settings.metrics_listen
     )
     lease = None if args.no_leader_election else LeaseSettings(namespace=settings.namespace)
-    options = ReconcilerOptions(namespace=settings.namespace, lease=lease)
+    vanished = VanishedSettings(
+        interval=args.vanished_interval, grace=timedelta(seconds=args.vanished_grace)
+    )
+    options = ReconcilerOptions(namespace=settings.namespace, lease=lease, vanished=vanished)
     run_service(
         lambda stopping: _serve(
             settings, loaded.service_client, options, args.identity, metrics_listen, stopping

@@ -133,9 +133,13 @@ async def test_make_run_starts_everything_and_stops_cleanly(
 
         async with grpc.aio.insecure_channel(f"127.0.0.1:{base + 1}") as channel:
             api = api_pb2_grpc.ExperimentStateServiceStub(channel)
+            # Auth is off in a local run; the creator is still the email the caller
+            # claims (the published client sends XMC_USER_EMAIL as x-goog-user-email).
             experiment = await api.CreateExperiment(
-                api_pb2.CreateExperimentRequest(experiment=Experiment(title="local"))
+                api_pb2.CreateExperimentRequest(experiment=Experiment(title="local")),
+                metadata=(("x-goog-user-email", "You@Example.com"),),
             )
+            assert experiment.creator == "you@example.com"
             operation = await api.CreateWorkUnit(
                 api_pb2.CreateWorkUnitRequest(parent=experiment.name, work_unit=minimal_work_unit())
             )

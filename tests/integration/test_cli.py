@@ -278,7 +278,8 @@ async def test_output_is_accepted_after_the_subcommand_too(ess: Ess) -> None:
         ess, "-o", "json", "experiments", "get", name.rsplit("/", 1)[-1], "-o", "table"
     )
     assert table.exit_code == 0, table.output
-    assert "late flag" in table.stdout and not table.stdout.lstrip().startswith("{")
+    assert "late flag" in table.stdout
+    assert not table.stdout.lstrip().startswith("{")
 
 
 async def test_user_email_is_sent_and_checked_against_the_token(ess: Ess) -> None:
@@ -286,4 +287,5 @@ async def test_user_email_is_sent_and_checked_against_the_token(ess: Ess) -> Non
     assert same.exit_code == 0, same.output
     other = await xmc(ess, "--user-email", "mallory@example.com", "experiments", "list")
     assert other.exit_code != 0
-    assert "UNAUTHENTICATED" in other.output and "x-goog-user-email" in other.output
+    assert "UNAUTHENTICATED" in other.output
+    assert "x-goog-user-email" in other.output

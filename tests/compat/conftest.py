@@ -91,6 +91,18 @@ async def compat_stack(
         yield stack
 
 
+@pytest.fixture
+async def dev_stack(
+    private_redis: RedisServer, tmp_path: Path, request: pytest.FixtureRequest
+) -> AsyncIterator[Stack]:
+    """A stack as ``make run`` serves it: authentication disabled."""
+    options = StackOptions(extra_env={"XMC_AUTH_DISABLED": "true"})
+    async with running_stack(
+        ADMIN_DSN, private_redis.url, tmp_path / "logs", request, options
+    ) as stack:
+        yield stack
+
+
 def client_env(stack: Stack) -> dict[str, str]:
     """Exactly what a user sets to point the published client at XMC (README)."""
     keep = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}

@@ -76,7 +76,7 @@ async def test_kubernetes_asyncio_sees_the_timeout_with_its_cause(
                 G, V, "default", "jobsets", resource_version=str(sim.store.resource_version + 1000)
             )
         assert refused.value.status == 504
-        body = json.loads(refused.value.body)
+        body = json.loads(refused.value.body or b"{}")
         assert [c["reason"] for c in body["details"]["causes"]] == ["ResourceVersionTooLarge"]
         # What client-go's reflector does next: relist with resourceVersion "".
         listed = await custom.list_namespaced_custom_object(G, V, "default", "jobsets")

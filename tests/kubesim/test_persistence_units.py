@@ -12,6 +12,7 @@ from kubesim.errors import ApiError
 from kubesim.freshness import ReadAt, future_revision, list_read, too_large
 from kubesim.persist import RESOURCE_VERSION_BUMP, clock_start, restored_resource_version
 from kubesim.resources import JOBSET, POD
+from kubesim.selectors import parse_label_selector
 from kubesim.snapshot import (
     Snapshot,
     SnapshotError,
@@ -107,8 +108,6 @@ def test_restore_keeps_uids_versions_and_indexes() -> None:
     restored.restore(resource_version + 5, objects)
     assert restored.get(JOBSET, "default", "a") == created
     assert restored.resource_version == resource_version + 5
-    from kubesim.selectors import parse_label_selector
-
     assert [
         j["metadata"]["uid"] for j in restored.list(JOBSET, labels=parse_label_selector("k=v"))
     ] == [created["metadata"]["uid"]]

@@ -119,6 +119,7 @@ async def serve(settings: Settings, run: LocalRunSettings, ui: UiSettings) -> in
             str(run.time_scale),
             f"--clock-offset={run.clock_offset}",
             f"--kueue-version={run.kueue_version}",
+            f"--state-dir={run.run_dir}",  # `make run` again resumes the same cluster
         ],
         "ess": ["xmc-ess", "serve", "--metrics-listen", f"127.0.0.1:{run.metrics_base}"],
         "actuator": ["xmc-actuator", "--metrics-listen", f"127.0.0.1:{run.metrics_base + 1}"],

@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: help install proto proto-check lint test run bench compat faults screenshots clean
+.PHONY: help install services proto proto-check lint test run bench compat faults screenshots clean
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -16,6 +16,9 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP) ## create .venv and install XMC with its dev tools
+
+services: ## Postgres on 127.0.0.1:5432 (trust) and Redis on 127.0.0.1:6379: installs and starts what is missing
+	bash tools/services.sh
 
 proto: $(STAMP) ## regenerate libs/xmc_api from proto/
 	$(PY) tools/gen_proto.py
@@ -29,13 +32,13 @@ lint: $(STAMP) ## ruff + mypy + import-linter (the layering contracts in pyproje
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
-test: $(STAMP) ## the whole test suite against the local Postgres and Redis
+test: services $(STAMP) ## the whole test suite (starts the local Postgres and Redis first)
 	$(VENV)/bin/pytest -n 2 $(PYTEST_ARGS)
 
-run: $(STAMP) ## set up and run XMC locally
+run: services $(STAMP) ## set up and run XMC locally (kubesim, ESS, Actuator, Reconciler, dashboard)
 	$(PY) -m xmc.devrun
 
-bench: $(STAMP) ## benchmarks (print figures; not tests)
+bench: services $(STAMP) ## benchmarks (print figures; not tests)
 	$(PY) bench/store_update.py
 	$(PY) bench/ess_create.py
 	$(PY) bench/ess_rpc.py
@@ -46,10 +49,10 @@ bench: $(STAMP) ## benchmarks (print figures; not tests)
 	$(PY) bench/e2e_sweep.py
 	$(PY) bench/ui_bench.py
 
-compat: $(STAMP) ## the published xmanager client against a real stack, in its own virtualenvs
+compat: services $(STAMP) ## the published xmanager client against a real stack, in its own virtualenvs
 	$(VENV)/bin/pytest -m compat tests/compat $(PYTEST_ARGS)
 
-faults: $(STAMP) ## fault matrix: lost / duplicated / stuck per crash and restart (~10 min)
+faults: services $(STAMP) ## fault matrix: lost / duplicated / stuck per crash and restart (~10 min)
 	$(PY) bench/faults.py $(FAULTS_ARGS)
 
 screenshots: $(STAMP) ## the dashboard's three pages, from the browser test, into docs/screenshots

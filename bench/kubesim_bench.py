@@ -89,7 +89,13 @@ async def kubesim(in_process: bool) -> AsyncIterator[str]:
         return
     port = _free_port()
     process = await asyncio.create_subprocess_exec(
-        str(SCRIPT), "--no-controllers", "--port", str(port), "--log-level", "WARNING"
+        str(SCRIPT),
+        "--ephemeral",
+        "--no-controllers",
+        "--port",
+        str(port),
+        "--log-level",
+        "WARNING",
     )
     url = f"http://127.0.0.1:{port}"
     try:

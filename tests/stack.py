@@ -185,7 +185,7 @@ class Stack:
         commands = {
             "kubesim": [
                 "xmc-kubesim", "--port", str(self.kube_port), "--time-scale", str(o.time_scale),
-                f"--clock-offset={o.clock_offset}",
+                f"--clock-offset={o.clock_offset}", "--ephemeral",
             ],
             "ess": ["xmc-ess", "serve"],
             "actuator": [

@@ -8,8 +8,9 @@
 # the cluster. Redis is started as the calling user, in-memory, bound to 127.0.0.1.
 set -euo pipefail
 
-PG_PORT=5432
-REDIS_PORT=6379
+# Other ports only for tools/services.sh's own test, which brings up a second cluster.
+PG_PORT=${XMC_SERVICES_PG_PORT:-5432}
+REDIS_PORT=${XMC_SERVICES_REDIS_PORT:-6379}
 
 log() { printf '== services: %s\n' "$*"; }
 
@@ -51,6 +52,13 @@ ensure_postgres() {
     if postgres_trusts_us; then log "Postgres is up on 127.0.0.1:$PG_PORT"; return; fi
     command -v pg_lsclusters >/dev/null && [ -n "$(pg_lsclusters -h 2>/dev/null)" ] ||
         apt_install postgresql postgresql-client
+    if [ -z "$(pg_lsclusters -h)" ]; then
+        # Installed, but its cluster was dropped (or never made): make one, as the package would.
+        local newest
+        newest=$(ls /usr/lib/postgresql | sort -V | tail -n1)
+        log "creating Postgres cluster $newest/main on port $PG_PORT"
+        as_root pg_createcluster "$newest" main --port "$PG_PORT"
+    fi
     read -r version name < <(pg_cluster)
     local conf=/etc/postgresql/$version/$name
     local port

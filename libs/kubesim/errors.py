@@ -27,6 +27,8 @@ class ApiError(Exception):
             "reason": self.reason,
             "code": self.code,
         }
+        if not self.reason:
+            del body["reason"]  # StatusReasonUnknown is "" and omitted, as upstream
         if self.details:
             body["details"] = self.details
         return body

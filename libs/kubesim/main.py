@@ -6,13 +6,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
+import sys
 from datetime import timedelta
+from pathlib import Path
 
 import structlog
 
 from kubesim.clock import parse_offset
 from kubesim.logs import configure_logging
+from kubesim.persist import DEFAULT_INTERVAL, state_path
 from kubesim.server import KubeSim
+from kubesim.snapshot import SnapshotError
 
 KUEUE_VERSIONS = ("0.19", "0.20")
 """``--kueue-version`` values (kubesim.controllers.KueueVersion; not imported, so the API
@@ -56,27 +60,47 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="whose defaults the Kueue simulator's waiting reasons follow: 0.19 (Pending, "
         "Inadmissible) or 0.20, current upstream (WaitingForQuota, ExceedsMaxQuota, ...)",
     )
+    persistence = parser.add_mutually_exclusive_group()
+    persistence.add_argument(
+        "--state-dir",
+        type=Path,
+        help="keep the cluster across restarts: restore it from DIR/kubesim-state.jsonl and "
+        "snapshot it there (at most once a second while it changes, and on SIGTERM)",
+    )
+    persistence.add_argument(
+        "--ephemeral",
+        action="store_true",
+        help="keep everything in memory: a restart is an empty cluster (the default without "
+        "--state-dir)",
+    )
+    parser.add_argument(
+        "--snapshot-interval",
+        type=float,
+        default=DEFAULT_INTERVAL,
+        help="seconds between snapshots while the cluster changes (with --state-dir)",
+    )
     parser.add_argument("--log-level", default="INFO")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.snapshot_interval <= 0:
+        parser.error("--snapshot-interval must be > 0")
+    return args
 
 
 async def serve(args: argparse.Namespace) -> None:
-    sim = KubeSim(
-        controllers=not args.no_controllers,
-        watch_history=args.watch_history,
-        time_scale=args.time_scale,
-        bookmark_interval=args.bookmark_interval,
-        clock_offset=args.clock_offset,
-        kueue_version=args.kueue_version,
-    )
+    sim = _build(args)
     url = await sim.start(args.host, args.port)
     log = structlog.get_logger()
+    restored = sim.restored
     log.info(
         "kubesim serving",
         url=url,
         controllers=not args.no_controllers,
         clock_offset_seconds=args.clock_offset.total_seconds(),
         kueue_version=args.kueue_version,
+        state_file=None if args.state_dir is None else str(state_path(args.state_dir)),
+        restored_objects=None if restored is None else len(restored.objects),
+        restored_clean=None if restored is None else restored.clean,
+        resource_version=sim.store.resource_version,
     )
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -87,7 +111,30 @@ async def serve(args: argparse.Namespace) -> None:
     log.info("kubesim stopped")
 
 
+def _build(args: argparse.Namespace) -> KubeSim:
+    return KubeSim(
+        controllers=not args.no_controllers,
+        watch_history=args.watch_history,
+        time_scale=args.time_scale,
+        bookmark_interval=args.bookmark_interval,
+        clock_offset=args.clock_offset,
+        kueue_version=args.kueue_version,
+        state_dir=args.state_dir,
+        snapshot_interval=args.snapshot_interval,
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     configure_logging(args.log_level)
-    asyncio.run(serve(args))
+    try:
+        asyncio.run(serve(args))
+    except SnapshotError as error:
+        # Starting empty over a cluster it cannot read would make every JobSet a ghost.
+        print(
+            f"xmc-kubesim: cannot restore --state-dir {args.state_dir}: {error}\n"
+            f"Move {state_path(args.state_dir)} away to start an empty cluster there, "
+            "or run with --ephemeral.",
+            file=sys.stderr,
+        )
+        sys.exit(2)

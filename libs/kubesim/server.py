@@ -8,7 +8,8 @@ The controllers are imported only when enabled, so the API alone never depends o
 from __future__ import annotations
 
 import dataclasses
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
@@ -18,6 +19,13 @@ from kubesim.api.app import build_app
 from kubesim.api.context import ApiContext
 from kubesim.clock import SimClock
 from kubesim.faults import Faults
+from kubesim.persist import (
+    DEFAULT_INTERVAL,
+    Persister,
+    clock_start,
+    load,
+    restored_resource_version,
+)
 from kubesim.resources import JOBSET
 from kubesim.store import ObjectStore
 from kubesim.watch import WatchHub
@@ -37,19 +45,36 @@ class KubeSim:
         bookmark_interval: float = 1.0,
         clock_offset: timedelta = timedelta(),
         kueue_version: str | None = None,
+        state_dir: Path | None = None,
+        snapshot_interval: float = DEFAULT_INTERVAL,
     ) -> None:
         """``watch_history`` is how many events a watch can resume across (older → 410);
         ``time_scale`` is simulated seconds per real second (``controller_settings``, when
         given, carries its own); ``bookmark_interval`` is the real seconds between BOOKMARK
         events on watches that allow them; ``clock_offset`` puts the cluster's clock that far
         from the host's (negative: behind); ``kueue_version`` (``"0.19"``, ``"0.20"``) picks
-        the Kueue simulator's waiting reasons (``controller_settings`` carries its own)."""
+        the Kueue simulator's waiting reasons (``controller_settings`` carries its own).
+
+        ``state_dir`` None (the default) keeps everything in memory; a directory restores
+        the objects saved there (``kubesim.persist``; ``SnapshotError`` when the file
+        cannot be read) and snapshots them every ``snapshot_interval`` seconds."""
         self._with_controllers = controllers
         self._controller_settings = controller_settings
         self._kueue_version = kueue_version
         scale = controller_settings.time_scale if controller_settings else time_scale
-        self.clock = SimClock(scale, offset=clock_offset)
+        saved = load(state_dir) if state_dir is not None else None
+        start = clock_start(saved, datetime.now(UTC), clock_offset)
+        self.clock = SimClock(scale, start=start, offset=clock_offset)
         self._store = ObjectStore(clock=self.clock, history=watch_history)
+        self._persister: Persister | None = None
+        if state_dir is not None:
+            self._persister = Persister(self._store, self.clock, state_dir, snapshot_interval)
+        if saved is not None and self._persister is not None:
+            resource_version = restored_resource_version(saved)
+            self._store.restore(resource_version, saved.objects)
+            self._persister.restored(saved.resource_version)
+        self.restored = saved
+        """The snapshot this kubesim started from (None: a new, empty cluster)."""
         self._watches = WatchHub(self._store)
         self._faults = Faults(self._watches.close_all)
         self._context = ApiContext(self._store, self._faults, self._watches, bookmark_interval)
@@ -60,6 +85,10 @@ class KubeSim:
     @property
     def store(self) -> ObjectStore:
         return self._store
+
+    @property
+    def persister(self) -> Persister | None:
+        return self._persister
 
     @property
     def faults(self) -> Faults:
@@ -79,6 +108,8 @@ class KubeSim:
         """Serve on ``host:port`` (0 = any free port); returns the base URL."""
         if self._runner is not None:
             raise RuntimeError("kubesim is already started")
+        if self._persister is not None:
+            self._persister.start()
         if self._with_controllers:
             await self._start_controllers()
         runner = web.AppRunner(
@@ -121,6 +152,8 @@ class KubeSim:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        if self._persister is not None:  # last, so it holds every write
+            await self._persister.stop()
         self._url = None
 
     async def __aenter__(self) -> KubeSim:

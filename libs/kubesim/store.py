@@ -391,6 +391,31 @@ class ObjectStore:
             elif (kind, ns, name) in self._objects:
                 self.delete(resource, ns or None, name)
 
+    # --- persistence (kubesim.persist) -----------------------------------------------
+
+    def contents(self) -> tuple[int, builtins.list[tuple[str, Obj]]]:
+        """The resourceVersion and every stored object, by reference: cheap (no copy),
+        and safe to encode later off the loop because stored objects are never mutated
+        in place (every write stores a new dict)."""
+        return self._rv, [(key[0], obj) for key, obj in self._objects.items()]
+
+    def restore(self, resource_version: int, objects: Iterable[tuple[str, Obj]]) -> None:
+        """Replace everything with ``objects`` at ``resource_version``, emitting no event.
+        The event history starts empty, so a watch or continue token from before it gets
+        410 Expired and relists, as after an etcd compaction."""
+        self._objects.clear()
+        self._index = ObjectIndex()
+        self._history.clear()
+        for resource_key, obj in objects:
+            resource = self._by_key.get(resource_key)
+            if resource is None:
+                raise ValueError(f"unknown resource {resource_key!r}")
+            meta = obj.get("metadata") or {}
+            key = _key(resource, meta.get("namespace"), meta.get("name", ""))
+            self._objects[key] = obj
+            self._index.put(key, None, obj)
+        self._rv = resource_version
+
     # --- helpers for tests and controllers --------------------------------------------
 
     def all_of(self, resources: Iterable[Resource]) -> Mapping[str, builtins.list[Obj]]:

@@ -6,6 +6,9 @@ one chunked response.
   store's bounded history, then live; a version older than the history is answered with
   HTTP 200 and one ``ERROR`` event carrying a 410 Expired Status, then the end of the
   stream (this is what kubernetes-asyncio's ``Watch`` turns into ``ApiException(410)``).
+  A version newer than the store's is no error, as on kube-apiserver (``freshness.py``
+  says why): the stream stays open and delivers the events after it, with no bookmark
+  until the store has reached it (upstream's ``cacheWatcher`` drops older ones).
 - label/field selectors apply to both sides of a change, so an object that starts matching
   is ADDED and one that stops matching is DELETED (carrying its last matching state at the
   new resourceVersion), like the real watch cache.
@@ -195,7 +198,7 @@ async def serve_watch(
         response = await _start(request)
         cursor = _Cursor(resource_version, time.monotonic())
         chunk = b"".join(encode(spec, type_, obj) for type_, obj in initial)
-        if spec.bookmarks:
+        if spec.bookmarks and store.resource_version >= resource_version:
             chunk += bookmark(spec, resource_version)
         try:
             if chunk:
@@ -242,7 +245,8 @@ async def _follow(
         if spec.bookmarks and time.monotonic() - cursor.last_bookmark >= bookmark_interval:
             if queue.empty():  # every event up to the store's version has been handled
                 cursor.resource_version = max(cursor.resource_version, store.resource_version)
-            chunk += bookmark(spec, cursor.resource_version)
+            if store.resource_version >= cursor.resource_version:
+                chunk += bookmark(spec, cursor.resource_version)
             cursor.last_bookmark = time.monotonic()
         if chunk:
             await response.write(chunk)

@@ -1,27 +1,30 @@
 """``make run``: the whole system on one machine, as separate processes.
 
-Checks Postgres and Redis (starts local installs when they are down, otherwise says what
-to do), prepares the database, then starts kubesim (with its simulated JobSet, Kueue and
-kubelet and the default queues), the ESS, the Actuator, the Reconciler and the dashboard
-(``xmc-ui``), each its own OS process with its own log prefix. Ctrl-C (or SIGTERM) stops
-them all. A second ``make run`` while one is running says so instead of failing on a
-taken port.
+Checks, before it starts anything, that every port it will bind is free (naming a taken
+one with the variable that moves it) and that Postgres and Redis answer (``make run``
+brought them up with ``make services``), prepares the database, then starts kubesim (with
+its simulated JobSet, Kueue and kubelet and the default queues), the ESS, the Actuator,
+the Reconciler and the dashboard (``xmc-ui``), each its own OS process with its own log
+prefix, and prints the banner only once every one of them answers ``/readyz``. Ctrl-C
+(or SIGTERM) stops them all. A second ``make run`` while one is running says so instead
+of failing on a taken port.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import signal
 import socket
-import subprocess
 import sys
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
+from xmc.devrun_checks import Probe, local_endpoints, port_problems, split_listen, wait_ready
 from xmc.settings import LocalRunSettings, Settings, UiSettings, load_settings
 from xmc.store.migrate import migrate
 
@@ -49,37 +52,24 @@ def _port_open(host: str, port: int) -> bool:
         return sock.connect_ex((host, port)) == 0
 
 
-def ensure_stores(settings: Settings) -> str | None:
-    """Start local Postgres/Redis installs that are down; the problem left, or None."""
+def check_stores(settings: Settings) -> str | None:
+    """What is wrong with Postgres or Redis, or None. ``make run`` brings both up first
+    (``make services``); this names the fix for a direct ``python -m xmc.devrun`` or a
+    server configured elsewhere."""
     db = urlsplit(settings.database_url)
     if not _port_open(db.hostname or "127.0.0.1", db.port or 5432):
-        clusters = Path("/etc/postgresql")
-        if shutil.which("pg_ctlcluster") and clusters.is_dir():
-            version = sorted(p.name for p in clusters.iterdir())[-1]
-            subprocess.run(
-                ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "start"],
-                check=False,
-            )
-        if not _port_open(db.hostname or "127.0.0.1", db.port or 5432):
-            return (
-                f"Postgres is not reachable at {db.hostname}:{db.port or 5432}; install and "
-                "start it (Debian: apt-get install postgresql) or set XMC_DATABASE_URL"
-            )
+        return (
+            f"Postgres is not reachable at {db.hostname}:{db.port or 5432}: run `make services` "
+            "(installs and starts it on 127.0.0.1:5432) or set XMC_DATABASE_URL"
+        )
     if settings.redis_cluster_nodes:
         return None  # a Redis Cluster is the user's to run; the services report it down
     redis = urlsplit(settings.redis_url)
     if not _port_open(redis.hostname or "127.0.0.1", redis.port or 6379):
-        if shutil.which("redis-server"):
-            subprocess.run(
-                ["redis-server", "--daemonize", "yes", "--bind", "127.0.0.1", "--port",
-                 str(redis.port or 6379), "--save", "", "--appendonly", "no"],
-                check=False,
-            )  # fmt: skip
-        if not _port_open(redis.hostname or "127.0.0.1", redis.port or 6379):
-            return (
-                f"Redis is not reachable at {redis.hostname}:{redis.port or 6379}; install "
-                "and start it (Debian: apt-get install redis-server) or set XMC_REDIS_URL"
-            )
+        return (
+            f"Redis is not reachable at {redis.hostname}:{redis.port or 6379}: run `make "
+            "services` (installs and starts it on 127.0.0.1:6379) or set XMC_REDIS_URL"
+        )
     return None
 
 
@@ -103,17 +93,6 @@ async def _pipe(name: str, stream: asyncio.StreamReader | None) -> None:
     while line := await stream.readline():
         sys.stdout.write(f"{name:>10} | {line.decode(errors='replace')}")
         sys.stdout.flush()
-
-
-async def _wait_listening(addresses: list[tuple[str, int]], within: float = 60.0) -> None:
-    """Poll until every address accepts connections (the services expose no readiness
-    signal to a parent process other than their port)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while not all(_port_open(host, port) for host, port in addresses):
-        if loop.time() > deadline:
-            raise RuntimeError(f"{addresses} not listening; see the logs above")
-        await asyncio.sleep(0.2)
 
 
 async def serve(settings: Settings, run: LocalRunSettings, ui: UiSettings) -> int:
@@ -140,6 +119,7 @@ async def serve(settings: Settings, run: LocalRunSettings, ui: UiSettings) -> in
             str(run.time_scale),
             f"--clock-offset={run.clock_offset}",
             f"--kueue-version={run.kueue_version}",
+            f"--state-dir={run.run_dir}",  # `make run` again resumes the same cluster
         ],
         "ess": ["xmc-ess", "serve", "--metrics-listen", f"127.0.0.1:{run.metrics_base}"],
         "actuator": ["xmc-actuator", "--metrics-listen", f"127.0.0.1:{run.metrics_base + 1}"],
@@ -158,31 +138,50 @@ async def serve(settings: Settings, run: LocalRunSettings, ui: UiSettings) -> in
         ],
     }
     processes: dict[str, asyncio.subprocess.Process] = {}
-    pipes = []
-    for name, command in commands.items():
-        process = await asyncio.create_subprocess_exec(
-            str(BIN / command[0]),
-            *command[1:],
-            env=env,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-        )
-        processes[name] = process
-        pipes.append(asyncio.create_task(_pipe(name, process.stdout)))
-        if name == "kubesim":  # the Actuator and Reconciler need the API at start
-            await _wait_listening([("127.0.0.1", run.kubesim_port)])
+    pipes: list[asyncio.Task[None]] = []
+    metrics = run.metrics_base
+    probes = [
+        Probe("kubesim", f"http://127.0.0.1:{run.kubesim_port}/readyz"),
+        *(
+            Probe(name, f"http://127.0.0.1:{metrics + offset}/readyz")
+            for offset, name in enumerate(("ess", "actuator", "reconciler", "ui"))
+        ),
+    ]
+
+    def first_exited() -> str | None:
+        return next((n for n, p in processes.items() if p.returncode is not None), None)
+
+    async def start_all() -> None:
+        for name, command in commands.items():
+            process = await asyncio.create_subprocess_exec(
+                str(BIN / command[0]),
+                *command[1:],
+                env=env,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+            )
+            processes[name] = process
+            pipes.append(asyncio.create_task(_pipe(name, process.stdout)))
+            if name == "kubesim":  # the Actuator and Reconciler need the API at start
+                await wait_ready(probes[:1], exited=first_exited, report=_say, within=START_SECONDS)
+        # The banner is a promise that XMC works: only once every service says so.
+        await wait_ready(probes, exited=first_exited, report=_say, within=START_SECONDS)
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    exited = [asyncio.create_task(p.wait()) for p in processes.values()]
+    return_code = 0
     try:
-        await _wait_listening([_address(settings.ess_listen), _address(ui.listen)])
-        _banner(settings.ess_listen, run, ui)
-        await asyncio.wait(
-            [asyncio.create_task(stop.wait()), *exited], return_when="FIRST_COMPLETED"
-        )
+        if await _unless_stopped(stop, start_all()):
+            _banner(settings.ess_listen, run, ui)
+            exited = [asyncio.create_task(p.wait()) for p in processes.values()]
+            await asyncio.wait(
+                [asyncio.create_task(stop.wait()), *exited], return_when="FIRST_COMPLETED"
+            )
+    except RuntimeError as error:
+        print(f"XMC did not start: {error}", file=sys.stderr, flush=True)
+        return_code = 1
     finally:
         for process in reversed(list(processes.values())):
             if process.returncode is None:
@@ -194,16 +193,35 @@ async def serve(settings: Settings, run: LocalRunSettings, ui: UiSettings) -> in
         print(f"stopped because {', '.join(failed)} exited", file=sys.stderr)
         return 1
     print("XMC stopped.")
-    return 0
+    return return_code
 
 
-def _address(listen: str) -> tuple[str, int]:
-    host, _, port = listen.rpartition(":")
-    return (host if host not in ("", "0.0.0.0") else "127.0.0.1"), int(port)
+async def _unless_stopped(stop: asyncio.Event, work: Coroutine[Any, Any, None]) -> bool:
+    """Run ``work`` until it ends or ``stop`` is set (Ctrl-C while starting): True when
+    it ended first; its exception propagates."""
+    task = asyncio.create_task(work)
+    stopped = asyncio.create_task(stop.wait())
+    await asyncio.wait([task, stopped], return_when="FIRST_COMPLETED")
+    stopped.cancel()
+    if not task.done():
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return False
+    task.result()
+    return True
+
+
+#: Seconds the services get to answer /readyz (a first run migrates the database and
+#: installs kubesim's CRDs; a few seconds on an idle machine).
+START_SECONDS = 120.0
+
+
+def _say(line: str) -> None:
+    print(f"{'make run':>10} | {line}", flush=True)
 
 
 def _banner(endpoint: str, run: LocalRunSettings, ui: UiSettings) -> None:
-    ui_host, ui_port = _address(ui.listen)
+    ui_host, ui_port = split_listen(ui.listen)
     ui_url = f"http://{ui_host}:{ui_port}"
     print(
         f"""
@@ -220,7 +238,9 @@ XMC is running.
 
 Try, in another terminal (.venv/bin on PATH):
   xmc launch --title "my sweep" --image python:3.11 --command "python train.py" \\
-      --count 5 --annotation 'kubesim.xmc/behavior={{"run_seconds": 8}}' --watch
+      --count 5 --cpu 16000 \\
+      --annotation 'kubesim.xmc/behavior={{"start_seconds": 2, "run_seconds": 8}}' --watch
+  (five 16-CPU units on the 64-CPU local queue: one waits in SCHEDULING first)
 
 Ctrl-C stops everything.""",
         flush=True,
@@ -239,7 +259,13 @@ def main() -> None:
     if pid is not None:
         print(f"XMC is already running (pid {pid}); stop it with Ctrl-C in its terminal.")
         sys.exit(1)
-    problem = ensure_stores(settings)
+    # Before anything starts: a taken port used to give a banner pointing at another
+    # program, then a stack that died a second later.
+    problems = port_problems(local_endpoints(settings, run, loaded.ui))
+    if problems:
+        print("make run: cannot start:\n  " + "\n  ".join(problems), file=sys.stderr)
+        sys.exit(1)
+    problem = check_stores(settings)
     if problem:
         print(problem, file=sys.stderr)
         sys.exit(1)

@@ -138,7 +138,8 @@ class Settings:
 class AuthSettings:
     """How the ESS authenticates callers (``ess.auth``, SPEC §2.4)."""
 
-    #: XMC_AUTH_DISABLED — development only: every caller is the admin ``dev@localhost``.
+    #: XMC_AUTH_DISABLED — development only: every caller is an admin, named by the
+    #: x-goog-user-email it sends (else ``dev@localhost``).
     disabled: bool = False
     #: XMC_AUTH_HS256_SECRET — verifies HS256 ID tokens (local runs); >= 32 bytes.
     hs256_secret: str = field(default="", repr=False)

@@ -208,7 +208,10 @@ class EssServer:
             asyncio.create_task(self._janitor(), name="janitor"),
         ]
         if options.auth.disabled:
-            log.warning("authentication is DISABLED: every caller is the admin dev@localhost")
+            log.warning(
+                "authentication is DISABLED: every caller is an admin, named by the "
+                "x-goog-user-email it claims (else dev@localhost)"
+            )
         log.info("ess serving", port=self.port, tls=bool(options.tls_cert_file))
         return self.port
 

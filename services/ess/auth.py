@@ -59,6 +59,22 @@ class Identity:
 DEV_IDENTITY: Final = Identity("dev@localhost", is_admin=True, is_service=True)
 
 
+def development_identity(claimed_email: str | None) -> Identity:
+    """Auth disabled (a local run): every caller is an admin, named by the email it claims
+    (``x-goog-user-email``, which the published client sends from XMC_USER_EMAIL) so the
+    creator a user sees is theirs; ``dev@localhost`` when it claims none. Nothing is
+    verified here, so a claim that is not an email is ignored, never stored."""
+    email = (claimed_email or "").strip().lower()
+    if not _plausible_email(email):
+        return DEV_IDENTITY
+    return Identity(email, is_admin=True, is_service=True)
+
+
+def _plausible_email(email: str) -> bool:
+    local, at, domain = email.partition("@")
+    return bool(at and local and domain) and len(email) <= 254 and email.isprintable()
+
+
 class Authenticator:
     """Turns gRPC invocation metadata into an :class:`Identity` or UnauthenticatedError."""
 
@@ -78,9 +94,9 @@ class Authenticator:
             self._keys[algorithm] = key
 
     def authenticate(self, metadata: Metadata) -> Identity:
-        if self._settings.disabled:
-            return DEV_IDENTITY
         headers = _headers(metadata)
+        if self._settings.disabled:
+            return development_identity(_single(headers, USER_EMAIL_HEADER))
         token = _bearer_token(headers)
         email = self._static_email(token) or self._token_email(token)
         claimed = _single(headers, USER_EMAIL_HEADER)

@@ -95,6 +95,8 @@ class Client:
     tls: bool
     output: str
     rpc_timeout: float
+    #: Sent as ``x-goog-user-email`` (XMC_USER_EMAIL), as the published client sends it.
+    user_email: str | None = None
     _channel: Any = field(default=None, init=False)
 
     @property
@@ -130,7 +132,11 @@ class Client:
         self, method: Callable[..., Any], request: Message, timeout: float | None = None
     ) -> Any:
         """Invoke a unary RPC; gRPC errors become ``error: CODE: details``."""
-        metadata = (("authorization", f"Bearer {self.token}"),) if self.token else ()
+        metadata: tuple[tuple[str, str], ...] = ()
+        if self.token:
+            metadata += (("authorization", f"Bearer {self.token}"),)
+        if self.user_email:
+            metadata += (("x-goog-user-email", self.user_email),)
         try:
             return method(request, metadata=metadata, timeout=timeout or self.rpc_timeout)
         except grpc.RpcError as exc:

@@ -25,6 +25,8 @@ from .launch import launch
 from .watching import watch
 from .work_units import print_operation, wu
 
+OUTPUTS = ("table", "json")
+
 
 @click.group()
 @click.option(
@@ -43,7 +45,20 @@ from .work_units import print_operation, wu
     default=None,
     help="Use TLS (default plaintext; XMANAGER_INSECURE_GRPC=false means TLS).",
 )
-@click.option("--output", "-o", type=click.Choice(["table", "json"]), default="table")
+@click.option(
+    "--output",
+    "-o",
+    type=click.Choice(OUTPUTS),
+    default="table",
+    help="table or json; also accepted after the subcommand (xmc experiments list -o json).",
+)
+@click.option(
+    "--user-email",
+    envvar="XMC_USER_EMAIL",
+    default=None,
+    help="Sent as x-goog-user-email, as the published client does (env XMC_USER_EMAIL): the "
+    "creator when the ESS runs without auth; checked against the token otherwise.",
+)
 @click.option("--rpc-timeout", type=float, default=30.0, show_default=True, help="Seconds per RPC.")
 @click.pass_context
 def cli(
@@ -52,6 +67,7 @@ def cli(
     token: str | None,
     tls: bool | None,
     output: str,
+    user_email: str | None,
     rpc_timeout: float,
 ) -> None:
     """Control XMC experiments and work units."""
@@ -60,7 +76,7 @@ def cli(
         tls = scheme_tls
     if tls is None:
         tls = load_cli_settings().tls
-    client = Client(target, token or None, tls, output, rpc_timeout)
+    client = Client(target, token or None, tls, output, rpc_timeout, user_email or None)
     ctx.obj = client
     ctx.call_on_close(client.close)
 
@@ -169,6 +185,34 @@ def operations_wait(client: Client, name: str, timeout: float) -> None:
 
 for command in (experiments, wu, launch, watch):
     cli.add_command(command)
+
+
+def _set_output(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        ctx.find_object(Client).output = value  # type: ignore[union-attr]
+
+
+def accept_output_after_subcommands(group: click.Group) -> None:
+    """Give every leaf command its own ``--output/-o``: click reads a group's options only
+    before the subcommand, and ``xmc experiments list -o json`` is what people type. The
+    subcommand's value wins; it is parsed after the group made the Client."""
+    for command in group.commands.values():
+        if isinstance(command, click.Group):
+            accept_output_after_subcommands(command)
+        elif not any(p.name == "output" for p in command.params):
+            command.params.append(
+                click.Option(
+                    ["--output", "-o"],
+                    type=click.Choice(OUTPUTS),
+                    default=None,
+                    expose_value=False,
+                    callback=_set_output,
+                    help="table or json (the same as xmc -o before the subcommand).",
+                )
+            )
+
+
+accept_output_after_subcommands(cli)
 
 
 def main() -> None:

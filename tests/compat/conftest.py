@@ -24,6 +24,12 @@ from tests.integration.redis_server import RedisServer
 from tests.stack import Stack, StackOptions
 
 HERE = Path(__file__).resolve().parent
+#: Each virtualenv's requirements. The full client's is the file users install from
+#: (README, "Launching from xmanager"), so what CI tests is what they get.
+REQUIREMENTS = {
+    "stubs": HERE / "requirements-stubs.txt",
+    "full": HERE.parents[1] / "examples" / "xmanager-requirements.txt",
+}
 USER_TOKEN = "compat-alice-token"
 USER_EMAIL = "alice@example.com"
 SERVICE_TOKEN = "compat-reconciler-token"
@@ -45,7 +51,7 @@ def _pip(python: Path, *args: str) -> None:
 def client_venv(kind: str) -> Path:
     """The Python of the ``kind`` ("stubs" or "full") virtualenv, built if missing. A
     ``.complete`` marker is written last, so a build cut short is rebuilt."""
-    files = [HERE / "client-version.txt", HERE / f"requirements-{kind}.txt"]
+    files = [HERE / "client-version.txt", REQUIREMENTS[kind]]
     digest = hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()[:12]
     root = _home() / f"{kind}-{digest}"
     python = root / "bin" / "python"
@@ -54,7 +60,7 @@ def client_venv(kind: str) -> Path:
     subprocess.run([sys.executable, "-m", "venv", "--clear", str(root)], check=True)
     if kind == "stubs":
         _pip(python, "--no-deps", "-r", str(HERE / "client-version.txt"))
-    _pip(python, "-r", str(HERE / f"requirements-{kind}.txt"))
+    _pip(python, "-r", str(REQUIREMENTS[kind]))
     (root / ".complete").write_text("ok\n")
     return python
 
@@ -81,6 +87,18 @@ async def compat_stack(
     }
     async with running_stack(
         ADMIN_DSN, private_redis.url, tmp_path / "logs", request, StackOptions(extra_env=auth)
+    ) as stack:
+        yield stack
+
+
+@pytest.fixture
+async def dev_stack(
+    private_redis: RedisServer, tmp_path: Path, request: pytest.FixtureRequest
+) -> AsyncIterator[Stack]:
+    """A stack as ``make run`` serves it: authentication disabled."""
+    options = StackOptions(extra_env={"XMC_AUTH_DISABLED": "true"})
+    async with running_stack(
+        ADMIN_DSN, private_redis.url, tmp_path / "logs", request, options
     ) as stack:
         yield stack
 

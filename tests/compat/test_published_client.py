@@ -15,7 +15,7 @@ from typing import Any
 import grpc
 import pytest
 
-from tests.compat.conftest import HERE, USER_EMAIL, client_env
+from tests.compat.conftest import HERE, USER_EMAIL, USER_TOKEN, client_env
 from tests.integration.support import wait_until
 from tests.stack import Stack
 from xmc.model.states import LaunchState, WorkUnitState
@@ -143,3 +143,41 @@ async def test_the_readme_example_sweep_runs_to_completed(
     text = out.decode()
     assert process.returncode == 0, text[-3000:]
     assert text.rstrip().splitlines()[-1].endswith(": COMPLETED"), text[-3000:]
+
+
+async def test_without_auth_the_creator_is_the_users_email(
+    stubs_python: Path, dev_stack: Stack
+) -> None:
+    """``make run`` disables auth; the client still sends XMC_USER_EMAIL, and that, not a
+    placeholder, is who created the experiment."""
+    lines = await run_client(stubs_python, "client_stubs.py", dev_stack)
+    assert lines[-1]["failed"] == []
+    async with grpc.aio.insecure_channel(dev_stack.endpoint) as channel:
+        api = api_pb2_grpc.ExperimentStateServiceStub(channel)
+        listed = await api.ListExperiments(api_pb2.ListExperimentsRequest())
+    assert [e.creator for e in listed.experiments] == [USER_EMAIL]
+
+
+async def test_the_example_refuses_to_run_inside_a_git_repository(
+    full_python: Path, compat_stack: Stack, tmp_path: Path
+) -> None:
+    """The client commits and pushes the repository it runs in; the README's example
+    stops before the client is called, and says why."""
+    repo = tmp_path / "checkout"
+    (repo / "sub").mkdir(parents=True)
+    git = await asyncio.create_subprocess_exec("git", "init", "-q", str(repo))
+    assert await git.wait() == 0
+    process = await asyncio.create_subprocess_exec(
+        str(full_python), str(HERE.parents[1] / "examples" / "xmanager_sweep.py"), "1",
+        cwd=repo / "sub", env=client_env(compat_stack), stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    _, err = await asyncio.wait_for(process.communicate(), timeout=120)
+    assert process.returncode == 2, err.decode()
+    assert f"{repo} is a git repository" in err.decode()
+    async with grpc.aio.insecure_channel(compat_stack.endpoint) as channel:
+        api = api_pb2_grpc.ExperimentStateServiceStub(channel)
+        listed = await api.ListExperiments(
+            api_pb2.ListExperimentsRequest(), metadata=(("authorization", f"Bearer {USER_TOKEN}"),)
+        )
+    assert list(listed.experiments) == []

@@ -264,3 +264,28 @@ async def test_experiments_close(ess: Ess) -> None:
     assert "FAILED" in table.stdout
     denied = await xmc(ess, "experiments", "close", xid, token="token-bob")
     assert denied.stderr.splitlines()[-1].startswith("error: PERMISSION_DENIED")
+
+
+async def test_output_is_accepted_after_the_subcommand_too(ess: Ess) -> None:
+    made = await xmc(ess, "experiments", "create", "--title", "late flag", "-o", "json")
+    assert made.exit_code == 0, made.output
+    name = parse_json(made.stdout)["name"]
+    got = await xmc(ess, "experiments", "get", name.rsplit("/", 1)[-1], "--output", "json")
+    assert got.exit_code == 0, got.output
+    assert parse_json(got.stdout)["title"] == "late flag"
+    # After the subcommand wins over before it.
+    table = await xmc(
+        ess, "-o", "json", "experiments", "get", name.rsplit("/", 1)[-1], "-o", "table"
+    )
+    assert table.exit_code == 0, table.output
+    assert "late flag" in table.stdout
+    assert not table.stdout.lstrip().startswith("{")
+
+
+async def test_user_email_is_sent_and_checked_against_the_token(ess: Ess) -> None:
+    same = await xmc(ess, "--user-email", "alice@example.com", "experiments", "list")
+    assert same.exit_code == 0, same.output
+    other = await xmc(ess, "--user-email", "mallory@example.com", "experiments", "list")
+    assert other.exit_code != 0
+    assert "UNAUTHENTICATED" in other.output
+    assert "x-goog-user-email" in other.output

@@ -51,20 +51,62 @@ async def read_until(stream: asyncio.StreamReader, marker: str, *, within: float
                 return seen
 
 
-async def test_make_run_starts_everything_and_stops_cleanly(
-    database_url: str, tmp_path: Path
-) -> None:
-    base = free_ports(7)
-    env = {
+def local_run_env(database_url: str, run_dir: Path, base: int) -> dict[str, str]:
+    """A ``make run`` on seven ports from ``base`` with its own database, run directory
+    and Redis prefix."""
+    return {
         **os.environ,
         "XMC_DATABASE_URL": database_url,
         "XMC_KUBESIM_PORT": str(base),
         "XMC_ESS_LISTEN": f"127.0.0.1:{base + 1}",
         "XMC_METRICS_BASE_PORT": str(base + 2),  # 4 services: base + 2 .. base + 5
         "XMC_UI_LISTEN": f"127.0.0.1:{base + 6}",
-        "XMC_RUN_DIR": str(tmp_path),
+        "XMC_RUN_DIR": str(run_dir),
         "XMC_STREAM_PREFIX": f"localrun-{uuid.uuid4().hex[:8]}:",
     }
+
+
+async def test_a_taken_port_is_named_before_anything_starts(
+    database_url: str, tmp_path: Path
+) -> None:
+    base = free_ports(7)
+    env = local_run_env(database_url, tmp_path, base)
+    with socket.socket() as squatter:  # another program on the dashboard's port
+        squatter.bind(("127.0.0.1", base + 6))
+        squatter.listen()
+        run = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "xmc.devrun", env=env,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await asyncio.wait_for(run.communicate(), timeout=60)
+    assert run.returncode == 1
+    assert f"port {base + 6} (dashboard) is already in use" in err.decode()
+    assert f"XMC_UI_LISTEN (now 127.0.0.1:{base + 6})" in err.decode()
+    assert b"XMC is running" not in out
+    assert _free(base), "kubesim was started although a port was taken"
+    assert not (tmp_path / "xmc.pid").exists()
+
+
+async def test_a_service_that_cannot_start_gives_no_banner(
+    database_url: str, tmp_path: Path
+) -> None:
+    env = local_run_env(database_url, tmp_path, free_ports(7))
+    env["XMC_KUBESIM_KUEUE_VERSION"] = "0.1"  # kubesim refuses it and exits 2
+    run = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "xmc.devrun", env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(run.communicate(), timeout=90)
+    assert run.returncode == 1
+    assert b"XMC is running" not in out
+    assert "kubesim exited" in err.decode()
+
+
+async def test_make_run_starts_everything_and_stops_cleanly(
+    database_url: str, tmp_path: Path
+) -> None:
+    base = free_ports(7)
+    env = local_run_env(database_url, tmp_path, base)
     run = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "xmc.devrun", env=env,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
@@ -75,6 +117,12 @@ async def test_make_run_starts_everything_and_stops_cleanly(
         assert any("XMC is running." in line for line in banner)
         assert any(f"dashboard:    http://127.0.0.1:{base + 6}" in line for line in banner)
         drain = asyncio.create_task(run.stdout.read())
+        # The banner waits for every service's /readyz: kubesim's, then the four
+        # services' on the metrics ports.
+        async with aiohttp.ClientSession() as http:
+            for port in (base, base + 2, base + 3, base + 4, base + 5):
+                async with http.get(f"http://127.0.0.1:{port}/readyz") as ready:
+                    assert ready.status == 200, (port, await ready.text())
 
         second = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "xmc.devrun", env=env, stdout=asyncio.subprocess.PIPE
@@ -85,9 +133,13 @@ async def test_make_run_starts_everything_and_stops_cleanly(
 
         async with grpc.aio.insecure_channel(f"127.0.0.1:{base + 1}") as channel:
             api = api_pb2_grpc.ExperimentStateServiceStub(channel)
+            # Auth is off in a local run; the creator is still the email the caller
+            # claims (the published client sends XMC_USER_EMAIL as x-goog-user-email).
             experiment = await api.CreateExperiment(
-                api_pb2.CreateExperimentRequest(experiment=Experiment(title="local"))
+                api_pb2.CreateExperimentRequest(experiment=Experiment(title="local")),
+                metadata=(("x-goog-user-email", "You@Example.com"),),
             )
+            assert experiment.creator == "you@example.com"
             operation = await api.CreateWorkUnit(
                 api_pb2.CreateWorkUnitRequest(parent=experiment.name, work_unit=minimal_work_unit())
             )

@@ -91,7 +91,7 @@ def failure(error: BaseException) -> tuple[int, str]:
     status = getattr(error, "status", None)
     body = getattr(error, "body", None)
     assert isinstance(status, int), f"not an API error: {error!r}"
-    reason = json.loads(body)["reason"] if body else ""
+    reason = json.loads(body).get("reason", "") if body else ""  # "" (Unknown) is omitted
     return status, reason
 
 

@@ -71,7 +71,7 @@ async def _running(*args: str) -> AsyncIterator[tuple[str, asyncio.subprocess.Pr
 
 @pytest.fixture
 async def kubesim_process() -> AsyncIterator[tuple[str, asyncio.subprocess.Process]]:
-    args = ("--no-controllers", "--watch-history", "5", "--bookmark-interval", "0.2")
+    args = ("--ephemeral", "--no-controllers", "--watch-history", "5", "--bookmark-interval", "0.2")
     async with _running(*args) as running:
         yield running
 

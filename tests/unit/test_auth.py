@@ -255,6 +255,26 @@ def test_disabled_auth_makes_everyone_the_dev_admin() -> None:
     assert Identity("dev@localhost", is_admin=True, is_service=True) == DEV_IDENTITY
 
 
+@pytest.mark.parametrize(
+    ("claimed", "email"),
+    [
+        ("You@Example.com", "you@example.com"),  # what XMC_USER_EMAIL sends, lowercased
+        ("  you@example.com ", "you@example.com"),
+        ("", "dev@localhost"),
+        ("not-an-email", "dev@localhost"),
+        ("@example.com", "dev@localhost"),
+        ("you@", "dev@localhost"),
+        ("a\nb@example.com", "dev@localhost"),
+        ("x" * 250 + "@example.com", "dev@localhost"),
+    ],
+)
+def test_disabled_auth_names_the_caller_by_the_email_it_claims(claimed: str, email: str) -> None:
+    metadata = [*bearer("dev"), ("x-goog-user-email", claimed)]
+    assert authenticate(metadata, AuthSettings(disabled=True)) == Identity(
+        email, is_admin=True, is_service=True
+    )
+
+
 def test_settings_built_in_code_compare_emails_case_insensitively() -> None:
     settings = AuthSettings(
         static_tokens={"ci-token": "Root@Example.com"}, admins=frozenset({"ROOT@example.com"})

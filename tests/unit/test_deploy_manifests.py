@@ -169,6 +169,14 @@ def test_compose_signing_key_is_long_enough() -> None:
             assert len(key.encode()) >= 32, name
 
 
+def test_compose_leaves_the_hosts_postgres_and_redis_ports_alone() -> None:
+    """``make run`` and the tests use the host's 5432 and 6379; a compose stack publishing
+    its own there could not start beside them (or would shadow them)."""
+    services = compose_services()
+    for name in ("postgres", "redis"):
+        assert not services[name].get("ports"), name
+
+
 def test_compose_ports_agree_with_listen_settings() -> None:
     services = compose_services()
     ess_env = env_of(services["ess"])

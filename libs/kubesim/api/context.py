@@ -13,6 +13,7 @@ from aiohttp import web
 
 from kubesim.errors import ApiError
 from kubesim.faults import Faults
+from kubesim.freshness import WAIT_SECONDS
 from kubesim.store import ObjectStore
 from kubesim.watch import WatchHub
 
@@ -28,6 +29,9 @@ class ApiContext:
     watches: WatchHub
     bookmark_interval: float = 1.0
     """Seconds between BOOKMARK events on watches that allow them."""
+    fresh_wait_seconds: float = WAIT_SECONDS
+    """How long a read waits for a resourceVersion the store has not reached before it
+    is refused 504 Too large (``kubesim.freshness``)."""
     update_checks: dict[str, Callable[[Obj, Obj], None]] = field(default_factory=dict)
     """Per resource key, a validating admission check of (old, new) for updates and
     patches of the main resource; it raises ``ApiError`` to deny (stands in for webhooks)."""

@@ -30,6 +30,7 @@ from kubesim.api.decode import (
     verb_of,
 )
 from kubesim.errors import ApiError, bad_request, invalid
+from kubesim.freshness import ReadAt, list_read, wait_until_fresh
 from kubesim.patch import apply_patch, patch_type_for
 from kubesim.selectors import parse_field_selector, parse_label_selector
 from kubesim.tables import table, wants_table
@@ -64,9 +65,13 @@ async def _list(context: ApiContext, request: web.Request, target: Target) -> we
     labels = parse_label_selector(query.get("labelSelector"))
     fields = parse_field_selector(query.get("fieldSelector"))
     store = context.store
-    objects = store.list(target.resource, target.namespace, labels=labels, fields=fields)
     limit = non_negative_int(query.get("limit"), "limit")
     token = query.get("continue")
+    read = list_read(
+        query.get("resourceVersion"), query.get("resourceVersionMatch"), limit, bool(token)
+    )
+    await wait_until_fresh(store, read, context.fresh_wait_seconds)
+    objects = store.list(target.resource, target.namespace, labels=labels, fields=fields)
     start = decode_continue(token) if token else None
     if start is not None:
         store.check_resumable(start[0])
@@ -120,6 +125,8 @@ async def _create(context: ApiContext, request: web.Request, target: Target) -> 
 
 
 async def _get(context: ApiContext, request: web.Request, target: Target) -> web.Response:
+    minimum = parse_resource_version(request.query.get("resourceVersion"))
+    await wait_until_fresh(context.store, ReadAt(minimum), context.fresh_wait_seconds)
     obj = context.store.get(target.resource, target.namespace, name_of(target))
     if target.subresource is None and wants_table(request.headers.get("Accept")):
         metadata = {"resourceVersion": obj["metadata"]["resourceVersion"]}

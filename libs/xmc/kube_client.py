@@ -180,10 +180,19 @@ class KubeClient:
         limit: int | None = None,
         continue_token: str | None = None,
         request_timeout: float | None = None,
+        resource_version: str | None = None,
+        resource_version_match: str | None = None,
     ) -> Obj:
         """One page of a list: ``items``, and ``metadata.continue`` while more follow
-        (an expired token is EXPIRED)."""
+        (an expired token is EXPIRED). Without ``resource_version`` the read is
+        consistent (the newest state); with it and ``resource_version_match``
+        ``NotOlderThan``, the API server's watch cache answers, or fails with "too large
+        resource version" if it never reaches that version."""
         query: list[tuple[str, str]] = []
+        if resource_version is not None:
+            query.append(("resourceVersion", resource_version))
+        if resource_version_match is not None:
+            query.append(("resourceVersionMatch", resource_version_match))
         if limit is not None:
             query.append(("limit", str(limit)))
         if continue_token:

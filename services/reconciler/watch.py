@@ -76,6 +76,12 @@ class WatchSettings:
     forever (the watch is the Reconciler's only view of the cluster)."""
     page_size: int = 500
     """``limit`` of each list page."""
+    freshness_seconds: float | None = 10.0
+    """Seconds between checks that the server has reached the cache's resourceVersion;
+    None = never. A watch from a version the server never reached is *not* an error
+    upstream (the apiserver's cacher just waits for later events), so a server whose
+    history went backwards is found only by asking: a one-item list ``NotOlderThan`` our
+    version, which the watch cache answers "too large" after 3 s."""
 
 
 class WatchFailed(Exception):
@@ -188,6 +194,9 @@ class ResourceWatcher:
         self.last_success: float | None = None
         #: Why the cache is known stale and owes a full list (None: it does not).
         self.relist_reason: Failure | None = None
+        #: The task reading the watch, which the freshness check may interrupt.
+        self._syncing: asyncio.Task[None] | None = None
+        self._interrupted = False
 
     # --- reading ---------------------------------------------------------------------
 
@@ -240,10 +249,14 @@ class ResourceWatcher:
 
     async def run(self) -> None:
         """Sync until :meth:`stop`; raises :class:`WatchFailed` when it gives up."""
-        tasks = [asyncio.create_task(self._sync_forever(), name=f"watch {self.what}")]
+        self._syncing = asyncio.create_task(self._sync_forever(), name=f"watch {self.what}")
+        tasks = [self._syncing]
         if self._settings.resync_seconds is not None:
             resync = self._resync_forever(self._settings.resync_seconds)
             tasks.append(asyncio.create_task(resync, name=f"resync {self.what}"))
+        if self._settings.freshness_seconds is not None:
+            fresh = self._check_freshness_forever(self._settings.freshness_seconds)
+            tasks.append(asyncio.create_task(fresh, name=f"freshness {self.what}"))
         stopping = asyncio.create_task(self._stopping.wait())
         try:
             done, _ = await asyncio.wait([*tasks, stopping], return_when=asyncio.FIRST_COMPLETED)
@@ -265,7 +278,13 @@ class ResourceWatcher:
                 await self._watch_once(self._resource_version or "0")
                 self._succeeded()
             except asyncio.CancelledError:
-                raise
+                if not self._interrupted:
+                    raise
+                # The freshness check ended this watch: the server is behind; re-list.
+                self._interrupted = False
+                task = asyncio.current_task()
+                if task is not None:
+                    task.uncancel()
             except Exception as error:
                 kind = classify(error)
                 if kind is Failure.FATAL:
@@ -377,6 +396,37 @@ class ResourceWatcher:
         self._store(name, None if kind == "DELETED" else obj)
         self._resource_version = rv or self._resource_version
         await self._deliver(kind, obj)
+
+    async def _check_freshness_forever(self, interval: float) -> None:
+        """Every ``interval``: has the server reached our resourceVersion? "Too large"
+        ends the current watch and owes a re-list; any other failure is the watch's
+        business (it meets it too) and only logged."""
+        await self.ready.wait()
+        while True:
+            await self._sleep(interval)
+            version = self._resource_version
+            if version is None or self.relist_reason is not None:
+                continue
+            try:
+                await self._kube.list_page(
+                    self._resource, self._namespace, label_selector=self._selector,
+                    limit=1, resource_version=version, resource_version_match="NotOlderThan",
+                )  # fmt: skip
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:
+                if classify(error) is not Failure.TOO_LARGE:
+                    log.debug(f"freshness check of {self.what} failed", error=str(error))
+                    continue
+                if self._resource_version != version:
+                    continue  # the watch moved on meanwhile (a re-list already)
+                log.warning(f"watch of {self.what}: the server is behind our resourceVersion; "
+                            "re-listing", resource_version=version, error=str(error))  # fmt: skip
+                self._resource_version = None
+                self.relist_reason = Failure.TOO_LARGE
+                if self._syncing is not None and not self._interrupted:
+                    self._interrupted = True
+                    self._syncing.cancel()
 
     async def _resync_forever(self, interval: float) -> None:
         await self.ready.wait()

@@ -4,6 +4,7 @@ re-list after 410 and after "too large resource version", selectors, resync and 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,7 +30,12 @@ from xmc.kube import JOBSETS
 from xmc.kube_client import KubeClient
 from xmc.retry import Backoffs
 
-FAST = WatchSettings(timeout_seconds=5, resync_seconds=None, backoffs=Backoffs((0.01, 0.02, 0.1)))
+FAST = WatchSettings(
+    timeout_seconds=5,
+    resync_seconds=None,
+    backoffs=Backoffs((0.01, 0.02, 0.1)),
+    freshness_seconds=None,
+)
 
 
 @dataclass
@@ -177,7 +183,10 @@ async def test_closed_watch_resumes_from_the_last_resource_version(
 async def test_expired_resource_version_relists_and_synthesizes_the_difference(
     make_kubesim: MakeKubeSim, start_watcher: StartWatcher
 ) -> None:
-    sim = await make_kubesim(watch_history=5, bookmark_interval=0.1)
+    # No bookmark while the watch is closed: kubesim's last bookmark on a closing stream
+    # carries the store's version, events it never sent included, and the resumed watch
+    # would then start past them instead of meeting the 410.
+    sim = await make_kubesim(watch_history=5, bookmark_interval=60)
     for name in ("gone", "changed", "same"):
         create(sim, name)
     watcher, seen = await start_watcher(sim)
@@ -260,6 +269,43 @@ async def test_a_server_behind_the_watch_version_is_relisted_not_waited_for(
     assert _relists("too_large") == before + 1
     create(sim, "after")  # and the watch goes on from the new list
     await eventually(lambda: seen.has("ADDED", "after"), what="ADDED after")
+
+
+async def test_an_ephemeral_kubesim_restarted_is_found_stale_and_relisted(
+    start_watcher: StartWatcher,
+) -> None:
+    """kubesim restarted without its state (its resourceVersions start over) on the same
+    port: the watch resumes from the old version and the server just waits for later
+    events, as kube-apiserver's cacher does; the freshness check's list NotOlderThan is
+    answered "too large", and the watcher re-lists."""
+    old = KubeSim(controllers=False)
+    await old.start()
+    port = int(old.url.rsplit(":", 1)[1])
+    for name in ("a", "b"):
+        create(old, name)
+    for _ in range(30):
+        touch(old, "a")  # the old timeline runs well ahead of the new one
+    settings = dataclasses.replace(FAST, freshness_seconds=0.2)
+    watcher, seen = await start_watcher(old, settings=settings)
+    stale_version = watcher.resource_version
+    before = _relists("too_large")
+    await old.stop()
+
+    new = KubeSim(controllers=False)
+    await new.start(port=port)
+    try:
+        create(new, "fresh")
+        await eventually(lambda: set(watcher.cache) == {"fresh"}, within=20, what="a re-list")
+        assert _relists("too_large") == before + 1
+        await eventually(lambda: watcher.synced, what="synced again")
+        assert seen.kinds("a")[-1] == "DELETED"
+        assert seen.kinds("b") == ["ADDED", "DELETED"]
+        assert seen.kinds("fresh") == ["ADDED"]
+        assert int(watcher.resource_version or 0) < int(stale_version or 0)
+        create(new, "after")
+        await eventually(lambda: seen.has("ADDED", "after"), what="the watch goes on")
+    finally:
+        await new.stop()
 
 
 async def test_label_selector_is_respected(

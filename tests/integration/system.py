@@ -19,6 +19,7 @@ from kubesim.server import KubeSim
 from reconciler.app import Reconciler, ReconcilerOptions
 from reconciler.batcher import BatcherOptions
 from reconciler.ess_client import EssClient
+from reconciler.vanished import VanishedSettings
 from tests.integration.conftest import REDIS_URL, SIGNING_KEY, Ess, metadata
 from tests.integration.support import WallClock, fetch_all
 from xmc.kube_client import KubeClient
@@ -92,6 +93,7 @@ async def running_system(
     orphan_interval: float = 3600,
     flush_interval: float = 0.05,
     kueue_version: str | None = None,
+    vanished: VanishedSettings | None = None,
 ) -> AsyncIterator[System]:
     ess: Ess = await ess_factory(clock=WallClock())
     sim = KubeSim(
@@ -125,6 +127,7 @@ async def running_system(
             startup_grace=startup_grace,
             diagnostics_interval=0.2,
             orphan_interval=orphan_interval,
+            vanished=vanished or VanishedSettings(),
         ),
     )
     await reconciler.start()

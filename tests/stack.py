@@ -96,6 +96,10 @@ class StackOptions:
     repair_after: float = 15.0
     repair_interval: float = 2.0
     extra_env: dict[str, str] = field(default_factory=dict)
+    #: kubesim keeps its cluster here across restarts; None: ``--ephemeral``.
+    kubesim_state_dir: Path | None = None
+    #: Extra arguments of every Reconciler (``--vanished-grace=5``, say).
+    reconciler_args: tuple[str, ...] = ()
     #: Processes of each XMC service (ESS, Actuator, Reconciler): the first is named after
     #: the service, the others ``ess-2``, ``ess-3``, ...; kubesim is always one.
     replicas: int = 1
@@ -185,14 +189,16 @@ class Stack:
         commands = {
             "kubesim": [
                 "xmc-kubesim", "--port", str(self.kube_port), "--time-scale", str(o.time_scale),
-                f"--clock-offset={o.clock_offset}", "--ephemeral",
+                f"--clock-offset={o.clock_offset}",
+                *(["--ephemeral"] if o.kubesim_state_dir is None
+                  else ["--state-dir", str(o.kubesim_state_dir)]),
             ],
             "ess": ["xmc-ess", "serve"],
             "actuator": [
                 "xmc-actuator", "--claim-idle", str(o.claim_idle),
                 "--repair-after", str(o.repair_after), "--repair-interval", str(o.repair_interval),
             ],
-            "reconciler": ["xmc-reconciler"]
+            "reconciler": ["xmc-reconciler", *o.reconciler_args]
             + ([f"--identity={name}"] if o.leader_election else ["--no-leader-election"]),
         }  # fmt: skip
         command = commands[service_of(name)]

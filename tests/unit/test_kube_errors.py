@@ -258,7 +258,7 @@ def test_the_watcher_maps_the_shared_classification(
     assert classify(KubeError(status, reason, "message")) is expected
 
 
-def _status(code: int, reason: str, message: str, causes: list[dict[str, str]]) -> dict[str, Any]:
+def _answer(code: int, reason: str, message: str, causes: list[dict[str, str]]) -> dict[str, Any]:
     return {"kind": "Status", "status": "Failure", "code": code, "reason": reason,
             "message": message, "details": {"causes": causes, "retryAfterSeconds": 1}}  # fmt: skip
 
@@ -271,31 +271,31 @@ _CAUSE = {"reason": "ResourceVersionTooLarge", "message": "Too large resource ve
 #: isTooLargeResourceVersionError), and look-alikes that are not it.
 TOO_LARGE_CASES = [
     pytest.param(
-        _status(504, "Timeout", _TOO_LARGE, [_CAUSE]), Failure.TOO_LARGE, id="1.18.6+: the cause"
+        _answer(504, "Timeout", _TOO_LARGE, [_CAUSE]), Failure.TOO_LARGE, id="1.18.6+: the cause"
     ),
     pytest.param(
-        _status(504, "Timeout", _TOO_LARGE, [{"message": "Too large resource version"}]),
+        _answer(504, "Timeout", _TOO_LARGE, [{"message": "Too large resource version"}]),
         Failure.TOO_LARGE,
         id="1.17-1.18.5: the cause's message",
     ),
     pytest.param(
-        _status(504, "Timeout", _TOO_LARGE, []), Failure.TOO_LARGE, id="before 1.17: the message"
+        _answer(504, "Timeout", _TOO_LARGE, []), Failure.TOO_LARGE, id="before 1.17: the message"
     ),
     pytest.param(
-        _status(504, "Timeout", "request timed out", []),
+        _answer(504, "Timeout", "request timed out", []),
         Failure.RETRY,
         id="a plain 504 timeout: resume",
     ),
     pytest.param(
-        _status(500, "InternalError", _TOO_LARGE, []),
+        _answer(500, "InternalError", _TOO_LARGE, []),
         Failure.RETRY,
         id="the words without Timeout: not it",
     ),
     pytest.param(
-        _status(500, "InternalError", "x", [_CAUSE]), Failure.TOO_LARGE, id="the cause is enough"
+        _answer(500, "InternalError", "x", [_CAUSE]), Failure.TOO_LARGE, id="the cause is enough"
     ),
     pytest.param(
-        _status(410, "Expired", "too old resource version", []),
+        _answer(410, "Expired", "too old resource version", []),
         Failure.EXPIRED,
         id="410 stays expired",
     ),

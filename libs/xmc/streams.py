@@ -31,10 +31,9 @@ RESUME_GROUP = "xmc-resumers"
 # Publish each attempt of a task at most once: the first call XADDs and remembers the entry
 # id under the attempt's key, a repeat (the relay crashed after XADD, before recording
 # the publish) returns that id without a second entry. One call for a whole batch: a
-# Redis Cluster pipeline cannot carry EVALSHA, and all the keys share one slot anyway.
+# Redis Cluster pipeline cannot carry EVALSHA, and all the keys share the stream's slot.
 # KEYS: tasks stream, then one attempt key per task. ARGV: seconds to remember, then the
 # task bytes and token of each task, in KEYS order. Returns the entry ids, in order.
-# Every attempt key is in the stream's slot (``StreamNames.published_key``).
 _PUBLISH_ATTEMPTS = """
 local ids = {}
 for i = 2, #KEYS do

@@ -3,9 +3,9 @@ Redis Cluster (``XMC_REDIS_CLUSTER_NODES``).
 
 Both clients answer the same commands for XMC's use, because each multi-key script touches
 one stream and keys tagged with its name, all in the stream's slot
-(``xmc.streams.StreamNames``, decision 0027). The differences that remain are handled here and in ``xmc.streams``: a cluster
-pipeline cannot carry EVALSHA (the task publish is one multi-key script call instead), and
-``INFO`` must be asked of the node that holds the keys.
+(``xmc.streams.StreamNames``, decision 0027). The differences that remain are handled here
+and in ``xmc.streams``: a cluster pipeline cannot carry EVALSHA (the task publish is one
+multi-key script call instead), and ``INFO`` must be asked of the node that holds the keys.
 """
 
 from __future__ import annotations

@@ -73,19 +73,18 @@ async def test_a_sweep_runs_through_a_three_master_redis_cluster(
         )
         try:
             names = StreamNames.with_prefix(stack.prefix)
-            # Every task (60 creates, 10 stops) went through the cluster's stream, all acked.
-            assert await cluster.xlen(names.tasks) >= 70
-            assert (await cluster.xpending(names.tasks, ACTUATOR_GROUP))["pending"] == 0
-            assert await cluster.xlen(names.dlq) == 0
-            # The publish markers sit in the slot of the stream they go with.
             keys = [
                 key.decode()
                 async for key in cluster.scan_iter(match=names.scan_pattern, count=10_000)
             ]
+            # Every task (60 creates, 10 stops) went through the cluster's stream, all acked:
+            # one publish marker each (the relay trims finished tasks' entries off the
+            # stream, so its length says nothing), in the slot of the stream.
             markers = [key for key in keys if key.startswith(f"{{{names.tasks}}}:published:")]
-            assert names.tasks in keys
-            assert markers
+            assert len(markers) >= 70
             assert {cluster.keyslot(key) for key in markers} == {cluster.keyslot(names.tasks)}
+            assert (await cluster.xpending(names.tasks, ACTUATOR_GROUP))["pending"] == 0
+            assert await cluster.xlen(names.dlq) == 0
         finally:
             await cluster.aclose()
 

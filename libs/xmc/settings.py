@@ -234,7 +234,7 @@ class LocalRunSettings:
     kueue_version: str = "0.19"
     #: XMC_METRICS_BASE_PORT — /metrics of the ESS; +1 the Actuator, +2 the Reconciler.
     metrics_base: int = 9464
-    #: XMC_RUN_DIR — where the pidfile of a running ``make run`` lives.
+    #: XMC_RUN_DIR — where a running ``make run`` keeps its pidfile and kubesim its cluster.
     run_dir: str = ".run"
 
     @property

@@ -29,12 +29,13 @@ from kubernetes_asyncio.client import Configuration
 
 from actuator.kube import JobSetClient
 from actuator.manifest import build_base_jobset
+from tests.stack import delete_prefixed_keys
 from xmc.model.resume import TaskKind
 from xmc.store import outbox
 from xmc.store.creation import Created, NewWorkUnit
 from xmc.store.migrate import migrate
 from xmc.store.repository import Store
-from xmc.streams import StreamNames, TaskPublisher, hash_tag
+from xmc.streams import StreamNames, TaskPublisher
 from xmc.timestamps import utc_now
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
@@ -186,9 +187,7 @@ async def run_actuators(dsn: str, kube_url: str, processes: int, n: int) -> tupl
             process.terminate()
         for process in actuators:
             await process.wait()
-        keys = [key async for key in redis.scan_iter(match=f"{hash_tag(prefix)}*", count=10_000)]
-        if keys:
-            await redis.delete(*keys)
+        await delete_prefixed_keys(redis, prefix)
         await redis.aclose()
     return len(tasks) / elapsed, elapsed
 

@@ -39,6 +39,7 @@ from reconciler.app import Reconciler, ReconcilerOptions
 from reconciler.batcher import BatcherOptions
 from reconciler.ess_client import EssClient
 from reconciler.observation import Source
+from tests.stack import delete_prefixed_keys
 from xmc.kube_client import KubeClient
 from xmc.labels import (
     EXECUTION_ID,
@@ -54,7 +55,6 @@ from xmc.settings import AuthSettings, Settings
 from xmc.store.creation import NewWorkUnit
 from xmc.store.migrate import migrate
 from xmc.store.repository import Store
-from xmc.streams import hash_tag
 from xmc.timestamps import utc_now
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
@@ -470,9 +470,7 @@ async def main() -> None:
         if server is not None:
             await server.stop(grace=1)
         await sim.stop()
-        keys = [key async for key in redis.scan_iter(match=f"{hash_tag(prefix)}*", count=10_000)]
-        if keys:
-            await redis.delete(*keys)
+        await delete_prefixed_keys(redis, prefix)
         await redis.aclose()
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         await admin.close()

@@ -27,7 +27,7 @@ from urllib.parse import urlsplit, urlunsplit
 import aiohttp
 import asyncpg
 
-from xmc.streams import hash_tag
+from xmc.streams import StreamNames
 
 BIN: Final = Path(sys.executable).parent
 SIGNING_KEY: Final = "fault-test-signing-key-of-at-least-32-bytes"
@@ -52,11 +52,17 @@ def free_port() -> int:
 
 
 async def delete_prefixed_keys(redis: Any, prefix: str) -> None:
-    """Delete a run's Redis keys (all of one prefix share its hash tag). SCAN walks the
-    whole keyspace whatever the pattern, so each step asks for 10,000 keys: a shared Redis
-    holding other users' keys (once 190,000 publish markers) costs a few round trips,
-    not the thousands that made every test's teardown take seconds."""
-    keys = [key async for key in redis.scan_iter(match=f"{hash_tag(prefix)}*", count=10_000)]
+    """Delete a run's Redis keys: its streams and the keys tagged with them
+    (``StreamNames.owns``). SCAN walks the whole keyspace whatever the pattern, so each
+    step asks for 10,000 keys: a shared Redis holding other users' keys (once 190,000
+    publish markers) costs a few round trips, not the thousands that made every test's
+    teardown take seconds."""
+    names = StreamNames.with_prefix(prefix)
+    keys = [
+        key
+        async for key in redis.scan_iter(match=names.scan_pattern, count=10_000)
+        if names.owns(key.decode() if isinstance(key, bytes) else key)
+    ]
     if keys:
         await redis.delete(*keys)
 

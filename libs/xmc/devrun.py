@@ -223,6 +223,7 @@ def _say(line: str) -> None:
 def _banner(endpoint: str, run: LocalRunSettings, ui: UiSettings) -> None:
     ui_host, ui_port = split_listen(ui.listen)
     ui_url = f"http://{ui_host}:{ui_port}"
+    kube = f"http://127.0.0.1:{run.kubesim_port}"
     print(
         f"""
 XMC is running.
@@ -231,7 +232,8 @@ XMC is running.
   xmanager:     export XMANAGER_ENDPOINT=http://{endpoint} XMC_AUTH_TOKEN=dev \\
                        XMC_USER_EMAIL=you@example.com XMANAGER_UI_URL={ui_url}
                 (README: Launching from xmanager)
-  kubesim:      http://127.0.0.1:{run.kubesim_port}
+  kubesim:      {kube}   (kubectl -s {kube} get jobsets)
+                its cluster is saved in {run.run_dir}/: `make run` again resumes it
   metrics:      http://127.0.0.1:{run.metrics_base}/metrics (ESS), +1 Actuator, +2 Reconciler,
                 +3 dashboard
   health:       /healthz and /readyz on the same ports (docs/operations.md)

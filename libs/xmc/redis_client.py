@@ -1,11 +1,11 @@
 """The one place a service builds its Redis client: one node (``XMC_REDIS_URL``) or a
 Redis Cluster (``XMC_REDIS_CLUSTER_NODES``).
 
-Both clients answer the same commands for XMC's use, because every key XMC uses shares one
-hash tag (``xmc.streams.StreamNames``): each multi-key script and each pipeline touches one
-slot. The differences that remain are handled here and in ``xmc.streams``: a cluster
-pipeline cannot carry EVALSHA (the task publish is one multi-key script call instead), and
-``INFO`` must be asked of the node that holds the keys.
+Both clients answer the same commands for XMC's use, because each multi-key script touches
+one stream and keys tagged with its name, all in the stream's slot
+(``xmc.streams.StreamNames``, decision 0027). The differences that remain are handled here
+and in ``xmc.streams``: a cluster pipeline cannot carry EVALSHA (the task publish is one
+multi-key script call instead), and ``INFO`` must be asked of the node that holds the keys.
 """
 
 from __future__ import annotations

@@ -73,7 +73,7 @@ class Settings:
     #: XMC_TASK_SIGNING_KEY — HMAC key that signs tasks on the stream.
     task_signing_key: str = field(default="", repr=False)
     #: XMC_STREAM_PREFIX — prefix of every Redis key, so tests and tenants never collide
-    #: (it goes inside the keys' hash tag, so it may not contain braces).
+    #: (``<prefix>xmc-tasks-stream``, …; it may not contain braces: decision 0027).
     stream_prefix: str = ""
     #: XMC_METRICS_LISTEN — host:port of the Prometheus /metrics endpoint ('' = off).
     metrics_listen: str = ""
@@ -118,8 +118,9 @@ class Settings:
                 )
         if "{" in self.stream_prefix or "}" in self.stream_prefix:
             raise InvalidArgumentError(
-                f"XMC_STREAM_PREFIX: may not contain braces (it is inside the keys' hash "
-                f"tag), got {self.stream_prefix!r}"
+                f"XMC_STREAM_PREFIX: may not contain braces (Redis Cluster would hash only "
+                f"part of each stream name, and a stream and its tagged keys could land in "
+                f"different slots), got {self.stream_prefix!r}"
             )
         if not 0 < self.kube_request_timeout < float("inf"):
             raise InvalidArgumentError(
@@ -233,7 +234,7 @@ class LocalRunSettings:
     kueue_version: str = "0.19"
     #: XMC_METRICS_BASE_PORT — /metrics of the ESS; +1 the Actuator, +2 the Reconciler.
     metrics_base: int = 9464
-    #: XMC_RUN_DIR — where the pidfile of a running ``make run`` lives.
+    #: XMC_RUN_DIR — where a running ``make run`` keeps its pidfile and kubesim its cluster.
     run_dir: str = ".run"
 
     @property

@@ -1,10 +1,12 @@
 """Redis streams of SPEC §6: names, and the one place tasks are signed and published.
 
-Every key carries an optional prefix (``XMC_STREAM_PREFIX``) so tests and tenants sharing
-one Redis never see each other's entries, and one hash tag, ``{<prefix>xmc}``, so on a
-Redis Cluster every key of one deployment is in one slot: each script and each pipeline
-touches one node (decision 0021). SPEC's ``xmc-tasks-stream`` is the key
-``{xmc}:tasks-stream``.
+The streams are the keys SPEC names, ``xmc-tasks-stream``, ``xmc-dlq-stream`` and
+``xmc-scheduling-resume-stream``, behind an optional prefix (``XMC_STREAM_PREFIX``) so
+tests and tenants sharing one Redis never see each other's entries. A key that a script
+touches together with a stream takes the stream's full name as its hash tag
+(``{xmc-tasks-stream}:published:…``): Redis Cluster hashes only what is between the
+braces, so the key lands in the stream's slot and the script on one node. No script spans
+two streams (decision 0027).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ RESUME_GROUP = "xmc-resumers"
 # Publish each attempt of a task at most once: the first call XADDs and remembers the entry
 # id under the attempt's key, a repeat (the relay crashed after XADD, before recording
 # the publish) returns that id without a second entry. One call for a whole batch: a
-# Redis Cluster pipeline cannot carry EVALSHA, and all the keys share one slot anyway.
+# Redis Cluster pipeline cannot carry EVALSHA, and all the keys share the stream's slot.
 # KEYS: tasks stream, then one attempt key per task. ARGV: seconds to remember, then the
 # task bytes and token of each task, in KEYS order. Returns the entry ids, in order.
 _PUBLISH_ATTEMPTS = """
@@ -46,8 +48,16 @@ return ids
 """
 
 
+#: SPEC §1's stream names: with no ``XMC_STREAM_PREFIX``, these are the Redis keys.
+TASKS_STREAM = "xmc-tasks-stream"
+DLQ_STREAM = "xmc-dlq-stream"
+RESUME_STREAM = "xmc-scheduling-resume-stream"
+
+
 @dataclass(frozen=True)
 class StreamNames:
+    """Every Redis key of one deployment (one prefix), in one place."""
+
     tasks: str
     dlq: str
     resume: str
@@ -55,28 +65,52 @@ class StreamNames:
 
     @classmethod
     def with_prefix(cls, prefix: str = "") -> StreamNames:
-        tag = hash_tag(prefix)
+        """``prefix`` + each SPEC name. A brace in the prefix would make Redis Cluster hash
+        only part of a name (and the tagged keys differently from their stream): refused
+        (``Settings`` refuses it at load, naming XMC_STREAM_PREFIX)."""
+        if "{" in prefix or "}" in prefix:
+            raise ValueError(f"a stream prefix may not contain braces, got {prefix!r}")
         return cls(
-            tasks=f"{tag}:tasks-stream",
-            dlq=f"{tag}:dlq-stream",
-            resume=f"{tag}:scheduling-resume-stream",
+            tasks=prefix + TASKS_STREAM,
+            dlq=prefix + DLQ_STREAM,
+            resume=prefix + RESUME_STREAM,
             prefix=prefix,
         )
 
+    @property
+    def streams(self) -> tuple[str, str, str]:
+        return self.tasks, self.dlq, self.resume
+
     def published_key(self, task_id: str, attempt: int) -> str:
-        """Remembers that attempt ``attempt`` of task ``task_id`` is on the stream."""
-        return f"{hash_tag(self.prefix)}:published:{task_id}:{attempt}"
+        """Remembers that attempt ``attempt`` of task ``task_id`` is on the stream; in the
+        task stream's slot (the relay's publish script touches both)."""
+        return f"{{{self.tasks}}}:published:{task_id}:{attempt}"
+
+    @property
+    def dead_lettered_key(self) -> str:
+        """The source entry ids the DLQ holds (a sorted set), so an entry is dead-lettered
+        once; in the DLQ's slot (the dead-letter script touches both)."""
+        return f"{{{self.dlq}}}:dead-lettered"
+
+    @property
+    def scan_pattern(self) -> str:
+        """A ``SCAN MATCH`` pattern that finds every key of this prefix (and maybe others:
+        filter with ``owns``): streams and tagged keys both contain ``<prefix>xmc-``."""
+        return f"*{_glob_escape(self.prefix)}xmc-*"
+
+    def owns(self, key: str) -> bool:
+        """Whether ``key`` is one of this deployment's: a stream, or tagged with one."""
+        return key in self.streams or key.startswith(tuple(f"{{{s}}}:" for s in self.streams))
+
+
+def _glob_escape(text: str) -> str:
+    """``text`` matched literally by a Redis glob pattern."""
+    return "".join(f"\\{c}" if c in "*?[]\\" else c for c in text)
 
 
 def text(value: bytes | str) -> str:
     """A Redis reply value as text: redis-py answers bytes unless the client decodes."""
     return value.decode() if isinstance(value, bytes) else value
-
-
-def hash_tag(prefix: str) -> str:
-    """``{<prefix>xmc}``: Redis Cluster hashes only what is between the first braces, so
-    every key of one prefix lands in one slot, and different prefixes spread over slots."""
-    return f"{{{prefix}xmc}}"
 
 
 #: Redis cannot serve now: a node down or unreachable, or (a cluster) a slot without a node.

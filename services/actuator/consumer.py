@@ -36,7 +36,8 @@ handler is never mistaken for a dead consumer, then ``XAUTOCLAIM``s entries idle
 than ``claim_idle``: those whose consumer died, and those left pending after exhausted
 retries. Handlers are idempotent, so the rare double run after a stall is harmless.
 
-DLQ and ack are one Lua script, so an entry is dead-lettered at most once.
+The DLQ is written before the ack, by a script that adds an entry only once, so a
+redelivered or doubly processed entry is dead-lettered once (``actuator.settlement``).
 
 The parts live in their own modules: reading and claiming in ``actuator.claiming``, the
 lanes and their retries in ``actuator.lanes``, acks and the DLQ in ``actuator.settlement``;

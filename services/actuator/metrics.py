@@ -22,6 +22,11 @@ TASK_SECONDS = Histogram(
 DLQ_TOTAL = Counter(
     "xmc_actuator_dlq_total", "Task stream entries copied to the DLQ, by reason", ["reason"]
 )
+DLQ_REPEATS_TOTAL = Counter(
+    "xmc_actuator_dlq_repeats_total",
+    "Dead letters not added because the entry was in the DLQ already: a redelivery after a "
+    "crash between the DLQ and the ack, or a second consumer of the same entry",
+)
 RECLAIMED_TOTAL = Counter(
     "xmc_actuator_reclaimed_total",
     "Pending entries claimed with XAUTOCLAIM from an idle (presumably dead) consumer",

@@ -2,9 +2,15 @@
 ``actuator.consumer``).
 
 :func:`decide_settlement` is the pure decision; :class:`EntrySettler` carries it out.
-DLQ and ack are one Lua script: the entry is copied to the DLQ only if this ``XACK``
-removed it from the pending list, so a redelivered or doubly processed entry is
-dead-lettered once. Both keys must live in one Redis slot (as with ``TaskPublisher``).
+
+Dead-lettering is two steps, because the DLQ and the task stream are different keys (on a
+Redis Cluster, in different slots; decision 0027): first a script on the DLQ's slot adds
+the entry to the DLQ unless its source entry id is among the dead-lettered ones
+(``StreamNames.dead_lettered_key``, a sorted set capped like the DLQ), then ``XACK``. A
+crash between the two leaves the entry pending; its redelivery dead-letters it again,
+finds it there, adds nothing and acks. Two consumers racing on one entry: the script runs
+for one at a time, and the second finds the first's entry. So an entry is in the DLQ once,
+and ``xmc_actuator_dlq_total`` counts it once.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from typing import Any, Final
 import structlog
 
 from actuator.claiming import Delivery
-from actuator.metrics import DLQ_TOTAL, TASKS_TOTAL
+from actuator.metrics import DLQ_REPEATS_TOTAL, DLQ_TOTAL, TASKS_TOTAL
 from actuator.outcome import Outcome, TaskResult
 from actuator.settle import TaskSettler
 from xmc.model.resume import TaskKind
@@ -51,13 +57,20 @@ REJECTION_CODES: Final[Mapping[TaskRejectReason, str]] = {
     TaskRejectReason.NOT_YET_VALID: "FAILED_PRECONDITION",
 }
 
-# KEYS: tasks stream, DLQ stream. ARGV: group, entry id, the DLQ's length cap, then the DLQ
-# entry's field/values. The cap is exact (dead letters are rare: its cost does not matter).
+# Add an entry to the DLQ unless its source entry is there already. KEYS: the set of
+# dead-lettered source ids, the DLQ (one slot: the set is tagged with the DLQ's name).
+# ARGV: the source entry id, the cap of both, then the DLQ entry's field/values. Both are
+# trimmed to the cap together, exactly (dead letters are rare: the cost does not matter),
+# so the set remembers the source of each entry the DLQ holds and no more: a refusal storm
+# cannot fill Redis with it. Returns the DLQ entry id, or false when it was there.
 _DEAD_LETTER = """
-if redis.call('XACK', KEYS[1], ARGV[1], ARGV[2]) == 1 then
-  return redis.call('XADD', KEYS[2], 'MAXLEN', ARGV[3], '*', unpack(ARGV, 4))
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+  return false
 end
-return false
+local id = redis.call('XADD', KEYS[2], 'MAXLEN', ARGV[2], '*', unpack(ARGV, 3))
+redis.call('ZADD', KEYS[1], tonumber(string.match(id, '^%d+')), ARGV[1])
+redis.call('ZREMRANGEBYRANK', KEYS[1], 0, -tonumber(ARGV[2]) - 1)
+return id
 """
 
 
@@ -158,13 +171,22 @@ class EntrySettler:
         with structlog.contextvars.bound_contextvars(entry_id=delivery.entry_id, **bound):
             try:
                 log.warning("task rejected", reason=rejected.reason.value, detail=rejected.detail)
-                await self.dead_letter(delivery, rejected.reason.value, code, rejected.detail)
-                TASKS_TOTAL.labels(kind_label(task), "rejected").inc()
+                if await self.dead_letter(delivery, rejected.reason.value, code, rejected.detail):
+                    TASKS_TOTAL.labels(kind_label(task), "rejected").inc()
             except Exception:
                 log.exception("could not dead-letter a rejected task; leaving it pending")
 
-    async def dead_letter(self, delivery: Delivery, reason: str, code: str, detail: str) -> None:
-        """Copy the entry to the DLQ and ack it, atomically and at most once."""
+    async def dead_letter(self, delivery: Delivery, reason: str, code: str, detail: str) -> bool:
+        """Copy the entry to the DLQ once, then ack it (see the module docstring); whether
+        this call added it. Shielded: a cancelled caller does not stop it halfway."""
+        return await asyncio.shield(self._dead_letter(delivery, reason, code, detail))
+
+    async def _dead_letter(self, delivery: Delivery, reason: str, code: str, detail: str) -> bool:
+        if not await self._pending(delivery.entry_id):
+            # Another consumer holding it too acked it (it finished the task): nothing to
+            # dead-letter, as when the XACK came first in the one-script version.
+            log.info("entry already acked by another consumer; not dead-lettered")
+            return False
         entry: dict[Any, Any] = dict(delivery.fields)
         entry.update(
             reason=reason,
@@ -174,12 +196,22 @@ class EntrySettler:
             source_id=delivery.entry_id,
             failed_at=self.clock().isoformat(),
         )
-        args = [ACTUATOR_GROUP, delivery.entry_id, self.dlq_max_entries]
+        args: list[Any] = [delivery.entry_id, self.dlq_max_entries]
         for name, value in entry.items():
             args.extend((name, value))
-        added = await asyncio.shield(
-            self._script(keys=[self.names.tasks, self.names.dlq], args=args)
-        )
+        added = await self._script(keys=[self.names.dead_lettered_key, self.names.dlq], args=args)
         if added:
             DLQ_TOTAL.labels(reason).inc()
             log.warning("task dead-lettered", reason=reason, code=code, detail=detail)
+        else:
+            DLQ_REPEATS_TOTAL.inc()
+            log.info("entry already dead-lettered (a redelivery or a second consumer)")
+        await self.redis.xack(self.names.tasks, ACTUATOR_GROUP, delivery.entry_id)
+        return bool(added)
+
+    async def _pending(self, entry_id: str) -> bool:
+        """Whether the entry is still in the group's pending list (any consumer's)."""
+        rows = await self.redis.xpending_range(
+            self.names.tasks, ACTUATOR_GROUP, min=entry_id, max=entry_id, count=1
+        )
+        return bool(rows)

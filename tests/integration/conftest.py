@@ -104,11 +104,14 @@ async def ess_factory(database_url: str) -> AsyncIterator[EssFactory]:
         redis_cluster_nodes: str = "",
         start_time: datetime | None = None,
         clock: FakeClock | None = None,
+        stream_prefix: str | None = None,
         **option_overrides: Any,
     ) -> Ess:
         """``start_time`` sets the ESS's (fixed, test-controlled) clock; processes that use
         the wall clock (an Actuator checking token expiry) need it near now. ``clock``
-        replaces it outright (``WallClock()`` for flows tested at real time)."""
+        replaces it outright (``WallClock()`` for flows tested at real time).
+        ``stream_prefix`` replaces the test's own prefix (``""``: SPEC's bare names, on a
+        private Redis or cluster only)."""
         if clock is None:
             clock = FakeClock() if start_time is None else FakeClock(start_time)
         settings = Settings(
@@ -119,7 +122,7 @@ async def ess_factory(database_url: str) -> AsyncIterator[EssFactory]:
             else (),
             ess_listen="127.0.0.1:0",
             task_signing_key=SIGNING_KEY,
-            stream_prefix=prefix,
+            stream_prefix=prefix if stream_prefix is None else stream_prefix,
         )
         ess_redis = redis
         if redis_cluster_nodes:
@@ -130,6 +133,8 @@ async def ess_factory(database_url: str) -> AsyncIterator[EssFactory]:
         )
         server = EssServer(settings, options, clock=clock)
         port = await server.start()
+        if redis_url != REDIS_URL and not redis_cluster_nodes:
+            ess_redis = server.redis  # a private Redis: the ESS's own client reaches it
         channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
         started.append((server, channel))
         return Ess(
@@ -139,7 +144,7 @@ async def ess_factory(database_url: str) -> AsyncIterator[EssFactory]:
             executions=executions_pb2_grpc.WorkUnitExecutionServiceStub(channel),
             scheduling=scheduling_pb2_grpc.SchedulingServiceStub(channel),
             redis=ess_redis,
-            names=StreamNames.with_prefix(prefix),
+            names=StreamNames.with_prefix(settings.stream_prefix),
             clock=clock,
             database_url=database_url,
         )

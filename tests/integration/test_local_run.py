@@ -66,6 +66,17 @@ def local_run_env(database_url: str, run_dir: Path, base: int) -> dict[str, str]
     }
 
 
+async def run_to_end(env: dict[str, str], *, within: float) -> tuple[int, str, str]:
+    """``make run``'s parent started and waited for: (exit code, stdout, stderr)."""
+    run = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "xmc.devrun", env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(run.communicate(), timeout=within)
+    assert run.returncode is not None
+    return run.returncode, out.decode(), err.decode()
+
+
 async def test_a_taken_port_is_named_before_anything_starts(
     database_url: str, tmp_path: Path
 ) -> None:
@@ -74,15 +85,11 @@ async def test_a_taken_port_is_named_before_anything_starts(
     with socket.socket() as squatter:  # another program on the dashboard's port
         squatter.bind(("127.0.0.1", base + 6))
         squatter.listen()
-        run = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "xmc.devrun", env=env,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
-        out, err = await asyncio.wait_for(run.communicate(), timeout=60)
-    assert run.returncode == 1
-    assert f"port {base + 6} (dashboard) is already in use" in err.decode()
-    assert f"XMC_UI_LISTEN (now 127.0.0.1:{base + 6})" in err.decode()
-    assert b"XMC is running" not in out
+        code, out, err = await run_to_end(env, within=60)
+    assert code == 1
+    assert f"port {base + 6} (dashboard) is already in use" in err
+    assert f"XMC_UI_LISTEN (now 127.0.0.1:{base + 6})" in err
+    assert "XMC is running" not in out
     assert _free(base), "kubesim was started although a port was taken"
     assert not (tmp_path / "xmc.pid").exists()
 
@@ -92,14 +99,10 @@ async def test_a_service_that_cannot_start_gives_no_banner(
 ) -> None:
     env = local_run_env(database_url, tmp_path, free_ports(7))
     env["XMC_KUBESIM_KUEUE_VERSION"] = "0.1"  # kubesim refuses it and exits 2
-    run = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "xmc.devrun", env=env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    out, err = await asyncio.wait_for(run.communicate(), timeout=90)
-    assert run.returncode == 1
-    assert b"XMC is running" not in out
-    assert "kubesim exited" in err.decode()
+    code, out, err = await run_to_end(env, within=90)
+    assert code == 1
+    assert "XMC is running" not in out
+    assert "kubesim exited" in err
 
 
 async def test_make_run_starts_everything_and_stops_cleanly(

@@ -49,6 +49,16 @@ def stopped_cluster() -> Iterator[tuple[str, int, int]]:
         _run("redis-cli", "-p", str(redis_port), "shutdown", "nosave")
 
 
+def _services(pg_port: int, redis_port: int) -> subprocess.CompletedProcess[str]:
+    """``make services``, pointed at the test's own cluster and Redis port."""
+    env = {
+        **os.environ,
+        "XMC_SERVICES_PG_PORT": str(pg_port),
+        "XMC_SERVICES_REDIS_PORT": str(redis_port),
+    }
+    return _run("bash", str(SCRIPT), env=env)
+
+
 def _psql_trusts(port: int) -> bool:
     answer = _run(
         "psql", "-w", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "-Atc", "select 1"
@@ -64,18 +74,13 @@ def test_make_services_starts_a_stopped_default_cluster_and_redis(
     hba = Path(f"/etc/postgresql/{version}/{name}/pg_hba.conf").read_text()
     assert "scram-sha-256" in hba  # the packaged default: no password-less TCP
     assert not _psql_trusts(pg_port)
-    env = {
-        **os.environ,
-        "XMC_SERVICES_PG_PORT": str(pg_port),
-        "XMC_SERVICES_REDIS_PORT": str(redis_port),
-    }
 
-    first = _run("bash", str(SCRIPT), env=env)
+    first = _services(pg_port, redis_port)
     assert first.returncode == 0, first.stdout + first.stderr
     assert _psql_trusts(pg_port)
     assert _run("redis-cli", "-p", str(redis_port), "ping").stdout.strip() == "PONG"
 
-    again = _run("bash", str(SCRIPT), env=env)  # everything up already: says so, changes nothing
+    again = _services(pg_port, redis_port)  # everything up already: says so, changes nothing
     assert again.returncode == 0, again.stdout + again.stderr
     assert f"Postgres is up on 127.0.0.1:{pg_port}" in again.stdout
     assert f"Redis is up on 127.0.0.1:{redis_port}" in again.stdout
@@ -88,12 +93,7 @@ def test_make_services_opens_a_running_cluster_that_wants_passwords(
     started = _run("pg_ctlcluster", "--skip-systemctl-redirect", _version(), name, "start")
     assert started.returncode == 0, started.stderr
     assert not _psql_trusts(pg_port)
-    env = {
-        **os.environ,
-        "XMC_SERVICES_PG_PORT": str(pg_port),
-        "XMC_SERVICES_REDIS_PORT": str(redis_port),
-    }
-    result = _run("bash", str(SCRIPT), env=env)
+    result = _services(pg_port, redis_port)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "reloading Postgres" in result.stdout
     assert _psql_trusts(pg_port)

@@ -383,16 +383,7 @@ class Reconciler:
         return all(w.synced for w in (self.jobsets, self.workloads, self.pods))
 
     async def _sweep_vanished(self) -> None:
-        """The leader's pass; a standby forgets its suspects (a new leader waits the whole
-        grace again). A passing ESS or cluster failure is one skipped pass, not a crash."""
-        if not self.leading:
-            self.vanished.forget()
-            return
-        try:
-            await self.vanished.sweep()
-        except (EssUnavailable, EssRejected, KubeError) as error:
-            metrics.VANISHED_SWEEPS_TOTAL.labels("failed").inc()
-            log.warning("vanished-JobSet sweep failed; next pass retries", error=str(error))
+        await self.vanished.step(leading=self.leading)
 
     async def _collect_orphans_if_leading(self) -> None:
         if self.leading:

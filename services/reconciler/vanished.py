@@ -38,10 +38,10 @@ from typing import Any, Final
 import structlog
 
 from reconciler import metrics
-from reconciler.ess_client import DeployedExecution, EssClient, UpdateResult
+from reconciler.ess_client import DeployedExecution, EssClient, EssError, UpdateResult
 from reconciler.observation import Observation, Source
 from reconciler.observe import work_unit_ids
-from xmc.kube import JOBSETS
+from xmc.kube import JOBSETS, KubeError
 from xmc.kube_client import KubeClient
 from xmc.labels import jobset_name
 from xmc.messages import backend_message
@@ -177,6 +177,19 @@ class VanishedSweep:
         ids = work_unit_ids(jobset)
         if ids is not None and meta.get("name") and meta.get("uid"):
             self._tombstones[str(meta["name"])] = (str(meta["uid"]), ids[2], self.monotonic())
+
+    async def step(self, *, leading: bool) -> None:
+        """The periodic loop's iteration: the leader sweeps, a standby forgets its suspects
+        (a new leader waits the whole grace again); a passing ESS or cluster failure is
+        one failed pass, logged and counted, not a crash."""
+        if not leading:
+            self.forget()
+            return
+        try:
+            await self.sweep()
+        except (EssError, KubeError) as error:
+            metrics.VANISHED_SWEEPS_TOTAL.labels("failed").inc()
+            log.warning("vanished-JobSet sweep failed; next pass retries", error=str(error))
 
     async def sweep(self) -> int:
         """One pass; returns how many executions it ended."""

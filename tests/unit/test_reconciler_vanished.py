@@ -7,10 +7,17 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import grpc
 import pytest
 
-from reconciler.ess_client import DeployedExecution
-from reconciler.vanished import decide_vanished, has_its_jobset, vanished_observation
+from reconciler import metrics
+from reconciler.ess_client import DeployedExecution, EssUnavailable
+from reconciler.vanished import (
+    VanishedSweep,
+    decide_vanished,
+    has_its_jobset,
+    vanished_observation,
+)
 from xmc.labels import EXECUTION_ID, EXPERIMENT_ID, WORK_UNIT_ID
 from xmc.model.states import WorkUnitState
 from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
@@ -126,3 +133,24 @@ def test_the_failed_write_says_what_happened(stored_at: datetime, expected: date
     assert "JobSet xmc-7-3 of execution 2 disappeared" in (
         unknown.execution.status.system_message.user_facing_text
     )
+
+
+class _DownEss:
+    async def deployed(self, *, page_token: str, page_size: int) -> Any:
+        raise EssUnavailable(grpc.StatusCode.UNAVAILABLE, "connection refused")
+
+
+async def test_a_failed_pass_is_counted_and_a_standby_keeps_no_suspects() -> None:
+    sweep = VanishedSweep(
+        kube=None,  # type: ignore[arg-type]
+        ess=_DownEss(),  # type: ignore[arg-type]
+        namespace="default", jobset_of=lambda _: None, synced=lambda: True,
+        wall_clock=lambda: NOW,
+    )  # fmt: skip
+    failed = metrics.VANISHED_SWEEPS_TOTAL.labels("failed")._value.get()
+    await sweep.step(leading=True)  # raises nothing: the loop goes on
+    assert metrics.VANISHED_SWEEPS_TOTAL.labels("failed")._value.get() == failed + 1
+
+    sweep.suspects[(7, 1, 1)] = 1.0
+    await sweep.step(leading=False)
+    assert sweep.suspects == {}

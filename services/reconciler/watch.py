@@ -59,6 +59,9 @@ OnChange = Callable[[ChangeKind, Obj], Awaitable[None]]
 Sleep = Callable[[float], Coroutine[Any, Any, None]]
 
 
+#: Seconds between freshness checks while the connection was lately lost.
+_SOON: Final = 1.0
+
 #: Seconds after consecutive failures of a list or watch (the last repeats).
 WATCH_BACKOFFS: Final = Backoffs((0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0))
 
@@ -197,6 +200,9 @@ class ResourceWatcher:
         #: The task reading the watch, which the freshness check may interrupt.
         self._syncing: asyncio.Task[None] | None = None
         self._interrupted = False
+        self._in_watch = False
+        #: Set when the watch lost its connection: check freshness soon, not on time.
+        self._check_soon = asyncio.Event()
 
     # --- reading ---------------------------------------------------------------------
 
@@ -275,10 +281,14 @@ class ResourceWatcher:
                 if self._resource_version is None:
                     await self._relist()
                     listed_at = self._resource_version
-                await self._watch_once(self._resource_version or "0")
+                self._in_watch = True
+                try:
+                    await self._watch_once(self._resource_version or "0")
+                finally:
+                    self._in_watch = False
                 self._succeeded()
             except asyncio.CancelledError:
-                if not self._interrupted:
+                if not self._interrupted or self._stopping.is_set():
                     raise
                 # The freshness check ended this watch: the server is behind; re-list.
                 self._interrupted = False
@@ -304,6 +314,8 @@ class ResourceWatcher:
 
     async def _back_off(self, error: BaseException) -> None:
         self.failures += 1
+        if isinstance(error, KubeError) and error.failure is KubeFailure.NO_RESPONSE:
+            self._check_soon.set()
         limit = self._settings.max_attempts
         if limit is not None and self.failures >= limit:
             raise WatchFailed(
@@ -403,7 +415,11 @@ class ResourceWatcher:
         business (it meets it too) and only logged."""
         await self.ready.wait()
         while True:
-            await self._sleep(interval)
+            # Soon after a lost connection (the server may have restarted), else on time.
+            if self._check_soon.is_set():
+                await self._sleep(_SOON)
+            else:
+                await sleep_or_stop(self._check_soon, interval, sleep=self._sleep)
             version = self._resource_version
             if version is None or self.relist_reason is not None:
                 continue
@@ -412,19 +428,23 @@ class ResourceWatcher:
                     self._resource, self._namespace, label_selector=self._selector,
                     limit=1, resource_version=version, resource_version_match="NotOlderThan",
                 )  # fmt: skip
+                self._check_soon.clear()
             except asyncio.CancelledError:
                 raise
             except Exception as error:
                 if classify(error) is not Failure.TOO_LARGE:
                     log.debug(f"freshness check of {self.what} failed", error=str(error))
-                    continue
+                    continue  # a lost connection keeps the check soon
+                self._check_soon.clear()
                 if self._resource_version != version:
                     continue  # the watch moved on meanwhile (a re-list already)
                 log.warning(f"watch of {self.what}: the server is behind our resourceVersion; "
                             "re-listing", resource_version=version, error=str(error))  # fmt: skip
                 self._resource_version = None
                 self.relist_reason = Failure.TOO_LARGE
-                if self._syncing is not None and not self._interrupted:
+                # Only a watch being read is ended; a list or a backoff under way meets the
+                # missing resourceVersion by itself.
+                if self._syncing is not None and self._in_watch and not self._interrupted:
                     self._interrupted = True
                     self._syncing.cancel()
 

@@ -285,7 +285,7 @@ async def test_an_ephemeral_kubesim_restarted_is_found_stale_and_relisted(
         create(old, name)
     for _ in range(30):
         touch(old, "a")  # the old timeline runs well ahead of the new one
-    settings = dataclasses.replace(FAST, freshness_seconds=0.2)
+    settings = dataclasses.replace(FAST, freshness_seconds=60.0)
     watcher, seen = await start_watcher(old, settings=settings)
     stale_version = watcher.resource_version
     before = _relists("too_large")
@@ -295,7 +295,7 @@ async def test_an_ephemeral_kubesim_restarted_is_found_stale_and_relisted(
     await new.start(port=port)
     try:
         create(new, "fresh")
-        await eventually(lambda: set(watcher.cache) == {"fresh"}, within=20, what="a re-list")
+        await eventually(lambda: set(watcher.cache) == {"fresh"}, within=10, what="a re-list")
         assert _relists("too_large") == before + 1
         await eventually(lambda: watcher.synced, what="synced again")
         assert seen.kinds("a")[-1] == "DELETED"

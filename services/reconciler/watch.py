@@ -19,15 +19,17 @@ latest state; it must not depend on the sequence of events, because
   a backup, an ephemeral kubesim restarted): it has never reached our version, so resuming
   from it would wait forever for events that already happened under other numbers. Like
   client-go's reflector it is a re-list from ``""`` (a consistent read) and the same diff:
-  whatever vanished is delivered as DELETED;
+  whatever vanished is delivered as DELETED. A *watch* from such a version is not refused
+  (the server just waits), so every ``freshness_seconds``, and every second after a lost
+  connection, a one-item list ``NotOlderThan`` our version asks (docs/reconciler.md);
 - every ``resync_seconds`` every cached object is re-delivered as RESYNC, so a handler that
   failed or a decision that depended on something outside Kubernetes is retried.
 
 Failures are classified once, by the client (``KubeError.failure``); :func:`classify`
-maps that to what the watcher does: EXPIRED (410) and TOO_LARGE re-list, INVALID (400,
-422: a malformed selector) stops the watcher, everything else (no response, THROTTLED,
-SERVER, FORBIDDEN or NOT_FOUND while RBAC or a CRD is being installed) is retried with a
-bounded, logged backoff.
+(``reconciler.watch_rules``, the pure half) maps that to what the watcher does: EXPIRED
+(410) and TOO_LARGE re-list, INVALID (400, 422: a malformed selector) stops the watcher,
+everything else (no response, THROTTLED, SERVER, FORBIDDEN or NOT_FOUND while RBAC or a
+CRD is being installed) is retried with a bounded, logged backoff.
 
 ``synced`` is what ``/readyz`` reports: listed at least once, no failure since the last
 success, and no re-list owed — a watcher that knows its cache is stale says so until a
@@ -37,117 +39,36 @@ list has replaced it.
 from __future__ import annotations
 
 import asyncio
-import enum
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 import structlog
 
 from reconciler import metrics
+from reconciler.watch_rules import RELISTS as RELISTS
+from reconciler.watch_rules import WATCH_BACKOFFS as WATCH_BACKOFFS
+from reconciler.watch_rules import ChangeKind as ChangeKind
+from reconciler.watch_rules import Failure as Failure
+from reconciler.watch_rules import Obj as Obj
+from reconciler.watch_rules import WatchFailed as WatchFailed
+from reconciler.watch_rules import WatchSettings as WatchSettings
+from reconciler.watch_rules import classify as classify
+from reconciler.watch_rules import diff as diff
+from reconciler.watch_rules import name_of, resource_version_of
 from xmc.kube import KubeError, KubeFailure, Resource
 from xmc.kube_client import KubeClient
-from xmc.retry import Backoffs, sleep_or_stop
+from xmc.retry import sleep_or_stop
 
 log = structlog.get_logger()
 
-Obj = dict[str, Any]
-ChangeKind = Literal["ADDED", "MODIFIED", "DELETED", "RESYNC"]
 OnChange = Callable[[ChangeKind, Obj], Awaitable[None]]
 Sleep = Callable[[float], Coroutine[Any, Any, None]]
 
 
 #: Seconds between freshness checks while the connection was lately lost.
 _SOON: Final = 1.0
-
-#: Seconds after consecutive failures of a list or watch (the last repeats).
-WATCH_BACKOFFS: Final = Backoffs((0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0))
-
-
-@dataclass(frozen=True)
-class WatchSettings:
-    timeout_seconds: int = 60
-    """``timeoutSeconds`` of each watch request; the stream is then resumed."""
-    resync_seconds: float | None = 300.0
-    """Seconds between full re-deliveries of the cache as RESYNC; None = never."""
-    backoffs: Backoffs = WATCH_BACKOFFS
-    """Delays after consecutive failures; the last one repeats."""
-    max_attempts: int | None = None
-    """Consecutive failures after which :meth:`ResourceWatcher.run` raises; None = retry
-    forever (the watch is the Reconciler's only view of the cluster)."""
-    page_size: int = 500
-    """``limit`` of each list page."""
-    freshness_seconds: float | None = 10.0
-    """Seconds between checks that the server has reached the cache's resourceVersion;
-    None = never. A watch from a version the server never reached is *not* an error
-    upstream (the apiserver's cacher just waits for later events), so a server whose
-    history went backwards is found only by asking: a one-item list ``NotOlderThan`` our
-    version, which the watch cache answers "too large" after 3 s."""
-
-
-class WatchFailed(Exception):
-    """The watcher gave up: a request the server will never accept, or too many failures."""
-
-
-class Failure(enum.Enum):
-    """Also the ``reason`` label of ``xmc_reconciler_relists_total`` (for the re-lists)."""
-
-    EXPIRED = "expired"
-    """410: the resourceVersion is older than the server's history — re-list."""
-    TOO_LARGE = "too_large"
-    """The server has never reached the resourceVersion (its history went backwards) —
-    re-list from a consistent read."""
-    RETRY = "retry"
-    """Back off, then resume from the last resourceVersion."""
-    FATAL = "fatal"
-    """Our request is wrong (bad selector, bad path); retrying cannot help."""
-
-
-#: What the watcher does per shared failure; any failure not listed is retried.
-_BY_FAILURE: Final[Mapping[KubeFailure, Failure]] = {
-    KubeFailure.EXPIRED: Failure.EXPIRED,
-    KubeFailure.INVALID: Failure.FATAL,
-}
-
-
-#: Failures after which the cache is known stale: only a full list repairs it.
-RELISTS: Final = frozenset({Failure.EXPIRED, Failure.TOO_LARGE})
-
-
-def classify(error: BaseException) -> Failure:
-    """The one place that decides what a failed list or watch means to the watcher; an
-    error that is not a Kubernetes call's (a malformed object, a bug) is retried."""
-    if isinstance(error, KubeError):
-        if error.resource_version_too_large:
-            return Failure.TOO_LARGE
-        return _BY_FAILURE.get(error.failure, Failure.RETRY)
-    return Failure.RETRY
-
-
-def _name(obj: Obj) -> str:
-    return str(obj["metadata"]["name"])
-
-
-def _rv(obj: Obj) -> str:
-    return str(obj.get("metadata", {}).get("resourceVersion", ""))
-
-
-def diff(old: Mapping[str, Obj], new: Mapping[str, Obj]) -> list[tuple[ChangeKind, Obj]]:
-    """What changed between two full states, as the events a watch would have sent
-    (DELETED carries the last known object). Pure: the re-list path after a 410."""
-    changes: list[tuple[ChangeKind, Obj]] = []
-    for name, obj in old.items():
-        if name not in new:
-            changes.append(("DELETED", obj))
-    for name, obj in new.items():
-        before = old.get(name)
-        if before is None:
-            changes.append(("ADDED", obj))
-        elif _rv(before) != _rv(obj):
-            changes.append(("MODIFIED", obj))
-    return changes
 
 
 class ResourceWatcher:
@@ -353,7 +274,7 @@ class ResourceWatcher:
                 obj.setdefault("apiVersion", self._api_version)
                 if kind:
                     obj.setdefault("kind", kind)
-                items[_name(obj)] = self._transform(obj) if self._transform else obj
+                items[name_of(obj)] = self._transform(obj) if self._transform else obj
             meta = page.get("metadata") or {}
             list_rv = list_rv or str(meta.get("resourceVersion", ""))
             token = meta.get("continue")
@@ -394,7 +315,7 @@ class ResourceWatcher:
         kind = event.get("type")
         obj = event.get("object") or {}
         self._succeeded()
-        rv = _rv(obj)
+        rv = resource_version_of(obj)
         if kind == "BOOKMARK":
             self._resource_version = rv or self._resource_version
             return
@@ -404,7 +325,7 @@ class ResourceWatcher:
         obj.setdefault("apiVersion", self._api_version)
         if self._transform is not None:
             obj = self._transform(obj)
-        name = _name(obj)
+        name = name_of(obj)
         self._store(name, None if kind == "DELETED" else obj)
         self._resource_version = rv or self._resource_version
         await self._deliver(kind, obj)

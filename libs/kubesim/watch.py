@@ -242,7 +242,12 @@ async def _follow(
         wait = _wait_time(spec, cursor, deadline, bookmark_interval)
         events, ended = await _next_batch(queue, wait)
         chunk = b"".join(_encode_new(spec, cursor, events))
-        if spec.bookmarks and time.monotonic() - cursor.last_bookmark >= bookmark_interval:
+        # No bookmark once the feed has ended: a feed is closed when its subscriber fell
+        # behind (events were dropped) or kubesim is stopping, so the store's version is
+        # not one this stream delivered; a bookmark at it would let a resumed watch skip
+        # those events instead of getting the 410 that makes it re-list.
+        due = time.monotonic() - cursor.last_bookmark >= bookmark_interval
+        if spec.bookmarks and due and not ended:
             if queue.empty():  # every event up to the store's version has been handled
                 cursor.resource_version = max(cursor.resource_version, store.resource_version)
             if store.resource_version >= cursor.resource_version:

@@ -183,10 +183,7 @@ async def test_closed_watch_resumes_from_the_last_resource_version(
 async def test_expired_resource_version_relists_and_synthesizes_the_difference(
     make_kubesim: MakeKubeSim, start_watcher: StartWatcher
 ) -> None:
-    # No bookmark while the watch is closed: kubesim's last bookmark on a closing stream
-    # carries the store's version, events it never sent included, and the resumed watch
-    # would then start past them instead of meeting the 410.
-    sim = await make_kubesim(watch_history=5, bookmark_interval=60)
+    sim = await make_kubesim(watch_history=5)
     for name in ("gone", "changed", "same"):
         create(sim, name)
     watcher, seen = await start_watcher(sim)

@@ -44,6 +44,8 @@ bench: services $(STAMP) ## benchmarks (print figures; not tests)
 	$(PY) bench/ess_rpc.py
 	$(PY) bench/kubesim_bench.py
 	$(PY) bench/kubesim_store_bench.py
+	$(PY) bench/kubesim_persist_bench.py
+	$(PY) bench/deployed_listing.py
 	$(PY) bench/actuator_bench.py
 	$(PY) bench/reconciler_bench.py
 	$(PY) bench/e2e_sweep.py

@@ -74,6 +74,12 @@ async def main(args: argparse.Namespace) -> None:
             await conn.execute(_CREATES)
             await conn.execute("ANALYZE")
             total = await conn.fetchval("SELECT count(*) FROM work_units")
+            # Same-run baseline: one plain read of every work unit's ids, which a pass that
+            # scanned the whole table could not beat.
+            started = time.perf_counter()
+            await conn.fetch("SELECT xid, wid FROM work_units")
+            print(f"baseline: SELECT of all {total} work units' ids in "
+                  f"{time.perf_counter() - started:.3f} s")  # fmt: skip
             for page in (1000, 5000):
                 listed, pages, seconds = await one_pass(conn, page)
                 print(f"{total} work units, {listed} deployed listed, page {page}: "

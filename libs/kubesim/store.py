@@ -67,6 +67,7 @@ class ObjectStore:
         self._rv = 0
         self._history: deque[Event] = deque(maxlen=max(history, 1))
         self._subscriptions: list[Subscription] = []
+        self._recorder: Callable[[Event], None] | None = None
         self._by_key = {r.key: r for r in RESOURCES}
         self.create(NAMESPACE, {"metadata": {"name": "default"}})
 
@@ -75,6 +76,10 @@ class ObjectStore:
     @property
     def resource_version(self) -> int:
         return self._rv
+
+    @property
+    def object_count(self) -> int:
+        return len(self._objects)
 
     def get(self, resource: Resource, namespace: str | None, name: str) -> Obj:
         obj = self._objects.get(_key(resource, namespace, name))
@@ -139,6 +144,8 @@ class ObjectStore:
     def _emit(self, type_: str, resource: Resource, obj: Obj, old: Obj | None) -> None:
         event = Event(type_, resource, clone(obj), old, self._rv)
         self._history.append(event)
+        if self._recorder is not None:
+            self._recorder(event)
         for subscription in self._subscriptions:
             if subscription.resource is None or subscription.resource.key == resource.key:
                 subscription.queue.put_nowait(event)
@@ -392,6 +399,13 @@ class ObjectStore:
                 self.delete(resource, ns or None, name)
 
     # --- persistence (kubesim.persist) -----------------------------------------------
+
+    def record(self, recorder: Callable[[Event], None] | None) -> None:
+        """Call ``recorder`` with every event, synchronously, as it is emitted (None:
+        stop). Every change of an object or of the counter is an event (``_emit``), so a
+        recorder sees the whole timeline; unlike a subscription it cannot be closed by
+        ``close_subscriptions`` and costs no queue."""
+        self._recorder = recorder
 
     def contents(self) -> tuple[int, builtins.list[tuple[str, Obj]]]:
         """The resourceVersion and every stored object, by reference: cheap (no copy),

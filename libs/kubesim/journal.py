@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from kubesim.snapshot import Snapshot, SnapshotError
 
@@ -36,6 +36,16 @@ START = "START"
 DELETED = "DELETED"
 PUTS = frozenset({"ADDED", "MODIFIED"})
 _NAME = re.compile(r"^kubesim-journal-(\d+)\.jsonl$")
+
+
+class Record(NamedTuple):
+    """An event as the ``Persister`` buffers it, encoded only when flushed."""
+
+    resource_version: int
+    type: str
+    resource: str
+    object: Obj | None
+    cluster_time: datetime
 
 
 @dataclass(frozen=True)
@@ -100,6 +110,14 @@ def encode_event(
 def encode_start(resource_version: int, cluster_time: datetime) -> bytes:
     line = {"rv": resource_version, "e": START, "at": cluster_time.isoformat()}
     return json.dumps(line, separators=(",", ":")).encode() + b"\n"
+
+
+def encode_record(record: Record) -> bytes:
+    if record.type == START or record.object is None:
+        return encode_start(record.resource_version, record.cluster_time)
+    return encode_event(
+        record.resource_version, record.type, record.resource, record.object, record.cluster_time
+    )
 
 
 def decode_line(raw: bytes, number: int) -> Entry:

@@ -6,10 +6,11 @@ JobSets run (issue 23, "no ghosts"). The store is memory; on disk it is a snapsh
 event since (``DIR/kubesim-journal-NNNNNN.jsonl``, ``kubesim.journal``).
 
 - **Per write**: the store hands each event to the ``Persister`` (``ObjectStore.record``),
-  which encodes it as one line into a memory buffer, on the loop: the cost of that one
-  object, never of the store.
-- **Per interval** (``interval``, default 1 s): the buffer is appended to the current
-  journal and fsynced in a worker thread. A kill -9 loses at most the writes of the last
+  which appends it to a memory buffer, on the loop: a reference to the stored object
+  (never mutated in place) and the cluster time, never a cost of the store.
+- **Per interval** (``interval``, default 1 s): the buffered events are encoded as JSON
+  lines (each the cost of its object), appended to the current journal and fsynced, in a
+  worker thread. A kill -9 loses at most the writes of the last
   interval (plus that small batch's fsync). A failed append is logged and retried with the
   same bytes (the file is cut back first), so the buffer is never lost.
 - **Compaction**: once the journals hold more lines than ``max(compact_lines, 2 ×
@@ -49,9 +50,9 @@ import structlog
 
 from kubesim import journal
 from kubesim.clock import SimClock
-from kubesim.events import Event
+from kubesim.resources import Resource
 from kubesim.snapshot import STATE_FILE, Snapshot, SnapshotError, read_snapshot, write_snapshot
-from kubesim.store import ObjectStore
+from kubesim.store import Obj, ObjectStore
 
 log = structlog.get_logger("kubesim.persist")
 
@@ -144,9 +145,9 @@ class Persister:
         self._interval = interval
         self._compact_lines = compact_lines
         self._compact_bytes = compact_bytes
-        self._buffer: list[bytes] = []
-        """Encoded events not yet in a journal: appended on the loop, dropped only once
-        a flush has fsynced them."""
+        self._buffer: list[journal.Record] = []
+        """Events not yet in a journal: appended on the loop, dropped only once a flush
+        has fsynced them (a failed flush encodes the same records to the same bytes)."""
         self._sequence = 1
         """The journal file being appended to."""
         self._lines = 0
@@ -178,20 +179,16 @@ class Persister:
             log.warning("kubesim journal: a torn last line dropped", path=str(self._torn[0]))
             self._torn = None
         self._store.record(self._record)
-        self._buffer.append(journal.encode_start(self._store.resource_version, self._clock.now()))
+        start = journal.Record(
+            self._store.resource_version, journal.START, "", None, self._clock.now()
+        )
+        self._buffer.append(start)
         await self.flush(compact=not self._restored)
         self._task = asyncio.create_task(self._run(), name="kubesim-persist")
 
-    def _record(self, event: Event) -> None:
-        self._buffer.append(
-            journal.encode_event(
-                event.resource_version,
-                event.type,
-                event.resource.key,
-                event.object,
-                self._clock.now(),
-            )
-        )
+    def _record(self, resource_version: int, type_: str, resource: Resource, obj: Obj) -> None:
+        record = journal.Record(resource_version, type_, resource.key, obj, self._clock.now())
+        self._buffer.append(record)
 
     async def _run(self) -> None:
         """Until ``stop``: a flush per interval. Never cancelled mid-write (``stop`` waits
@@ -215,32 +212,32 @@ class Persister:
         journals outgrew their bounds (or ``compact``/``clean`` asks), snapshot the store
         as it was when the lines were taken and drop the journals it covers."""
         count = len(self._buffer)
-        data = b"".join(self._buffer[:count])
+        records = self._buffer[:count]
         snapshot = None
-        if compact or clean or self._compaction_due(count, len(data)):
+        if compact or clean or self._compaction_due(count):
             resource_version, objects = self._store.contents()  # same moment as the lines
             snapshot = Snapshot(resource_version, self._clock.now(), clean, objects)
-        if data:
+        if records:
             started = time.perf_counter()
             path = journal.journal_path(self._dir, self._sequence)
-            await asyncio.to_thread(journal.append, path, data)
+            size = await asyncio.to_thread(_append_records, path, records)
             del self._buffer[:count]
             self._lines += count
-            self._bytes += len(data)
+            self._bytes += size
             self.flushes += 1
             log.debug(
                 "kubesim journal flushed",
                 path=str(path),
                 lines=count,
-                bytes=len(data),
+                bytes=size,
                 seconds=round(time.perf_counter() - started, 4),
             )
         if snapshot is not None:
             await self._compact(snapshot)
 
-    def _compaction_due(self, count: int, size: int) -> bool:
+    def _compaction_due(self, count: int) -> bool:
         bound = max(self._compact_lines, 2 * self._store.object_count)
-        return self._lines + count > bound or self._bytes + size > self._compact_bytes
+        return self._lines + count > bound or self._bytes > self._compact_bytes
 
     async def _compact(self, snapshot: Snapshot) -> None:
         """Rotate (later lines go to a new file), write the snapshot, then remove the
@@ -273,6 +270,13 @@ class Persister:
         await self.flush(clean=True)
         self._store.record(None)
         log.info("kubesim state saved on stop", path=str(self._path), snapshots=self.snapshots)
+
+
+def _append_records(path: Path, records: list[journal.Record]) -> int:
+    """Encode ``records`` and append them to the journal at ``path``; the bytes. Blocking."""
+    data = b"".join(journal.encode_record(record) for record in records)
+    journal.append(path, data)
+    return len(data)
 
 
 def _snapshot_and_trim(path: Path, snapshot: Snapshot, sequence: int) -> tuple[int, int]:

@@ -5,6 +5,7 @@ it (plus later lines) is exact."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from kubesim.clock import SimClock
 from kubesim.journal import Entry, decode_journal, decode_line, encode_event, encode_start
 from kubesim.persist import Persister, load
 from kubesim.resources import JOBSET, NAMESPACE, POD
+from kubesim.server import KubeSim
 from kubesim.snapshot import STATE_FILE, Snapshot, SnapshotError
 from kubesim.store import ObjectStore
 
@@ -288,3 +290,41 @@ async def test_a_torn_line_in_an_earlier_journal_is_refused(tmp_path: Path) -> N
     journal.append(tmp_path / "kubesim-journal-000009.jsonl", encode_start(99, T0))
     with pytest.raises(SnapshotError, match=f"{first}: line 2: torn"):
         load(tmp_path)
+
+
+async def test_the_flush_loop_survives_failures_and_keeps_the_buffer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = SimClock()
+    store = ObjectStore(clock=clock)
+    persister = Persister(store, clock, tmp_path, 0.01)
+    await persister.start()
+    failures = 3
+    real_append = journal.append
+
+    def flaky(path: Path, data: bytes) -> None:
+        nonlocal failures
+        if failures:
+            failures -= 1
+            raise OSError(5, "Input/output error")
+        real_append(path, data)
+
+    monkeypatch.setattr(journal, "append", flaky)
+    store.create(JOBSET, {"metadata": {"name": "a"}})
+    async with asyncio.timeout(5):
+        while persister.flushes < 2:  # noqa: ASYNC110 - the loop's own interval
+            await asyncio.sleep(0.01)
+    assert failures == 0
+    _restored_equals(tmp_path, store)
+    await persister.stop()
+
+
+async def test_an_embedded_kubesim_continues_exactly_after_a_clean_stop(tmp_path: Path) -> None:
+    async with KubeSim(controllers=False, state_dir=tmp_path) as sim:
+        created = sim.store.create(JOBSET, {"metadata": {"name": "a"}})
+        resource_version = sim.store.resource_version
+    async with KubeSim(controllers=False, state_dir=tmp_path) as sim:
+        assert sim.restored is not None
+        assert sim.restored.clean
+        assert sim.store.get(JOBSET, "default", "a") == created
+        assert sim.store.resource_version == resource_version

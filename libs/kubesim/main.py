@@ -64,8 +64,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     persistence.add_argument(
         "--state-dir",
         type=Path,
-        help="keep the cluster across restarts: restore it from DIR/kubesim-state.jsonl and "
-        "snapshot it there (at most once a second while it changes, and on SIGTERM)",
+        help="keep the cluster across restarts: restore it from DIR (a snapshot, "
+        "kubesim-state.jsonl, and the journal of writes since, kubesim-journal-*.jsonl); "
+        "every write is journalled there, fsynced every --journal-interval",
     )
     persistence.add_argument(
         "--ephemeral",
@@ -74,15 +75,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--state-dir)",
     )
     parser.add_argument(
-        "--snapshot-interval",
+        "--journal-interval",
+        "--snapshot-interval",  # its name before the journal; same meaning for a user
+        dest="journal_interval",
         type=float,
         default=DEFAULT_INTERVAL,
-        help="seconds between snapshots while the cluster changes (with --state-dir)",
+        help="seconds between fsyncs of the journal (with --state-dir): a kill -9 loses at "
+        "most the writes of the last interval",
     )
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
-    if args.snapshot_interval <= 0:
-        parser.error("--snapshot-interval must be > 0")
+    if args.journal_interval <= 0:
+        parser.error("--journal-interval must be > 0")
     return args
 
 
@@ -120,7 +124,7 @@ def _build(args: argparse.Namespace) -> KubeSim:
         clock_offset=args.clock_offset,
         kueue_version=args.kueue_version,
         state_dir=args.state_dir,
-        snapshot_interval=args.snapshot_interval,
+        journal_interval=args.journal_interval,
     )
 
 
@@ -133,8 +137,8 @@ def main(argv: list[str] | None = None) -> None:
         # Starting empty over a cluster it cannot read would make every JobSet a ghost.
         print(
             f"xmc-kubesim: cannot restore --state-dir {args.state_dir}: {error}\n"
-            f"Move {state_path(args.state_dir)} away to start an empty cluster there, "
-            "or run with --ephemeral.",
+            f"Move {state_path(args.state_dir)} and the kubesim-journal-*.jsonl files beside "
+            "it away to start an empty cluster there, or run with --ephemeral.",
             file=sys.stderr,
         )
         sys.exit(2)

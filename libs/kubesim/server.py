@@ -46,7 +46,7 @@ class KubeSim:
         clock_offset: timedelta = timedelta(),
         kueue_version: str | None = None,
         state_dir: Path | None = None,
-        snapshot_interval: float = DEFAULT_INTERVAL,
+        journal_interval: float = DEFAULT_INTERVAL,
     ) -> None:
         """``watch_history`` is how many events a watch can resume across (older → 410);
         ``time_scale`` is simulated seconds per real second (``controller_settings``, when
@@ -56,25 +56,28 @@ class KubeSim:
         the Kueue simulator's waiting reasons (``controller_settings`` carries its own).
 
         ``state_dir`` None (the default) keeps everything in memory; a directory restores
-        the objects saved there (``kubesim.persist``; ``SnapshotError`` when the file
-        cannot be read) and snapshots them every ``snapshot_interval`` seconds."""
+        the objects saved there (``kubesim.persist``; ``SnapshotError`` when a file
+        cannot be read) and journals every write, fsynced every ``journal_interval``
+        seconds (what a kill -9 can lose)."""
         self._with_controllers = controllers
         self._controller_settings = controller_settings
         self._kueue_version = kueue_version
         scale = controller_settings.time_scale if controller_settings else time_scale
-        saved = load(state_dir) if state_dir is not None else None
+        restored = load(state_dir) if state_dir is not None else None
+        saved = restored.snapshot if restored is not None else None
         start = clock_start(saved, datetime.now(UTC), clock_offset)
         self.clock = SimClock(scale, start=start, offset=clock_offset)
         self._store = ObjectStore(clock=self.clock, history=watch_history)
         self._persister: Persister | None = None
         if state_dir is not None:
-            self._persister = Persister(self._store, self.clock, state_dir, snapshot_interval)
-        if saved is not None and self._persister is not None:
-            resource_version = restored_resource_version(saved)
-            self._store.restore(resource_version, saved.objects)
-            self._persister.restored(saved.resource_version)
+            self._persister = Persister(self._store, self.clock, state_dir, journal_interval)
+        if restored is not None and self._persister is not None:
+            resource_version = restored_resource_version(restored.snapshot)
+            self._store.restore(resource_version, restored.snapshot.objects)
+            self._persister.restored(restored)
         self.restored = saved
-        """The snapshot this kubesim started from (None: a new, empty cluster)."""
+        """The state this kubesim started from, its snapshot with the journals replayed
+        (None: a new, empty cluster)."""
         self._watches = WatchHub(self._store)
         self._faults = Faults(self._watches.close_all)
         self._context = ApiContext(self._store, self._faults, self._watches, bookmark_interval)
@@ -109,7 +112,7 @@ class KubeSim:
         if self._runner is not None:
             raise RuntimeError("kubesim is already started")
         if self._persister is not None:
-            self._persister.start()
+            await self._persister.start()
         if self._with_controllers:
             await self._start_controllers()
         runner = web.AppRunner(

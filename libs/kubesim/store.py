@@ -38,6 +38,7 @@ from kubesim.selectors import Requirement, fields_match, labels_match
 
 Obj = dict[str, Any]
 Clock = Callable[[], datetime]
+Recorder = Callable[[int, str, Resource, Obj], None]
 
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 DEFAULT_POD_GRACE_SECONDS = 30
@@ -67,6 +68,7 @@ class ObjectStore:
         self._rv = 0
         self._history: deque[Event] = deque(maxlen=max(history, 1))
         self._subscriptions: list[Subscription] = []
+        self._recorder: Recorder | None = None
         self._by_key = {r.key: r for r in RESOURCES}
         self.create(NAMESPACE, {"metadata": {"name": "default"}})
 
@@ -75,6 +77,10 @@ class ObjectStore:
     @property
     def resource_version(self) -> int:
         return self._rv
+
+    @property
+    def object_count(self) -> int:
+        return len(self._objects)
 
     def get(self, resource: Resource, namespace: str | None, name: str) -> Obj:
         obj = self._objects.get(_key(resource, namespace, name))
@@ -139,6 +145,8 @@ class ObjectStore:
     def _emit(self, type_: str, resource: Resource, obj: Obj, old: Obj | None) -> None:
         event = Event(type_, resource, clone(obj), old, self._rv)
         self._history.append(event)
+        if self._recorder is not None:
+            self._recorder(self._rv, type_, resource, obj)
         for subscription in self._subscriptions:
             if subscription.resource is None or subscription.resource.key == resource.key:
                 subscription.queue.put_nowait(event)
@@ -392,6 +400,15 @@ class ObjectStore:
                 self.delete(resource, ns or None, name)
 
     # --- persistence (kubesim.persist) -----------------------------------------------
+
+    def record(self, recorder: Recorder | None) -> None:
+        """Call ``recorder(resource_version, type, resource, obj)`` for every event,
+        synchronously, as it is emitted (None: stop). Every change of an object or of the
+        counter is an event (``_emit``), so a recorder sees the whole timeline; unlike a
+        subscription it cannot be closed by ``close_subscriptions`` and costs no queue.
+        ``obj`` is the stored object by reference (a DELETED's: the deleted one), safe to
+        encode later off the loop because stored objects are never mutated in place."""
+        self._recorder = recorder
 
     def contents(self) -> tuple[int, builtins.list[tuple[str, Obj]]]:
         """The resourceVersion and every stored object, by reference: cheap (no copy),

@@ -1,8 +1,9 @@
-"""``xmc-kubesim --state-dir`` as a real process: SIGKILLed after a snapshot and restarted
-on the same directory it serves the same objects (uids, resourceVersions), its counter
-moves on, and a pod that was running finishes at its scheduled time so its JobSet
-completes; SIGTERM writes the final state; a corrupt file stops it with a clear error;
-``--ephemeral`` writes nothing."""
+"""``xmc-kubesim --state-dir`` as a real process: SIGKILLed within about a second of a
+burst of writes (once its journal holds them) and restarted on the same directory it
+serves the same objects (uids, resourceVersions), its counter jumps, and a pod that was
+running finishes at its scheduled time so its JobSet completes; a torn last journal line
+is dropped; SIGTERM writes the final state; a corrupt state file or journal line stops it
+with a clear error; ``--ephemeral`` writes nothing."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from kubesim import journal
 from kubesim.main import parse_args
 from kubesim.persist import RESOURCE_VERSION_BUMP
 from kubesim.snapshot import STATE_FILE, read_snapshot
@@ -71,14 +73,31 @@ class _Sim:
         await self.process.wait()
 
 
-async def _snapshot_reaches(state_dir: Path, resource_version: int) -> None:
-    """Wait until the state file holds ``resource_version`` (the snapshot interval)."""
+def _journalled(state_dir: Path) -> int:
+    """The highest resourceVersion in the journals (0: none yet)."""
+    paths = journal.journal_paths(state_dir)
+    return max(
+        (
+            entry.resource_version
+            for number, path in enumerate(paths, start=1)
+            for entry in journal.read_journal(path, last=number == len(paths)).entries
+        ),
+        default=0,
+    )
+
+
+async def _journal_reaches(state_dir: Path, resource_version: int) -> float:
+    """Wait until the journal holds ``resource_version``; the seconds that took."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
     async with asyncio.timeout(DEADLINE):
-        while True:
-            saved = read_snapshot(state_dir / STATE_FILE)
-            if saved is not None and saved.resource_version >= resource_version:
-                return
-            await asyncio.sleep(0.05)
+        while _journalled(state_dir) < resource_version:  # noqa: ASYNC110
+            await asyncio.sleep(0.02)  # polling a separate process's files
+    return loop.time() - started
+
+
+def _one_pod_running(body: dict[str, Any]) -> bool:
+    return [p.get("status", {}).get("phase") for p in body["items"]] == ["Running"]
 
 
 def _identities(items: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
@@ -89,19 +108,25 @@ def _identities(items: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
 
 
 async def test_a_killed_kubesim_restarts_with_the_same_objects(tmp_path: Path) -> None:
-    args = ("--no-controllers", "--state-dir", str(tmp_path), "--snapshot-interval", "0.2")
+    args = ("--no-controllers", "--state-dir", str(tmp_path))  # the default 1 s interval
     async with _kubesim(*args) as sim:
-        for name in ("a", "b", "c"):
+        names = [f"js-{i}" for i in range(40)]
+        for name in names:
             await sim.call("POST", JOBSETS, jobset(name))
-        await sim.call("DELETE", f"{JOBSETS}/b")
+        for name in names[1::2]:
+            await sim.call("DELETE", f"{JOBSETS}/{name}")
+        await sim.call("PUT", f"{JOBSETS}/js-0", await sim.call("GET", f"{JOBSETS}/js-0"))
         before = await sim.call("GET", JOBSETS)
         seen = int(before["metadata"]["resourceVersion"])
-        await _snapshot_reaches(tmp_path, seen)
+        # The journal holds the last acknowledged write within one interval (1 s) and its
+        # fsync; no snapshot is involved (the first start's, of the empty cluster, only).
+        assert await _journal_reaches(tmp_path, seen) <= 1.5
+        assert read_snapshot(tmp_path / STATE_FILE).resource_version < seen  # type: ignore[union-attr]
         await sim.kill()
     async with _kubesim(*args) as sim:
         after = await sim.call("GET", JOBSETS)
         assert after["items"] == before["items"]  # same uids, resourceVersions, everything
-        assert _identities(after["items"])[0][0] == "a"
+        assert [i[0] for i in _identities(after["items"])] == sorted(names[::2])
         # A crash may have lost writes clients saw: the counter jumps past them ...
         assert int(after["metadata"]["resourceVersion"]) == seen + RESOURCE_VERSION_BUMP
         created = await sim.call("POST", JOBSETS, jobset("d"))
@@ -114,7 +139,7 @@ async def test_a_killed_kubesim_restarts_with_the_same_objects(tmp_path: Path) -
 
 
 async def test_a_running_pod_finishes_on_schedule_after_a_kill(tmp_path: Path) -> None:
-    args = ("--state-dir", str(tmp_path), "--snapshot-interval", "0.2")
+    args = ("--state-dir", str(tmp_path), "--journal-interval", "0.2")
     behavior = {"start_seconds": 0, "run_seconds": 5}
     manifest = make_jobset(
         "sweep", replicated_job(behavior=behavior), queue=None, suspend=False, finalizers=()
@@ -122,11 +147,8 @@ async def test_a_running_pod_finishes_on_schedule_after_a_kill(tmp_path: Path) -
     manifest |= {"apiVersion": f"{G}/{V}", "kind": "JobSet"}
     async with _kubesim(*args) as sim:
         await sim.call("POST", JOBSETS, manifest)
-        running = await sim.until(
-            PODS, lambda body: [p["status"].get("phase") for p in body["items"]] == ["Running"],
-            "the pod running",
-        )  # fmt: skip
-        await _snapshot_reaches(tmp_path, int(running["metadata"]["resourceVersion"]))
+        running = await sim.until(PODS, _one_pod_running, "the pod running")
+        await _journal_reaches(tmp_path, int(running["metadata"]["resourceVersion"]))
         await sim.kill()
     pod = running["items"][0]
     async with _kubesim(*args) as sim:
@@ -149,7 +171,7 @@ async def test_a_running_pod_finishes_on_schedule_after_a_kill(tmp_path: Path) -
 
 
 async def test_sigterm_writes_the_final_state_and_the_counter_continues(tmp_path: Path) -> None:
-    args = ("--no-controllers", "--state-dir", str(tmp_path), "--snapshot-interval", "3600")
+    args = ("--no-controllers", "--state-dir", str(tmp_path), "--journal-interval", "3600")
     async with _kubesim(*args) as sim:
         created = await sim.call("POST", JOBSETS, jobset("a"))
         sim.process.send_signal(signal.SIGTERM)
@@ -158,6 +180,7 @@ async def test_sigterm_writes_the_final_state_and_the_counter_continues(tmp_path
     assert saved is not None
     assert saved.clean
     assert saved.resource_version == int(created["metadata"]["resourceVersion"])
+    assert journal.journal_paths(tmp_path) == []  # the clean snapshot holds everything
     async with _kubesim(*args) as sim:
         listed = await sim.call("GET", JOBSETS)
         assert listed["items"] == [created]
@@ -181,6 +204,39 @@ async def test_a_corrupt_state_file_stops_kubesim_with_a_clear_error(tmp_path: P
     assert f"--state-dir {tmp_path}" in message
     assert f"{tmp_path / STATE_FILE}: line 1: not JSON" in message
     assert "--ephemeral" in message
+
+
+async def test_a_torn_last_journal_line_is_dropped(tmp_path: Path) -> None:
+    args = ("--no-controllers", "--state-dir", str(tmp_path), "--journal-interval", "0.1")
+    async with _kubesim(*args) as sim:
+        created = await sim.call("POST", JOBSETS, jobset("a"))
+        await _journal_reaches(tmp_path, int(created["metadata"]["resourceVersion"]))
+        await sim.kill()
+    last = journal.journal_paths(tmp_path)[-1]
+    whole = last.read_bytes()
+    last.write_bytes(whole + b'{"rv":99999,"e":"ADD')  # a crash in the middle of an append
+    async with _kubesim(*args) as sim:
+        assert (await sim.call("GET", JOBSETS))["items"] == [created]
+    assert last.read_bytes() == whole  # cut off before new lines follow it
+
+
+async def test_a_corrupt_journal_line_stops_kubesim_with_a_clear_error(tmp_path: Path) -> None:
+    args = ("--no-controllers", "--state-dir", str(tmp_path), "--journal-interval", "0.1")
+    async with _kubesim(*args) as sim:
+        for name in ("a", "b"):
+            created = await sim.call("POST", JOBSETS, jobset(name))
+        await _journal_reaches(tmp_path, int(created["metadata"]["resourceVersion"]))
+        await sim.kill()
+    last = journal.journal_paths(tmp_path)[-1]
+    lines = last.read_bytes().splitlines(keepends=True)
+    last.write_bytes(lines[0] + b"{garbage\n" + b"".join(lines[1:]))
+    process = await asyncio.create_subprocess_exec(
+        str(SCRIPT), *args, "--port", str(_free_port()), stderr=asyncio.subprocess.PIPE
+    )
+    async with asyncio.timeout(DEADLINE):
+        _, stderr = await process.communicate()
+    assert process.returncode == 2
+    assert f"{last}: line 2: not JSON" in stderr.decode()
 
 
 async def test_ephemeral_writes_nothing(tmp_path: Path) -> None:

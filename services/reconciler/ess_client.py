@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Final
 
 import grpc
@@ -24,6 +22,7 @@ import grpc
 from reconciler import metrics
 from reconciler.observation import Observation
 from reconciler.observe import WorkUnitSnapshot
+from xmc.model.deployed import DeployedExecution
 from xmc.model.states import EXECUTION_TERMINAL_STATES, WorkUnitState
 from xmc.names import work_unit_ids, work_unit_name
 from xmc.retry import Backoffs
@@ -131,20 +130,6 @@ def snapshot_of(work_unit: WorkUnit) -> WorkUnitSnapshot:
     current = work_unit.current_work_unit_execution
     eid = int(current.name.rsplit("/", 1)[1]) if current.name else 0
     return WorkUnitSnapshot(eid=eid, state=WorkUnitState(current.status.state))
-
-
-@dataclass(frozen=True)
-class DeployedExecution:
-    """A live execution that should have its JobSet in the cluster (``ListDeployedExecutions``)."""
-
-    xid: int
-    wid: int
-    eid: int
-    state: WorkUnitState
-    #: The stored state's time (the cluster's clock).
-    state_update_time: datetime
-    #: When the Actuator finished the task that made the JobSet; None: no record left.
-    deploy_time: datetime | None
 
 
 def deployed_of(item: executions_pb2.DeployedExecution) -> DeployedExecution | None:

@@ -38,13 +38,14 @@ from typing import Any, Final
 import structlog
 
 from reconciler import metrics
-from reconciler.ess_client import DeployedExecution, EssClient, EssError, UpdateResult
+from reconciler.ess_client import EssClient, EssError, UpdateResult
 from reconciler.observation import Observation, Source
 from reconciler.observe import work_unit_ids
 from xmc.kube import JOBSETS, KubeError
 from xmc.kube_client import KubeClient
 from xmc.labels import jobset_name
 from xmc.messages import backend_message
+from xmc.model.deployed import DeployedExecution
 from xmc.model.states import Severity, WorkUnitState
 from xmc.timestamps import set_timestamp
 from xmc_api.cloud.xmanager.v1.status_pb2 import WorkUnitStatus

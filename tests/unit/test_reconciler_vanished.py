@@ -11,7 +11,7 @@ import grpc
 import pytest
 
 from reconciler import metrics
-from reconciler.ess_client import DeployedExecution, EssUnavailable
+from reconciler.ess_client import EssUnavailable
 from reconciler.vanished import (
     VanishedSweep,
     decide_vanished,
@@ -19,6 +19,7 @@ from reconciler.vanished import (
     vanished_observation,
 )
 from xmc.labels import EXECUTION_ID, EXPERIMENT_ID, WORK_UNIT_ID
+from xmc.model.deployed import DeployedExecution
 from xmc.model.states import WorkUnitState
 from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
 

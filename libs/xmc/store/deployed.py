@@ -24,11 +24,11 @@ O(all of them) (measured in docs/reconciler.md).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
 from xmc.errors import InvalidArgumentError
+from xmc.model.deployed import DeployedExecution
 from xmc.model.states import CLUSTER_OBSERVED_STATES, ActiveState, WorkUnitState
 from xmc_api.internal.v1.tasks_pb2 import Task
 
@@ -67,19 +67,6 @@ _PAGE = """
 
 #: A work unit id past every real one: "after the whole experiment".
 _LAST_WID: Final = 2**63 - 1
-
-
-@dataclass(frozen=True)
-class DeployedExecution:
-    xid: int
-    wid: int
-    eid: int
-    state: WorkUnitState
-    #: The stored state's time (the cluster's clock).
-    state_update_time: datetime
-    #: When the Actuator finished the task that made the JobSet (its host's clock); None
-    #: when the outbox no longer holds that record.
-    deploy_time: datetime | None
 
 
 def is_deployed(state: int, *, tasks: int, blocking: int, deploy_time: datetime | None) -> bool:

@@ -98,18 +98,26 @@ async def _sweep_with_kubesim_killed(stack: Stack) -> tuple[list[str], list[str]
     return before, after, client
 
 
-async def test_an_ephemeral_kubesim_killed_mid_sweep_leaves_no_unit_stuck(
-    private_redis: RedisServer, tmp_path: Path, request: pytest.FixtureRequest
-) -> None:
-    async with running_stack(
-        ADMIN_DSN, private_redis.url, tmp_path / "logs", request, OPTIONS
-    ) as stack:
+async def _ends_of_a_sweep_with_kubesim_killed(
+    redis: RedisServer, tmp_path: Path, request: pytest.FixtureRequest, options: StackOptions
+) -> tuple[list[str], list[str], dict[str, tuple[S, str]]]:
+    """Units made before and after kubesim was SIGKILLed and restarted, and how each
+    ended (every one must end within the deadline)."""
+    async with running_stack(ADMIN_DSN, redis.url, tmp_path / "logs", request, options) as stack:
         before, after, client = await _sweep_with_kubesim_killed(stack)
         try:
             ends = await _all_terminal(client, before + after, within=100)
         finally:
             await client.channel.close()
+    return before, after, ends
 
+
+async def test_an_ephemeral_kubesim_killed_mid_sweep_leaves_no_unit_stuck(
+    private_redis: RedisServer, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    before, after, ends = await _ends_of_a_sweep_with_kubesim_killed(
+        private_redis, tmp_path, request, OPTIONS
+    )
     failed = {n: text for n, (s, text) in ends.items() if s is S.FAILED}
     assert failed, "the running units' JobSets vanished with the cluster"
     assert all(VANISHED in text for text in failed.values()), failed
@@ -121,13 +129,7 @@ async def test_a_persistent_kubesim_killed_mid_sweep_completes_every_unit(
     private_redis: RedisServer, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     options = StackOptions(**{**OPTIONS.__dict__, "kubesim_state_dir": tmp_path / "kubesim"})
-    async with running_stack(
-        ADMIN_DSN, private_redis.url, tmp_path / "logs", request, options
-    ) as stack:
-        before, after, client = await _sweep_with_kubesim_killed(stack)
-        try:
-            ends = await _all_terminal(client, before + after, within=100)
-        finally:
-            await client.channel.close()
-
+    _, _, ends = await _ends_of_a_sweep_with_kubesim_killed(
+        private_redis, tmp_path, request, options
+    )
     assert {n: s for n, (s, _) in ends.items() if s is not S.COMPLETED} == {}

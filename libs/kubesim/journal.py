@@ -28,7 +28,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from kubesim.snapshot import Snapshot, SnapshotError
+from kubesim.snapshot import Snapshot, SnapshotError, parse_line
 
 Obj = dict[str, Any]
 
@@ -122,12 +122,7 @@ def encode_record(record: Record) -> bytes:
 
 def decode_line(raw: bytes, number: int) -> Entry:
     """A line as an ``Entry``; ``SnapshotError`` naming ``number`` for anything else."""
-    try:
-        line = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise SnapshotError(f"line {number}: not JSON ({error})") from None
-    if not isinstance(line, dict):
-        raise SnapshotError(f"line {number}: not a JSON object")
+    line = parse_line(raw, number)
     resource_version, type_ = line.get("rv"), line.get("e")
     if isinstance(resource_version, bool) or not isinstance(resource_version, int):
         raise SnapshotError(f"line {number}: rv is not an integer")

@@ -72,7 +72,7 @@ def _line(value: Obj) -> bytes:
 def decode(lines: Iterable[bytes]) -> Snapshot:
     """A snapshot from its lines; ``SnapshotError`` naming the line for anything else."""
     iterator = iter(lines)
-    header = _parse(next(iterator, b""), 1)
+    header = parse_line(next(iterator, b""), 1)
     if header.get("kind") != MAGIC:
         raise SnapshotError("line 1: not a kubesim state file (no kubesim-state header)")
     if header.get("format") != FORMAT:
@@ -86,7 +86,7 @@ def decode(lines: Iterable[bytes]) -> Snapshot:
         raise SnapshotError("line 1: clusterTime is not an ISO 8601 time") from None
     objects: list[tuple[str, Obj]] = []
     for number, raw in enumerate(iterator, start=2):
-        entry = _parse(raw, number)
+        entry = parse_line(raw, number)
         resource_key, obj = entry.get("r"), entry.get("o")
         if not isinstance(resource_key, str) or not isinstance(obj, dict):
             raise SnapshotError(f"line {number}: want {{'r': resource, 'o': object}}")
@@ -99,7 +99,9 @@ def decode(lines: Iterable[bytes]) -> Snapshot:
     return Snapshot(resource_version, cluster_time, bool(header.get("clean")), objects)
 
 
-def _parse(raw: bytes, number: int) -> Obj:
+def parse_line(raw: bytes, number: int) -> Obj:
+    """One line of a state file (snapshot or journal) as a JSON object; ``SnapshotError``
+    naming line ``number`` for anything else."""
     try:
         value = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:

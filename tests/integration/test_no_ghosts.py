@@ -112,11 +112,15 @@ async def _ends_of_a_sweep_with_kubesim_killed(
     return before, after, ends
 
 
+# The FAILED write is stamped on the Reconciler's clock, never before the stored state's
+# (the cluster's): run with the cluster's clock behind, equal and ahead (decision 11).
+@pytest.mark.parametrize("clock_offset", ["-5s", "0s", "+5s"])
 async def test_an_ephemeral_kubesim_killed_mid_sweep_leaves_no_unit_stuck(
-    private_redis: RedisServer, tmp_path: Path, request: pytest.FixtureRequest
+    private_redis: RedisServer, tmp_path: Path, request: pytest.FixtureRequest, clock_offset: str
 ) -> None:
+    options = StackOptions(**{**OPTIONS.__dict__, "clock_offset": clock_offset})
     before, after, ends = await _ends_of_a_sweep_with_kubesim_killed(
-        private_redis, tmp_path, request, OPTIONS
+        private_redis, tmp_path, request, options
     )
     failed = {n: text for n, (s, text) in ends.items() if s is S.FAILED}
     assert failed, "the running units' JobSets vanished with the cluster"

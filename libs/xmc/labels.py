@@ -9,6 +9,7 @@ constants from here, in the shared library, and neither imports the other.
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
@@ -35,6 +36,12 @@ EXCLUSIVE_TOPOLOGY: Final = "alpha.jobset.sigs.k8s.io/exclusive-topology"
 
 JOBSET_API_VERSION: Final = "jobset.x-k8s.io/v1alpha2"
 JOBSET_KIND: Final = "JobSet"
+
+#: A label value's length limit (apimachinery ``IsValidLabelValue``).
+MAX_LABEL_VALUE: Final = 63
+_DNS_1123_SUBDOMAIN: Final = re.compile(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+)
 
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 # int64 microseconds never need more than 19 digits; a fixed width keeps the string
@@ -64,3 +71,23 @@ def parse_last_edit_label(value: str) -> datetime:
     if not value.isascii() or not value.isdigit():
         raise ValueError(f"last-edit label {value!r} is not a decimal number")
     return _EPOCH + timedelta(microseconds=int(value))
+
+
+def queue_name_problem(queue: str) -> str | None:
+    """Why ``queue`` cannot name a Kueue LocalQueue on a JobSet, or None if it can.
+
+    It travels as the :data:`QUEUE_NAME` label, so it must be a label value (at most 63
+    characters); Kueue's job webhook also requires it to be a DNS-1123 subdomain, the
+    LocalQueue's own name (``jobframework.ValidateQueueName`` →
+    ``ValidateLabelAsCRDName``). Checked when the work unit is created, so a bad name is
+    the caller's INVALID_ARGUMENT, not a FAILED unit from the Actuator later.
+    """
+    if not queue:
+        return "required"
+    if len(queue) > MAX_LABEL_VALUE or not _DNS_1123_SUBDOMAIN.match(queue):
+        return (
+            f"{queue[:80]!r} is not a Kueue queue name (a label value and DNS-1123 "
+            f"subdomain: at most {MAX_LABEL_VALUE} lowercase alphanumerics, '-' or '.', "
+            "starting and ending with an alphanumeric)"
+        )
+    return None

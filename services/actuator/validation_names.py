@@ -36,10 +36,13 @@ def check_metadata(metadata: Mapping[str, Any]) -> list[str]:
     jobset_labels = _mapping(metadata.get("labels"))
     problems += check_labels(jobset_labels, "metadata.labels")
     problems += check_annotations(_mapping(metadata.get("annotations")), "metadata.annotations")
-    if not jobset_labels.get(labels.QUEUE_NAME):
+    queue = jobset_labels.get(labels.QUEUE_NAME)
+    if not queue:
         problems.append(
             f"metadata.labels[{labels.QUEUE_NAME}]: required; Kueue admits only queued JobSets"
         )
+    elif problem := labels.queue_name_problem(str(queue)):
+        problems.append(f"metadata.labels[{labels.QUEUE_NAME}]: {problem}")
     eid = jobset_labels.get(labels.EXECUTION_ID)
     if not (isinstance(eid, str) and eid.isascii() and eid.isdigit() and int(eid) > 0):
         problems.append(f"metadata.labels[{labels.EXECUTION_ID}]: must be a positive integer")

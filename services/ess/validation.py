@@ -12,6 +12,7 @@ from collections.abc import Iterable
 
 from google.protobuf.message import Message
 
+from xmc import labels
 from xmc.errors import InvalidArgumentError
 from xmc.model.states import LaunchState, Priority
 from xmc.names import MAX_CLIENT_WORK_UNIT_ID
@@ -191,9 +192,9 @@ def validate_new_work_unit(work_unit: WorkUnit, *, field: str = "work_unit") -> 
     executable = work_unit.executable
     if executable.WhichOneof("type") != "jobset":
         raise InvalidArgumentError(f"{field}.executable.jobset: required")
-    if not executable.scheduling_constraints.queue_name:
+    if problem := labels.queue_name_problem(executable.scheduling_constraints.queue_name):
         raise InvalidArgumentError(
-            f"{field}.executable.scheduling_constraints.queue_name: required"
+            f"{field}.executable.scheduling_constraints.queue_name: {problem}"
         )
     validate_jobset(executable.jobset, f"{field}.executable.jobset")
 

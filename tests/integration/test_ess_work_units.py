@@ -84,6 +84,26 @@ async def test_create_work_unit_writes_intent_operation_and_signed_task(ess: Ess
     assert task.payload.work_unit.executable == work_unit.executable
 
 
+@pytest.mark.parametrize("queue", ["Team A", "team_a", "q" * 64])
+async def test_a_queue_name_kueue_would_refuse_is_invalid_argument_at_create(
+    ess: Ess, queue: str
+) -> None:
+    parent = await new_experiment(ess)
+    work_unit = minimal_work_unit()
+    work_unit.executable.scheduling_constraints.queue_name = queue
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await ess.api.CreateWorkUnit(
+            api_pb2.CreateWorkUnitRequest(parent=parent, work_unit=work_unit), metadata=ALICE
+        )
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    details = caught.value.details() or ""
+    assert details.startswith("work_unit.executable.scheduling_constraints.queue_name: ")
+    listed = await ess.api.ListWorkUnits(
+        api_pb2.ListWorkUnitsRequest(parent=parent), metadata=ALICE
+    )
+    assert not listed.work_units and not await tasks(ess), "nothing written, nothing enqueued"
+
+
 async def test_a_tampered_task_fails_verification(ess: Ess) -> None:
     await create(ess, await new_experiment(ess))
     ((_id, fields),) = await ess.stream(ess.names.tasks)

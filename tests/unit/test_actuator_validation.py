@@ -234,6 +234,15 @@ CASES = [
         id="no queue name",
     ),
     pytest.param(
+        with_(lambda m: m["metadata"]["labels"].update({"kueue.x-k8s.io/queue-name": "Team-A"})),
+        [
+            "metadata.labels[kueue.x-k8s.io/queue-name]: 'Team-A' is not a Kueue queue name "
+            "(a label value and DNS-1123 subdomain: at most 63 lowercase alphanumerics, '-' "
+            "or '.', starting and ending with an alphanumeric)"
+        ],
+        id="queue name Kueue's webhook refuses",
+    ),
+    pytest.param(
         with_(lambda m: m["metadata"]["labels"].update({"xmc.google.com/execution-id": "x"})),
         ["metadata.labels[xmc.google.com/execution-id]: must be a positive integer"],
         id="execution id that is not a number",

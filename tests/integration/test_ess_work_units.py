@@ -101,7 +101,8 @@ async def test_a_queue_name_kueue_would_refuse_is_invalid_argument_at_create(
     listed = await ess.api.ListWorkUnits(
         api_pb2.ListWorkUnitsRequest(parent=parent), metadata=ALICE
     )
-    assert not listed.work_units and not await tasks(ess), "nothing written, nothing enqueued"
+    assert not listed.work_units, "nothing written"
+    assert not await tasks(ess), "nothing enqueued"
 
 
 async def test_a_tampered_task_fails_verification(ess: Ess) -> None:

@@ -126,7 +126,9 @@ class Reconciler:
             kube, PODS, namespace=ns, label_selector=EXPERIMENT_ID, on_change=self._on_pod,
             group_by=_jobset_name_of, transform=slim_pod, settings=self.options.watch,
         )  # fmt: skip
-        self.batcher = UpdateBatcher(self._send, options=self.options.batcher)
+        self.batcher = UpdateBatcher(
+            self._send, options=self.options.batcher, may_send=lambda: self.leading
+        )
         self.elector: LeaderElector | None = None
         if self.options.lease is not None:
             self.elector = LeaderElector(
@@ -134,6 +136,7 @@ class Reconciler:
                 identity=identity,
                 settings=self.options.lease,
                 on_started_leading=self._started_leading,
+                on_stopped_leading=self._stopped_leading,
             )
         self._positions = QueuePositions(self._pending_workloads, max_age=_QUEUE_SUMMARY_AGE)
         self._tasks: list[asyncio.Task[None]] = []
@@ -242,6 +245,10 @@ class Reconciler:
         for workload in list(self.workloads.cache.values()):
             await self._on_workload("RESYNC", workload)
 
+    async def _stopped_leading(self) -> None:
+        """What a deposed leader held is stale to the next one: drop it unsent."""
+        self.batcher.drop_pending("stopped leading")
+
     # --- the observation paths ---------------------------------------------------------
 
     async def _send(self, observations: Sequence[Observation]) -> None:
@@ -276,7 +283,7 @@ class Reconciler:
                     return error
                 log.warning("observations refused; retrying", error=str(error),
                             attempt=attempt, delay=delay)  # fmt: skip
-                if await sleep_or_stop(self._aborted, delay):
+                if await sleep_or_stop(self._aborted, delay) or not self.leading:
                     return error
 
     def _observe(self, observation: Observation | None) -> None:

@@ -13,6 +13,15 @@ an item returns to its slot only if no newer observation took it meanwhile.
 Why at most ``max_in_flight`` flushes. While all are busy (ESS slow or down) new observations
 keep coalescing in memory instead of piling up as requests.
 
+Why leadership is checked at send time, not only at ``add``. Only the leader observes,
+but a leader can lose its Lease while it holds observations (a long GC or SIGSTOP, an ESS
+outage that kept them put back); flushed after a standby took over, they would overwrite
+the new leader's fresher writes in fields the ESS does not order by time
+(``detailed_status``, scheduling information). So each batch is sent only while
+``may_send()`` says this replica leads; otherwise everything held is dropped, counted and
+logged, and the next leader's re-observation of its cache writes the truth. (Full fencing
+with the Lease's generation comes with high availability.)
+
 Time is injected (``clock`` for latency, ``sleep`` for the interval), so tests drive flushes
 explicitly; ``flush_now`` is the test (and shutdown) entry point.
 """
@@ -69,6 +78,7 @@ class FlushResult:
     put_back: int = 0
     batches: int = 0
     failed: bool = False
+    dropped: int = 0
 
 
 @dataclass(frozen=True)
@@ -102,8 +112,10 @@ class UpdateBatcher:
         options: BatcherOptions | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Sleep = asyncio.sleep,
+        may_send: Callable[[], bool] = lambda: True,
     ) -> None:
         self._send = send
+        self._may_send = may_send
         self._options = options or BatcherOptions()
         self._clock = clock
         self._sleep = sleep
@@ -205,6 +217,11 @@ class UpdateBatcher:
         sent = 0
         try:
             for i, batch in enumerate(batches):
+                if not self._may_send():
+                    unsent = [entry for rest in batches[i:] for entry in rest]
+                    dropped = len(unsent) + self.drop_pending("not leading")
+                    self._count_dropped(len(unsent), "not leading")
+                    return FlushResult(sent, 0, len(batches), dropped=dropped)
                 try:
                     await self._send([entry.observation for entry in batch])
                 except asyncio.CancelledError:
@@ -231,6 +248,22 @@ class UpdateBatcher:
             self._in_flight -= keys
             if self._pending >= self._options.flush_size:
                 self._wake.set()
+
+    def drop_pending(self, why: str) -> int:
+        """Forget every pending observation (leadership ended); how many were dropped."""
+        dropped = [entry for units in self._index.values() for slots in units.values()
+                   for entry in slots.values()]  # fmt: skip
+        self._index.clear()
+        self._pending = 0
+        metrics.PENDING_UPDATES.dec(len(dropped))
+        self._count_dropped(len(dropped), why)
+        return len(dropped)
+
+    @staticmethod
+    def _count_dropped(count: int, why: str) -> None:
+        if count:
+            metrics.UPDATES_DROPPED_NOT_LEADING_TOTAL.inc(count)
+            log.warning("update batcher dropped observations", count=count, reason=why)
 
     def _take(self) -> list[list[_Entry]]:
         """Remove every pending work unit not in flight; one group per work unit, sorted by

@@ -152,7 +152,14 @@ class LeaderElector:
 
     async def _step(self) -> None:
         """One acquire-or-renew attempt, then step down if renewals have been failing past
-        the deadline."""
+        the deadline.
+
+        A leader whose last renewal is already past the deadline (the process was paused,
+        the loop starved) has not been leading for a while: others may have acted, and its
+        own watch handlers ignored events meanwhile. It steps down first, so a renewal that
+        still succeeds starts a new term and ``on_started_leading`` re-observes."""
+        if self.leading.is_set() and not self.is_leader:
+            await self._stop_leading("the last renewal is past the deadline")
         held = False
         try:
             held = await self._acquire_or_renew()

@@ -36,6 +36,11 @@ FLUSH_SECONDS = Histogram(
     "Time one UpdateBatcher flush took to send all its batches (failed flushes included)",
     buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )
+UPDATES_DROPPED_NOT_LEADING_TOTAL = Counter(
+    "xmc_reconciler_updates_dropped_not_leading_total",
+    "Observations the UpdateBatcher held when this replica stopped leading, dropped unsent "
+    "(the next leader re-observes its cache)",
+)
 FLUSH_FAILURES_TOTAL = Counter(
     "xmc_reconciler_flush_failures_total",
     "UpdateBatcher flushes whose send raised; their items were put back for the next flush",

@@ -275,3 +275,35 @@ async def test_injected_clock_decides_expiry_of_a_foreign_lease(
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_leader_paused_past_its_deadline_starts_a_new_term(
+    sim: KubeSim, api: KubeClient
+) -> None:
+    """A SIGSTOP'd (or starved) leader whose Lease nobody took renews it when it wakes; it
+    must still step down and start again, so its re-observation covers the events its
+    watch handlers ignored while it was not a valid leader."""
+    clock = FakeClock()
+    transitions: list[str] = []
+
+    async def started() -> None:
+        transitions.append("started")
+
+    async def stopped() -> None:
+        transitions.append("stopped")
+
+    elector = LeaderElector(
+        api, identity="a", settings=SHORT, clock=clock,
+        on_started_leading=started, on_stopped_leading=stopped,
+    )  # fmt: skip
+    task = asyncio.create_task(elector.run())
+    try:
+        await eventually(lambda: elector.is_leader, what="a leads")
+        clock.advance(30)  # the pause: past the renew deadline and the whole lease
+        assert not elector.is_leader
+        await eventually(lambda: transitions == ["started", "stopped", "started"], what="a term")
+        assert elector.is_leader
+        assert lease(sim)["holderIdentity"] == "a"
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

@@ -305,3 +305,43 @@ async def test_stop_gives_up_after_its_timeout_keeping_the_items() -> None:
     await batcher.stop(grace=0.05)
     assert ess.sent == []
     assert batcher.pending == 1  # put back when the send was cancelled
+
+
+async def test_a_replica_that_stopped_leading_drops_what_it_held_unsent() -> None:
+    """A deposed leader's held observations would overwrite the new leader's fresher
+    writes in fields the ESS does not order by time; they are dropped, and counted."""
+    ess = FakeEss()
+    leading = True
+    batcher = UpdateBatcher(ess, may_send=lambda: leading)
+    dropped = sample("xmc_reconciler_updates_dropped_not_leading_total")
+    batcher.add(obs(1, 1, Source.JOBSET, "a"))
+    batcher.add(obs(1, 1, Source.POD, "b"))
+    batcher.add(obs(2, 1, tag="c"))
+    leading = False
+    assert await batcher.flush_now() == FlushResult(batches=1, dropped=3)
+    assert ess.sent == []
+    assert batcher.pending == 0
+    assert sample("xmc_reconciler_updates_dropped_not_leading_total") - dropped == 3
+
+
+async def test_leadership_lost_between_batches_keeps_what_was_sent_and_drops_the_rest() -> None:
+    ess = FakeEss()
+    batches_allowed = iter([True, False])
+    batcher = UpdateBatcher(
+        ess, options=BatcherOptions(max_batch=3), may_send=lambda: next(batches_allowed)
+    )
+    for wid in range(1, 6):
+        batcher.add(obs(1, wid, tag=f"w{wid}"))
+    assert await batcher.flush_now() == FlushResult(sent=3, batches=2, dropped=2)
+    assert ess.sent == ["w1", "w2", "w3"]
+    assert batcher.pending == 0
+
+
+def test_drop_pending_forgets_everything_and_says_how_much() -> None:
+    batcher = UpdateBatcher(FakeEss())
+    batcher.add(obs(1, 1, Source.JOBSET))
+    batcher.add(obs(1, 1, Source.JOBSET))  # coalesced: one slot
+    batcher.add(obs(3, 2, Source.WORKLOAD))
+    assert batcher.drop_pending("stopped leading") == 2
+    assert batcher.pending == 0
+    assert batcher.drop_pending("again") == 0

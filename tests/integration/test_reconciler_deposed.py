@@ -1,0 +1,116 @@
+"""A Reconciler leader that loses its Lease while holding observations (paused past the
+lease, its ESS unreachable meanwhile) sends none of them when it wakes: a standby leads by
+then, and a stale ``detailed_status`` or scheduling information would overwrite the new
+leader's. Real ESS over gRPC, real kubesim over HTTP, two replicas on a short Lease."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import grpc
+import pytest
+
+from kubesim.resources import JOBSET
+from reconciler.app import Reconciler
+from reconciler.ess_client import EssClient, EssUnavailable
+from reconciler.leader import LeaseSettings
+from reconciler.observation import Observation
+from tests.integration.support import forever_work_unit, wait_until
+from tests.integration.system import ALICE, System, running_system
+from xmc.model.states import WorkUnitState
+from xmc.timestamps import utc_now
+from xmc_api.cloud.xmanager.v1 import api_pb2
+from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
+
+LEASE = LeaseSettings(
+    lease_seconds=1, renew_seconds=0.2, retry_seconds=0.1, renew_deadline_seconds=0.6
+)
+
+
+class CountingEss:
+    """The real ESS client behind a switch (network down), counting what reached the ESS."""
+
+    def __init__(self, real: EssClient) -> None:
+        self.real = real
+        self.down = False
+        self.delivered = 0
+
+    async def update(self, observations: Sequence[Observation], *, writer: str) -> Any:
+        if self.down:
+            raise EssUnavailable(grpc.StatusCode.UNAVAILABLE, "ESS is down")
+        results = await self.real.update(observations, writer=writer)
+        self.delivered += len(observations)
+        return results
+
+    async def work_unit(self, xid: int, wid: int) -> Any:
+        return await self.real.work_unit(xid, wid)
+
+
+def probe(value: Any) -> Any:
+    """``wait_until`` awaits its probe: wrap a plain condition."""
+
+    async def read() -> Any:
+        return value()
+
+    return read
+
+
+@pytest.fixture
+async def system(ess_factory: Any) -> AsyncIterator[System]:
+    async with running_system(ess_factory, controllers=True) as started:
+        yield started
+
+
+async def test_a_deposed_leader_drops_what_it_held(system: System) -> None:
+    await system.reconciler.stop()  # replaced by two replicas on a short Lease
+    real = system.reconciler._ess
+    ess_a = CountingEss(real)
+
+    def replica(identity: str, ess: Any) -> Reconciler:
+        options = dataclasses.replace(system.reconciler.options, lease=LEASE)
+        return Reconciler(system.kube, ess, identity=identity, clock=utc_now, options=options)
+
+    a = replica("r-a", ess_a)
+    await a.start()
+    await wait_until(probe(lambda: a.leading), True, within=10)
+    b = replica("r-b", real)
+    await b.start()
+    try:
+        experiment: Experiment = await system.ess.api.CreateExperiment(
+            api_pb2.CreateExperimentRequest(experiment=Experiment()), metadata=ALICE
+        )
+        operation = await system.ess.api.CreateWorkUnit(
+            api_pb2.CreateWorkUnitRequest(
+                parent=experiment.name, work_unit=forever_work_unit(1000)
+            ),
+            metadata=ALICE,
+        )
+        name = str(operation.name).split("/operations/")[0]
+        await wait_until(lambda: system.state(name), WorkUnitState.RUNNING, within=30)
+
+        # A's ESS becomes unreachable; a change of the JobSet leaves A holding observations.
+        ess_a.down = True
+        xid, wid = name.split("/")[1::2]
+        system.sim.store.update(
+            JOBSET, "default", f"xmc-{xid}-{wid}",
+            lambda js: js["metadata"]["labels"].update(touched="yes"),
+        )  # fmt: skip
+        await wait_until(probe(lambda: a.batcher.pending > 0), True, within=10)
+
+        # A freezes the way a SIGSTOP freezes it: its elector stops renewing, its batcher
+        # still holds the items. B takes the Lease once it expires.
+        election = next(t for t in a._tasks if t.get_name() == "leader election")
+        election.cancel()
+        await wait_until(probe(lambda: b.leading), True, within=10)
+
+        # A wakes with its ESS reachable again: nothing it held may reach the ESS.
+        delivered = ess_a.delivered
+        ess_a.down = False
+        await wait_until(probe(lambda: a.batcher.pending), 0, within=10)
+        assert ess_a.delivered == delivered, "a deposed leader sent what it held"
+        assert not a.leading
+    finally:
+        await a.abort()
+        await b.stop()

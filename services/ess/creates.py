@@ -62,7 +62,9 @@ log = structlog.get_logger()
 
 
 @dataclass(eq=False)
-class _Request:
+class QueuedCreate:
+    """One CreateWorkUnit call waiting for its group's outcome."""
+
     identity: Identity
     xid: int
     wid: int | None
@@ -79,10 +81,10 @@ class _CallerGaveUp(Exception):
     """Raised inside a group's transaction to roll it back: a caller gave up before COMMIT."""
 
 
-def take_live(queue: deque[_Request], limit: int) -> list[_Request]:
+def take_live(queue: deque[QueuedCreate], limit: int) -> list[QueuedCreate]:
     """Up to ``limit`` requests from the front of ``queue`` whose callers still wait; those
     that gave up are dropped on the way (removed, never created)."""
-    batch: list[_Request] = []
+    batch: list[QueuedCreate] = []
     while queue and len(batch) < limit:
         request = queue.popleft()
         if not request.abandoned:
@@ -100,7 +102,7 @@ def creates_for_the_gone(gave_up: Sequence[bool], outcomes: Sequence[CreateOutco
     )
 
 
-def answer(request: _Request, outcome: CreateOutcome | BaseException) -> bool:
+def answer(request: QueuedCreate, outcome: CreateOutcome | BaseException) -> bool:
     """Give a caller its outcome; False when it had given up already (nobody to tell)."""
     if request.abandoned:
         return False
@@ -127,15 +129,20 @@ class CreateCoalescer:
         self._clock = clock
         self._writer = writer
         self._max_batch = max_batch
-        self._queue: deque[_Request] = deque()
+        self._queue: deque[QueuedCreate] = deque()
         self._max_in_flight = max_in_flight
         self._flushers: set[asyncio.Task[None]] = set()
+
+    @property
+    def queued(self) -> int:
+        """Calls waiting for a group (those that gave up included until a group drops them)."""
+        return len(self._queue)
 
     async def submit(
         self, identity: Identity, xid: int, work_unit: WorkUnit, wid: int | None
     ) -> Operation:
         future: asyncio.Future[Operation] = asyncio.get_running_loop().create_future()
-        self._queue.append(_Request(identity, xid, wid, work_unit, future))
+        self._queue.append(QueuedCreate(identity, xid, wid, work_unit, future))
         if len(self._flushers) < self._max_in_flight:
             task = asyncio.create_task(self._flush())
             self._flushers.add(task)
@@ -158,7 +165,7 @@ class CreateCoalescer:
                 for request in batch:
                     answer(request, exc)
 
-    async def _create(self, batch: Sequence[_Request]) -> None:
+    async def _create(self, batch: Sequence[QueuedCreate]) -> None:
         def authorize(index: int, experiment: ExperimentAccess) -> XmcError | None:
             identity = batch[index].identity
             writers = acl_writer_emails(experiment.acls)
@@ -194,7 +201,7 @@ class CreateCoalescer:
             await asyncio.gather(*self._flushers, return_exceptions=True)
 
 
-def _abandoned_after_commit(request: _Request, outcome: CreateOutcome) -> None:
+def _abandoned_after_commit(request: QueuedCreate, outcome: CreateOutcome) -> None:
     """The caller gave up during COMMIT: the outcome is unknown to it (see the module
     docstring); a client retrying without ``work_unit_id`` will create a second unit."""
     if not isinstance(outcome, Created) or outcome.work_unit is None:

@@ -27,7 +27,10 @@ default) duplicated. Now:
 - one that gives up during the COMMIT round trip itself cannot be helped: its unit
   exists and nobody is told (DEADLINE_EXCEEDED means "unknown outcome" in gRPC). Those
   are logged and counted (``xmc_ess_creates_abandoned_after_commit_total``);
-- answers and errors go only to futures not done, so the others get theirs.
+- answers and errors go only to futures not done, so the others get theirs;
+- a group that fails for a reason other than storage being unavailable (which is every
+  caller's) is redone one caller at a time: a value of one request that Postgres refuses
+  (a gap in the request checks) fails that caller only, not the 255 grouped with it.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from google.longrunning.operations_proto_pb2 import Operation
 
 from ess.auth import Identity, acl_writer_emails, can_write_experiment
 from ess.metrics import CREATES_ABANDONED_AFTER_COMMIT
+from ess.status_codes import storage_unavailable
 from xmc.errors import PermissionDeniedError, XmcError
 from xmc.store.creation import (
     Created,
@@ -151,19 +155,34 @@ class CreateCoalescer:
 
     async def _flush(self) -> None:
         while batch := take_live(self._queue, self._max_batch):
-            try:
-                await self._create(batch)
-            except _CallerGaveUp:
-                live = [r for r in batch if not r.abandoned]
-                self._queue.extendleft(reversed(live))
-                log.info(
-                    "create group rolled back: callers gave up before commit; redoing the rest",
-                    gave_up=len(batch) - len(live),
-                    redo=len(live),
-                )
-            except Exception as exc:
+            await self._run(batch)
+
+    async def _run(self, batch: Sequence[QueuedCreate]) -> None:
+        """Create a group; the ways it can fail without being every caller's failure are
+        handled here (see the module docstring)."""
+        try:
+            await self._create(batch)
+        except _CallerGaveUp:
+            live = [r for r in batch if not r.abandoned]
+            self._queue.extendleft(reversed(live))
+            log.info(
+                "create group rolled back: callers gave up before commit; redoing the rest",
+                gave_up=len(batch) - len(live),
+                redo=len(live),
+            )
+        except Exception as exc:
+            if len(batch) == 1 or storage_unavailable(exc):
                 for request in batch:
                     answer(request, exc)
+                return
+            log.warning(
+                "create group failed; redoing its callers one by one",
+                error=repr(exc),
+                callers=len(batch),
+            )
+            for request in batch:
+                if not request.abandoned:
+                    await self._run([request])
 
     async def _create(self, batch: Sequence[QueuedCreate]) -> None:
         def authorize(index: int, experiment: ExperimentAccess) -> XmcError | None:

@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 from typing import Any, cast
 
 import asyncpg
+import pytest
 from google.longrunning.operations_proto_pb2 import Operation
 from prometheus_client import REGISTRY
 
@@ -140,3 +141,22 @@ async def test_a_caller_giving_up_during_commit_is_counted_and_the_others_answer
     assert set(answered) < set(stored)
     assert len(stored) == 3
     assert REGISTRY.get_sample_value(AFTER_COMMIT) == before + 1
+
+
+async def test_an_error_one_callers_request_meets_reaches_only_that_caller(
+    store: Store, database_url: str
+) -> None:
+    coalescer = _coalescer(store)
+    xid = await _experiment(store)
+    poison = minimal_work_unit()
+    poison.notes = "a NUL \x00 the request checks refuse, past them here"
+    good = _submit(coalescer, xid, 1)
+    bad = asyncio.create_task(coalescer.submit(ALICE, xid, poison, None))
+    good += _submit(coalescer, xid, 1)
+
+    answered = await asyncio.wait_for(_answers(good), 10)
+
+    with pytest.raises(asyncpg.exceptions.DataError):
+        await bad
+    assert await _stored_units(database_url) == answered
+    assert len(answered) == 2

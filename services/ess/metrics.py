@@ -36,3 +36,8 @@ TASK_STREAM_TRIMMED = Counter(
     "xmc_ess_task_stream_trimmed_total",
     "Entries the relay trimmed from the task stream: their tasks were finished",
 )
+CREATES_ABANDONED_AFTER_COMMIT = Counter(
+    "xmc_ess_creates_abandoned_after_commit_total",
+    "CreateWorkUnit calls whose caller gave up (deadline, cancel) during the COMMIT that "
+    "created their unit: the unit exists and the caller was not told",
+)

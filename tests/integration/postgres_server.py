@@ -1,15 +1,18 @@
-"""A private Postgres cluster, for fault tests that restart Postgres (the machine's
-shared server serves every other test and must never restart)."""
+"""A private Postgres cluster, for fault tests that restart or freeze Postgres (the
+machine's shared server serves every other test and must never restart or stall)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import glob
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from tests.stack import free_port
@@ -54,6 +57,28 @@ class PostgresServer:
         )  # fmt: skip
         if await process.wait() != 0:
             raise RuntimeError(f"pg_ctl restart failed; see {self.log}")
+
+    @contextlib.contextmanager
+    def frozen(self) -> Iterator[None]:
+        """Postgres stalled, not gone (a lock wait or a checkpoint everywhere at once): the
+        postmaster and every backend SIGSTOPped, so connections stay open and every query
+        and new connection waits; all SIGCONTed on exit, whatever happened."""
+        postmaster = int((self.data / "postmaster.pid").read_text().split()[0])
+        os.kill(postmaster, signal.SIGSTOP)  # first: a stopped postmaster forks nothing new
+        stopped = [postmaster]
+        try:
+            found = subprocess.run(
+                ["pgrep", "-P", str(postmaster)], capture_output=True, text=True, check=False
+            )
+            for pid in map(int, found.stdout.split()):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGSTOP)
+                    stopped.append(pid)
+            yield
+        finally:
+            for pid in reversed(stopped):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
 
     def remove(self) -> None:
         if (self.data / "postmaster.pid").exists():

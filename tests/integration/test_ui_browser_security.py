@@ -127,7 +127,7 @@ async def titles(ess: Ess) -> list[str]:
     return [e.title for e in found.experiments]
 
 
-async def test_other_origins_cannot_write_or_frame(open_ess: Ess, browser: Browser) -> None:
+async def test_other_origins_cannot_write(open_ess: Ess, browser: Browser) -> None:
     xid = await sweep(open_ess, units=3)
     async with running_ui(open_ess.channel, token="") as ui, attacker(ui, xid) as port:
         for evil in (f"http://localhost:{port}", f"http://127.0.0.1:{port}"):
@@ -142,6 +142,10 @@ async def test_other_origins_cannot_write_or_frame(open_ess: Ess, browser: Brows
         assert await states(open_ess, xid) == ["INITIALIZING"] * 3, "a unit was stopped"
         assert await titles(open_ess) == ["target"], "an experiment was created"
 
+
+async def test_no_page_renders_in_another_sites_frame(open_ess: Ess, browser: Browser) -> None:
+    xid = await sweep(open_ess, units=1)
+    async with running_ui(open_ess.channel, token="") as ui, attacker(ui, xid) as port:
         page = await browser.new_page()
         for n, path in enumerate(PAGES):
             await page.goto(f"http://localhost:{port}/frame/{n}")

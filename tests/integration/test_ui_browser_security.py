@@ -187,7 +187,9 @@ async def test_same_origin_writes_still_work_under_the_policy(
         await expect(live).to_have_attribute("data-live-updated", re.compile(r"\d+"))
         bar = page.locator("svg.bar rect").first
         assert await bar.get_attribute("width") == "100.0"
-        assert (await bar.bounding_box() or {}).get("width", 0) > 100, "the bar is drawn"
+        box = await bar.bounding_box()
+        assert box is not None
+        assert box["width"] > 100, "the bar is drawn"
 
         await page.locator('tr[data-wid="1"] button.stop').click()  # the dashboard's form
         await expect(page.locator(".notice")).to_contain_text("stop of work unit 1 requested")

@@ -20,6 +20,8 @@ from ui import actions, pages
 from ui.context import CHANNEL, HERE, OPTIONS, TEMPLATES, UiOptions, render, templates
 from ui.gateway import UiError
 from ui.rest import add_rest_routes
+from ui.security import same_site_writes, security_headers
+from ui.transcode import error_body
 from xmc.health import Check, Readiness, evaluate, ready_body
 
 log = structlog.get_logger()
@@ -27,6 +29,8 @@ log = structlog.get_logger()
 #: A function that adds routes to the app over the ESS channel (``ui.rest.add_rest_routes``).
 RestHook = Callable[[web.Application, grpc.aio.Channel], None]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+#: google.rpc names of the errors raised around the REST face (a refused write, a 404).
+_REST_STATUS = {403: "PERMISSION_DENIED", 404: "NOT_FOUND", 500: "INTERNAL"}
 
 
 def default_rest_hooks() -> list[RestHook]:
@@ -36,7 +40,10 @@ def default_rest_hooks() -> list[RestHook]:
 
 
 def _error_page(request: web.Request, status: int, message: str) -> web.Response:
-    if request.path.startswith("/v1/") or "/live" in request.path:
+    if request.path.startswith("/v1/"):  # the REST face's shape (docs/rest.md)
+        body = error_body(status, _REST_STATUS.get(status, "UNKNOWN"), message)
+        return web.json_response(body, status=status)
+    if "/live" in request.path:
         return web.json_response({"error": {"code": status, "message": message}}, status=status)
     try:
         return render(request, "error.html", {"status": status, "message": message}, status=status)
@@ -61,17 +68,6 @@ async def error_pages(request: web.Request, handler: Handler) -> web.StreamRespo
     except Exception:
         log.exception("page failed", path=request.path)
         return _error_page(request, 500, "internal error; the dashboard's log has the details")
-
-
-@web.middleware
-async def same_origin_posts(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """A form POST from another site must not act with the caller's token (CSRF): a
-    browser names the page a POST came from in ``Origin``; it must be this host."""
-    if request.method == "POST" and not request.path.startswith("/v1/"):
-        origin = request.headers.get("Origin")
-        if origin and origin.split("://", 1)[-1] != request.host:
-            raise UiError(403, "refused: the form was sent from another site")
-    return await handler(request)
 
 
 def ess_readiness(channel: grpc.aio.Channel) -> Readiness:
@@ -105,7 +101,8 @@ def create_app(
     normalize = web.normalize_path_middleware(
         append_slash=False, remove_slash=True, merge_slashes=True
     )
-    app = web.Application(middlewares=[normalize, error_pages, same_origin_posts])
+    app = web.Application(middlewares=[normalize, error_pages, same_site_writes])
+    app.on_response_prepare.append(security_headers)
     app[CHANNEL] = channel
     app[OPTIONS] = options or UiOptions()
     app[TEMPLATES] = templates()

@@ -10,7 +10,6 @@ Every failure is a JSON error in the Google API shape, never a stack trace.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from typing import Any, Final, TypeAlias
 
@@ -30,11 +29,13 @@ from ui.http_rules import (
     routes_from_service,
     rules_table,
 )
+from ui.security import json_content_type_refusal
 from ui.transcode import (
     DETAILS_KEY,
     RequestError,
     bearer_metadata,
     build_request,
+    decode_json,
     details_json,
     error_body,
     http_status,
@@ -59,6 +60,7 @@ _LOCAL_STATUS: Final = {
     404: "NOT_FOUND",
     405: "UNIMPLEMENTED",
     413: "OUT_OF_RANGE",
+    415: "INVALID_ARGUMENT",
     500: "INTERNAL",
 }
 _REASONS: Final = {499: "Client Closed Request"}
@@ -80,10 +82,7 @@ async def _payload(request: web.Request, route: HttpRoute) -> Any:
         return {} if route.body == "*" else None
     if not route.body:
         raise RequestError(f"{route.http_method} {route.template.text} takes no request body")
-    try:
-        return json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise RequestError(f"the request body is not valid JSON: {error}") from None
+    return decode_json(raw)
 
 
 class RestFace:
@@ -123,6 +122,9 @@ class RestFace:
             response.headers["Allow"] = allowed
             return response
         assert isinstance(outcome, Matched)
+        refusal = json_content_type_refusal(request.method, request.headers.get("Content-Type"))
+        if refusal is not None:
+            return error_response(415, refusal)
         route = outcome.route
         try:
             payload = await _payload(request, route)

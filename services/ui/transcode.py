@@ -9,7 +9,12 @@ must not list everything.
 
 from __future__ import annotations
 
+import json
+import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import accumulate, count
+from operator import sub
 from typing import Any, Final
 
 import grpc
@@ -54,10 +59,58 @@ SCALAR_MESSAGES: Final = frozenset(
 _BOOLS: Final = {"true": True, "1": True, "false": False, "0": False}
 #: The trailer a server puts a serialized google.rpc.Status in.
 DETAILS_KEY: Final = "grpc-status-details-bin"
+#: The deepest nesting of arrays and objects a request body may have. The API's deepest
+#: message (a work unit's job spec) is about 8 levels; Python's JSON decoder and
+#: json_format both recurse, and fail with RecursionError around 1,000 levels.
+MAX_JSON_DEPTH: Final = 64
+#: A JSON string, escapes included: what :func:`json_depth` skips, since brackets inside
+#: strings do not nest.
+_JSON_STRING: Final = re.compile(rb'"(?:[^"\\]|\\.)*+"', re.DOTALL)
+#: Bracket → 2 (opens) or 0 (closes); every other byte is deleted.
+_BRACKETS: Final = bytes.maketrans(b"[{]}", b"\x02\x02\x00\x00")
+_NOT_BRACKETS: Final = bytes(sorted(set(range(256)) - set(b"[{]}")))
 
 
 class RequestError(ValueError):
     """A request the REST face refuses with 400; the message names the field or parameter."""
+
+
+def json_depth(raw: bytes) -> int:
+    """How deep arrays and objects nest in ``raw``, counted without parsing it (so without
+    recursion, at C speed): strings removed, the brackets left are 2 (open) or 0 (close),
+    and the depth after ``k`` brackets is their sum minus ``k``."""
+    marks = _JSON_STRING.sub(b"", raw).translate(_BRACKETS, _NOT_BRACKETS)
+    return max(map(sub, accumulate(marks), count(1)), default=0)
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise RequestError(f"the request body's number {text} is out of range")
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise RequestError(f"the request body is not valid JSON: {name} is not a JSON value")
+
+
+def decode_json(raw: bytes) -> Any:
+    """A request body as JSON, refusing (:class:`RequestError`, so 400) what the JSON
+    grammar allows but no field can hold, and what would crash the decoders further on:
+    nesting deeper than :data:`MAX_JSON_DEPTH`, numbers beyond a double (``1e400`` would
+    be ``inf``, which an integer or enum field cannot take), Python's ``NaN`` and
+    ``Infinity`` extensions, and integers too long to convert."""
+    depth = json_depth(raw)
+    if depth > MAX_JSON_DEPTH:
+        raise RequestError(
+            f"the request body nests {depth} levels deep; at most {MAX_JSON_DEPTH} are allowed"
+        )
+    try:
+        return json.loads(raw, parse_float=_finite, parse_constant=_no_constant)
+    except RequestError:
+        raise
+    except (ValueError, RecursionError) as error:  # ValueError: JSONDecodeError, UTF-8, int
+        raise RequestError(f"the request body is not valid JSON: {error}") from None
 
 
 def http_status(code: grpc.StatusCode) -> int:

@@ -87,23 +87,28 @@ def tail_id(name: str) -> str:
 
 def state_bar(counts: Iterable[tuple[int, int]]) -> list[Row]:
     """Segments of the state bar from ``(state, count)`` pairs: non-empty states in
-    :data:`BAR_ORDER`, each with its share in percent (the shares sum to 100)."""
+    :data:`BAR_ORDER`, each with its share in percent (the shares sum to 100) and the
+    share of the segments before it (where it starts)."""
     merged: dict[WorkUnitState, int] = {}
     for state, count in counts:
         if count > 0:
             key = known_state(state)
             merged[key] = merged.get(key, 0) + count
     total = sum(merged.values())
-    return [
-        {
-            "state": state.name,
-            "count": merged[state],
-            "percent": round(100 * merged[state] / total, 2),
-            "tone": STATE_TONE[state],
-        }
-        for state in BAR_ORDER
-        if state in merged
-    ]
+    segments: list[Row] = []
+    before = 0
+    for state in (state for state in BAR_ORDER if state in merged):
+        segments.append(
+            {
+                "state": state.name,
+                "count": merged[state],
+                "percent": round(100 * merged[state] / total, 2),
+                "offset": round(100 * before / total, 2),
+                "tone": STATE_TONE[state],
+            }
+        )
+        before += merged[state]
+    return segments
 
 
 def worst_severity(counts: Iterable[tuple[int, int]]) -> str:

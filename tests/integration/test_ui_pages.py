@@ -236,3 +236,91 @@ async def test_probes(ess: Ess, ui: str, http: aiohttp.ClientSession) -> None:
     status, body = await get(http, f"{ui}/readyz")
     assert status == 200
     assert "SERVING" in body
+
+
+async def unit_state(ess: Ess, xid: int, wid: int) -> WorkUnitState:
+    unit = await ess.api.GetWorkUnit(
+        api_pb2.GetWorkUnitRequest(name=f"experiments/{xid}/workUnits/{wid}"), metadata=ALICE
+    )
+    return WorkUnitState(unit.current_work_unit_execution.status.state)
+
+
+async def test_cross_site_form_posts_are_refused(
+    ess: Ess, ui: str, http: aiohttp.ClientSession
+) -> None:
+    """Every form action refuses a POST another site made: by ``Sec-Fetch-Site`` alone, by
+    ``Origin`` alone, and an ``Origin`` on this host:port but another scheme (issue 24)."""
+    xid = await experiment(ess, "target", units=1)
+    actions = [
+        (f"/experiments/{xid}/workUnits/1/stop", {}),
+        (f"/experiments/{xid}/workUnits/1/restart", {}),
+        (f"/experiments/{xid}/stop", {"confirm": "on"}),
+        (f"/experiments/{xid}/restart", {"confirm": "on"}),
+        ("/scheduling/pause", {"reason": "forged"}),
+        ("/scheduling/resume", {}),
+    ]
+    foreign = [
+        {"Sec-Fetch-Site": "cross-site"},
+        {"Sec-Fetch-Site": "same-site", "Origin": "http://sub.127.0.0.1.nip.io"},
+        {"Origin": "https://evil.example"},
+        {"Origin": "null"},
+        {"Origin": ui.replace("http://", "https://")},
+    ]
+    root = {"Authorization": "Bearer token-root"}
+    for path, form in actions:
+        for headers in foreign:
+            async with http.post(
+                f"{ui}{path}", data=form, headers={**root, **headers}, allow_redirects=False
+            ) as response:
+                assert response.status == 403, (path, headers)
+                assert "another site" in await response.text()
+    assert await unit_state(ess, xid, 1) == WorkUnitState.INITIALIZING
+    status, page = await get(http, f"{ui}/scheduling", headers=root)
+    assert (status, "RUNNING" in page, "forged" in page) == (200, True, False)
+
+    same_origin = {"Origin": ui, "Sec-Fetch-Site": "same-origin"}
+    async with http.post(
+        f"{ui}/experiments/{xid}/workUnits/1/stop", headers=same_origin, allow_redirects=False
+    ) as response:
+        assert response.status == 303
+    assert await unit_state(ess, xid, 1) in (WorkUnitState.STOPPING, WorkUnitState.STOPPED)
+
+
+async def test_every_answer_carries_the_security_headers(
+    ess: Ess, ui: str, http: aiohttp.ClientSession
+) -> None:
+    """Pages, fragments, JSON, redirects, errors and files: not framable, not sniffed, no
+    referrer to other sites, no server version; nothing but the static files is stored."""
+    xid = await experiment(ess, "headers", units=1)
+    answers = {
+        "page": ("GET", "/", 200),
+        "experiment": ("GET", f"/experiments/{xid}", 200),
+        "fragment": ("GET", f"/experiments/{xid}/live", 200),
+        "not-found": ("GET", "/experiments/987654", 404),
+        "unknown-path": ("GET", "/nothing", 404),
+        "rest": ("GET", "/v1/experiments", 200),
+        "rest-error": ("GET", "/v1/experiments/987654", 404),
+        "redirect": ("POST", f"/experiments/{xid}/workUnits/1/stop", 303),
+        "refused": ("POST", f"/experiments/{xid}/workUnits/1/restart", 403),
+        "probe": ("GET", "/healthz", 200),
+        "static": ("GET", "/static/ui.css", 200),
+    }
+    for case, (method, path, want) in answers.items():
+        headers = {"Authorization": "Bearer token-alice"}  # REST takes no default token
+        if case == "refused":
+            headers["Origin"] = "https://evil.example"
+        async with http.request(
+            method, f"{ui}{path}", headers=headers, allow_redirects=False
+        ) as response:
+            assert response.status == want, case
+            got = response.headers
+            assert "frame-ancestors 'none'" in got["Content-Security-Policy"], case
+            assert "script-src 'self'" in got["Content-Security-Policy"], case
+            assert got["X-Frame-Options"] == "DENY", case
+            assert got["X-Content-Type-Options"] == "nosniff", case
+            assert got["Referrer-Policy"] == "same-origin", case
+            assert got["Server"] == "xmc-ui", case
+            if case == "static":
+                assert "no-store" not in got.get("Cache-Control", ""), case
+            else:
+                assert got["Cache-Control"] == "no-store", case

@@ -16,11 +16,13 @@ from google.protobuf import json_format
 
 from tests.integration.conftest import Ess
 from tests.integration.support import minimal_work_unit
+from tests.integration.ui_support import running_ui
 from tests.stack import free_port
 from ui.rest import add_rest_routes, rest_routes
 
 ALICE = {"Authorization": "Bearer token-alice"}
 BOB = {"Authorization": "Bearer token-bob"}
+JSON_ALICE = {**ALICE, "Content-Type": "application/json"}
 WORK_UNIT = json_format.MessageToDict(minimal_work_unit())
 
 
@@ -52,9 +54,10 @@ async def call(
     headers: dict[str, str] | None = None,
     **kwargs: Any,
 ) -> Any:
-    response = await http.request(
-        method, path, headers=ALICE if headers is None else headers, **kwargs
-    )
+    sent = {**(ALICE if headers is None else headers)}
+    if method != "GET":  # every REST write says it is JSON (ui.security)
+        sent.setdefault("Content-Type", "application/json")
+    response = await http.request(method, path, headers=sent, **kwargs)
     assert response.content_type == "application/json"
     body = await response.json()
     assert response.status == status, body
@@ -204,6 +207,18 @@ BAD_REQUESTS: list[tuple[str, str, str, dict[str, Any], str]] = [
     ("body-not-object", "POST", "/v1/experiments/1/workUnits/1:stop", {"json": ["x"]}, "object"),
     ("unknown-star-field", "POST", "/v1/experiments/1:updateLaunchState", {"json": {"x": 1}}, "x"),
     ("bad-enum", "POST", "/v1/experiments", {"json": {"priority": "URGENT"}}, "priority"),
+    # Each of these three was a 500 (issue 24): OverflowError, then RecursionError twice.
+    ("overflow", "POST", "/v1/experiments", {"data": '{"priority": 1e400}'}, "out of range"),
+    ("deep-100k", "POST", "/v1/experiments", {"data": "[" * 100_000 + "]" * 100_000}, "nests"),
+    (
+        "deep-200k",
+        "POST",
+        "/v1/experiments",
+        {"data": '{"a":[' * 100_000 + "]}" * 100_000},  # 200,000 deep in 1 MB
+        "nests",
+    ),
+    ("nan", "POST", "/v1/experiments", {"data": '{"priority": NaN}'}, "NaN"),
+    ("long-int", "POST", "/v1/experiments", {"data": '{"priority": 1' + "0" * 5000 + "}"}, "JSON"),
 ]
 
 
@@ -222,7 +237,7 @@ async def test_unknown_paths_and_wrong_verbs(http: Http) -> None:
     response = await http.get("/v1/experiments/1/workUnits/2:stop", headers=ALICE)
     assert response.status == 405
     assert response.headers["Allow"] == "POST"
-    response = await http.delete("/v1/experiments/1", headers=ALICE)
+    response = await http.delete("/v1/experiments/1", headers=JSON_ALICE)
     assert (response.status, response.headers["Allow"]) == (405, "GET, PATCH")
     assert (await response.json())["error"]["code"] == 405
 
@@ -257,7 +272,7 @@ async def test_an_unreachable_ess_is_503() -> None:
 
 async def test_an_oversized_body_is_a_json_error(http: Http) -> None:
     big = {"title": "x" * (2 * 1024 * 1024)}
-    response = await http.post("/v1/experiments", json=big, headers=ALICE)
+    response = await http.post("/v1/experiments", json=big, headers=JSON_ALICE)
     assert response.status == 413
     assert (await response.json())["error"]["code"] == 413
 
@@ -281,3 +296,88 @@ async def test_real_tcp_site_on_a_free_port(ess: Ess) -> None:
             assert (await response.json())["title"] == "tcp"
     finally:
         await runner.cleanup()
+
+
+async def unit_state(http: Http, name: str) -> str:
+    unit = await call(http, "GET", f"/v1/{name}")
+    state: str = unit["currentWorkUnitExecution"]["status"]["state"]
+    return state
+
+
+async def test_rest_writes_without_the_json_content_type_are_415(http: Http) -> None:
+    """What a page on another site can send without a CORS preflight — no body, a
+    text/plain body that is valid JSON, a form — never acts (issue 24)."""
+    parent = await new_experiment(http)
+    name = await new_work_unit(http, parent)
+    before = await unit_state(http, name)
+    attempts: list[tuple[str, str, dict[str, str], str | None]] = [
+        ("POST", f"/v1/{name}:stop", {}, None),
+        ("POST", f"/v1/{parent}/workUnits:batchStop", {"Content-Type": "text/plain"}, "{}"),
+        (
+            "POST",
+            "/v1/experiments",
+            {"Content-Type": "application/x-www-form-urlencoded"},
+            '{"title": "forged", "x": "="}',
+        ),
+        ("POST", "/v1/experiments", {"Content-Type": "text/plain;charset=UTF-8"}, '{"title": "f"}'),
+        ("DELETE", "/v1/artifacts/1", {}, None),
+    ]
+    for method, path, headers, data in attempts:
+        response = await http.request(method, path, headers={**ALICE, **headers}, data=data)
+        body = await response.json()
+        assert response.status == 415, (method, path, body)
+        assert "Content-Type: application/json" in body["error"]["message"]
+        assert body["error"]["status"] == "INVALID_ARGUMENT"
+    assert await unit_state(http, name) == before
+    listed = await call(http, "GET", "/v1/experiments", params={"filter": 'title = "forged"'})
+    assert listed == {}
+    # The same writes with the header act.
+    await call(http, "POST", f"/v1/{name}:stop", headers=JSON_ALICE)
+    assert await unit_state(http, name) == "STOPPING"
+
+
+async def test_cross_site_rest_writes_are_refused_on_the_dashboard(ess: Ess) -> None:
+    """On the dashboard's listener (``create_app``), a write whose ``Origin`` or
+    ``Sec-Fetch-Site`` names another site is a 403 before it reaches the ESS; reads,
+    same-origin writes and clients without those headers work."""
+    async with running_ui(ess.channel, token="") as base, aiohttp.ClientSession() as session:
+
+        async def send(method: str, path: str, headers: dict[str, str], **kw: Any) -> Any:
+            sent = {**JSON_ALICE, **headers}
+            async with session.request(method, f"{base}{path}", headers=sent, **kw) as response:
+                return response.status, await response.json()
+
+        status, created = await send("POST", "/v1/experiments", {}, json={"title": "mine"})
+        assert status == 200, created
+        name = created["name"]
+        foreign = [
+            {"Origin": "https://evil.example"},
+            {"Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site"},
+            {"Sec-Fetch-Site": "cross-site"},
+            {"Sec-Fetch-Site": "same-site", "Origin": "http://other.127.0.0.1.nip.io"},
+            {"Origin": "null"},
+            {"Origin": base.replace("http://", "https://")},  # the scheme counts
+        ]
+        for headers in foreign:
+            for method, path, body in (
+                ("POST", f"/v1/{name}:updateLaunchState", {"launchState": "COMPLETED"}),
+                ("POST", "/v1/experiments", {"title": "forged"}),
+                ("PATCH", f"/v1/{name}?updateMask=title", {"title": "forged"}),
+            ):
+                status, answer = await send(method, path, headers, json=body)
+                assert status == 403, (headers, path, answer)
+                assert answer["error"]["status"] == "PERMISSION_DENIED"
+                assert "another site" in answer["error"]["message"]
+        status, answer = await send("GET", f"/v1/{name}", {"Origin": "https://evil.example"})
+        assert (status, answer["title"]) == (200, "mine"), "reads are not writes"
+        assert answer["status"]["launchState"] != "COMPLETED"
+        status, found = await send(
+            "GET", "/v1/experiments", {}, params={"filter": 'title = "forged"'}
+        )
+        assert (status, found) == (200, {})
+
+        for headers in ({"Origin": base, "Sec-Fetch-Site": "same-origin"}, {"Origin": base}, {}):
+            status, answer = await send(
+                "PATCH", f"/v1/{name}?updateMask=title", headers, json={"title": "renamed"}
+            )
+            assert (status, answer.get("title")) == (200, "renamed"), (headers, answer)

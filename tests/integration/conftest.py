@@ -16,6 +16,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from ess.app import EssOptions, EssServer
+from tests.integration.browser import browser  # noqa: F401  (a fixture)
+from tests.integration.postgres_server import private_postgres  # noqa: F401  (a fixture)
 from tests.integration.processes import client, ledger, stack  # noqa: F401  (fixtures)
 from tests.integration.redis_cluster import redis_cluster  # noqa: F401  (a fixture)
 from tests.integration.support import FakeClock, wait_until

@@ -15,6 +15,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 from tests.stack import free_port
 
 
@@ -90,3 +92,14 @@ def _major(initdb: str) -> int:
     """``/usr/lib/postgresql/15/bin/initdb`` → 15: the newest installed one is used."""
     version = Path(initdb).parent.parent.name.split(".")[0]
     return int(version) if version.isdigit() else 0
+
+
+@pytest.fixture
+def private_postgres() -> Iterator[PostgresServer]:
+    """A throw-away cluster of the test's own (it may be stopped, frozen or restarted)."""
+    server = PostgresServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.remove()

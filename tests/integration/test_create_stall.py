@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Iterator
 
 import asyncpg
 import grpc
@@ -31,16 +30,6 @@ FREEZE_SECONDS = 8.0
 CALLS = 20
 SHORT_DEADLINE = 3.0
 LONG_DEADLINE = 60.0
-
-
-@pytest.fixture
-def private_postgres() -> Iterator[PostgresServer]:
-    server = PostgresServer()
-    server.start()
-    try:
-        yield server
-    finally:
-        server.remove()
 
 
 @pytest.fixture

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 from structlog.testing import capture_logs
@@ -18,6 +18,7 @@ from reconciler.leader import LeaderElector, LeaseSettings, expired, format_micr
 from tests.integration.support import T0, BuggyReads, FakeClock
 from tests.kubesim.conftest import eventually
 from xmc.kube_client import KubeClient
+from xmc.timestamps import utc_now
 
 #: Short durations: the lease field is whole seconds, so 1 s; step down after 0.6 s.
 SHORT = LeaseSettings(
@@ -36,7 +37,8 @@ class Candidate:
     transitions: list[str] = field(default_factory=list)
 
 
-Start = Callable[[str], Candidate]
+class Start(Protocol):
+    def __call__(self, identity: str, *, clock: FakeClock | None = None) -> Candidate: ...
 
 
 @pytest.fixture
@@ -58,7 +60,7 @@ async def start(api: KubeClient) -> AsyncIterator[Start]:
     """Start a candidate with its own identity; cancelled (no release) after the test."""
     candidates: list[Candidate] = []
 
-    def run(identity: str) -> Candidate:
+    def run(identity: str, *, clock: FakeClock | None = None) -> Candidate:
         transitions: list[str] = []
 
         async def started() -> None:
@@ -73,6 +75,7 @@ async def start(api: KubeClient) -> AsyncIterator[Start]:
             settings=SHORT,
             on_started_leading=started,
             on_stopped_leading=stopped,
+            clock=utc_now if clock is None else clock,
         )
         candidate = Candidate(elector, asyncio.create_task(elector.run()), transitions)
         candidates.append(candidate)
@@ -278,32 +281,16 @@ async def test_injected_clock_decides_expiry_of_a_foreign_lease(
 
 
 async def test_a_leader_paused_past_its_deadline_starts_a_new_term(
-    sim: KubeSim, api: KubeClient
+    sim: KubeSim, start: Start
 ) -> None:
     """A SIGSTOP'd (or starved) leader whose Lease nobody took renews it when it wakes; it
     must still step down and start again, so its re-observation covers the events its
     watch handlers ignored while it was not a valid leader."""
     clock = FakeClock()
-    transitions: list[str] = []
-
-    async def started() -> None:
-        transitions.append("started")
-
-    async def stopped() -> None:
-        transitions.append("stopped")
-
-    elector = LeaderElector(
-        api, identity="a", settings=SHORT, clock=clock,
-        on_started_leading=started, on_stopped_leading=stopped,
-    )  # fmt: skip
-    task = asyncio.create_task(elector.run())
-    try:
-        await eventually(lambda: elector.is_leader, what="a leads")
-        clock.advance(30)  # the pause: past the renew deadline and the whole lease
-        assert not elector.is_leader
-        await eventually(lambda: transitions == ["started", "stopped", "started"], what="a term")
-        assert elector.is_leader
-        assert lease(sim)["holderIdentity"] == "a"
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+    a = start("a", clock=clock)
+    await eventually(lambda: a.elector.is_leader, what="a leads")
+    clock.advance(30)  # the pause: past the renew deadline and the whole lease
+    assert not a.elector.is_leader
+    await eventually(lambda: a.transitions == ["started", "stopped", "started"], what="a term")
+    assert a.elector.is_leader
+    assert lease(sim)["holderIdentity"] == "a"

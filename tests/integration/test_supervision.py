@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -142,16 +142,6 @@ async def test_the_actuator_survives_deleting_its_task_stream(
 
 
 # --- a Postgres restart under a sweep ---------------------------------------------------
-
-
-@pytest.fixture
-def private_postgres() -> Iterator[PostgresServer]:
-    server = PostgresServer()
-    server.start()
-    try:
-        yield server
-    finally:
-        server.remove()
 
 
 @pytest.fixture

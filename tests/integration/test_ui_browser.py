@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.async_api import Browser, Page, async_playwright, expect
+from playwright.async_api import Browser, Page, expect
 
 from tests.integration.support import forever_work_unit, minimal_work_unit
 from tests.integration.system import ALICE, System, running_system
@@ -28,32 +28,10 @@ from xmc_api.cloud.xmanager.v1 import api_pb2
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 
-CHROMIUM = Path("/usr/bin/chromium")
 #: Where the screenshots go ('' = a temporary directory); ``make screenshots`` sets it.
 SCREENSHOTS = os.environ.get("XMC_UI_SCREENSHOTS", "")
 #: Milliseconds a page condition may take: scheduling + start + run in kubesim at scale 1.
 WITHIN = 60_000
-
-
-def _need_chromium() -> None:
-    if CHROMIUM.exists():
-        return
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{CHROMIUM} is missing on CI: .ci/run installs it (apt-get install chromium)")
-    pytest.skip(f"{CHROMIUM} is missing: apt-get install -y chromium chromium-driver")
-
-
-@pytest.fixture
-async def browser() -> AsyncIterator[Browser]:
-    _need_chromium()
-    async with async_playwright() as playwright:
-        launched = await playwright.chromium.launch(
-            executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-gpu"]
-        )
-        try:
-            yield launched
-        finally:
-            await launched.close()
 
 
 @pytest.fixture

@@ -20,11 +20,10 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from playwright.async_api import Browser, Page, async_playwright, expect
+from playwright.async_api import Browser, Page, expect
 
 from tests.integration.conftest import Ess, EssFactory, metadata
 from tests.integration.support import minimal_work_unit
-from tests.integration.test_ui_browser import CHROMIUM, _need_chromium
 from tests.integration.ui_support import running_ui
 from ui.main import start_site
 from xmc.model.states import WorkUnitState
@@ -56,19 +55,6 @@ fetch("{ui}/v1/experiments", {{method: "POST", mode: "no-cors",
 }
 #: Every page of the dashboard, framed by the attacker.
 PAGES = ("/", "/experiments/{xid}", "/experiments/{xid}/workUnits/1", "/scheduling")
-
-
-@pytest.fixture
-async def browser() -> AsyncIterator[Browser]:
-    _need_chromium()
-    async with async_playwright() as playwright:
-        launched = await playwright.chromium.launch(
-            executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-gpu"]
-        )
-        try:
-            yield launched
-        finally:
-            await launched.close()
 
 
 @pytest.fixture

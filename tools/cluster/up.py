@@ -1,0 +1,394 @@
+"""Start a real Kubernetes control plane on loopback (``make cluster``).
+
+etcd, kube-apiserver, kube-controller-manager, kube-scheduler, the JobSet controller,
+Kueue and kwok run as host processes bound to 127.0.0.1, from binaries that
+``build.sh`` keeps in ``$XMC_CLUSTER_CACHE``. Everything made at start lives in
+``.cluster/`` (ignored by git): a CA and certificates, service-account keys, etcd's
+data, logs, pid files, and ``kubeconfig`` (cluster-admin), which is printed at the end.
+
+CRDs and webhook configurations are read from the Go module cache at the versions
+pinned in ``tools/cluster/*/go.mod``; the webhooks are re-pointed from their in-cluster
+Service to ``https://127.0.0.1:<port>`` with our CA as ``caBundle``.
+``down.py`` stops it all. Ports: ``XMC_CLUSTER_PORT_BASE`` (default 17300) + offset.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import pki  # noqa: E402
+from common import CLUSTER, ROOT, TOOLS, alive, pid_files, port_in_use  # noqa: E402
+
+BASE = int(os.environ.get("XMC_CLUSTER_PORT_BASE", "17300"))
+PORT = {
+    "etcd": BASE, "etcd-peer": BASE + 1, "apiserver": BASE + 2, "kcm": BASE + 3,
+    "scheduler": BASE + 4, "jobset-webhook": BASE + 5, "jobset-health": BASE + 6,
+    "kueue-webhook": BASE + 7, "kueue-health": BASE + 8, "kwok": BASE + 9,
+    "kueue-visibility": BASE + 10,
+}  # fmt: skip
+NODES = int(os.environ.get("XMC_CLUSTER_NODES", "4"))
+NODE_CAPACITY = {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": "8", "pods": "110"}
+PKI = CLUSTER / "pki"
+LOGS = CLUSTER / "logs"
+T0 = time.monotonic()
+
+
+def log(msg: str) -> None:
+    print(f"[cluster {time.monotonic() - T0:6.1f}s] {msg}", file=sys.stderr, flush=True)
+
+
+def components() -> dict[str, tuple[str, Path]]:
+    """component -> (version, cache dir), as build.sh computes them."""
+    out = subprocess.run(
+        ["bash", str(TOOLS / "build.sh"), "--print"], check=True, capture_output=True, text=True
+    ).stdout
+    return {c: (v, Path(d)) for c, v, d in (line.split() for line in out.splitlines())}
+
+
+def module_dir(module: str, version: str) -> Path:
+    gomodcache = subprocess.run(
+        ["go", "env", "GOMODCACHE"], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    path = Path(gomodcache) / f"{module}@{version}"
+    if not path.is_dir():  # build.sh downloaded it once; a cleaned cache is refilled here
+        subprocess.run(["go", "mod", "download", f"{module}@{version}"], check=True)
+    return path
+
+
+# --- processes -----------------------------------------------------------------
+
+
+def start(name: str, argv: list[str]) -> None:
+    LOGS.mkdir(parents=True, exist_ok=True)
+    with open(LOGS / f"{name}.log", "ab") as out:
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True, cwd=CLUSTER,
+        )  # fmt: skip
+    (CLUSTER / "pids" / f"{name}.pid").write_text(f"{proc.pid}\n")
+    log(f"started {name} (pid {proc.pid}, log .cluster/logs/{name}.log)")
+
+
+def wait_until(what: str, probe: Callable[[], bool], timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    last: object = None
+    while time.monotonic() < deadline:
+        try:
+            if probe():
+                log(f"{what}: ready")
+                return
+        except Exception as exc:  # noqa: BLE001 - anything not ready yet is retried
+            last = exc
+        for pid_file in pid_files():
+            if not alive(pid_file):
+                sys.exit(f"{pid_file.stem} exited; see .cluster/logs/{pid_file.stem}.log")
+        time.sleep(0.3)
+    sys.exit(f"{what}: not ready after {timeout:.0f}s (last error: {last})")
+
+
+def http_ok(url: str, ctx: ssl.SSLContext | None = None) -> bool:
+    with urllib.request.urlopen(url, timeout=3, context=ctx) as resp:
+        return bool(resp.status == 200)
+
+
+# --- the API, as cluster-admin ----------------------------------------------------
+
+_CTX: ssl.SSLContext | None = None
+
+
+def api(
+    method: str, path: str, body: object = None, ctype: str = "application/json"
+) -> dict[str, Any]:
+    global _CTX
+    if _CTX is None:
+        _CTX = ssl.create_default_context(cafile=str(PKI / "ca.crt"))
+        _CTX.load_cert_chain(PKI / "admin.crt", PKI / "admin.key")
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(
+        f"https://127.0.0.1:{PORT['apiserver']}{path}", data=data, method=method,
+        headers={"Content-Type": ctype, "Accept": "application/json"},
+    )  # fmt: skip
+    with urllib.request.urlopen(req, timeout=30, context=_CTX) as resp:
+        raw = resp.read()
+    return json.loads(raw) if raw.startswith(b"{") else {"text": raw.decode()}
+
+
+def apply(collection: str, obj: dict[str, Any]) -> None:
+    """Server-side apply of obj into collection (e.g. /api/v1/namespaces)."""
+    name = obj["metadata"]["name"]
+    api(
+        "PATCH", f"{collection}/{name}?fieldManager=xmc-cluster&force=true", obj,
+        "application/apply-patch+yaml",
+    )  # fmt: skip
+
+
+def create(collection: str, obj: dict[str, Any]) -> None:
+    try:
+        api("POST", collection, obj)
+    except urllib.error.HTTPError as exc:
+        if exc.code != 409:
+            raise
+
+
+# --- manifests from the module cache ------------------------------------------------
+
+
+def load_yaml(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def install_crds(src: Path, webhook_port: int, ca_b64: str) -> list[str]:
+    """Apply config/components/crd/bases; where upstream's kustomization patches a CRD
+    with a conversion webhook, point that webhook at our loopback server."""
+    crd_dir = src / "config/components/crd"
+    conversions: dict[str, dict[str, Any]] = {}
+    kust = yaml.safe_load((crd_dir / "kustomization.yaml").read_text())
+    for patch in kust.get("patches") or []:
+        doc = load_yaml(crd_dir / patch["path"])[0]
+        webhook = doc.get("spec", {}).get("conversion", {}).get("webhook")
+        if webhook:
+            conversions[doc["metadata"]["name"]] = webhook
+    names = []
+    for path in sorted((crd_dir / "bases").glob("*.yaml")):
+        for crd in load_yaml(path):
+            name = crd["metadata"]["name"]
+            webhook = conversions.get(name)
+            if webhook and len(crd["spec"]["versions"]) > 1:
+                hook_path = webhook["clientConfig"]["service"]["path"]
+                crd["spec"]["conversion"] = {
+                    "strategy": "Webhook",
+                    "webhook": {
+                        "conversionReviewVersions": webhook["conversionReviewVersions"],
+                        "clientConfig": {
+                            "url": f"https://127.0.0.1:{webhook_port}{hook_path}",
+                            "caBundle": ca_b64,
+                        },
+                    },
+                }
+            apply("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+            names.append(name)
+    return names
+
+
+def crd_established(name: str) -> bool:
+    crd = api("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+    conds = crd.get("status", {}).get("conditions", [])
+    return any(c["type"] == "Established" and c["status"] == "True" for c in conds)
+
+
+def json_patch_replace(doc: dict[str, Any], ops: list[dict[str, Any]]) -> None:
+    """The subset of RFC 6902 that upstream's webhook patches use: replace /webhooks/N."""
+    for op in ops:
+        parts = op["path"].strip("/").split("/")
+        if op["op"] != "replace" or len(parts) != 2:
+            raise ValueError(f"unsupported webhook patch {op}")
+        doc[parts[0]][int(parts[1])] = op["value"]
+
+
+def install_webhooks(prefix: str, src: Path, port: int, ca_b64: str, groups: set[str]) -> None:
+    """Register config/components/webhook/manifests.yaml (with upstream's kustomize
+    patches) under `prefix-<name>`, each webhook re-pointed at https://127.0.0.1:port.
+    Only webhooks for API groups in `groups` are kept: the others serve integrations
+    that are not enabled here, and would fail every matching request."""
+    hook_dir = src / "config/components/webhook"
+    docs = load_yaml(hook_dir / "manifests.yaml")
+    kust = yaml.safe_load((hook_dir / "kustomization.yaml").read_text())
+    for patch in kust.get("patches") or []:
+        body = patch.get("patch") or (hook_dir / patch["path"]).read_text()
+        target = (patch.get("target") or {}).get("name")
+        parsed = yaml.safe_load(body)
+        for doc in docs:
+            if isinstance(parsed, list) and doc["metadata"]["name"] == target:
+                json_patch_replace(doc, parsed)
+            elif isinstance(parsed, dict) and doc["metadata"]["name"] == parsed["metadata"]["name"]:
+                by_name = {w["name"]: w for w in parsed.get("webhooks", [])}
+                for hook in doc["webhooks"]:
+                    hook.update(by_name.get(hook["name"], {}))
+    for doc in docs:
+        doc["metadata"] = {"name": f"{prefix}-{doc['metadata']['name']}"}
+        hooks = [
+            h for h in doc["webhooks"] if {g for r in h["rules"] for g in r["apiGroups"]} <= groups
+        ]
+        for hook in hooks:
+            path = hook["clientConfig"]["service"]["path"]
+            hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}{path}", "caBundle": ca_b64}
+        doc["webhooks"] = hooks
+        kind = doc["kind"].lower() + "s"
+        apply(f"/apis/admissionregistration.k8s.io/v1/{kind}", doc)
+
+
+# --- the components -------------------------------------------------------------------
+
+
+def fake_node(i: int) -> dict[str, Any]:
+    name = f"kwok-node-{i}"
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            "labels": {"type": "kwok", "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                       "kubernetes.io/arch": "amd64", "nvidia.com/gpu.present": "true"},
+        },  # fmt: skip
+        "status": {"capacity": NODE_CAPACITY, "allocatable": NODE_CAPACITY},
+    }
+
+
+def main() -> None:
+    if any(alive(p) for p in pid_files()):
+        sys.exit("a cluster is already running (make cluster-down first)")
+    comps = components()
+    bins = {c: d / "bin" for c, (_, d) in comps.items()}
+    missing = [str(b) for b in bins.values() if not b.is_dir()]
+    if missing:
+        sys.exit(f"not built: {missing}; run tools/cluster/build.sh")
+    for name, port in PORT.items():
+        if port_in_use(port):
+            sys.exit(f"port {port} ({name}) is in use; set XMC_CLUSTER_PORT_BASE")
+    shutil.rmtree(CLUSTER, ignore_errors=True)
+    (CLUSTER / "pids").mkdir(parents=True)
+    api_url = f"https://127.0.0.1:{PORT['apiserver']}"
+    ca_b64 = pki.make_all(PKI, api_url, CLUSTER)
+    log("CA, certificates and service-account keys made in .cluster/pki")
+
+    k8s, etcd = bins["kubernetes"], bins["etcd"]
+    start("etcd", [
+        str(etcd / "etcd"), "--name=xmc", f"--data-dir={CLUSTER / 'etcd'}",
+        f"--listen-client-urls=http://127.0.0.1:{PORT['etcd']}",
+        f"--advertise-client-urls=http://127.0.0.1:{PORT['etcd']}",
+        f"--listen-peer-urls=http://127.0.0.1:{PORT['etcd-peer']}",
+        f"--initial-advertise-peer-urls=http://127.0.0.1:{PORT['etcd-peer']}",
+        f"--initial-cluster=xmc=http://127.0.0.1:{PORT['etcd-peer']}",
+        "--quota-backend-bytes=4294967296", "--unsafe-no-fsync", "--log-level=warn",
+    ])  # fmt: skip
+    wait_until("etcd", lambda: http_ok(f"http://127.0.0.1:{PORT['etcd']}/health"))
+
+    start("kube-apiserver", [
+        str(k8s / "kube-apiserver"), f"--etcd-servers=http://127.0.0.1:{PORT['etcd']}",
+        "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+        f"--secure-port={PORT['apiserver']}", "--endpoint-reconciler-type=none",
+        f"--tls-cert-file={PKI / 'apiserver.crt'}", f"--tls-private-key-file={PKI / 'apiserver.key'}",
+        f"--client-ca-file={PKI / 'ca.crt'}",
+        f"--service-account-key-file={PKI / 'sa.pub'}",
+        f"--service-account-signing-key-file={PKI / 'sa.key'}",
+        "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+        "--service-cluster-ip-range=10.96.0.0/16", "--authorization-mode=Node,RBAC",
+        "--allow-privileged=true", "--profiling=false", "--v=1",
+    ])  # fmt: skip
+    wait_until("kube-apiserver /readyz", lambda: api("GET", "/readyz?verbose") is not None)
+
+    start("kube-controller-manager", [
+        str(k8s / "kube-controller-manager"), f"--kubeconfig={CLUSTER / 'kcm.kubeconfig'}",
+        "--bind-address=127.0.0.1", f"--secure-port={PORT['kcm']}", "--leader-elect=false",
+        "--controllers=*", f"--root-ca-file={PKI / 'ca.crt'}",
+        f"--service-account-private-key-file={PKI / 'sa.key'}",
+        f"--cluster-signing-cert-file={PKI / 'ca.crt'}",
+        f"--cluster-signing-key-file={PKI / 'ca.key'}",
+        "--use-service-account-credentials=true", "--profiling=false", "--v=1",
+    ])  # fmt: skip
+    start("kube-scheduler", [
+        str(k8s / "kube-scheduler"), f"--kubeconfig={CLUSTER / 'scheduler.kubeconfig'}",
+        "--bind-address=127.0.0.1", f"--secure-port={PORT['scheduler']}",
+        "--leader-elect=false", "--profiling=false", "--v=1",
+    ])  # fmt: skip
+
+    jobset_src = module_dir("sigs.k8s.io/jobset", comps["jobset"][0])
+    kueue_src = module_dir("sigs.k8s.io/kueue", comps["kueue"][0])
+    crds = install_crds(jobset_src, PORT["jobset-webhook"], ca_b64)
+    crds += install_crds(kueue_src, PORT["kueue-webhook"], ca_b64)
+    for ns in ("kueue-system", "jobset-system"):
+        apply("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    wait_until(f"{len(crds)} CRDs established", lambda: all(crd_established(n) for n in crds))
+
+    (CLUSTER / "jobset.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "config.jobset.x-k8s.io/v1alpha1", "kind": "Configuration",
+        "webhook": {"port": PORT["jobset-webhook"], "host": "127.0.0.1", "certDir": str(PKI / "jobset")},
+        "metrics": {"bindAddress": "0"},
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{PORT['jobset-health']}"},
+        "leaderElection": {"leaderElect": False}, "internalCertManagement": {"enable": False},
+    }))  # fmt: skip
+    start("jobset", [
+        str(bins["jobset"] / "jobset-manager"), f"--config={CLUSTER / 'jobset.yaml'}",
+        f"--kubeconfig={CLUSTER / 'jobset.kubeconfig'}",
+    ])  # fmt: skip
+    (CLUSTER / "kueue.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration",
+        "namespace": "kueue-system",
+        "webhook": {"port": PORT["kueue-webhook"], "host": "127.0.0.1", "certDir": str(PKI / "kueue")},
+        "metrics": {"bindAddress": "0"},
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{PORT['kueue-health']}"},
+        "leaderElection": {"leaderElect": False}, "internalCertManagement": {"enable": False},
+        "integrations": {"frameworks": ["batch/job", "jobset.x-k8s.io/jobset"]},
+    }))  # fmt: skip
+    start("kueue", [
+        str(bins["kueue"] / "kueue-manager"), f"--config={CLUSTER / 'kueue.yaml'}",
+        f"--kubeconfig={CLUSTER / 'kueue.kubeconfig'}",
+        f"--visibility-server-port={PORT['kueue-visibility']}",
+        "--feature-gates=VisibilityOnDemand=false",
+    ])  # fmt: skip
+    groups = {"", "batch", "jobset.x-k8s.io", "kueue.x-k8s.io"}
+    install_webhooks("jobset", jobset_src, PORT["jobset-webhook"], ca_b64, groups)
+    install_webhooks("kueue", kueue_src, PORT["kueue-webhook"], ca_b64, groups - {""})
+
+    start("kwok", [
+        str(bins["kwok"] / "kwok"), f"--kubeconfig={CLUSTER / 'kwok.kubeconfig'}",
+        "--manage-all-nodes=false", "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+        "--node-ip=127.0.0.1", f"--node-port={PORT['kwok']}", "--v=1",
+    ])  # fmt: skip
+    for i in range(NODES):
+        create("/api/v1/nodes", fake_node(i))
+
+    insecure = ssl._create_unverified_context()  # kcm/scheduler serve self-signed /healthz
+    wait_until("kube-controller-manager /healthz",
+               lambda: http_ok(f"https://127.0.0.1:{PORT['kcm']}/healthz", insecure))  # fmt: skip
+    wait_until("kube-scheduler /healthz",
+               lambda: http_ok(f"https://127.0.0.1:{PORT['scheduler']}/healthz", insecure))  # fmt: skip
+    wait_until("jobset /readyz", lambda: http_ok(f"http://127.0.0.1:{PORT['jobset-health']}/readyz"))
+    wait_until("kueue /readyz", lambda: http_ok(f"http://127.0.0.1:{PORT['kueue-health']}/readyz"))
+    wait_until("webhooks answering (server-side dry runs)", webhooks_answer)
+    wait_until(f"{NODES} kwok nodes Ready", lambda: ready_nodes() >= NODES)
+
+    log(f"up: {api_url} — KUBECONFIG={CLUSTER / 'kubeconfig'}")
+    sys.stdout.write((CLUSTER / "kubeconfig").read_text())
+
+
+def webhooks_answer() -> bool:
+    """A dry-run create goes through the admission webhooks of Kueue and JobSet, and
+    fails while they do not answer (failurePolicy: Fail)."""
+    cq = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
+          "metadata": {"name": "xmc-cluster-probe"}, "spec": {}}  # fmt: skip
+    api("POST", "/apis/kueue.x-k8s.io/v1beta2/clusterqueues?dryRun=All", cq)
+    js = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+          "metadata": {"name": "xmc-cluster-probe", "namespace": "default"},
+          "spec": {"replicatedJobs": [{"name": "w", "template": {"spec": {"template": {"spec": {
+              "restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}}}}}]}}  # fmt: skip
+    api("POST", "/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets?dryRun=All", js)
+    return True
+
+
+def ready_nodes() -> int:
+    items = api("GET", "/api/v1/nodes?labelSelector=type%3Dkwok")["items"]
+    return sum(
+        any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions", []))
+        for n in items
+    )
+
+
+if __name__ == "__main__":
+    os.chdir(ROOT)
+    main()

@@ -45,6 +45,7 @@ NODE_CAPACITY = {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": "8", "pods": 
 PKI = CLUSTER / "pki"
 LOGS = CLUSTER / "logs"
 T0 = time.monotonic()
+PROCS: dict[str, subprocess.Popen[bytes]] = {}
 
 
 def log(msg: str) -> None:
@@ -80,6 +81,7 @@ def start(name: str, argv: list[str]) -> None:
             start_new_session=True, cwd=CLUSTER,
         )  # fmt: skip
     (CLUSTER / "pids" / f"{name}.pid").write_text(f"{proc.pid}\n")
+    PROCS[name] = proc
     log(f"started {name} (pid {proc.pid}, log .cluster/logs/{name}.log)")
 
 
@@ -93,9 +95,9 @@ def wait_until(what: str, probe: Callable[[], bool], timeout: float = 120.0) -> 
                 return
         except Exception as exc:  # noqa: BLE001 - anything not ready yet is retried
             last = exc
-        for pid_file in pid_files():
-            if not alive(pid_file):
-                sys.exit(f"{pid_file.stem} exited; see .cluster/logs/{pid_file.stem}.log")
+        for name, proc in PROCS.items():
+            if proc.poll() is not None:
+                sys.exit(f"{name} exited ({proc.returncode}); see .cluster/logs/{name}.log")
         time.sleep(0.3)
     sys.exit(f"{what}: not ready after {timeout:.0f}s (last error: {last})")
 
@@ -234,6 +236,20 @@ def install_webhooks(prefix: str, src: Path, port: int, ca_b64: str, groups: set
 # --- the components -------------------------------------------------------------------
 
 
+KWOK_STAGES = ("stage/node/fast", "stage/node/heartbeat", "stage/pod/fast")
+
+
+def kwok_stages(src: Path) -> str:
+    """kwok's own stage sets (kustomize/<set>/kustomization.yaml), as one config file:
+    nodes become Ready and keep a heartbeat; pods become Running, pods of Jobs then
+    Succeeded (exit 0), deleted pods go at once."""
+    docs = []
+    for stage_set in KWOK_STAGES:
+        kust = yaml.safe_load((src / "kustomize" / stage_set / "kustomization.yaml").read_text())
+        docs += [(src / "kustomize" / stage_set / r).read_text() for r in kust["resources"]]
+    return "\n---\n".join(docs)
+
+
 def fake_node(i: int) -> dict[str, Any]:
     name = f"kwok-node-{i}"
     return {
@@ -335,6 +351,13 @@ def main() -> None:
         "leaderElection": {"leaderElect": False}, "internalCertManagement": {"enable": False},
         "integrations": {"frameworks": ["batch/job", "jobset.x-k8s.io/jobset"]},
     }))  # fmt: skip
+    # Kueue 0.17 reads its metrics certificate from this fixed path when internal cert
+    # management is off, even with metrics disabled; give it one (made here, unused).
+    metrics_certs = Path("/etc/kueue/metrics/certs")
+    if not (metrics_certs / "tls.crt").exists():
+        metrics_certs.mkdir(parents=True, exist_ok=True)
+        for name in ("tls.crt", "tls.key"):
+            shutil.copy(PKI / "kueue" / name, metrics_certs / name)
     start("kueue", [
         str(bins["kueue"] / "kueue-manager"), f"--config={CLUSTER / 'kueue.yaml'}",
         f"--kubeconfig={CLUSTER / 'kueue.kubeconfig'}",
@@ -345,8 +368,11 @@ def main() -> None:
     install_webhooks("jobset", jobset_src, PORT["jobset-webhook"], ca_b64, groups)
     install_webhooks("kueue", kueue_src, PORT["kueue-webhook"], ca_b64, groups - {""})
 
+    kwok_src = module_dir("sigs.k8s.io/kwok", comps["kwok"][0])
+    (CLUSTER / "kwok.yaml").write_text(kwok_stages(kwok_src))
     start("kwok", [
         str(bins["kwok"] / "kwok"), f"--kubeconfig={CLUSTER / 'kwok.kubeconfig'}",
+        f"--config={CLUSTER / 'kwok.yaml'}",
         "--manage-all-nodes=false", "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
         "--node-ip=127.0.0.1", f"--node-port={PORT['kwok']}", "--v=1",
     ])  # fmt: skip

@@ -30,18 +30,25 @@ from typing import Any
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import pki  # noqa: E402
-from common import CLUSTER, ROOT, TOOLS, alive, pid_files, port_in_use  # noqa: E402
+import manifests
+import pki
+from common import CLUSTER, ROOT, TOOLS, alive, pid_files, port_in_use
 
 BASE = int(os.environ.get("XMC_CLUSTER_PORT_BASE", "17300"))
 PORT = {
-    "etcd": BASE, "etcd-peer": BASE + 1, "apiserver": BASE + 2, "kcm": BASE + 3,
-    "scheduler": BASE + 4, "jobset-webhook": BASE + 5, "jobset-health": BASE + 6,
-    "kueue-webhook": BASE + 7, "kueue-health": BASE + 8, "kwok": BASE + 9,
+    "etcd": BASE,
+    "etcd-peer": BASE + 1,
+    "apiserver": BASE + 2,
+    "kcm": BASE + 3,
+    "scheduler": BASE + 4,
+    "jobset-webhook": BASE + 5,
+    "jobset-health": BASE + 6,
+    "kueue-webhook": BASE + 7,
+    "kueue-health": BASE + 8,
+    "kwok": BASE + 9,
     "kueue-visibility": BASE + 10,
-}  # fmt: skip
+}
 NODES = int(os.environ.get("XMC_CLUSTER_NODES", "4"))
-NODE_CAPACITY = {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": "8", "pods": "110"}
 PKI = CLUSTER / "pki"
 LOGS = CLUSTER / "logs"
 T0 = time.monotonic()
@@ -77,9 +84,13 @@ def start(name: str, argv: list[str]) -> None:
     LOGS.mkdir(parents=True, exist_ok=True)
     with open(LOGS / f"{name}.log", "ab") as out:
         proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True, cwd=CLUSTER,
-        )  # fmt: skip
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=CLUSTER,
+        )
     (CLUSTER / "pids" / f"{name}.pid").write_text(f"{proc.pid}\n")
     PROCS[name] = proc
     log(f"started {name} (pid {proc.pid}, log .cluster/logs/{name}.log)")
@@ -93,7 +104,7 @@ def wait_until(what: str, probe: Callable[[], bool], timeout: float = 120.0) -> 
             if probe():
                 log(f"{what}: ready")
                 return
-        except Exception as exc:  # noqa: BLE001 - anything not ready yet is retried
+        except Exception as exc:  # anything not ready yet is retried
             last = exc
         for name, proc in PROCS.items():
             if proc.poll() is not None:
@@ -121,9 +132,11 @@ def api(
         _CTX.load_cert_chain(PKI / "admin.crt", PKI / "admin.key")
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(
-        f"https://127.0.0.1:{PORT['apiserver']}{path}", data=data, method=method,
+        f"https://127.0.0.1:{PORT['apiserver']}{path}",
+        data=data,
+        method=method,
         headers={"Content-Type": ctype, "Accept": "application/json"},
-    )  # fmt: skip
+    )
     with urllib.request.urlopen(req, timeout=30, context=_CTX) as resp:
         raw = resp.read()
     return json.loads(raw) if raw.startswith(b"{") else {"text": raw.decode()}
@@ -133,9 +146,11 @@ def apply(collection: str, obj: dict[str, Any]) -> None:
     """Server-side apply of obj into collection (e.g. /api/v1/namespaces)."""
     name = obj["metadata"]["name"]
     api(
-        "PATCH", f"{collection}/{name}?fieldManager=xmc-cluster&force=true", obj,
+        "PATCH",
+        f"{collection}/{name}?fieldManager=xmc-cluster&force=true",
+        obj,
         "application/apply-patch+yaml",
-    )  # fmt: skip
+    )
 
 
 def create(collection: str, obj: dict[str, Any]) -> None:
@@ -146,123 +161,13 @@ def create(collection: str, obj: dict[str, Any]) -> None:
             raise
 
 
-# --- manifests from the module cache ------------------------------------------------
-
-
-def load_yaml(path: Path) -> list[dict[str, Any]]:
-    return [d for d in yaml.safe_load_all(path.read_text()) if d]
-
-
-def install_crds(src: Path, webhook_port: int, ca_b64: str) -> list[str]:
-    """Apply config/components/crd/bases; where upstream's kustomization patches a CRD
-    with a conversion webhook, point that webhook at our loopback server."""
-    crd_dir = src / "config/components/crd"
-    conversions: dict[str, dict[str, Any]] = {}
-    kust = yaml.safe_load((crd_dir / "kustomization.yaml").read_text())
-    for patch in kust.get("patches") or []:
-        doc = load_yaml(crd_dir / patch["path"])[0]
-        webhook = doc.get("spec", {}).get("conversion", {}).get("webhook")
-        if webhook:
-            conversions[doc["metadata"]["name"]] = webhook
-    names = []
-    for path in sorted((crd_dir / "bases").glob("*.yaml")):
-        for crd in load_yaml(path):
-            name = crd["metadata"]["name"]
-            webhook = conversions.get(name)
-            if webhook and len(crd["spec"]["versions"]) > 1:
-                hook_path = webhook["clientConfig"]["service"]["path"]
-                crd["spec"]["conversion"] = {
-                    "strategy": "Webhook",
-                    "webhook": {
-                        "conversionReviewVersions": webhook["conversionReviewVersions"],
-                        "clientConfig": {
-                            "url": f"https://127.0.0.1:{webhook_port}{hook_path}",
-                            "caBundle": ca_b64,
-                        },
-                    },
-                }
-            apply("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
-            names.append(name)
-    return names
-
-
 def crd_established(name: str) -> bool:
     crd = api("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
     conds = crd.get("status", {}).get("conditions", [])
     return any(c["type"] == "Established" and c["status"] == "True" for c in conds)
 
 
-def json_patch_replace(doc: dict[str, Any], ops: list[dict[str, Any]]) -> None:
-    """The subset of RFC 6902 that upstream's webhook patches use: replace /webhooks/N."""
-    for op in ops:
-        parts = op["path"].strip("/").split("/")
-        if op["op"] != "replace" or len(parts) != 2:
-            raise ValueError(f"unsupported webhook patch {op}")
-        doc[parts[0]][int(parts[1])] = op["value"]
-
-
-def install_webhooks(prefix: str, src: Path, port: int, ca_b64: str, groups: set[str]) -> None:
-    """Register config/components/webhook/manifests.yaml (with upstream's kustomize
-    patches) under `prefix-<name>`, each webhook re-pointed at https://127.0.0.1:port.
-    Only webhooks for API groups in `groups` are kept: the others serve integrations
-    that are not enabled here, and would fail every matching request."""
-    hook_dir = src / "config/components/webhook"
-    docs = load_yaml(hook_dir / "manifests.yaml")
-    kust = yaml.safe_load((hook_dir / "kustomization.yaml").read_text())
-    for patch in kust.get("patches") or []:
-        body = patch.get("patch") or (hook_dir / patch["path"]).read_text()
-        target = (patch.get("target") or {}).get("name")
-        parsed = yaml.safe_load(body)
-        for doc in docs:
-            if isinstance(parsed, list) and doc["metadata"]["name"] == target:
-                json_patch_replace(doc, parsed)
-            elif isinstance(parsed, dict) and doc["metadata"]["name"] == parsed["metadata"]["name"]:
-                by_name = {w["name"]: w for w in parsed.get("webhooks", [])}
-                for hook in doc["webhooks"]:
-                    hook.update(by_name.get(hook["name"], {}))
-    for doc in docs:
-        doc["metadata"] = {"name": f"{prefix}-{doc['metadata']['name']}"}
-        hooks = [
-            h for h in doc["webhooks"] if {g for r in h["rules"] for g in r["apiGroups"]} <= groups
-        ]
-        for hook in hooks:
-            path = hook["clientConfig"]["service"]["path"]
-            hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}{path}", "caBundle": ca_b64}
-        doc["webhooks"] = hooks
-        kind = doc["kind"].lower() + "s"
-        apply(f"/apis/admissionregistration.k8s.io/v1/{kind}", doc)
-
-
 # --- the components -------------------------------------------------------------------
-
-
-KWOK_STAGES = ("stage/node/fast", "stage/node/heartbeat", "stage/pod/fast")
-
-
-def kwok_stages(src: Path) -> str:
-    """kwok's own stage sets (kustomize/<set>/kustomization.yaml), as one config file:
-    nodes become Ready and keep a heartbeat; pods become Running, pods of Jobs then
-    Succeeded (exit 0), deleted pods go at once."""
-    docs = []
-    for stage_set in KWOK_STAGES:
-        kust = yaml.safe_load((src / "kustomize" / stage_set / "kustomization.yaml").read_text())
-        docs += [(src / "kustomize" / stage_set / r).read_text() for r in kust["resources"]]
-    return "\n---\n".join(docs)
-
-
-def fake_node(i: int) -> dict[str, Any]:
-    name = f"kwok-node-{i}"
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
-            "labels": {"type": "kwok", "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
-                       "kubernetes.io/arch": "amd64", "nvidia.com/gpu.present": "true"},
-        },  # fmt: skip
-        "status": {"capacity": NODE_CAPACITY, "allocatable": NODE_CAPACITY},
-    }
 
 
 def main() -> None:
@@ -283,74 +188,107 @@ def main() -> None:
     log("CA, certificates and service-account keys made in .cluster/pki")
 
     k8s, etcd = bins["kubernetes"], bins["etcd"]
-    start("etcd", [
-        str(etcd / "etcd"), "--name=xmc", f"--data-dir={CLUSTER / 'etcd'}",
-        f"--listen-client-urls=http://127.0.0.1:{PORT['etcd']}",
-        f"--advertise-client-urls=http://127.0.0.1:{PORT['etcd']}",
-        f"--listen-peer-urls=http://127.0.0.1:{PORT['etcd-peer']}",
-        f"--initial-advertise-peer-urls=http://127.0.0.1:{PORT['etcd-peer']}",
-        f"--initial-cluster=xmc=http://127.0.0.1:{PORT['etcd-peer']}",
-        "--quota-backend-bytes=4294967296", "--unsafe-no-fsync", "--log-level=warn",
-    ])  # fmt: skip
+    start(
+        "etcd",
+        [
+            str(etcd / "etcd"),
+            "--name=xmc",
+            f"--data-dir={CLUSTER / 'etcd'}",
+            f"--listen-client-urls=http://127.0.0.1:{PORT['etcd']}",
+            f"--advertise-client-urls=http://127.0.0.1:{PORT['etcd']}",
+            f"--listen-peer-urls=http://127.0.0.1:{PORT['etcd-peer']}",
+            f"--initial-advertise-peer-urls=http://127.0.0.1:{PORT['etcd-peer']}",
+            f"--initial-cluster=xmc=http://127.0.0.1:{PORT['etcd-peer']}",
+            "--quota-backend-bytes=4294967296",
+            "--unsafe-no-fsync",
+            "--log-level=warn",
+        ],
+    )
     wait_until("etcd", lambda: http_ok(f"http://127.0.0.1:{PORT['etcd']}/health"))
 
-    start("kube-apiserver", [
-        str(k8s / "kube-apiserver"), f"--etcd-servers=http://127.0.0.1:{PORT['etcd']}",
-        "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
-        f"--secure-port={PORT['apiserver']}", "--endpoint-reconciler-type=none",
-        f"--tls-cert-file={PKI / 'apiserver.crt'}", f"--tls-private-key-file={PKI / 'apiserver.key'}",
-        f"--client-ca-file={PKI / 'ca.crt'}",
-        f"--service-account-key-file={PKI / 'sa.pub'}",
-        f"--service-account-signing-key-file={PKI / 'sa.key'}",
-        "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-        "--service-cluster-ip-range=10.96.0.0/16", "--authorization-mode=Node,RBAC",
-        "--allow-privileged=true", "--profiling=false", "--v=1",
-    ])  # fmt: skip
+    start(
+        "kube-apiserver",
+        [
+            str(k8s / "kube-apiserver"),
+            f"--etcd-servers=http://127.0.0.1:{PORT['etcd']}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={PORT['apiserver']}",
+            "--endpoint-reconciler-type=none",
+            f"--tls-cert-file={PKI / 'apiserver.crt'}",
+            f"--tls-private-key-file={PKI / 'apiserver.key'}",
+            f"--client-ca-file={PKI / 'ca.crt'}",
+            f"--service-account-key-file={PKI / 'sa.pub'}",
+            f"--service-account-signing-key-file={PKI / 'sa.key'}",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            "--service-cluster-ip-range=10.96.0.0/16",
+            "--authorization-mode=Node,RBAC",
+            "--allow-privileged=true",
+            "--profiling=false",
+            "--v=1",
+        ],
+    )
     wait_until("kube-apiserver /readyz", lambda: api("GET", "/readyz?verbose") is not None)
 
-    start("kube-controller-manager", [
-        str(k8s / "kube-controller-manager"), f"--kubeconfig={CLUSTER / 'kcm.kubeconfig'}",
-        "--bind-address=127.0.0.1", f"--secure-port={PORT['kcm']}", "--leader-elect=false",
-        "--controllers=*", f"--root-ca-file={PKI / 'ca.crt'}",
-        f"--service-account-private-key-file={PKI / 'sa.key'}",
-        f"--cluster-signing-cert-file={PKI / 'ca.crt'}",
-        f"--cluster-signing-key-file={PKI / 'ca.key'}",
-        "--use-service-account-credentials=true", "--profiling=false", "--v=1",
-    ])  # fmt: skip
-    start("kube-scheduler", [
-        str(k8s / "kube-scheduler"), f"--kubeconfig={CLUSTER / 'scheduler.kubeconfig'}",
-        "--bind-address=127.0.0.1", f"--secure-port={PORT['scheduler']}",
-        "--leader-elect=false", "--profiling=false", "--v=1",
-    ])  # fmt: skip
+    start(
+        "kube-controller-manager",
+        [
+            str(k8s / "kube-controller-manager"),
+            f"--kubeconfig={CLUSTER / 'kcm.kubeconfig'}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={PORT['kcm']}",
+            "--leader-elect=false",
+            "--controllers=*",
+            f"--root-ca-file={PKI / 'ca.crt'}",
+            f"--service-account-private-key-file={PKI / 'sa.key'}",
+            f"--cluster-signing-cert-file={PKI / 'ca.crt'}",
+            f"--cluster-signing-key-file={PKI / 'ca.key'}",
+            "--use-service-account-credentials=true",
+            "--profiling=false",
+            "--v=1",
+        ],
+    )
+    start(
+        "kube-scheduler",
+        [
+            str(k8s / "kube-scheduler"),
+            f"--kubeconfig={CLUSTER / 'scheduler.kubeconfig'}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={PORT['scheduler']}",
+            "--leader-elect=false",
+            "--profiling=false",
+            "--v=1",
+        ],
+    )
 
     jobset_src = module_dir("sigs.k8s.io/jobset", comps["jobset"][0])
     kueue_src = module_dir("sigs.k8s.io/kueue", comps["kueue"][0])
-    crds = install_crds(jobset_src, PORT["jobset-webhook"], ca_b64)
-    crds += install_crds(kueue_src, PORT["kueue-webhook"], ca_b64)
+    crds = manifests.crds(jobset_src, PORT["jobset-webhook"], ca_b64)
+    crds += manifests.crds(kueue_src, PORT["kueue-webhook"], ca_b64)
+    for crd in crds:
+        apply("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+    names = [crd["metadata"]["name"] for crd in crds]
     for ns in ("kueue-system", "jobset-system"):
-        apply("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-    wait_until(f"{len(crds)} CRDs established", lambda: all(crd_established(n) for n in crds))
+        apply(
+            "/api/v1/namespaces",
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
+        )
+    wait_until(f"{len(crds)} CRDs established", lambda: all(crd_established(n) for n in names))
 
-    (CLUSTER / "jobset.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "config.jobset.x-k8s.io/v1alpha1", "kind": "Configuration",
-        "webhook": {"port": PORT["jobset-webhook"], "host": "127.0.0.1", "certDir": str(PKI / "jobset")},
-        "metrics": {"bindAddress": "0"},
-        "health": {"healthProbeBindAddress": f"127.0.0.1:{PORT['jobset-health']}"},
-        "leaderElection": {"leaderElect": False}, "internalCertManagement": {"enable": False},
-    }))  # fmt: skip
-    start("jobset", [
-        str(bins["jobset"] / "jobset-manager"), f"--config={CLUSTER / 'jobset.yaml'}",
-        f"--kubeconfig={CLUSTER / 'jobset.kubeconfig'}",
-    ])  # fmt: skip
-    (CLUSTER / "kueue.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration",
-        "namespace": "kueue-system",
-        "webhook": {"port": PORT["kueue-webhook"], "host": "127.0.0.1", "certDir": str(PKI / "kueue")},
-        "metrics": {"bindAddress": "0"},
-        "health": {"healthProbeBindAddress": f"127.0.0.1:{PORT['kueue-health']}"},
-        "leaderElection": {"leaderElect": False}, "internalCertManagement": {"enable": False},
-        "integrations": {"frameworks": ["batch/job", "jobset.x-k8s.io/jobset"]},
-    }))  # fmt: skip
+    jobset_config = manifests.controller_config("jobset", PORT["jobset-webhook"], PKI / "jobset")
+    jobset_config["health"] = {"healthProbeBindAddress": f"127.0.0.1:{PORT['jobset-health']}"}
+    (CLUSTER / "jobset.yaml").write_text(yaml.safe_dump(jobset_config))
+    start(
+        "jobset",
+        [
+            str(bins["jobset"] / "jobset-manager"),
+            f"--config={CLUSTER / 'jobset.yaml'}",
+            f"--kubeconfig={CLUSTER / 'jobset.kubeconfig'}",
+        ],
+    )
+    kueue_config = manifests.controller_config("kueue", PORT["kueue-webhook"], PKI / "kueue")
+    kueue_config["health"] = {"healthProbeBindAddress": f"127.0.0.1:{PORT['kueue-health']}"}
+    (CLUSTER / "kueue.yaml").write_text(yaml.safe_dump(kueue_config))
     # Kueue 0.17 reads its metrics certificate from this fixed path when internal cert
     # management is off, even with metrics disabled; give it one (made here, unused).
     metrics_certs = Path("/etc/kueue/metrics/certs")
@@ -358,33 +296,56 @@ def main() -> None:
         metrics_certs.mkdir(parents=True, exist_ok=True)
         for name in ("tls.crt", "tls.key"):
             shutil.copy(PKI / "kueue" / name, metrics_certs / name)
-    start("kueue", [
-        str(bins["kueue"] / "kueue-manager"), f"--config={CLUSTER / 'kueue.yaml'}",
-        f"--kubeconfig={CLUSTER / 'kueue.kubeconfig'}",
-        f"--visibility-server-port={PORT['kueue-visibility']}",
-        "--feature-gates=VisibilityOnDemand=false",
-    ])  # fmt: skip
+    start(
+        "kueue",
+        [
+            str(bins["kueue"] / "kueue-manager"),
+            f"--config={CLUSTER / 'kueue.yaml'}",
+            f"--kubeconfig={CLUSTER / 'kueue.kubeconfig'}",
+            f"--visibility-server-port={PORT['kueue-visibility']}",
+            "--feature-gates=VisibilityOnDemand=false",
+        ],
+    )
     groups = {"", "batch", "jobset.x-k8s.io", "kueue.x-k8s.io"}
-    install_webhooks("jobset", jobset_src, PORT["jobset-webhook"], ca_b64, groups)
-    install_webhooks("kueue", kueue_src, PORT["kueue-webhook"], ca_b64, groups - {""})
+    configs = manifests.webhook_configs(
+        "jobset", jobset_src, PORT["jobset-webhook"], ca_b64, groups
+    )
+    configs += manifests.webhook_configs(
+        "kueue", kueue_src, PORT["kueue-webhook"], ca_b64, groups - {""}
+    )
+    for config in configs:
+        apply(f"/apis/admissionregistration.k8s.io/v1/{config['kind'].lower()}s", config)
 
     kwok_src = module_dir("sigs.k8s.io/kwok", comps["kwok"][0])
-    (CLUSTER / "kwok.yaml").write_text(kwok_stages(kwok_src))
-    start("kwok", [
-        str(bins["kwok"] / "kwok"), f"--kubeconfig={CLUSTER / 'kwok.kubeconfig'}",
-        f"--config={CLUSTER / 'kwok.yaml'}",
-        "--manage-all-nodes=false", "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
-        "--node-ip=127.0.0.1", f"--node-port={PORT['kwok']}", "--v=1",
-    ])  # fmt: skip
+    (CLUSTER / "kwok.yaml").write_text(manifests.kwok_stages(kwok_src))
+    start(
+        "kwok",
+        [
+            str(bins["kwok"] / "kwok"),
+            f"--kubeconfig={CLUSTER / 'kwok.kubeconfig'}",
+            f"--config={CLUSTER / 'kwok.yaml'}",
+            "--manage-all-nodes=false",
+            "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+            "--node-ip=127.0.0.1",
+            f"--node-port={PORT['kwok']}",
+            "--v=1",
+        ],
+    )
     for i in range(NODES):
-        create("/api/v1/nodes", fake_node(i))
+        create("/api/v1/nodes", manifests.fake_node(i))
 
     insecure = ssl._create_unverified_context()  # kcm/scheduler serve self-signed /healthz
-    wait_until("kube-controller-manager /healthz",
-               lambda: http_ok(f"https://127.0.0.1:{PORT['kcm']}/healthz", insecure))  # fmt: skip
-    wait_until("kube-scheduler /healthz",
-               lambda: http_ok(f"https://127.0.0.1:{PORT['scheduler']}/healthz", insecure))  # fmt: skip
-    wait_until("jobset /readyz", lambda: http_ok(f"http://127.0.0.1:{PORT['jobset-health']}/readyz"))
+    wait_until(
+        "kube-controller-manager /healthz",
+        lambda: http_ok(f"https://127.0.0.1:{PORT['kcm']}/healthz", insecure),
+    )
+    wait_until(
+        "kube-scheduler /healthz",
+        lambda: http_ok(f"https://127.0.0.1:{PORT['scheduler']}/healthz", insecure),
+    )
+    wait_until(
+        "jobset /readyz", lambda: http_ok(f"http://127.0.0.1:{PORT['jobset-health']}/readyz")
+    )
     wait_until("kueue /readyz", lambda: http_ok(f"http://127.0.0.1:{PORT['kueue-health']}/readyz"))
     wait_until("webhooks answering (server-side dry runs)", webhooks_answer)
     wait_until(f"{NODES} kwok nodes Ready", lambda: ready_nodes() >= NODES)
@@ -396,13 +357,8 @@ def main() -> None:
 def webhooks_answer() -> bool:
     """A dry-run create goes through the admission webhooks of Kueue and JobSet, and
     fails while they do not answer (failurePolicy: Fail)."""
-    cq = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
-          "metadata": {"name": "xmc-cluster-probe"}, "spec": {}}  # fmt: skip
+    cq, js = manifests.PROBE_CLUSTERQUEUE, manifests.PROBE_JOBSET
     api("POST", "/apis/kueue.x-k8s.io/v1beta2/clusterqueues?dryRun=All", cq)
-    js = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
-          "metadata": {"name": "xmc-cluster-probe", "namespace": "default"},
-          "spec": {"replicatedJobs": [{"name": "w", "template": {"spec": {"template": {"spec": {
-              "restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}}}}}]}}  # fmt: skip
     api("POST", "/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets?dryRun=All", js)
     return True
 
@@ -410,7 +366,10 @@ def webhooks_answer() -> bool:
 def ready_nodes() -> int:
     items = api("GET", "/api/v1/nodes?labelSelector=type%3Dkwok")["items"]
     return sum(
-        any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions", []))
+        any(
+            c["type"] == "Ready" and c["status"] == "True"
+            for c in n["status"].get("conditions", [])
+        )
         for n in items
     )
 

@@ -376,4 +376,12 @@ def ready_nodes() -> int:
 
 if __name__ == "__main__":
     os.chdir(ROOT)
-    main()
+    try:
+        main()
+    except BaseException:
+        if PROCS:  # a start that failed half-way leaves nothing running
+            log("start failed; stopping what was started (logs stay in .cluster/logs)")
+            import down
+
+            down.main()
+        raise

@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: help install services proto proto-check lint test run bench compat faults screenshots clean
+.PHONY: help install services proto proto-check lint test run bench compat faults screenshots clean cluster cluster-down
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -62,3 +62,10 @@ screenshots: $(STAMP) ## the dashboard's three pages, from the browser test, int
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+
+cluster: $(STAMP) ## a real Kubernetes control plane on loopback (etcd, apiserver, KCM, scheduler, JobSet, Kueue, kwok); builds what is missing, writes .cluster/kubeconfig
+	bash tools/cluster/build.sh
+	$(PY) tools/cluster/up.py
+
+cluster-down: ## stop what `make cluster` started
+	$(PYTHON) tools/cluster/down.py

@@ -1,0 +1,157 @@
+"""A CA made at start, the certificates signed by it, and the kubeconfigs (openssl)."""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+import tempfile
+from pathlib import Path
+
+import yaml
+
+# name -> (CN, O): client certificates; RBAC sees the CN as user and O as group.
+CLIENTS = {
+    "admin": ("xmc-cluster-admin", "system:masters"),
+    "kcm": ("system:kube-controller-manager", ""),
+    "scheduler": ("system:kube-scheduler", ""),
+    # The controllers run as cluster-admin for now (upstream RBAC is not applied yet).
+    "jobset": ("jobset-controller-manager", "system:masters"),
+    "kueue": ("kueue-controller-manager", "system:masters"),
+    "kwok": ("kwok-controller", "system:masters"),
+}
+APISERVER_SANS = [
+    "IP:127.0.0.1",
+    "IP:10.96.0.1",
+    "DNS:localhost",
+    "DNS:kubernetes",
+    "DNS:kubernetes.default",
+    "DNS:kubernetes.default.svc",
+    "DNS:kubernetes.default.svc.cluster.local",
+]
+
+
+def _ossl(*args: str) -> None:
+    subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+
+def _ec_key(path: Path) -> None:
+    _ossl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", str(path))
+
+
+def _sign(pki: Path, name: str, subject: str, usage: str, sans: list[str]) -> None:
+    key, crt = pki / f"{name}.key", pki / f"{name}.crt"
+    _ec_key(key)
+    with tempfile.TemporaryDirectory() as tmp:
+        csr, ext = Path(tmp) / "csr", Path(tmp) / "ext"
+        lines = [
+            "basicConstraints=CA:FALSE",
+            "keyUsage=critical,digitalSignature,keyEncipherment",
+            f"extendedKeyUsage={usage}",
+        ]
+        if sans:
+            lines.append("subjectAltName=" + ",".join(sans))
+        ext.write_text("\n".join(lines) + "\n")
+        _ossl("req", "-new", "-key", str(key), "-subj", subject, "-out", str(csr))
+        _ossl(
+            "x509",
+            "-req",
+            "-in",
+            str(csr),
+            "-CA",
+            str(pki / "ca.crt"),
+            "-CAkey",
+            str(pki / "ca.key"),
+            "-CAcreateserial",
+            "-days",
+            "3650",
+            "-extfile",
+            str(ext),
+            "-out",
+            str(crt),
+        )
+
+
+def _b64(path: Path) -> str:
+    return base64.b64encode(path.read_bytes()).decode()
+
+
+def kubeconfig(path: Path, server: str, pki: Path, name: str) -> None:
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "xmc-cluster",
+                "clusters": [
+                    {
+                        "name": "xmc-cluster",
+                        "cluster": {
+                            "server": server,
+                            "certificate-authority-data": _b64(pki / "ca.crt"),
+                        },
+                    }
+                ],
+                "users": [
+                    {
+                        "name": name,
+                        "user": {
+                            "client-certificate-data": _b64(pki / f"{name}.crt"),
+                            "client-key-data": _b64(pki / f"{name}.key"),
+                        },
+                    }
+                ],
+                "contexts": [
+                    {"name": "xmc-cluster", "context": {"cluster": "xmc-cluster", "user": name}}
+                ],
+            },
+            sort_keys=False,
+        )
+    )
+    path.chmod(0o600)
+
+
+def make_all(pki: Path, server: str, cluster: Path) -> str:
+    """Make everything; return the CA certificate base64-encoded (a caBundle)."""
+    pki.mkdir(parents=True, exist_ok=True)
+    _ec_key(pki / "ca.key")
+    _ossl(
+        "req",
+        "-x509",
+        "-new",
+        "-key",
+        str(pki / "ca.key"),
+        "-subj",
+        "/CN=xmc-cluster-ca",
+        "-days",
+        "3650",
+        "-out",
+        str(pki / "ca.crt"),
+    )
+    _sign(pki, "apiserver", "/CN=kube-apiserver", "serverAuth", APISERVER_SANS)
+    for name, (cn, org) in CLIENTS.items():
+        _sign(pki, name, (f"/O={org}" if org else "") + f"/CN={cn}", "clientAuth", [])
+        kubeconfig(
+            cluster / ("kubeconfig" if name == "admin" else f"{name}.kubeconfig"), server, pki, name
+        )
+    for webhook in ("jobset", "kueue"):  # serving certs, as controller-runtime names them
+        _sign(
+            pki,
+            f"{webhook}-webhook",
+            f"/CN={webhook}-webhook",
+            "serverAuth",
+            ["IP:127.0.0.1", "DNS:localhost"],
+        )
+        (pki / webhook).mkdir()
+        (pki / f"{webhook}-webhook.crt").rename(pki / webhook / "tls.crt")
+        (pki / f"{webhook}-webhook.key").rename(pki / webhook / "tls.key")
+    _ossl(
+        "genpkey",
+        "-algorithm",
+        "RSA",
+        "-pkeyopt",
+        "rsa_keygen_bits:2048",
+        "-out",
+        str(pki / "sa.key"),
+    )
+    _ossl("pkey", "-in", str(pki / "sa.key"), "-pubout", "-out", str(pki / "sa.pub"))
+    return base64.b64encode((pki / "ca.crt").read_bytes()).decode()

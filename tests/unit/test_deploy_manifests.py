@@ -18,6 +18,9 @@ from typing import Any
 import pytest
 import yaml
 
+from xmc.kube import WORKLOADS
+from xmc.priority_classes import PRIORITY_CLASS_VALUES
+
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
 K8S_BASE = ROOT / "k8s" / "base"
@@ -39,6 +42,15 @@ RECONCILER_NEEDS = (
         ("visibility.kueue.x-k8s.io", "clusterqueues/pendingworkloads", "get"),
     }
 )
+#: Kinds without a namespace among those k8s/ ships.
+CLUSTER_SCOPED = {
+    "Namespace",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "WorkloadPriorityClass",
+    "ResourceFlavor",
+    "ClusterQueue",
+}
 EXPECTED_GRANTS = {
     ("xmc", "xmc-actuator"): ACTUATOR_NEEDS,
     ("xmc", "xmc-reconciler"): RECONCILER_NEEDS,
@@ -222,6 +234,18 @@ def test_compose_images_with_healthchecks() -> None:
 # --- k8s -------------------------------------------------------------------------------
 
 
+def test_base_ships_exactly_the_priority_classes_the_actuator_labels_with() -> None:
+    """A JobSet labelled with a class that does not exist stays suspended: k8s/base must
+    create every one of the nine, with the values the code documents."""
+    shipped = {
+        obj["metadata"]["name"]: obj["value"] for obj in of_kind("WorkloadPriorityClass")
+    }
+    assert shipped == dict(PRIORITY_CLASS_VALUES)
+    assert {obj["apiVersion"] for obj in of_kind("WorkloadPriorityClass")} == {
+        f"kueue.x-k8s.io/{WORKLOADS.version}"
+    }
+
+
 def test_kustomization_lists_every_file() -> None:
     kustomization = yaml.safe_load((K8S_BASE / "kustomization.yaml").read_text())
     listed = set(kustomization["resources"])
@@ -236,7 +260,7 @@ def test_every_manifest_is_well_formed() -> None:
         assert obj.get("apiVersion"), obj
         assert obj.get("kind"), obj
         assert (obj.get("metadata") or {}).get("name"), obj
-        if obj["kind"] not in {"Namespace", "ClusterRole", "ClusterRoleBinding"}:
+        if obj["kind"] not in CLUSTER_SCOPED:
             assert obj["metadata"].get("namespace"), obj["metadata"]["name"]
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, TypeVar
@@ -121,10 +121,13 @@ class Cluster:
 
     # --- acting as XMC --------------------------------------------------------------
 
-    async def create_work_unit(self, wid: int, *, eid: int = 1, priority: int = LOW) -> Obj:
+    async def create_work_unit(
+        self, wid: int, *, eid: int = 1, priority: int = LOW, **shape: Any
+    ) -> Obj:
         """Create the JobSet the Actuator creates for execution ``eid`` of work unit
-        ``wid``: its own builder, through its own client."""
-        manifest = xmc_jobset(self.namespace, wid, eid=eid, priority=priority)
+        ``wid``: its own builder, through its own client (``shape``: see
+        :func:`xmc_jobset`)."""
+        manifest = xmc_jobset(self.namespace, wid, eid=eid, priority=priority, **shape)
         return await self.jobsets.create_jobset(self.namespace, manifest)
 
     async def stop(self, jobset: Obj) -> Obj:
@@ -172,10 +175,19 @@ def condition_true(obj: Obj, kind: str) -> bool:
     return _condition(obj, kind)
 
 
-def xmc_jobset(namespace: str, wid: int, *, eid: int = 1, priority: int = LOW) -> Obj:
-    """``build_base_jobset`` of a work unit that runs until stopped (``sleep`` on a real
-    cluster, kubesim's forever behaviour otherwise), asks for the whole contract queue's
-    CPU, and takes 30 s to terminate (``sleep`` as PID 1 ignores SIGTERM)."""
+def xmc_jobset(
+    namespace: str,
+    wid: int,
+    *,
+    eid: int = 1,
+    priority: int = LOW,
+    behavior: Mapping[str, Any] | None = None,
+    grace_seconds: int = 30,
+) -> Obj:
+    """``build_base_jobset`` of a work unit that by default runs until stopped (``sleep``
+    on a cluster with kubelets, the ``kubesim.xmc/behavior`` annotation on kubesim and the
+    loopback control plane's nodes), asks for the whole contract queue's CPU, and takes
+    ``grace_seconds`` to terminate (``sleep`` as PID 1 ignores SIGTERM)."""
     work_unit = WorkUnit(name=f"experiments/{XID}/workUnits/{wid}", priority=priority)  # type: ignore[arg-type]
     work_unit.executable.scheduling_constraints.queue_name = LOCAL_QUEUE
     job = work_unit.executable.jobset.jobs.add(name="main", replicas=1)
@@ -183,8 +195,10 @@ def xmc_jobset(namespace: str, wid: int, *, eid: int = 1, priority: int = LOW) -
     job.spec.command.extend(["sleep", "3600"])
     job.spec.resources.cpu_resources.cpu_millicores = WORK_UNIT_MILLICORES
     job.spec.resources.cpu_resources.memory_bytes = 64 * 2**20
-    job.annotations["kubesim.xmc/behavior"] = json.dumps({"run_seconds": None})
-    job.termination_grace_period_seconds = 30
+    job.annotations["kubesim.xmc/behavior"] = json.dumps(
+        {"run_seconds": None} if behavior is None else dict(behavior)
+    )
+    job.termination_grace_period_seconds = grace_seconds
     task = Task(
         task_id=f"contract-{wid}-{eid}",
         kind=Task.CREATE if eid == 1 else Task.RESTART,

@@ -9,6 +9,7 @@ afterwards (XMC's finalizers removed first, so nothing hangs).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import AsyncIterator
@@ -74,11 +75,14 @@ async def _missing_on(kube: KubeClient) -> str | None:
     return None
 
 
-@pytest.fixture
-async def cluster() -> AsyncIterator[Cluster]:
+@contextlib.asynccontextmanager
+async def connect(*, real: bool) -> AsyncIterator[Cluster]:
+    """A :class:`Cluster` with a fresh namespace and its LocalQueue: an embedded kubesim
+    with its controllers, or the real cluster of ``KUBECONFIG`` (skipped, saying what is
+    missing, when that cluster lacks JobSet, Kueue or the suite's objects)."""
     namespace = f"xmc-contract-{uuid.uuid4().hex[:8]}"
     sim: KubeSim | None = None
-    if ON_REAL_CLUSTER:
+    if real:
         configuration = await load_configuration(Settings())
         scale = 1.0
     else:
@@ -88,7 +92,7 @@ async def cluster() -> AsyncIterator[Cluster]:
     api: ApiClient = await api_client(configuration)
     kube = KubeClient(api)
     try:
-        if ON_REAL_CLUSTER:
+        if real:
             missing = await _missing_on(kube)
             if missing:
                 pytest.skip(f"the contract suite's cluster is not ready: {missing}")
@@ -101,11 +105,17 @@ async def cluster() -> AsyncIterator[Cluster]:
         await _create(kube, local_queue(namespace))
         yield Cluster(api=api, kube=kube, namespace=namespace, scale=scale, sim=sim)
     finally:
-        if ON_REAL_CLUSTER:
+        if real:
             await _clean_up(kube, namespace)
         await kube.close()
         if sim is not None:
             await sim.stop()
+
+
+@pytest.fixture
+async def cluster() -> AsyncIterator[Cluster]:
+    async with connect(real=ON_REAL_CLUSTER) as connected:
+        yield connected
 
 
 async def _clean_up(kube: KubeClient, namespace: str) -> None:

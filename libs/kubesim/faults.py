@@ -48,10 +48,17 @@ class Fault:
     """Real (not simulated) seconds added before matching calls are served."""
     retry_after_seconds: int | None = None
     """``Retry-After`` for the failure; 429 defaults to 1 like a throttling server."""
+    url_contains: str | None = None
+    """Only calls whose decoded path and query contain this text (an object's name, a
+    label selector's value); None: every call of the verb and resource."""
 
-    def matches(self, verb: str, resource: str) -> bool:
+    def matches(self, verb: str, resource: str, url: str = "") -> bool:
         plural = resource.split("/", 1)[0]
-        return self.verb in ("*", verb) and self.resource in ("*", resource, plural)
+        return (
+            self.verb in ("*", verb)
+            and self.resource in ("*", resource, plural)
+            and (self.url_contains is None or self.url_contains in url)
+        )
 
     def error(self) -> ApiError | None:
         if self.code is None:
@@ -95,10 +102,17 @@ class Faults:
         return self.add(Fault(verb, resource, code, times, 0.0, retry_after_seconds))
 
     def delay(
-        self, verb: str, resource: str = "*", *, seconds: float, times: int | None = None
+        self,
+        verb: str,
+        resource: str = "*",
+        *,
+        seconds: float,
+        times: int | None = None,
+        url_contains: str | None = None,
     ) -> Fault:
-        """Serve matching calls ``seconds`` later (all of them unless ``times`` is set)."""
-        return self.add(Fault(verb, resource, None, times, seconds))
+        """Serve matching calls ``seconds`` later (all of them unless ``times`` is set; only
+        those whose URL contains ``url_contains`` when it is set)."""
+        return self.add(Fault(verb, resource, None, times, seconds, url_contains=url_contains))
 
     def clear(self) -> None:
         self._faults.clear()
@@ -111,13 +125,14 @@ class Faults:
     def pending(self) -> tuple[Fault, ...]:
         return tuple(self._faults)
 
-    def take(self, verb: str, resource: str) -> Decision:
-        """Consume the faults that match one call: every matching latency adds up, the first
-        matching failure is used (one of its ``times`` spent)."""
+    def take(self, verb: str, resource: str, url: str = "") -> Decision:
+        """Consume the faults that match one call (``url``: its decoded path and query):
+        every matching latency adds up, the first matching failure is used (one of its
+        ``times`` spent)."""
         latency = 0.0
         error: ApiError | None = None
         for fault in list(self._faults):
-            if not fault.matches(verb, resource):
+            if not fault.matches(verb, resource, url):
                 continue
             if fault.code is not None and error is not None:
                 continue
@@ -129,9 +144,9 @@ class Faults:
                     self._faults.remove(fault)
         return Decision(latency, error)
 
-    async def apply(self, verb: str, resource: str) -> None:
+    async def apply(self, verb: str, resource: str, url: str = "") -> None:
         """Wait and/or raise as the faults for this call say."""
-        decision = self.take(verb, resource)
+        decision = self.take(verb, resource, url)
         if decision.latency_seconds > 0:
             await asyncio.sleep(decision.latency_seconds)
         if decision.error is not None:
@@ -154,6 +169,7 @@ def fault_from_json(body: Any) -> Fault:
                 if body.get("retry_after_seconds") is None
                 else int(body["retry_after_seconds"])
             ),
+            url_contains=None if body.get("url_contains") is None else str(body["url_contains"]),
         )
     except (TypeError, ValueError) as error:
         raise bad_request(f"invalid fault: {error}") from None
@@ -170,3 +186,5 @@ def _validate(fault: Fault) -> None:
         raise bad_request("times must be at least 1 (or null for until cleared)")
     if fault.latency_seconds < 0:
         raise bad_request("latency_seconds must be >= 0")
+    if fault.url_contains == "":
+        raise bad_request("url_contains must not be empty (null matches every call)")

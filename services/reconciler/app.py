@@ -1,8 +1,12 @@
-"""The Reconciler process (SPEC §8): watches → pure observers → UpdateBatcher → ESS.
+"""The Reconciler process (SPEC §8): watches → work queue → pure observers → UpdateBatcher
+→ ESS.
 
 Watches keep warm caches on every replica; only the leader (a Lease) writes. Work is
-level-triggered: each handler recomputes from the latest cached objects, so a missed or
-repeated event changes nothing, and a new leader re-observes everything it has cached.
+level-triggered: a watch event only updates the cache and owes its JobSet a run in the
+work queue (``reconciler.workqueue``: keyed by JobSet name, a few workers); the run
+recomputes from the latest cached objects, so a missed, repeated or coalesced event
+changes nothing, one JobSet's slow Kubernetes reads hold up only the worker running it,
+and a new leader re-observes everything it has cached.
 
 Besides the batched observations, two paths write directly:
 - the finalizer bypass (§8.4, ``reconciler.finalizer``): a JobSet being deleted gets its
@@ -17,6 +21,7 @@ Besides the batched observations, two paths write directly:
 from __future__ import annotations
 
 import asyncio
+import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -24,15 +29,8 @@ from typing import Any
 
 import structlog
 
-from reconciler import metrics
 from reconciler.batcher import BatcherOptions, UpdateBatcher
-from reconciler.ess_client import (
-    EssClient,
-    EssRejected,
-    EssUnavailable,
-    is_verdict,
-    retry_rejected,
-)
+from reconciler.ess_client import EssClient
 from reconciler.evidence import read_failure_evidence
 from reconciler.failure import decide_failure_reason, failure_message
 from reconciler.finalizer import Finalizer
@@ -41,7 +39,6 @@ from reconciler.observation import Observation
 from reconciler.observe import (
     JOBSET_NAME_LABEL,
     QueuePosition,
-    decide_orphan,
     jobset_pods,
     observe_jobset,
     observe_pods,
@@ -50,26 +47,26 @@ from reconciler.observe import (
     work_unit_ids,
     workload_owner,
 )
+from reconciler.orphans import collect_orphans
 from reconciler.queue_positions import QueuePositions
 from reconciler.readiness import ElectionState, WatchState, decide_readiness
+from reconciler.send import send
 from reconciler.slim import slim_jobset, slim_pod, slim_workload
 from reconciler.vanished import VanishedSettings, VanishedSweep
 from reconciler.watch import ChangeKind, ResourceWatcher, WatchSettings
+from reconciler.workqueue import WorkQueue
 from xmc.health import Check
-from xmc.kube import JOBSETS, PODS, WORKLOADS, KubeError, KubeFailure
+from xmc.kube import JOBSETS, PODS, WORKLOADS, KubeError
 from xmc.kube_client import KubeClient
 from xmc.labels import EXPERIMENT_ID, FINALIZER, MANAGED_BY_SELECTOR
 from xmc.model.jobset import to_work_unit_state
 from xmc.model.states import WorkUnitState
-from xmc.retry import sleep_or_stop
 from xmc.supervise import every, finish, supervise
 from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
 
 log = structlog.get_logger()
 Obj = dict[str, Any]
 
-#: An orphan delete that met no JobSet, or a newer one of the same name: nothing to do.
-_NOT_THE_ORPHAN = frozenset({KubeFailure.NOT_FOUND, KubeFailure.CONFLICT})
 #: Seconds a queue-position lookup may hold up the Workload handler.
 _VISIBILITY_TIMEOUT = 5.0
 #: Seconds one LocalQueue's pending-workloads summary serves every waiting Workload's event.
@@ -80,6 +77,16 @@ def _jobset_name_of(pod: Obj) -> str | None:
     """The pod cache's grouping: every execution's pods share their JobSet's name."""
     name = ((pod.get("metadata") or {}).get("labels") or {}).get(JOBSET_NAME_LABEL)
     return name if isinstance(name, str) and name else None
+
+
+class Owed(enum.Flag):
+    """What a JobSet's next run re-observes: what changed since its last one."""
+
+    JOBSET = enum.auto()
+    WORKLOAD = enum.auto()
+    PODS = enum.auto()
+    #: A new leader's re-observation, and a retry (what the failed run owed is gone).
+    ALL = JOBSET | WORKLOAD | PODS
 
 
 @dataclass(frozen=True)
@@ -97,6 +104,11 @@ class ReconcilerOptions:
     orphan_interval: float = 30.0
     #: The vanished-JobSet sweep; None = off.
     vanished: VanishedSettings | None = field(default_factory=VanishedSettings)
+    #: Workers of the JobSet work queue: how many JobSets' slow reads are waited on at
+    #: once before the others wait too.
+    workers: int = 4
+    #: Seconds a graceful stop lets the workers finish the queued JobSets.
+    drain_seconds: float = 5.0
 
 
 class Reconciler:
@@ -119,13 +131,16 @@ class Reconciler:
             on_change=self._on_jobset, transform=slim_jobset, settings=self.options.watch,
         )  # fmt: skip
         self.workloads = ResourceWatcher(
-            kube, WORKLOADS, namespace=ns, on_change=self._on_workload,
+            kube, WORKLOADS, namespace=ns, on_change=self._on_workload, group_by=workload_owner,
             transform=slim_workload, settings=self.options.watch,
         )  # fmt: skip
         self.pods = ResourceWatcher(
             kube, PODS, namespace=ns, label_selector=EXPERIMENT_ID, on_change=self._on_pod,
             group_by=_jobset_name_of, transform=slim_pod, settings=self.options.watch,
         )  # fmt: skip
+        #: JobSet name → what its queued run owes (see :meth:`_enqueue`).
+        self._owed: dict[str, Owed] = {}
+        self.queue = WorkQueue("jobsets", self._reconcile, workers=self.options.workers)
         self.batcher = UpdateBatcher(
             self._send, options=self.options.batcher, may_send=lambda: self.leading
         )
@@ -166,6 +181,7 @@ class Reconciler:
     async def start(self) -> None:
         for watcher in (self.jobsets, self.workloads, self.pods):
             self._tasks.append(asyncio.create_task(watcher.run(), name=f"watch {watcher.what}"))
+        self._tasks.append(asyncio.create_task(self.queue.run(), name="work queue"))
         self._tasks.append(asyncio.create_task(self.batcher.run(), name="batcher"))
         self._tasks.append(
             asyncio.create_task(
@@ -216,10 +232,12 @@ class Reconciler:
         return decide_readiness(watches, election)
 
     async def stop(self) -> None:
-        """Graceful: stop watching, flush what is pending, release the Lease."""
+        """Graceful: stop watching, finish the queued JobSets (bounded), flush what is
+        pending, release the Lease."""
         self._stopping.set()
         for watcher in (self.jobsets, self.workloads, self.pods):
             watcher.stop()
+        await self.queue.stop(within=self.options.drain_seconds)
         await self.batcher.stop()
         if self.elector is not None:
             self.elector.stop()
@@ -238,12 +256,10 @@ class Reconciler:
 
     async def _started_leading(self) -> None:
         """A new leader re-observes everything it has cached: no observation is lost in
-        a takeover."""
+        a takeover. Queued, not run here: the election's loop must go on renewing."""
         log.info("leading; re-observing the cache")
-        for jobset in list(self.jobsets.cache.values()):
-            await self._on_jobset("RESYNC", jobset)
-        for workload in list(self.workloads.cache.values()):
-            await self._on_workload("RESYNC", workload)
+        for name in list(self.jobsets.cache):
+            self._enqueue(name, Owed.ALL)
 
     async def _stopped_leading(self) -> None:
         """What a deposed leader held is stale to the next one: drop it unsent."""
@@ -252,85 +268,68 @@ class Reconciler:
     # --- the observation paths ---------------------------------------------------------
 
     async def _send(self, observations: Sequence[Observation]) -> None:
-        """One batch to the ESS. EssUnavailable propagates (the batcher puts the items back
-        for the next flush); INTERNAL is retried here a few times. A batch the ESS refuses
-        for what it is (INVALID_ARGUMENT, say) is split in halves until the refused items
-        are alone, so one bad observation costs only itself; those are dropped, loudly."""
-        error = await self._send_retrying(observations)
-        if error is None:
-            return
-        if len(observations) > 1 and is_verdict(error):
-            half = len(observations) // 2
-            await self._send(observations[:half])
-            await self._send(observations[half:])
-            return
-        first = observations[0]
-        log.error("observations rejected; dropped", error=str(error), items=len(observations),
-                  xid=first.xid, wid=first.wid, eid=first.eid)  # fmt: skip
-        metrics.OBSERVATIONS_DROPPED_TOTAL.labels(error.code.name).inc(len(observations))
-
-    async def _send_retrying(self, observations: Sequence[Observation]) -> EssRejected | None:
-        """Send, retrying INTERNAL/UNKNOWN with backoff; the final refusal, if any."""
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                await self._ess.update(observations, writer="reconciler")
-                return None
-            except EssRejected as error:
-                delay = retry_rejected(error, attempt)
-                if delay is None:
-                    return error
-                log.warning("observations refused; retrying", error=str(error),
-                            attempt=attempt, delay=delay)  # fmt: skip
-                if await sleep_or_stop(self._aborted, delay) or not self.leading:
-                    return error
+        """The batcher's send (``reconciler.send``), through ``self._ess`` as it is at the
+        call (tests swap it)."""
+        await send(self._ess, observations, aborted=self._aborted, leading=lambda: self.leading)
 
     def _observe(self, observation: Observation | None) -> None:
         if observation is not None:
             self.batcher.add(observation)  # the batcher counts it
 
+    # The watches' handlers only owe a JobSet a run: they are called under their watcher's
+    # delivery lock, after its cache took the change, so they must not wait on anything.
+
     async def _on_jobset(self, kind: ChangeKind, jobset: Obj) -> None:
         if kind == "DELETED":
+            # A deletion only needs its uid for the vanished sweep's message, taken from
+            # the final object now: the cache has no such object for a later run.
             self.vanished.note_deleted(jobset)
-        if kind == "DELETED" or not self.leading:
             return
-        meta = jobset.get("metadata") or {}
+        self._enqueue(jobset["metadata"]["name"], Owed.JOBSET)
+
+    async def _on_workload(self, kind: ChangeKind, workload: Obj) -> None:
+        owner = workload_owner(workload)
+        if kind != "DELETED" and owner:
+            self._enqueue(owner, Owed.WORKLOAD)
+
+    async def _on_pod(self, kind: ChangeKind, pod: Obj) -> None:
+        name = _jobset_name_of(pod)
+        if name:
+            self._enqueue(name, Owed.PODS)
+
+    def _enqueue(self, name: str, owed: Owed) -> None:
+        self._owed[name] = self._owed.get(name, Owed(0)) | owed
+        self.queue.add(name)
+
+    async def _reconcile(self, name: str) -> None:
+        """One run of JobSet ``name``, a worker's: what its events since the last run owe,
+        from the cache as it is now. A JobSet gone meanwhile owes nothing (its deletion
+        was noted); a pod change re-observes the JobSet only when R4 reads its pods."""
+        owed = self._owed.pop(name, Owed.ALL)
+        jobset = self.jobsets.get(name)
+        if jobset is None or not self.leading:
+            return
+        if Owed.JOBSET in owed or (Owed.PODS in owed and reobserve_on_pod_change(jobset)):
+            # R4 reads the pods (docs/decisions/0019): the last one going is what turns
+            # DESCHEDULING into SCHEDULING, and no JobSet event says so.
+            await self._reconcile_jobset(jobset)
+        elif Owed.PODS in owed:
+            self._diagnose(jobset)
+        ids = work_unit_ids(jobset)
+        if Owed.WORKLOAD in owed and ids is not None:
+            for workload in self.workloads.group(name):
+                position = await self._queue_position(workload)
+                self._observe(observe_workload(workload, jobset_ids=ids, queue_position=position,
+                                               observed_at=self._clock()))  # fmt: skip
+
+    async def _reconcile_jobset(self, jobset: Obj) -> None:
+        meta = jobset["metadata"]
         if meta.get("deletionTimestamp") and FINALIZER in (meta.get("finalizers") or []):
             self.finalizer.soon(meta["name"])
         failure = await self._failure_message(jobset)
-        pods = jobset_pods(jobset, self._cached_pods(meta.get("name", "")))
+        pods = jobset_pods(jobset, self._cached_pods(meta["name"]))
         self._observe(observe_jobset(jobset, observed_at=self._clock(), failure=failure, pods=pods))
         self._diagnose(jobset)
-
-    async def _on_workload(self, kind: ChangeKind, workload: Obj) -> None:
-        if kind == "DELETED" or not self.leading:
-            return
-        owner = workload_owner(workload)
-        jobset = self.jobsets.get(owner) if owner else None
-        ids = work_unit_ids(jobset) if jobset else None
-        if ids is None:
-            return
-        position = await self._queue_position(workload)
-        self._observe(
-            observe_workload(
-                workload, jobset_ids=ids, queue_position=position, observed_at=self._clock()
-            )
-        )
-
-    async def _on_pod(self, kind: ChangeKind, pod: Obj) -> None:
-        if not self.leading:
-            return
-        name = ((pod.get("metadata") or {}).get("labels") or {}).get(JOBSET_NAME_LABEL)
-        jobset = self.jobsets.get(name) if name else None
-        if jobset is None:
-            return
-        if reobserve_on_pod_change(jobset):
-            # R4 reads the pods (docs/decisions/0019): the last one going is what turns
-            # DESCHEDULING into SCHEDULING, and no JobSet event says so.
-            await self._on_jobset("RESYNC", jobset)
-        else:
-            self._diagnose(jobset)
 
     def _cached_pods(self, jobset_name: str) -> list[Obj]:
         return self.pods.group(jobset_name)
@@ -397,33 +396,6 @@ class Reconciler:
             await self.collect_orphans()
 
     async def collect_orphans(self) -> int:
-        """Delete JobSets no execution wants any more (UID precondition: never a newer
-        one). Returns how many were deleted."""
-        deleted = 0
-        for jobset in list(self.jobsets.cache.values()):
-            meta = jobset["metadata"]
-            ids = work_unit_ids(jobset)
-            if ids is None or meta.get("deletionTimestamp"):
-                continue
-            try:
-                snapshot = await self._ess.work_unit(ids[0], ids[1])
-            except (EssUnavailable, EssRejected) as error:
-                log.warning("orphan check skipped", error=str(error))
-                return deleted
-            decision = decide_orphan(ids, snapshot)
-            if not decision.orphan:
-                continue
-            try:
-                await self._kube.delete(
-                    JOBSETS, self.options.namespace, meta["name"], uid=meta["uid"],
-                    propagation_policy="Background",
-                )  # fmt: skip
-            except KubeError as error:
-                if error.failure not in _NOT_THE_ORPHAN:
-                    # The next sweep tries again; the other orphans go now.
-                    log.warning("orphan delete failed", jobset=meta["name"], error=str(error))
-                continue
-            deleted += 1
-            metrics.ORPHANS_DELETED_TOTAL.inc()
-            log.info("orphan deleted", jobset=meta["name"], reason=decision.reason.value)
-        return deleted
+        """Delete JobSets no execution wants any more (``reconciler.orphans``); how many."""
+        jobsets = list(self.jobsets.cache.values())
+        return await collect_orphans(self._kube, self._ess, self.options.namespace, jobsets)

@@ -94,3 +94,36 @@ VANISHED_SUSPECTS = Gauge(
     "xmc_reconciler_vanished_suspects",
     "Executions the last sweep found without their JobSet and still inside the grace period",
 )
+WORKQUEUE_DEPTH = Gauge(
+    "xmc_reconciler_workqueue_depth",
+    "Keys (JobSet names) waiting for a worker of the work queue, by queue",
+    ["queue"],
+)
+WORKQUEUE_ADDS_TOTAL = Counter(
+    "xmc_reconciler_workqueue_adds_total",
+    "Keys added to the work queue that were not already waiting (the rest coalesced), by queue",
+    ["queue"],
+)
+WORKQUEUE_WAIT_SECONDS = Histogram(
+    "xmc_reconciler_workqueue_wait_seconds",
+    "Time a key waited in the work queue before a worker took it, by queue",
+    ["queue"],
+    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
+WORKQUEUE_PROCESSING_SECONDS = Histogram(
+    "xmc_reconciler_workqueue_processing_seconds",
+    "Time one run of a key took (its Kubernetes reads included), by queue",
+    ["queue"],
+    buckets=(0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30),
+)
+WORKQUEUE_RETRIES_TOTAL = Counter(
+    "xmc_reconciler_workqueue_retries_total",
+    "Runs of a key that raised and were scheduled again after a backoff, by queue",
+    ["queue"],
+)
+WORKQUEUE_DROPPED_TOTAL = Counter(
+    "xmc_reconciler_workqueue_dropped_total",
+    "Keys given up after their last retry also raised (the next event or resync adds them "
+    "again), by queue",
+    ["queue"],
+)

@@ -379,8 +379,10 @@ class ResourceWatcher:
                     await self._deliver("RESYNC", obj)
 
     async def _deliver(self, kind: ChangeKind, obj: Obj) -> None:
-        """One handler call at a time; a failing handler is logged and the watch goes on
-        (the next change or resync delivers the object again)."""
+        """One handler call at a time, after the cache took the change; a failing handler
+        is logged and the watch goes on (the next change or resync delivers the object
+        again). The watch waits for the handler, so a handler should be quick: the
+        Reconciler's only queue the work (``reconciler.workqueue``)."""
         async with self._deliver_lock:
             try:
                 await self._on_change(kind, obj)

@@ -128,7 +128,7 @@ async def test_the_reason_is_stored_once_through_resyncs_and_the_finalizer(
         jobset = system.reconciler.jobsets.get(jobset_name(name))
         assert jobset is not None
         for _ in range(3):
-            await system.reconciler._on_jobset("RESYNC", jobset)
+            await system.reconciler._reconcile_jobset(jobset)
         assert await system.reconciler.collect_orphans() == 1
 
         async def gone() -> bool:

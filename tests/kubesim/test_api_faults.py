@@ -4,6 +4,7 @@ kubernetes-asyncio client."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -125,6 +126,24 @@ async def test_latency_slows_matching_calls_only(
     assert fast < 0.3
 
 
+async def test_latency_narrowed_to_one_object(kubesim: KubeSim, kube_api: ApiClient) -> None:
+    """``url_contains`` sees the decoded URL: a label selector as written, an item's name."""
+    core = CoreV1Api(kube_api)
+    kubesim.faults.delay("list", "pods", seconds=0.3, url_contains="app=slow")
+    kubesim.faults.delay("get", "pods", seconds=0.3, url_contains="/pods/slow-pod")
+
+    async def took(call: Awaitable[Any]) -> float:
+        started = time.monotonic()
+        with contextlib.suppress(ApiException):  # the pods need not exist
+            await call
+        return time.monotonic() - started
+
+    assert await took(core.list_namespaced_pod("default", label_selector="app=slow")) >= 0.3
+    assert await took(core.list_namespaced_pod("default", label_selector="app=fast")) < 0.3
+    assert await took(core.read_namespaced_pod("slow-pod", "default")) >= 0.3
+    assert await took(core.read_namespaced_pod("fast-pod", "default")) < 0.3
+
+
 async def test_closed_watches_are_resumed_by_the_client_without_loss(
     kubesim: KubeSim, custom: CustomObjectsApi
 ) -> None:
@@ -198,10 +217,30 @@ async def test_faults_over_http(kubesim: KubeSim, custom: CustomObjectsApi) -> N
             (0.75, None),
             id="latencies add up",
         ),
+        pytest.param(
+            [Fault("list", "pods", latency_seconds=1, url_contains="job-name=xmc-1-1-main-0")],
+            (
+                "list",
+                "pods",
+                "/api/v1/namespaces/default/pods?labelSelector=a,job-name=xmc-1-1-main-0",
+            ),
+            (1.0, None),
+            id="a URL naming the thing",
+        ),
+        pytest.param(
+            [Fault("list", "pods", latency_seconds=1, url_contains="job-name=xmc-1-1-main-0")],
+            (
+                "list",
+                "pods",
+                "/api/v1/namespaces/default/pods?labelSelector=job-name=xmc-1-10-main-0",
+            ),
+            (0.0, None),
+            id="a URL naming another thing",
+        ),
     ],
 )
 def test_take_decides_per_call(
-    faults: list[Fault], call: tuple[str, str], expected: tuple[float, int | None]
+    faults: list[Fault], call: tuple[str, ...], expected: tuple[float, int | None]
 ) -> None:
     registry = Faults(lambda: 0)
     for fault in faults:

@@ -55,7 +55,10 @@ async def _dispatch(request: web.Request, target: Target) -> web.StreamResponse:
     verb = verb_of(target, request.method, is_true(request.query.get("watch")))
     if verb is None:
         raise method_not_allowed(request.method)
-    await context.faults.apply(verb, target.fault_resource)
+    # Decoded, parameter by parameter: a label selector reads as written (``app=a``).
+    query = "&".join(f"{key}={value}" for key, value in request.query.items())
+    url = f"{request.path}?{query}"
+    await context.faults.apply(verb, target.fault_resource, url)
     handler = _HANDLERS[(target.shape == "collection", verb)]
     return await handler(context, request, target)
 

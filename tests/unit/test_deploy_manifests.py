@@ -237,9 +237,7 @@ def test_compose_images_with_healthchecks() -> None:
 def test_base_ships_exactly_the_priority_classes_the_actuator_labels_with() -> None:
     """A JobSet labelled with a class that does not exist stays suspended: k8s/base must
     create every one of the nine, with the values the code documents."""
-    shipped = {
-        obj["metadata"]["name"]: obj["value"] for obj in of_kind("WorkloadPriorityClass")
-    }
+    shipped = {obj["metadata"]["name"]: obj["value"] for obj in of_kind("WorkloadPriorityClass")}
     assert shipped == dict(PRIORITY_CLASS_VALUES)
     assert {obj["apiVersion"] for obj in of_kind("WorkloadPriorityClass")} == {
         f"kueue.x-k8s.io/{WORKLOADS.version}"

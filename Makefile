@@ -4,7 +4,10 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: help install services proto proto-check lint test run bench compat faults screenshots clean cluster cluster-down
+.PHONY: help install services proto proto-check lint test run bench compat faults screenshots clean cluster cluster-down cluster-xmc test-cluster
+
+# `make run CLUSTER=real`: XMC against the loopback cluster of `make cluster` (docs/cluster.md).
+CLUSTER ?= kubesim
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -35,8 +38,16 @@ lint: $(STAMP) ## ruff + mypy + import-linter (the layering contracts in pyproje
 test: services $(STAMP) ## the whole test suite (starts the local Postgres and Redis first)
 	$(VENV)/bin/pytest -n 2 $(PYTEST_ARGS)
 
-run: services $(STAMP) ## set up and run XMC locally (kubesim, ESS, Actuator, Reconciler, dashboard)
+run: services $(STAMP) ## set up and run XMC locally (kubesim, ESS, Actuator, Reconciler, dashboard); CLUSTER=real: on `make cluster` instead
+ifeq ($(CLUSTER),real)
+	@$(PY) tools/cluster/xmc_setup.py running || $(MAKE) --no-print-directory cluster
+	$(PY) tools/cluster/xmc_setup.py setup
+	XMC_RUN_CLUSTER=real $(PY) -m xmc.devrun
+else ifeq ($(CLUSTER),kubesim)
 	$(PY) -m xmc.devrun
+else
+	$(error CLUSTER is kubesim (the default) or real, not $(CLUSTER))
+endif
 
 bench: services $(STAMP) ## benchmarks (print figures; not tests)
 	$(PY) bench/store_update.py
@@ -66,6 +77,12 @@ clean:
 cluster: $(STAMP) ## a real Kubernetes control plane on loopback (etcd, apiserver, KCM, scheduler, JobSet, Kueue, kwok); builds what is missing, writes .cluster/kubeconfig
 	bash tools/cluster/build.sh
 	$(PY) tools/cluster/up.py
+
+cluster-xmc: $(STAMP) ## on the running `make cluster`: k8s/base's namespace, ServiceAccounts and RBAC, the queues, one kubeconfig per service
+	$(PY) tools/cluster/xmc_setup.py setup
+
+test-cluster: services $(STAMP) ## make cluster, the real-cluster tests and the contract suite on it (as the SAs of k8s/base), make cluster-down
+	bash tools/cluster/test_cluster.sh $(PYTEST_ARGS)
 
 cluster-down: ## stop what `make cluster` started
 	$(PYTHON) tools/cluster/down.py

@@ -111,11 +111,23 @@ class StackOptions:
     replicas: int = 1
     #: The Reconcilers elect a leader (a Lease) instead of each writing on its own.
     leader_election: bool = False
+    #: A real API server instead of kubesim (``tests/real``): no kubesim process.
+    real: RealCluster | None = None
 
 
-def replica_names(replicas: int) -> list[str]:
+@dataclass(frozen=True)
+class RealCluster:
+    """How the services reach a real API server: no ``XMC_KUBE_URL``, each service with
+    ``KUBECONFIG`` set to its own ServiceAccount's kubeconfig (TLS, bearer token)."""
+
+    namespace: str
+    #: Service (``actuator``, ``reconciler``) → its kubeconfig.
+    kubeconfigs: dict[str, Path]
+
+
+def replica_names(replicas: int, *, kubesim: bool = True) -> list[str]:
     """Every process of a stack, in start order: ``kubesim, ess, ess-2, actuator, ...``."""
-    return ["kubesim"] + [
+    return ["kubesim"] * kubesim + [
         name if i == 1 else f"{name}-{i}" for name in SERVICES[1:] for i in range(1, replicas + 1)
     ]
 
@@ -141,17 +153,18 @@ class Stack:
         self.database_url = database_url
         self.redis_url = redis_url
         self.prefix = f"stack-{uuid.uuid4().hex[:8]}:"
-        self.names = replica_names(self.options.replicas)
+        self.names = replica_names(self.options.replicas, kubesim=self.options.real is None)
         ess_names = [n for n in self.names if service_of(n) == "ess"]
         # Distinct ports: each probe releases its port, so two probes may return the same
         # one (an ESS and a metrics listener once did, and the Reconciler exited on it).
-        ports = free_ports(1 + len(ess_names) + len(self.names) - 1)
+        services = [n for n in self.names if n != "kubesim"]
+        ports = free_ports(1 + len(ess_names) + len(services))
         self.kube_port = ports[0]
         #: The gRPC port of each ESS process.
         self.ess_ports = dict(zip(ess_names, ports[1 : 1 + len(ess_names)], strict=True))
         self.ess_port = self.ess_ports["ess"]
         #: ``/metrics``, ``/healthz`` and ``/readyz`` of each XMC service process.
-        self.ops_ports = dict(zip(self.names[1:], ports[1 + len(ess_names) :], strict=True))
+        self.ops_ports = dict(zip(services, ports[1 + len(ess_names) :], strict=True))
         self.log_dir = log_dir
         log_dir.mkdir(parents=True, exist_ok=True)
         self.processes: dict[str, asyncio.subprocess.Process] = {}
@@ -173,6 +186,19 @@ class Stack:
         return f"http://127.0.0.1:{self.kube_port}"
 
     def _env(self, name: str = "ess") -> dict[str, str]:
+        env = self._base_env(name)
+        real = self.options.real
+        if real is not None:
+            env = {k: v for k, v in env.items() if not k.startswith("KUBERNETES_SERVICE_")}
+            env.pop("KUBECONFIG", None)
+            env["XMC_KUBE_URL"] = ""
+            env["XMC_NAMESPACE"] = real.namespace
+            kubeconfig = real.kubeconfigs.get(service_of(name))
+            if kubeconfig is not None:
+                env["KUBECONFIG"] = str(kubeconfig)
+        return env
+
+    def _base_env(self, name: str) -> dict[str, str]:
         return {
             **os.environ,
             "XMC_DATABASE_URL": self.database_url,

@@ -8,6 +8,13 @@ the Reconciler and the dashboard (``xmc-ui``), each its own OS process with its 
 prefix, and prints the banner only once every one of them answers ``/readyz``. Ctrl-C
 (or SIGTERM) stops them all. A second ``make run`` while one is running says so instead
 of failing on a taken port.
+
+``make run CLUSTER=real`` (``XMC_RUN_CLUSTER=real``) runs the same services against the
+loopback Kubernetes control plane of ``make cluster`` instead of kubesim: no kubesim, no
+``XMC_KUBE_URL``; the Actuator and the Reconciler each get ``KUBECONFIG`` set to the
+kubeconfig of its own ServiceAccount of k8s/base (a TokenRequest token, TLS to the API
+server), which ``tools/cluster/xmc_setup.py`` wrote, and ``XMC_NAMESPACE=xmc``, where
+k8s/base grants them their Roles (docs/cluster.md).
 """
 
 from __future__ import annotations
@@ -31,6 +38,10 @@ from xmc.store.migrate import migrate
 BIN = Path(sys.executable).parent
 #: Development only: a fixed signing key, printed nowhere, never used outside this run.
 DEV_SIGNING_KEY = "xmc-local-development-signing-key-0001"
+#: k8s/base's namespace: the Roles of its ServiceAccounts are granted there.
+REAL_CLUSTER_NAMESPACE = "xmc"
+#: The services that call the Kubernetes API (each with its own ServiceAccount).
+KUBE_CLIENTS = ("actuator", "reconciler")
 
 
 def already_running(pidfile: Path) -> int | None:
@@ -73,6 +84,34 @@ def check_stores(settings: Settings) -> str | None:
     return None
 
 
+def check_real_cluster(run: LocalRunSettings) -> str | None:
+    """With ``CLUSTER=real``: what is missing of the ServiceAccount kubeconfigs, or None."""
+    if not run.real_cluster:
+        return None
+    missing = [str(p) for s in KUBE_CLIENTS if not (p := run.service_kubeconfig(s)).is_file()]
+    if missing:
+        return (
+            f"no ServiceAccount kubeconfig {', '.join(missing)}: `make run CLUSTER=real` "
+            "starts the cluster and writes them (tools/cluster/xmc_setup.py)"
+        )
+    return None
+
+
+def service_env(base: dict[str, str], run: LocalRunSettings, name: str) -> dict[str, str]:
+    """The environment of one service: on the real cluster no XMC_KUBE_URL and no
+    in-cluster variables, so the kubeconfig path is taken, with the service's own
+    ServiceAccount kubeconfig (the ESS and the dashboard make no Kubernetes calls)."""
+    if not run.real_cluster:
+        return base
+    env = {k: v for k, v in base.items() if not k.startswith("KUBERNETES_SERVICE_")}
+    env["XMC_KUBE_URL"] = ""
+    env["XMC_NAMESPACE"] = REAL_CLUSTER_NAMESPACE
+    env.pop("KUBECONFIG", None)
+    if name in KUBE_CLIENTS:
+        env["KUBECONFIG"] = str(run.service_kubeconfig(name).resolve())
+    return env
+
+
 async def ensure_database(dsn: str) -> None:
     """Create the database named in ``dsn`` when the server lacks it."""
     parts = urlsplit(dsn)
@@ -108,7 +147,7 @@ async def serve(settings: Settings, run: LocalRunSettings, ui: UiSettings) -> in
         "XMC_TASK_SIGNING_KEY": settings.task_signing_key or DEV_SIGNING_KEY,
         "XMC_AUTH_DISABLED": "true",
     }
-    commands = {
+    commands: dict[str, list[str]] = {
         "kubesim": [
             "xmc-kubesim",
             "--host",
@@ -147,6 +186,9 @@ async def serve(settings: Settings, run: LocalRunSettings, ui: UiSettings) -> in
             for offset, name in enumerate(("ess", "actuator", "reconciler", "ui"))
         ),
     ]
+    if run.real_cluster:  # the cluster of `make cluster` runs already
+        del commands["kubesim"]
+        probes = probes[1:]
 
     def first_exited() -> str | None:
         return next((n for n, p in processes.items() if p.returncode is not None), None)
@@ -156,7 +198,7 @@ async def serve(settings: Settings, run: LocalRunSettings, ui: UiSettings) -> in
             process = await asyncio.create_subprocess_exec(
                 str(BIN / command[0]),
                 *command[1:],
-                env=env,
+                env=service_env(env, run, name),
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
             )
@@ -220,10 +262,25 @@ def _say(line: str) -> None:
     print(f"{'make run':>10} | {line}", flush=True)
 
 
+def _kube_lines(run: LocalRunSettings) -> str:
+    if run.real_cluster:
+        admin = Path(run.cluster_dir).resolve() / "kubeconfig"
+        return (
+            f"  kubernetes:   the cluster of `make cluster` (KUBECONFIG={admin} kubectl -n "
+            f"{REAL_CLUSTER_NAMESPACE} get jobsets)\n"
+            f"                Actuator and Reconciler as ServiceAccounts {REAL_CLUSTER_NAMESPACE}/"
+            f"xmc-actuator, xmc-reconciler (k8s/base)"
+        )
+    kube = f"http://127.0.0.1:{run.kubesim_port}"
+    return (
+        f"  kubesim:      {kube}   (kubectl -s {kube} get jobsets)\n"
+        f"                its cluster is saved in {run.run_dir}/: `make run` again resumes it"
+    )
+
+
 def _banner(endpoint: str, run: LocalRunSettings, ui: UiSettings) -> None:
     ui_host, ui_port = split_listen(ui.listen)
     ui_url = f"http://{ui_host}:{ui_port}"
-    kube = f"http://127.0.0.1:{run.kubesim_port}"
     print(
         f"""
 XMC is running.
@@ -232,8 +289,7 @@ XMC is running.
   xmanager:     export XMANAGER_ENDPOINT=http://{endpoint} XMC_AUTH_TOKEN=dev \\
                        XMC_USER_EMAIL=you@example.com XMANAGER_UI_URL={ui_url}
                 (README: Launching from xmanager)
-  kubesim:      {kube}   (kubectl -s {kube} get jobsets)
-                its cluster is saved in {run.run_dir}/: `make run` again resumes it
+{_kube_lines(run)}
   metrics:      http://127.0.0.1:{run.metrics_base}/metrics (ESS), +1 Actuator, +2 Reconciler,
                 +3 dashboard
   health:       /healthz and /readyz on the same ports (docs/operations.md)
@@ -267,7 +323,7 @@ def main() -> None:
     if problems:
         print("make run: cannot start:\n  " + "\n  ".join(problems), file=sys.stderr)
         sys.exit(1)
-    problem = check_stores(settings)
+    problem = check_stores(settings) or check_real_cluster(run)
     if problem:
         print(problem, file=sys.stderr)
         sys.exit(1)

@@ -51,9 +51,21 @@ def local_endpoints(settings: Settings, run: LocalRunSettings, ui: UiSettings) -
     ess_host, ess_port = split_listen(settings.ess_listen)
     ui_host, ui_port = split_listen(ui.listen)
     metrics = "XMC_METRICS_BASE_PORT"
+    kubesim = (
+        []
+        if run.real_cluster
+        else [
+            Endpoint(
+                "kubesim (Kubernetes API)",
+                "127.0.0.1",
+                run.kubesim_port,
+                "XMC_KUBESIM_PORT",
+                str(run.kubesim_port),
+            ),
+        ]
+    )
     return [
-        Endpoint("kubesim (Kubernetes API)", "127.0.0.1", run.kubesim_port, "XMC_KUBESIM_PORT",
-                 str(run.kubesim_port)),
+        *kubesim,
         Endpoint("ESS (gRPC)", ess_host, ess_port, "XMC_ESS_LISTEN", settings.ess_listen),
         Endpoint("ESS metrics and health", "127.0.0.1", base, metrics, str(base)),
         Endpoint("Actuator metrics and health", "127.0.0.1", base + 1, metrics, f"{base} (+1)"),

@@ -236,6 +236,21 @@ class LocalRunSettings:
     metrics_base: int = 9464
     #: XMC_RUN_DIR — where a running ``make run`` keeps its pidfile and kubesim its cluster.
     run_dir: str = ".run"
+    #: XMC_RUN_CLUSTER — what the services run against: ``kubesim`` (started by ``make
+    #: run``) or ``real``, the loopback cluster of ``make cluster`` (``make run
+    #: CLUSTER=real``), as the ServiceAccounts of k8s/base (docs/cluster.md).
+    cluster: str = "kubesim"
+    #: XMC_RUN_CLUSTER_DIR — where ``make cluster`` keeps its state; with ``real`` the
+    #: Actuator and Reconciler use ``<dir>/xmc/<service>.kubeconfig``.
+    cluster_dir: str = ".cluster"
+
+    @property
+    def real_cluster(self) -> bool:
+        return self.cluster == "real"
+
+    def service_kubeconfig(self, service: str) -> Path:
+        """The kubeconfig (ServiceAccount token) of ``service`` on the real cluster."""
+        return Path(self.cluster_dir) / "xmc" / f"{service}.kubeconfig"
 
     @property
     def pidfile(self) -> Path:
@@ -251,7 +266,16 @@ class LocalRunSettings:
             kueue_version=env.get("XMC_KUBESIM_KUEUE_VERSION", d.kueue_version),
             metrics_base=port(env, "XMC_METRICS_BASE_PORT", d.metrics_base),
             run_dir=env.get("XMC_RUN_DIR", d.run_dir),
+            cluster=_cluster(env.get("XMC_RUN_CLUSTER", d.cluster)),
+            cluster_dir=env.get("XMC_RUN_CLUSTER_DIR", d.cluster_dir),
         )
+
+
+def _cluster(value: str) -> str:
+    cluster = value.strip().lower() or "kubesim"
+    if cluster not in ("kubesim", "real"):
+        raise InvalidArgumentError(f"XMC_RUN_CLUSTER: kubesim or real, got {value!r}")
+    return cluster
 
 
 @dataclass(frozen=True)

@@ -37,10 +37,7 @@ RECONCILER_NEEDS = (
     | {("", "pods", v) for v in ("get", "list", "watch")}
     | {("batch", "jobs", "get")}
     | {("coordination.k8s.io", "leases", v) for v in ("get", "create", "update")}
-    | {
-        ("visibility.kueue.x-k8s.io", "localqueues/pendingworkloads", "get"),
-        ("visibility.kueue.x-k8s.io", "clusterqueues/pendingworkloads", "get"),
-    }
+    | {("visibility.kueue.x-k8s.io", "localqueues/pendingworkloads", "get")}
 )
 #: Kinds without a namespace among those k8s/ ships.
 CLUSTER_SCOPED = {

@@ -37,13 +37,13 @@ class Issuer:
         self._runner: web.AppRunner | None = None
 
     def add_key(self, kid: str, kind: str = "RSA") -> None:
+        private: Any
         if kind == "RSA":
-            private: Any = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-            algorithm = jwt.algorithms.RSAAlgorithm
+            private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+            jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(private.public_key()))
         else:
             private = ec.generate_private_key(ec.SECP256R1())
-            algorithm = jwt.algorithms.ECAlgorithm
-        jwk = json.loads(algorithm.to_jwk(private.public_key()))
+            jwk = json.loads(jwt.algorithms.ECAlgorithm.to_jwk(private.public_key()))
         jwk.update(kid=kid, use="sig")
         self.private[kid] = private
         self.public.append(jwk)

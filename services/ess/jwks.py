@@ -134,7 +134,8 @@ class JwksKeys:
         failed fetch (the keys held stay in use)."""
         failures = 0
         async with aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=FETCH_TIMEOUT_SECONDS)
+            timeout=aiohttp.ClientTimeout(total=FETCH_TIMEOUT_SECONDS),
+            trust_env=True,  # HTTPS_PROXY / NO_PROXY, where egress goes through a proxy
         ) as session:
             while not stop.is_set():
                 failures = 0 if await self._fetch_once(session) else failures + 1

@@ -125,6 +125,8 @@ async def test_a_token_signed_by_the_issuer_names_its_caller(
     issuer.add_key("k2", "EC")
     ess = await start_ess(ess_factory, issuer)
     assert await call(ess, issuer.token("k1")) is None  # the first RPC waits for the keys
+    # The refresher is one of the ESS's supervised tasks (its end would end the process).
+    assert "jwks-refresher" in {task.get_name() for task in ess.server._background}
     assert await call(ess, issuer.token("k2", email="Bob@Example.com")) is None
     created = await ess.api.CreateExperiment(
         api_pb2.CreateExperimentRequest(experiment=Experiment(title="oidc")),

@@ -104,7 +104,6 @@ class JwksKeys:
         self._last_fetch = float("-inf")
         self._last_success: float | None = None
         self._last_error = ""
-        self.fetches = 0
 
     def get(self, kid: str) -> Key | None:
         return self._keys.get(kid)
@@ -164,7 +163,6 @@ class JwksKeys:
     async def _fetch_once(self, session: aiohttp.ClientSession) -> bool:
         self._last_fetch = self._monotonic()
         self._wanted.clear()
-        self.fetches += 1
         try:
             keys = await self._fetch(session)
         except Exception as error:

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
+from urllib.parse import urlsplit
 
 from xmc.errors import InvalidArgumentError
 from xmc.setting_values import (
@@ -146,6 +147,19 @@ class AuthSettings:
     hs256_secret: str = field(default="", repr=False)
     #: Contents of XMC_AUTH_PUBLIC_KEY_FILE — an RSA or P-256 public key (PEM) for OIDC tokens.
     public_key_pem: str = ""
+    #: XMC_AUTH_JWKS_URL — the issuer's JSON Web Key Set (its discovery document's
+    #: ``jwks_uri``) for OIDC tokens: fetched in the background, cached, refetched every
+    #: XMC_AUTH_JWKS_REFRESH_SECONDS and when a token names an unknown ``kid``. Needs
+    #: XMC_AUTH_ISSUER and XMC_AUTH_AUDIENCE; ``https://`` (``http://`` on loopback only).
+    jwks_url: str = ""
+    #: XMC_AUTH_JWKS_REFRESH_SECONDS — how long a fetched key set is used before it is
+    #: fetched again (a failed fetch keeps the old keys and is retried sooner).
+    jwks_refresh_seconds: float = 900.0
+    #: Least seconds between two fetches that unknown ``kid``s ask for (so a flood of
+    #: made-up key ids costs the issuer one request per interval).
+    jwks_min_refetch_seconds: float = 30.0
+    #: Seconds an RPC whose token names an unknown ``kid`` waits for the fetch it asked for.
+    jwks_wait_seconds: float = 3.0
     #: XMC_AUTH_ISSUER — required ``iss`` when non-empty.
     issuer: str = ""
     #: XMC_AUTH_AUDIENCE — required ``aud`` when non-empty.
@@ -164,6 +178,10 @@ class AuthSettings:
             disabled=flag(env, "XMC_AUTH_DISABLED"),
             hs256_secret=env.get("XMC_AUTH_HS256_SECRET", ""),
             public_key_pem=read_key_file(key_path, read_file) if key_path else "",
+            jwks_url=env.get("XMC_AUTH_JWKS_URL", "").strip(),
+            jwks_refresh_seconds=seconds(
+                env, "XMC_AUTH_JWKS_REFRESH_SECONDS", cls.jwks_refresh_seconds
+            ),
             issuer=env.get("XMC_AUTH_ISSUER", "").strip(),
             audience=env.get("XMC_AUTH_AUDIENCE", "").strip(),
             static_tokens=static_tokens(env, "XMC_AUTH_STATIC_TOKENS"),
@@ -180,13 +198,51 @@ class AuthSettings:
             )
         if self.public_key_pem:
             load_public_key(self.public_key_pem)
+        if self.jwks_url:
+            self._validate_jwks()
+
+    def _validate_jwks(self) -> None:
+        if self.public_key_pem:
+            raise InvalidArgumentError(
+                "XMC_AUTH_JWKS_URL: set it or XMC_AUTH_PUBLIC_KEY_FILE, not both (the key "
+                "set holds the issuer's current keys)"
+            )
+        url = urlsplit(self.jwks_url)
+        loopback = url.hostname in ("localhost", "127.0.0.1", "::1")
+        if not url.hostname or not (url.scheme == "https" or (url.scheme == "http" and loopback)):
+            raise InvalidArgumentError(
+                "XMC_AUTH_JWKS_URL: must be an https:// URL (http:// only on loopback), "
+                f"got {self.jwks_url!r}"
+            )
+        # A public provider's keys sign tokens for every application it serves: without
+        # both checks, any of its tokens would be accepted here.
+        for variable, value in (
+            ("XMC_AUTH_ISSUER", self.issuer),
+            ("XMC_AUTH_AUDIENCE", self.audience),
+        ):
+            if not value:
+                raise InvalidArgumentError(
+                    f"{variable}: required with XMC_AUTH_JWKS_URL (the issuer's tokens "
+                    "are accepted only for this issuer and audience)"
+                )
+        if not 60 <= self.jwks_refresh_seconds <= 86400:
+            raise InvalidArgumentError(
+                "XMC_AUTH_JWKS_REFRESH_SECONDS: must be between 60 and 86400 seconds, "
+                f"got {self.jwks_refresh_seconds!r}"
+            )
 
     def require_verifier(self) -> None:
         """The ESS's own check: some way to authenticate callers is configured."""
-        if not (self.disabled or self.hs256_secret or self.public_key_pem or self.static_tokens):
+        if not (
+            self.disabled
+            or self.hs256_secret
+            or self.public_key_pem
+            or self.jwks_url
+            or self.static_tokens
+        ):
             raise InvalidArgumentError(
                 "XMC_AUTH_*: no way to authenticate callers; set XMC_AUTH_HS256_SECRET, "
-                "XMC_AUTH_PUBLIC_KEY_FILE or XMC_AUTH_STATIC_TOKENS "
+                "XMC_AUTH_JWKS_URL, XMC_AUTH_PUBLIC_KEY_FILE or XMC_AUTH_STATIC_TOKENS "
                 "(or XMC_AUTH_DISABLED=true for development)"
             )
 

@@ -26,6 +26,7 @@ from ess.auth import Authenticator
 from ess.intents import Intents
 from ess.interceptor import EssInterceptor
 from ess.internal import SchedulingService, WorkUnitExecutionService
+from ess.jwks import JwksKeys
 from ess.operations_service import OperationsService
 from ess.relay import OutboxRelay
 from ess.resume import ResumeWorker
@@ -130,6 +131,8 @@ class EssServer:
         self._intents: Intents | None = None
         self.relay: OutboxRelay | None = None
         self.redis: Any = None
+        #: The OIDC issuer's keys, when XMC_AUTH_JWKS_URL is set.
+        self.jwks: JwksKeys | None = None
 
     async def start(self) -> int:
         """Bind, start serving and the workers; returns the bound port."""
@@ -152,8 +155,17 @@ class EssServer:
         )
         intents = self._intents = Intents(self.store, clock=self.clock, committed=relay.wake)
 
+        auth = options.auth
+        if auth.jwks_url:
+            self.jwks = JwksKeys(
+                auth.jwks_url,
+                refresh_seconds=auth.jwks_refresh_seconds,
+                min_refetch_seconds=auth.jwks_min_refetch_seconds,
+                wait_seconds=auth.jwks_wait_seconds,
+            )
+        authenticator = Authenticator(auth, clock=self.clock, jwks=self.jwks)
         server = grpc.aio.server(
-            interceptors=[EssInterceptor(Authenticator(options.auth, clock=self.clock))],
+            interceptors=[EssInterceptor(authenticator)],
             options=[
                 ("grpc.max_receive_message_length", options.max_message_bytes),
                 ("grpc.max_send_message_length", options.max_message_bytes),
@@ -207,6 +219,12 @@ class EssServer:
             asyncio.create_task(worker.run(self._stop), name="resume-worker"),
             asyncio.create_task(self._janitor(), name="janitor"),
         ]
+        if self.jwks is not None:
+            # Not awaited here: probes and static tokens answer while the issuer is slow;
+            # /readyz waits for the first key set.
+            self._background.append(
+                asyncio.create_task(self.jwks.run(self._stop), name="jwks-refresher")
+            )
         if options.auth.disabled:
             log.warning(
                 "authentication is DISABLED: every caller is an admin, named by the "
@@ -236,11 +254,16 @@ class EssServer:
                 await asyncio.wait_for(self._stop.wait(), timeout=interval)
 
     async def readiness(self) -> list[Check]:
-        """``/readyz``: serving (not draining) and Postgres answering. Redis is not a
-        condition: intents land in the outbox while it is down."""
+        """``/readyz``: serving (not draining), Postgres answering and, with
+        XMC_AUTH_JWKS_URL, the issuer's keys held (fetched once; cached keys keep an ESS
+        ready while the issuer is down). Redis is not a condition: intents land in the
+        outbox while it is down."""
         serving = self._server is not None and not self._stop.is_set()
         grpc_check = Check("grpc", serving, "serving" if serving else "draining or not started")
-        return [grpc_check, await probe("postgres", self.store.ping() if self.store else None)]
+        checks = [grpc_check, await probe("postgres", self.store.ping() if self.store else None)]
+        if self.jwks is not None:
+            checks.append(self.jwks.check())
+        return checks
 
     async def stop(self, grace: float = 10.0) -> None:
         """Graceful: report NOT_SERVING (health checks and ``/readyz``), refuse new RPCs, let

@@ -8,8 +8,12 @@ about itself, so it is never trusted alone, only cross-checked against the token
 Verifiers, chosen by settings (``xmc.settings.AuthSettings``) rather than by the token:
 
 * ``HS256`` with ``XMC_AUTH_HS256_SECRET`` (local runs mint their own tokens);
-* ``RS256`` or ``ES256`` with the public key in ``XMC_AUTH_PUBLIC_KEY_FILE`` (production
-  OIDC); the key's type fixes the one accepted algorithm, so an attacker cannot pick
+* ``RS256`` or ``ES256`` with the issuer's key set from ``XMC_AUTH_JWKS_URL`` (production
+  OIDC, ``ess.jwks``): the token's ``kid`` picks the key, and the key fixes the one
+  algorithm it verifies; a ``kid`` not held waits for at most one rate-limited refetch
+  (:meth:`Authenticator.authenticate_after_refresh`, the only path that awaits);
+* ``RS256`` or ``ES256`` with the public key in ``XMC_AUTH_PUBLIC_KEY_FILE`` (one fixed
+  key); the key's type fixes the one accepted algorithm, so an attacker cannot pick
   the algorithm (``alg: none``, or HS256 keyed with the public key);
 * ``XMC_AUTH_STATIC_TOKENS``, opaque tokens mapped to emails, for local runs and CI.
 
@@ -30,8 +34,9 @@ from typing import Any, Final
 
 import jwt
 
+from ess.jwks import ACCEPTED_ALGORITHMS, JwksKeys
 from xmc.claims import JwtProblem, TimeProblem, check_claim_times, classify_jwt_error
-from xmc.errors import PermissionDeniedError, UnauthenticatedError
+from xmc.errors import PermissionDeniedError, UnauthenticatedError, UnavailableError
 from xmc.setting_values import load_public_key
 from xmc.settings import AuthSettings
 from xmc.timestamps import utc_now
@@ -75,12 +80,31 @@ def _plausible_email(email: str) -> bool:
     return bool(at and local and domain) and len(email) <= 254 and email.isprintable()
 
 
+class UnknownKeyId(UnauthenticatedError):
+    """The token names a ``kid`` the issuer's key set (as last fetched) does not hold."""
+
+    def __init__(self, kid: str) -> None:
+        self.kid = kid
+        shown = kid if len(kid) <= 64 and kid.isprintable() else "(unprintable or long)"
+        super().__init__(
+            f"token is signed with key id {shown!r}, which the issuer's key set "
+            "(XMC_AUTH_JWKS_URL) does not hold"
+        )
+
+
 class Authenticator:
     """Turns gRPC invocation metadata into an :class:`Identity` or UnauthenticatedError."""
 
-    def __init__(self, settings: AuthSettings, *, clock: Callable[[], datetime] = utc_now) -> None:
+    def __init__(
+        self,
+        settings: AuthSettings,
+        *,
+        clock: Callable[[], datetime] = utc_now,
+        jwks: JwksKeys | None = None,
+    ) -> None:
         self._settings = settings
         self._clock = clock
+        self._jwks = jwks
         # Lowercased again here so settings built in code (not by load_settings) behave the same.
         self._admins = frozenset(email.lower() for email in settings.admins)
         self._services = self._admins | {email.lower() for email in settings.service_accounts}
@@ -103,6 +127,22 @@ class Authenticator:
         if claimed is not None and claimed.strip().lower() != email:
             raise UnauthenticatedError(f"{USER_EMAIL_HEADER} does not match the token")
         return Identity(email, is_admin=email in self._admins, is_service=email in self._services)
+
+    async def authenticate_after_refresh(
+        self, metadata: Metadata, unknown: UnknownKeyId
+    ) -> Identity:
+        """:meth:`authenticate` again once the issuer's keys have been refetched for the
+        ``kid`` it did not know (at most one bounded wait; ``ess.jwks``)."""
+        if self._jwks is None:
+            raise unknown
+        if await self._jwks.refreshed_key(unknown.kid) is None:
+            if not self._jwks.loaded:
+                raise UnavailableError(
+                    "the issuer's signing keys (XMC_AUTH_JWKS_URL) could not be fetched "
+                    "yet; try again shortly"
+                )
+            raise unknown
+        return self.authenticate(metadata)
 
     def _static_email(self, token: str) -> str | None:
         # Compare every entry in constant time, so response timing does not leak a prefix.
@@ -148,9 +188,21 @@ class Authenticator:
     def _key_for(self, header: Mapping[str, Any]) -> tuple[str, Any]:
         """The header only selects among configured keys; it never introduces an algorithm."""
         algorithm = header.get("alg")
-        if not isinstance(algorithm, str) or algorithm not in self._keys:
+        if not isinstance(algorithm, str):
             raise jwt.InvalidAlgorithmError("algorithm not configured")
-        return algorithm, self._keys[algorithm]
+        if algorithm in self._keys:
+            return algorithm, self._keys[algorithm]
+        if self._jwks is None or algorithm not in ACCEPTED_ALGORITHMS:
+            raise jwt.InvalidAlgorithmError("algorithm not configured")
+        kid = header.get("kid")
+        if not isinstance(kid, str) or not kid:
+            raise UnauthenticatedError("token header names no signing key ('kid')")
+        key = self._jwks.get(kid)
+        if key is None:
+            raise UnknownKeyId(kid)
+        if key.algorithm != algorithm:
+            raise jwt.InvalidAlgorithmError("algorithm does not fit the key")
+        return algorithm, key.key
 
 
 # --- authorization (pure) --------------------------------------------------------------

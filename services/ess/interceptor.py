@@ -23,7 +23,7 @@ from typing import Any
 import grpc
 import structlog
 
-from ess.auth import Authenticator, Identity
+from ess.auth import Authenticator, Identity, UnknownKeyId
 from ess.metrics import RPC_SECONDS, RPC_TOTAL
 from ess.request_checks import check_request
 from ess.status_codes import status_code, unchecked_input
@@ -166,7 +166,11 @@ class EssInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             code = grpc.StatusCode.OK
             token = None
             try:
-                identity = authenticator.authenticate(context.invocation_metadata())
+                metadata = context.invocation_metadata()
+                try:
+                    identity = authenticator.authenticate(metadata)
+                except UnknownKeyId as unknown:  # the issuer may have rotated its keys
+                    identity = await authenticator.authenticate_after_refresh(metadata, unknown)
                 token = _IDENTITY.set(identity)
                 structlog.contextvars.bind_contextvars(rpc=short, caller=identity.email)
                 if isinstance(request, Undecodable):

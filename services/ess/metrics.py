@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 RPC_TOTAL = Counter(
     "xmc_ess_rpc_total", "RPCs served, by method and status code", ["method", "code"]
@@ -41,3 +41,9 @@ CREATES_ABANDONED_AFTER_COMMIT = Counter(
     "CreateWorkUnit calls whose caller gave up (deadline, cancel) during the COMMIT that "
     "created their unit: the unit exists and the caller was not told",
 )
+JWKS_FETCHES = Counter(
+    "xmc_ess_jwks_fetches_total",
+    "Fetches of the OIDC issuer's key set (XMC_AUTH_JWKS_URL), by outcome (ok, failed)",
+    ["outcome"],
+)
+JWKS_KEYS = Gauge("xmc_ess_jwks_keys", "Signature keys held from XMC_AUTH_JWKS_URL")

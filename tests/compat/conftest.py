@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ADMIN_DSN
+from tests.integration.conftest import ess_factory  # noqa: F401  (a fixture: an in-process ESS)
 from tests.integration.processes import running_stack
 from tests.integration.redis_server import RedisServer
 from tests.stack import Stack, StackOptions

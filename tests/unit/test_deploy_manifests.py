@@ -5,11 +5,15 @@ code reads, ports agree with the listen settings, depends_on is well-formed.
 k8s/base: every object is well-formed, Deployments carry resources and probes on real
 ports, RBAC grants each ServiceAccount exactly what its service calls, ConfigMap/Secret
 keys are known variables, and the kustomization lists every file.
+k8s/overlays/external-access: renders (``kubectl kustomize``), its Ingresses route to
+Services and ports the base ships, over TLS, and its settings are ones the code reads.
 """
 
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,10 +24,12 @@ import yaml
 
 from xmc.kube import WORKLOADS
 from xmc.priority_classes import PRIORITY_CLASS_VALUES
+from xmc.settings import load_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
 K8S_BASE = ROOT / "k8s" / "base"
+EXTERNAL_ACCESS = ROOT / "k8s" / "overlays" / "external-access"
 ENV_SOURCES = ("libs/xmc/settings.py",)
 
 Obj = dict[str, Any]
@@ -439,3 +445,73 @@ def test_dockerfile_runs_as_non_root_and_installs_the_project() -> None:
     users = re.findall(r"^USER\s+(\S+)", text, re.M)
     assert users
     assert not users[-1].startswith(("root", "0"))
+
+
+# --- k8s/overlays/external-access ------------------------------------------------------
+
+
+def rendered(overlay: Path) -> list[Obj]:
+    """The overlay as ``kubectl kustomize`` builds it (what ``kubectl apply -k`` applies)."""
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is not installed")
+    built = subprocess.run(
+        [kubectl, "kustomize", str(overlay)], capture_output=True, text=True, timeout=60
+    )
+    assert built.returncode == 0, built.stderr
+    return [doc for doc in yaml.safe_load_all(built.stdout) if doc]
+
+
+def test_external_access_routes_to_services_and_ports_the_base_ships() -> None:
+    objects = rendered(EXTERNAL_ACCESS)
+    services = {
+        (o["metadata"]["namespace"], o["metadata"]["name"]): o
+        for o in objects
+        if o["kind"] == "Service"
+    }
+    ingresses = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Ingress"}
+    assert set(ingresses) == {"xmc-ess-grpc", "xmc-ui"}
+    routed = set()
+    for name, ingress in ingresses.items():
+        spec = ingress["spec"]
+        tls_hosts = {host for entry in spec["tls"] for host in entry["hosts"]}
+        assert all(entry.get("secretName") for entry in spec["tls"]), name
+        for rule in spec["rules"]:
+            assert rule["host"] in tls_hosts, f"{name}: {rule['host']} is served without TLS"
+            for path in rule["http"]["paths"]:
+                backend = path["backend"]["service"]
+                service = services.get((ingress["metadata"]["namespace"], backend["name"]))
+                assert service is not None, f"{name}: no Service {backend['name']}"
+                port = backend["port"]
+                ports = service["spec"]["ports"]
+                assert any(
+                    p["name"] == port.get("name") or p["port"] == port.get("number") for p in ports
+                ), f"{name}: {backend['name']} has no port {port}"
+                routed.add((backend["name"], port.get("name") or port.get("number")))
+    assert routed == {("xmc-ess", "grpc"), ("xmc-ui", "http")}
+    grpc_annotations = ingresses["xmc-ess-grpc"]["metadata"]["annotations"]
+    assert grpc_annotations["nginx.ingress.kubernetes.io/backend-protocol"] == "GRPC"
+    # The ESS takes 16 MiB requests; nginx's default would cut them at 1 MiB.
+    assert grpc_annotations["nginx.ingress.kubernetes.io/proxy-body-size"] == "16m"
+    (grpc_host,) = [r["host"] for r in ingresses["xmc-ess-grpc"]["spec"]["rules"]]
+    assert grpc_host.startswith("grpc."), "the published client expects grpc.<domain>"
+    ui_annotations = ingresses["xmc-ui"]["metadata"]["annotations"]
+    assert "nginx.ingress.kubernetes.io/auth-url" in ui_annotations, "the dashboard needs auth"
+
+
+def test_external_access_configures_oidc_with_settings_the_code_reads() -> None:
+    objects = rendered(EXTERNAL_ACCESS)
+    (config,) = [o for o in objects if o["kind"] == "ConfigMap"]
+    data = config["data"]
+    assert set(data) <= known_env_vars()
+    assert data["XMC_AUTH_JWKS_URL"].startswith("https://")
+    assert data["XMC_AUTH_ISSUER"]
+    assert data["XMC_AUTH_AUDIENCE"]
+    auth = load_settings(data).auth  # the ESS would start with them
+    assert auth.jwks_url == data["XMC_AUTH_JWKS_URL"]
+    # Everything the base ships is still there (the overlay adds, it does not replace).
+    base_kinds = sorted((o["kind"], o["metadata"]["name"]) for o in k8s_objects())
+    overlay_kinds = sorted(
+        (o["kind"], o["metadata"]["name"]) for o in objects if o["kind"] != "Ingress"
+    )
+    assert overlay_kinds == base_kinds

@@ -6,6 +6,7 @@ test_redis_config.py and XMC_KUBE_REQUEST_TIMEOUT in test_kube_errors.py.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -200,3 +201,75 @@ def test_flags_override_and_validate_again() -> None:
 
 def test_the_pidfile_lives_in_the_run_dir() -> None:
     assert LocalRunSettings(run_dir="/var/run/xmc").pidfile == Path("/var/run/xmc/xmc.pid")
+
+
+JWKS = {
+    "XMC_AUTH_JWKS_URL": "https://www.googleapis.com/oauth2/v3/certs",
+    "XMC_AUTH_ISSUER": "https://accounts.google.com",
+    "XMC_AUTH_AUDIENCE": "1234.apps.googleusercontent.com",
+}
+
+
+def test_the_jwks_settings_are_read_and_are_a_way_to_authenticate() -> None:
+    auth = load_settings({**JWKS, "XMC_AUTH_JWKS_REFRESH_SECONDS": "600"}).auth
+    assert auth.jwks_url == JWKS["XMC_AUTH_JWKS_URL"]
+    assert auth.jwks_refresh_seconds == 600
+    auth.require_verifier()
+    loopback = {**JWKS, "XMC_AUTH_JWKS_URL": "http://127.0.0.1:5556/keys"}
+    assert load_settings(loopback).auth.jwks_url == "http://127.0.0.1:5556/keys"
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        pytest.param(
+            {**JWKS, "XMC_AUTH_JWKS_URL": "http://issuer.example.com/keys"},
+            "XMC_AUTH_JWKS_URL: must be an https:// URL (http:// only on loopback), "
+            "got 'http://issuer.example.com/keys'",
+            id="plain http",
+        ),
+        pytest.param(
+            {**JWKS, "XMC_AUTH_JWKS_URL": "issuer.example.com/keys"},
+            "XMC_AUTH_JWKS_URL: must be an https:// URL",
+            id="no scheme",
+        ),
+        pytest.param(
+            {**JWKS, "XMC_AUTH_AUDIENCE": ""},
+            "XMC_AUTH_AUDIENCE: required with XMC_AUTH_JWKS_URL",
+            id="no audience",
+        ),
+        pytest.param(
+            {**JWKS, "XMC_AUTH_ISSUER": ""},
+            "XMC_AUTH_ISSUER: required with XMC_AUTH_JWKS_URL",
+            id="no issuer",
+        ),
+        pytest.param(
+            {**JWKS, "XMC_AUTH_JWKS_REFRESH_SECONDS": "5"},
+            "XMC_AUTH_JWKS_REFRESH_SECONDS: must be between 60 and 86400 seconds, got 5.0",
+            id="refresh too often",
+        ),
+        pytest.param(
+            {**JWKS, "XMC_AUTH_JWKS_REFRESH_SECONDS": "hourly"},
+            "XMC_AUTH_JWKS_REFRESH_SECONDS: expected seconds, got 'hourly'",
+            id="refresh not a number",
+        ),
+    ],
+)
+def test_bad_jwks_settings_name_their_variable(env: dict[str, str], message: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=re.escape(message)):
+        load_settings(env)
+
+
+def test_jwks_and_a_fixed_public_key_are_exclusive(tmp_path: Path) -> None:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    pem = (
+        ec.generate_private_key(ec.SECP256R1())
+        .public_key()
+        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
+    (tmp_path / "key.pem").write_bytes(pem)
+    env = {**JWKS, "XMC_AUTH_PUBLIC_KEY_FILE": str(tmp_path / "key.pem")}
+    with pytest.raises(InvalidArgumentError, match="XMC_AUTH_JWKS_URL: set it or"):
+        load_settings(env)

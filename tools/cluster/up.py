@@ -333,6 +333,15 @@ def main() -> None:
     )
     for i in range(NODES):
         create("/api/v1/nodes", manifests.fake_node(i))
+    start(
+        "nodeagent",
+        [
+            sys.executable,
+            str(TOOLS / "nodeagent.py"),
+            f"--kubeconfig={CLUSTER / 'nodeagent.kubeconfig'}",
+            f"--ready-file={CLUSTER / 'nodeagent.ready'}",
+        ],
+    )
 
     insecure = ssl._create_unverified_context()  # kcm/scheduler serve self-signed /healthz
     wait_until(
@@ -349,6 +358,7 @@ def main() -> None:
     wait_until("kueue /readyz", lambda: http_ok(f"http://127.0.0.1:{PORT['kueue-health']}/readyz"))
     wait_until("webhooks answering (server-side dry runs)", webhooks_answer)
     wait_until(f"{NODES} kwok nodes Ready", lambda: ready_nodes() >= NODES)
+    wait_until("node agent synced", (CLUSTER / "nodeagent.ready").exists)
 
     log(f"up: {api_url} — KUBECONFIG={CLUSTER / 'kubeconfig'}")
     sys.stdout.write((CLUSTER / "kubeconfig").read_text())

@@ -2,9 +2,11 @@
 
 etcd, kube-apiserver, kube-controller-manager, kube-scheduler, the JobSet controller,
 Kueue and kwok run as host processes bound to 127.0.0.1, from binaries that
-``build.sh`` keeps in ``$XMC_CLUSTER_CACHE``. Everything made at start lives in
-``.cluster/`` (ignored by git): a CA and certificates, service-account keys, etcd's
-data, logs, pid files, and ``kubeconfig`` (cluster-admin), which is printed at the end.
+``build.sh`` keeps in ``$XMC_CLUSTER_CACHE``; kwok keeps the fake Nodes Ready and our
+node agent (``nodeagent.py``, run by this interpreter) runs the pods bound to them.
+Everything made at start lives in ``.cluster/`` (ignored by git): a CA and
+certificates, service-account keys, etcd's data, logs, pid files, and ``kubeconfig``
+(cluster-admin), which is printed at the end.
 
 CRDs and webhook configurations are read from the Go module cache at the versions
 pinned in ``tools/cluster/*/go.mod``; the webhooks are re-pointed from their in-cluster

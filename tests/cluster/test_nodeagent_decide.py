@@ -200,6 +200,9 @@ def test_a_finished_pod_is_left_alone_until_deleted_then_deleted_at_once() -> No
     assert decide(pod(status=finished), 100.0) == nodeagent.Decision(None)
     deleted = pod(status=finished, deleted_at=T0 + timedelta(seconds=130))
     assert decide(deleted, 100.0) == nodeagent.Decision(None, delete=True)
+    # once deleted with gracePeriodSeconds 0 it only waits for its finalizers
+    deleted["metadata"]["deletionGracePeriodSeconds"] = 0
+    assert decide(deleted, 101.0) == nodeagent.Decision(None)
 
 
 # --- helpers ----------------------------------------------------------------------------

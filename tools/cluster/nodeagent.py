@@ -197,6 +197,11 @@ def _finish(pod: Mapping[str, Any], status: Obj, host_ip: str, pod_ip: str) -> O
     return result
 
 
+def grace_left(meta: Mapping[str, Any]) -> bool:
+    """Whether a deleted pod was not yet deleted with gracePeriodSeconds 0."""
+    return bool(meta.get("deletionGracePeriodSeconds") != 0)
+
+
 def decide(
     pod: Mapping[str, Any],
     now: datetime,
@@ -212,7 +217,9 @@ def decide(
     status = pod.get("status") or {}
     deleting = parse_time(meta.get("deletionTimestamp"))
     if status.get("phase") in TERMINAL_PHASES:
-        return Decision(None, delete=deleting is not None)
+        # Deleted with gracePeriodSeconds 0 already (by the agent, or forced): the pod
+        # waits for its finalizers (the Job controller's); deleting again changes nothing.
+        return Decision(None, delete=deleting is not None and grace_left(meta))
     behaviors = parse_behaviors(
         meta.get("annotations"),
         [c.get("name", "") for c in spec.get("containers") or []],

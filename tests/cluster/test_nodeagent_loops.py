@@ -115,3 +115,30 @@ async def test_pods_on_other_nodes_are_left_alone() -> None:
     agent.pods[("ns", "p")] = _pod("10")  # node "n" is not a fake Node
     await agent.reconcile(("ns", "p"))
     assert api.requests == []
+
+
+async def test_a_key_is_never_reconciled_by_two_workers_at_once() -> None:
+    agent = nodeagent.Agent(FakeApi(), 0.0, 3.0)  # type: ignore[arg-type]
+    running, overlaps, calls = set(), [], []
+
+    async def reconcile(key: tuple[str, str]) -> None:
+        overlaps.append(key in running)
+        running.add(key)
+        calls.append(key)
+        await asyncio.sleep(0.01)
+        running.discard(key)
+
+    agent.reconcile = reconcile  # type: ignore[method-assign]
+    workers = [asyncio.create_task(agent._worker()) for _ in range(4)]
+    key = ("ns", "p")
+    agent.enqueue(key)
+    await asyncio.sleep(0)
+    for _ in range(3):  # events while the first reconcile runs
+        agent.enqueue(key)
+        await asyncio.sleep(0)
+    await asyncio.sleep(0.1)
+    for worker in workers:
+        worker.cancel()
+    await asyncio.gather(*workers, return_exceptions=True)
+    assert not any(overlaps)
+    assert len(calls) == 2  # the first, then once more for everything queued meanwhile

@@ -454,6 +454,8 @@ class Agent:
     _started: dict[str, datetime] = field(default_factory=dict)
     _ips: IpPool = field(default_factory=IpPool)
     _synced: set[str] = field(default_factory=set)
+    _processing: set[Key] = field(default_factory=set)
+    _dirty: set[Key] = field(default_factory=set)
 
     def enqueue(self, key: Key) -> None:
         if key not in self._queued:
@@ -549,14 +551,28 @@ class Agent:
                 await asyncio.wait_for(self._timer_changed.wait(), timeout=max(wait, 0.0))
 
     async def _worker(self) -> None:
+        """Reconcile keys from the queue; a key is never reconciled by two workers at
+        once (one queued meanwhile is reconciled again once the first is done)."""
         while True:
             key = await self._queue.get()
             self._queued.discard(key)
+            if key in self._processing:
+                self._dirty.add(key)
+                continue
+            self._processing.add(key)
             try:
                 await self.reconcile(key)
             except ApiError as error:
                 log.warning("pod %s/%s: %s; retrying in 1 s", *key, error)
                 self.schedule(key, datetime.now(UTC) + timedelta(seconds=1))
+            except Exception:
+                log.exception("pod %s/%s; retrying in 1 s", *key)
+                self.schedule(key, datetime.now(UTC) + timedelta(seconds=1))
+            finally:
+                self._processing.discard(key)
+                if key in self._dirty:
+                    self._dirty.discard(key)
+                    self.enqueue(key)
 
     def _forget(self, key: Key) -> None:
         written = self._written.pop(key, None)

@@ -9,8 +9,10 @@ afterwards (XMC's finalizers removed first, so nothing hangs).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
+import time
 import uuid
 from collections.abc import AsyncIterator
 
@@ -121,7 +123,15 @@ async def cluster() -> AsyncIterator[Cluster]:
         yield connected
 
 
+NAMESPACE_GONE_SECONDS = 180.0
+"""How long a test's namespace may take to go on a real cluster: its pods honour their
+30 s grace period, and their Workloads hold the ClusterQueue's quota until then."""
+
+
 async def _clean_up(kube: KubeClient, namespace: str) -> None:
+    """Delete the test's namespace and wait until it is gone: the suite's ClusterQueue has
+    room for one work unit, so a namespace still terminating (pods in their grace period,
+    their Workload still admitted) would hold the next test's JobSets in the queue."""
     try:
         page = await kube.list_page(JOBSETS, namespace)
         for jobset in page["items"]:
@@ -129,6 +139,11 @@ async def _clean_up(kube: KubeClient, namespace: str) -> None:
             name = jobset["metadata"]["name"]
             await kube.patch(JOBSETS, namespace, name, {"metadata": {"finalizers": finalizers}})
         await kube.request("DELETE", f"/api/v1/namespaces/{namespace}")
+        deadline = time.monotonic() + NAMESPACE_GONE_SECONDS
+        while time.monotonic() < deadline:
+            await kube.request("GET", f"/api/v1/namespaces/{namespace}")
+            await asyncio.sleep(0.5)
+        raise AssertionError(f"namespace {namespace} not gone after {NAMESPACE_GONE_SECONDS} s")
     except KubeError as error:
         if error.failure is not KubeFailure.NOT_FOUND:
             raise

@@ -87,13 +87,13 @@ def webhook_configs(
     return docs
 
 
-KWOK_STAGES = ("stage/node/fast", "stage/node/heartbeat", "stage/pod/fast")
+KWOK_STAGES = ("stage/node/fast", "stage/node/heartbeat")
 
 
 def kwok_stages(src: Path) -> str:
-    """kwok's own stage sets (kustomize/<set>/kustomization.yaml), as one config file:
-    nodes become Ready and keep a heartbeat; pods become Running, pods of Jobs then
-    Succeeded (exit 0), deleted pods go at once."""
+    """kwok's own Node stage sets (kustomize/<set>/kustomization.yaml), as one config
+    file: nodes become Ready and keep a heartbeat. No Pod stage: without one kwok starts
+    no pod controller and never touches a pod; the node agent (nodeagent.py) runs them."""
     docs = []
     for stage_set in KWOK_STAGES:
         kust = yaml.safe_load((src / "kustomize" / stage_set / "kustomization.yaml").read_text())

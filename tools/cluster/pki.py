@@ -18,6 +18,7 @@ CLIENTS = {
     "jobset": ("jobset-controller-manager", "system:masters"),
     "kueue": ("kueue-controller-manager", "system:masters"),
     "kwok": ("kwok-controller", "system:masters"),
+    "nodeagent": ("xmc-nodeagent", "system:masters"),
 }
 APISERVER_SANS = [
     "IP:127.0.0.1",

@@ -4,7 +4,7 @@
 # running), applies k8s/base's namespace, ServiceAccounts and RBAC and the queues
 # (xmc_setup.py), the contract suite's cluster objects, checks every k8s/ kustomization
 # with a server-side dry run, then runs tests/real (the services as k8s/base's
-# ServiceAccounts) and the contract suite (KUBECONFIG: cluster-admin, it makes namespaces).
+# ServiceAccounts), the node agent's tests (tests/cluster) and the contract suite (KUBECONFIG: cluster-admin, it makes namespaces).
 # Extra arguments go to both pytest runs.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -21,5 +21,6 @@ trap cleanup EXIT
 "$PY" tools/cluster/xmc_setup.py dry-run
 status=0
 CI="${CI:-}" .venv/bin/pytest -m real_cluster tests/real "$@" || status=$?
+XMC_REAL_CLUSTER_KUBECONFIG="$PWD/.cluster/kubeconfig" .venv/bin/pytest -m real_cluster tests/cluster "$@" || status=$?
 KUBECONFIG="$PWD/.cluster/kubeconfig" .venv/bin/pytest -m contract tests/contract "$@" || status=$?
 exit "$status"

@@ -2,9 +2,11 @@
 
 etcd, kube-apiserver, kube-controller-manager, kube-scheduler, the JobSet controller,
 Kueue and kwok run as host processes bound to 127.0.0.1, from binaries that
-``build.sh`` keeps in ``$XMC_CLUSTER_CACHE``. Everything made at start lives in
-``.cluster/`` (ignored by git): a CA and certificates, service-account keys, etcd's
-data, logs, pid files, and ``kubeconfig`` (cluster-admin), which is printed at the end.
+``build.sh`` keeps in ``$XMC_CLUSTER_CACHE``; kwok keeps the fake Nodes Ready and our
+node agent (``nodeagent.py``, run by this interpreter) runs the pods bound to them.
+Everything made at start lives in ``.cluster/`` (ignored by git): a CA and
+certificates, service-account keys, etcd's data, logs, pid files, and ``kubeconfig``
+(cluster-admin), which is printed at the end.
 
 CRDs and webhook configurations are read from the Go module cache at the versions
 pinned in ``tools/cluster/*/go.mod``; the webhooks are re-pointed from their in-cluster
@@ -333,6 +335,15 @@ def main() -> None:
     )
     for i in range(NODES):
         create("/api/v1/nodes", manifests.fake_node(i))
+    start(
+        "nodeagent",
+        [
+            sys.executable,
+            str(TOOLS / "nodeagent.py"),
+            f"--kubeconfig={CLUSTER / 'nodeagent.kubeconfig'}",
+            f"--ready-file={CLUSTER / 'nodeagent.ready'}",
+        ],
+    )
 
     insecure = ssl._create_unverified_context()  # kcm/scheduler serve self-signed /healthz
     wait_until(
@@ -349,6 +360,7 @@ def main() -> None:
     wait_until("kueue /readyz", lambda: http_ok(f"http://127.0.0.1:{PORT['kueue-health']}/readyz"))
     wait_until("webhooks answering (server-side dry runs)", webhooks_answer)
     wait_until(f"{NODES} kwok nodes Ready", lambda: ready_nodes() >= NODES)
+    wait_until("node agent synced", (CLUSTER / "nodeagent.ready").exists)
 
     log(f"up: {api_url} — KUBECONFIG={CLUSTER / 'kubeconfig'}")
     sys.stdout.write((CLUSTER / "kubeconfig").read_text())

@@ -39,10 +39,6 @@ from xmc_api.cloud.xmanager.v1 import api_pb2
 
 S = WorkUnitState
 BASE = ROOT / "k8s" / "base"
-NEEDS_NODE_BEHAVIOUR = (
-    "needs a pod that keeps running: kwok's default stages make a Job's pod Succeeded at "
-    "once; the `kubesim.xmc/behavior` annotation is honoured by branch h/nodes"
-)
 
 # (ServiceAccount, verb, group, resource[/subresource], name): every call XMC's Actuator and
 # Reconciler make (services/actuator/kube.py; reconciler app.py, finalizer.py, vanished.py,
@@ -121,7 +117,6 @@ async def test_create_runs_to_completed(admin: KubeClient, client: Client) -> No
     )  # released and deleted
 
 
-@pytest.mark.skip(reason=NEEDS_NODE_BEHAVIOUR)
 async def test_create_runs_then_completes_observed_running(client: Client) -> None:
     parent = await client.experiment()
     work_unit = minimal_work_unit()
@@ -133,7 +128,6 @@ async def test_create_runs_then_completes_observed_running(client: Client) -> No
     await wait_until(lambda: client.state(name), S.COMPLETED, within=60)
 
 
-@pytest.mark.skip(reason=NEEDS_NODE_BEHAVIOUR)
 async def test_stop_of_a_running_unit_goes_through_the_finalizer(
     admin: KubeClient, client: Client
 ) -> None:

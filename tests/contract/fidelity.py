@@ -177,8 +177,16 @@ async def stop_and_release(cluster: Cluster, created: Obj) -> None:
 
 
 def ended(*states: WorkUnitState) -> Callable[[Snapshot], bool]:
+    """In one of ``states``, no Job active, and Kueue's Workload ``Finished``: on the real
+    control plane Kueue marks the Workload a moment after the JobSet's terminal condition
+    (kubesim in the same write; XMC reads only the JobSet), so the last look waits for
+    both to settle."""
     names = {s.name for s in states}
-    return lambda shot: shot.state in names and not shot.jobs[0]
+    return lambda shot: (
+        shot.state in names
+        and not shot.jobs[0]
+        and any(kind == "Finished" for kind, _ in shot.workload)
+    )
 
 
 SCENARIOS = [

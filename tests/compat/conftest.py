@@ -20,6 +20,7 @@ import pytest
 
 from tests.conftest import ADMIN_DSN
 from tests.integration.conftest import ess_factory  # noqa: F401  (a fixture: an in-process ESS)
+from tests.integration.jwks_issuer import issuer  # noqa: F401  (a fixture)
 from tests.integration.processes import running_stack
 from tests.integration.redis_server import RedisServer
 from tests.stack import Stack, StackOptions

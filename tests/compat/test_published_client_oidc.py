@@ -7,22 +7,20 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import datetime
-import ipaddress
 import json
 import os
 import tempfile
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from tests.integration.conftest import EssFactory, auth_settings
-from tests.integration.jwks_issuer import AUDIENCE, ISSUER, Issuer
+from tests.integration.jwks_issuer import (
+    AUDIENCE,
+    ISSUER,
+    Issuer,
+)
+from tests.integration.tls import self_signed
 
 pytestmark = pytest.mark.compat
 
@@ -37,49 +35,6 @@ created = api.create_experiment(
 )
 print(json.dumps({"creator": created.creator}))
 """
-
-
-def self_signed(directory: Path) -> tuple[Path, Path]:
-    """A certificate for localhost that is its own CA, and its key."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = datetime.datetime.now(datetime.UTC)
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(hours=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-            ),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_file, key_file = directory / "tls.crt", directory / "tls.key"
-    cert_file.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert_file, key_file
-
-
-@pytest.fixture
-async def issuer() -> AsyncIterator[Issuer]:
-    started = Issuer()
-    started.add_key("k1")
-    await started.start()
-    yield started
-    await started.stop()
 
 
 async def test_a_user_with_an_oidc_token_launches_over_tls(

@@ -17,6 +17,7 @@ import redis.asyncio as aioredis
 
 from ess.app import EssOptions, EssServer
 from tests.integration.browser import browser  # noqa: F401  (a fixture)
+from tests.integration.jwks_issuer import issuer  # noqa: F401  (a fixture)
 from tests.integration.postgres_server import private_postgres  # noqa: F401  (a fixture)
 from tests.integration.processes import client, ledger, stack  # noqa: F401  (fixtures)
 from tests.integration.redis_cluster import redis_cluster  # noqa: F401  (a fixture)

@@ -4,9 +4,11 @@ here, that signs ID tokens, rotates keys, counts fetches and can go down."""
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 import jwt
+import pytest
 from aiohttp import web
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
@@ -70,3 +72,13 @@ class Issuer:
     async def stop(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
+
+
+@pytest.fixture
+async def issuer() -> AsyncIterator[Issuer]:
+    """A running issuer holding one key, ``k1``."""
+    started = Issuer()
+    started.add_key("k1")
+    await started.start()
+    yield started
+    await started.stop()

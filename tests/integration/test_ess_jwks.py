@@ -6,27 +6,20 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
 import jwt
-import pytest
 
 from tests.integration.conftest import Ess, EssFactory, auth_settings
-from tests.integration.jwks_issuer import AUDIENCE, ISSUER, Issuer
+from tests.integration.jwks_issuer import (
+    AUDIENCE,
+    ISSUER,
+    Issuer,
+)
 from tests.integration.support import T0
 from xmc_api.cloud.xmanager.v1 import api_pb2
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
-
-
-@pytest.fixture
-async def issuer() -> AsyncIterator[Issuer]:
-    started = Issuer()
-    started.add_key("k1")
-    await started.start()
-    yield started
-    await started.stop()
 
 
 async def start_ess(ess_factory: EssFactory, issuer: Issuer, **auth: Any) -> Ess:

@@ -3,22 +3,17 @@
 
 from __future__ import annotations
 
-import datetime as dt
-import ipaddress
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from google.protobuf.descriptor_pb2 import FileDescriptorProto
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from tests.integration.conftest import Ess, metadata
+from tests.integration.tls import self_signed
 from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
 
@@ -63,40 +58,8 @@ async def test_health_answers_without_a_token(ess: Ess) -> None:
         assert response.status == health_pb2.HealthCheckResponse.SERVING
 
 
-def _self_signed(directory: Path) -> tuple[Path, Path]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = dt.datetime.now(dt.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=1))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-            ),
-            critical=False,
-        )
-        .sign(key, hashes.SHA256())
-    )
-    cert_file, key_file = directory / "tls.crt", directory / "tls.key"
-    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert_file, key_file
-
-
 async def test_tls_when_a_certificate_is_configured(ess_factory: Any, tmp_path: Path) -> None:
-    cert_file, key_file = _self_signed(tmp_path)
+    cert_file, key_file = self_signed(tmp_path)
     ess: Ess = await ess_factory(tls_cert_file=str(cert_file), tls_key_file=str(key_file))
     credentials = grpc.ssl_channel_credentials(root_certificates=cert_file.read_bytes())
     async with grpc.aio.secure_channel(f"localhost:{ess.server.port}", credentials) as channel:

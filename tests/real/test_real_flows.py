@@ -17,22 +17,34 @@ because the cluster shares two cores with whatever else runs.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import grpc
 import pytest
 
-from tests.integration.processes import Client
+from tests.compat.conftest import (
+    SERVICE_EMAIL,
+    SERVICE_TOKEN,
+    USER_EMAIL,
+    USER_TOKEN,
+    client_venv,
+)
+from tests.compat.test_published_client import run_client
+from tests.conftest import ADMIN_DSN
+from tests.integration.conftest import REDIS_URL
+from tests.integration.processes import Client, running_stack
 from tests.integration.support import fetch_all, forever_work_unit, minimal_work_unit
-from tests.real.conftest import NAMESPACE
-from tests.stack import Stack
+from tests.real.conftest import KUBECONFIGS, NAMESPACE
+from tests.stack import RealCluster, Stack, StackOptions
 from xmc.kube import JOBSETS, KubeError, KubeFailure
 from xmc.kube_client import KubeClient
-from xmc.model.states import WorkUnitState
-from xmc_api.cloud.xmanager.v1 import api_pb2
+from xmc.model.states import LaunchState, WorkUnitState
+from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
 from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
@@ -252,7 +264,7 @@ async def test_pause_parks_creates_and_resume_runs_them(client: Client, stack: S
         keep = await client.create(parent)
         drop = await client.create(parent)
         for name in (keep, drop):
-            await _eventually(_bound(client.state, name), S.SCHEDULING_PAUSED, within=60)
+            await _eventually(functools.partial(client.state, name), S.SCHEDULING_PAUSED, within=60)
         state = await scheduling.GetSchedulingState(scheduling_pb2.GetSchedulingStateRequest())
         assert (state.paused, state.reason) == (True, "real e2e"), state
         assert state.paused_task_count >= 2, state
@@ -322,6 +334,81 @@ async def test_a_unit_that_does_not_fit_shows_kueues_reason_and_no_position(
     assert loud == [], loud
 
 
+# --- 6. a sweep launched by the published client --------------------------------------------
+
+
+@pytest.fixture
+async def auth_stack(
+    admin: KubeClient, tmp_path: Path, request: pytest.FixtureRequest
+) -> AsyncIterator[Stack]:
+    """The ``stack`` fixture's services with authentication on, as ``make compat``'s stack
+    (the client sends ``XMC_AUTH_TOKEN`` as a bearer token)."""
+    auth = {
+        "XMC_AUTH_DISABLED": "false",
+        "XMC_AUTH_STATIC_TOKENS": f"{USER_TOKEN}={USER_EMAIL},{SERVICE_TOKEN}={SERVICE_EMAIL}",
+        "XMC_AUTH_SERVICE_ACCOUNTS": SERVICE_EMAIL,
+        "XMC_SERVICE_TOKEN": SERVICE_TOKEN,
+    }
+    options = StackOptions(
+        real=RealCluster(NAMESPACE, KUBECONFIGS), leader_election=True, extra_env=auth
+    )
+    async with running_stack(ADMIN_DSN, REDIS_URL, tmp_path / "logs", request, options) as st:
+        yield st
+
+
+async def test_a_sweep_launched_by_the_published_client_runs_on_the_cluster(
+    admin: KubeClient, auth_stack: Stack
+) -> None:
+    """tests/compat's sweep (``xmanager==0.8.5.post1`` in its own virtualenv, only the
+    variables a user sets) on the real cluster: 5 trials of 2 s each to COMPLETED, one more
+    added to the launched experiment that runs until the client's batch stop ends it
+    STOPPED, and the client's batch restart runs it again as execution 2."""
+    python = client_venv("full")
+    trials = 5
+    lines = await run_client(python, "client_sweep.py", auth_stack, "launch", str(trials))
+    steps = {line["step"]: line for line in lines}
+    xid = steps["sweep"]["xid"]
+    assert steps["sweep"]["work_units"] == trials
+    assert steps["re-entry"]["work_units"] == trials + 1
+    extra = trials + 1
+    metadata = (("authorization", f"Bearer {USER_TOKEN}"),)
+
+    async with grpc.aio.insecure_channel(auth_stack.endpoint) as channel:
+        api = api_pb2_grpc.ExperimentStateServiceStub(channel)
+
+        async def execution(wid: int) -> tuple[int, WorkUnitState]:
+            unit = await api.GetWorkUnit(
+                api_pb2.GetWorkUnitRequest(name=f"experiments/{xid}/workUnits/{wid}"),
+                metadata=metadata,
+            )
+            current = unit.current_work_unit_execution
+            return int(current.name.rsplit("/", 1)[1]), S(current.status.state)
+
+        for wid in range(1, trials + 1):
+            await _eventually(functools.partial(execution, wid), (1, S.COMPLETED), within=180)
+        await _eventually(functools.partial(execution, extra), (1, S.RUNNING), within=90)
+        assert await _exists(admin, f"xmc-{xid}-{extra}")
+
+        await run_client(python, "client_sweep.py", auth_stack, "stop", str(xid), str(extra))
+        await _eventually(functools.partial(execution, extra), (1, S.STOPPED), within=90)
+        await run_client(python, "client_sweep.py", auth_stack, "restart", str(xid), str(extra))
+        await _eventually(functools.partial(execution, extra), (2, S.RUNNING), within=120)
+
+        experiment = await api.GetExperiment(
+            api_pb2.GetExperimentRequest(name=f"experiments/{xid}"), metadata=metadata
+        )
+        assert experiment.creator == USER_EMAIL
+        assert LaunchState(experiment.status.launch_state) == LaunchState.COMPLETED
+        units = await api.ListWorkUnits(
+            api_pb2.ListWorkUnitsRequest(parent=f"experiments/{xid}"), metadata=metadata
+        )
+        rates = sorted(dict(u.executable.jobset.jobs[0].spec.args)["lr"] for u in units.work_units)
+        assert len(rates) == trials + 1
+    for wid in range(1, trials + 1):  # finished JobSets are released and deleted
+        gone = functools.partial(_exists, admin, f"xmc-{xid}-{wid}")
+        await _eventually(gone, False, within=60)
+
+
 # --- helpers -------------------------------------------------------------------------------
 
 
@@ -340,10 +427,6 @@ async def _eventually(
         if loop.time() > deadline:
             raise AssertionError(f"waited {within}s for {want!r}, last saw {got!r}")
         await asyncio.sleep(every)
-
-
-def _bound(probe: Callable[[str], Awaitable[T]], name: str) -> Callable[[], Awaitable[T]]:
-    return lambda: probe(name)
 
 
 async def _truthy(probe: Callable[[], Awaitable[Any]]) -> bool:

@@ -60,15 +60,19 @@ KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
 # --- 1. restart ------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("grace_seconds", [1, 30])
 async def test_restart_of_a_running_unit_runs_execution_2(
-    admin: KubeClient, client: Client, stack: Stack
+    admin: KubeClient, client: Client, stack: Stack, grace_seconds: int
 ) -> None:
     """RestartWorkUnit of a RUNNING unit: the Actuator deletes execution 1's JobSet (uid
     precondition), XMC's finalizer holds it until the Reconciler's fenced write, then a new
     JobSet of the same name carries execution-id 2 and runs. Execution 1 keeps the last
     state observed for it (RUNNING): its JobSet's terminal write is fenced off, so no
-    STOPPED reaches either execution."""
-    name = await client.create(await client.experiment(), forever_work_unit())
+    STOPPED reaches either execution. With a 30 s grace period (the default) execution
+    1's pod is still Terminating, and running, while execution 2's starts."""
+    name = await client.create(
+        await client.experiment(), forever_work_unit(grace_seconds=grace_seconds)
+    )
     await _eventually(lambda: client.execution(name), (1, S.RUNNING), within=90)
     first = await admin.get(JOBSETS, NAMESPACE, _jobset(name))
     assert first is not None
@@ -85,6 +89,12 @@ async def test_restart_of_a_running_unit_runs_execution_2(
     execution_id, uid = await second()
     assert execution_id == "2"
     assert uid != first["metadata"]["uid"], "a new JobSet, not execution 1's relabelled"
+    old_pods = await _pods_of(admin, first["metadata"]["uid"])
+    if grace_seconds >= 30:
+        # Kubernetes' deletion, not XMC's choice: the restart does not wait for execution
+        # 1's pods, which keep running through their grace period next to execution 2's.
+        assert [p["metadata"].get("deletionTimestamp") is not None for p in old_pods] == [True]
+        assert old_pods[0]["status"]["phase"] == "Running"
 
     history = await _history(stack, name)
     assert max(eid for eid, _ in history) == 2
@@ -487,19 +497,24 @@ async def _eviction_signals(admin: KubeClient, name: str) -> tuple[bool, int]:
     idle = bool((jobset.get("spec") or {}).get("suspend")) and not any(
         s.get("active") or s.get("ready") for s in statuses
     )
-    uid = (jobset.get("metadata") or {}).get("uid")
-    pods = await admin.request(
-        "GET",
-        f"/api/v1/namespaces/{NAMESPACE}/pods",
-        query=[("labelSelector", f"jobset.sigs.k8s.io/jobset-uid={uid}")],
-    )
+    pods = await _pods_of(admin, (jobset.get("metadata") or {}).get("uid") or "")
     terminating = sum(
         1
-        for pod in pods["items"]
+        for pod in pods
         if pod["metadata"].get("deletionTimestamp")
         and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
     )
     return idle, terminating
+
+
+async def _pods_of(admin: KubeClient, jobset_uid: str) -> list[dict[str, Any]]:
+    pods = await admin.request(
+        "GET",
+        f"/api/v1/namespaces/{NAMESPACE}/pods",
+        query=[("labelSelector", f"jobset.sigs.k8s.io/jobset-uid={jobset_uid}")],
+    )
+    items: list[dict[str, Any]] = pods["items"]
+    return items
 
 
 async def _workload_of(admin: KubeClient, jobset: str) -> dict[str, Any]:

@@ -48,7 +48,7 @@ from reconciler.observe import (
     workload_owner,
 )
 from reconciler.orphans import collect_orphans
-from reconciler.queue_positions import QueuePositions
+from reconciler.queue_positions import Outages, QueuePositions
 from reconciler.readiness import ElectionState, WatchState, decide_readiness
 from reconciler.send import send
 from reconciler.slim import slim_jobset, slim_pod, slim_workload
@@ -154,6 +154,7 @@ class Reconciler:
                 on_stopped_leading=self._stopped_leading,
             )
         self._positions = QueuePositions(self._pending_workloads, max_age=_QUEUE_SUMMARY_AGE)
+        self._position_outages = Outages()
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = asyncio.Event()
         #: Set by :meth:`abort` only: a graceful stop still lets the final flush retry.
@@ -367,10 +368,21 @@ class Reconciler:
         if not waiting or not queue:
             return None
         try:
-            return await self._positions.position(queue, workload["metadata"]["name"])
+            position = await self._positions.position(queue, workload["metadata"]["name"])
         except KubeError as error:
-            log.debug("queue position unavailable", error=str(error))
+            if self._position_outages.failed(queue):
+                log.warning(
+                    "queue positions unavailable: Kueue's visibility API (pendingworkloads) "
+                    "could not be read; this queue's waiting work units show no position "
+                    "until it can",
+                    queue=queue,
+                    error=str(error),
+                )
+            else:
+                log.debug("queue position unavailable", queue=queue, error=str(error))
             return QueuePosition(None, None)
+        self._position_outages.answered(queue)
+        return position
 
     async def _pending_workloads(self, queue: str) -> Obj:
         return await self._kube.pending_workloads(

@@ -6,6 +6,10 @@ length of the queue: O(N²) over a sweep that queues N work units at once (issue
 Here, one summary per queue serves every event within ``max_age`` seconds, and callers
 that arrive while it is being fetched wait for that same request. A position is
 informational (SPEC §8.2), and a second-old one is as good as the one the event saw.
+
+A queue whose summary cannot be read (Kueue's visibility API not served, as on
+``make cluster``, or not answering) leaves its units without a position; ``Outages`` makes
+that one warning per queue until a read succeeds again, not one line per event.
 """
 
 from __future__ import annotations
@@ -78,3 +82,20 @@ class QueuePositions:
             self._fetching.pop(queue, None)
         self._snapshots[queue] = snapshot
         return snapshot
+
+
+class Outages:
+    """Which queues' summaries are failing: the first failure of an outage is worth a
+    warning, the rest of it only debug; a successful read ends the outage."""
+
+    def __init__(self) -> None:
+        self._down: set[str] = set()
+
+    def failed(self, queue: str) -> bool:
+        """Note a failed read; True when it starts an outage of ``queue``."""
+        starts = queue not in self._down
+        self._down.add(queue)
+        return starts
+
+    def answered(self, queue: str) -> None:
+        self._down.discard(queue)

@@ -508,6 +508,32 @@ async def test_preempted_work_units_show_why_they_wait(versioned_system: System)
     assert reserved["reason"] in waiting[system.kueue_version]
 
 
+async def test_an_unreadable_visibility_api_is_one_warning_per_queue(system: System) -> None:
+    """Kueue's visibility API not served (404, as on ``make cluster``): the waiting units
+    show Kueue's reason with no position, and the Reconciler warns once for the queue,
+    not once per event; once it answers, positions come back."""
+
+    async def shown(name: str) -> tuple[bool, int]:
+        reply = await system.ess.api.GetWorkUnit(
+            api_pb2.GetWorkUnitRequest(name=name), metadata=ALICE
+        )
+        info = reply.current_work_unit_execution.status.scheduling_information
+        return bool(info.user_facing_text), info.auxiliary_info.queue_info.position_in_queue
+
+    system.sim.faults.fail("get", "localqueues/pendingworkloads", code=404, times=None)
+    with capture_logs() as logs:
+        waiting = [await create(system, running_forever(100_000)) for _ in range(3)]
+        for name in waiting:
+            await wait_until(functools.partial(shown, name), (True, 0), within=30)
+        system.sim.faults.clear()
+        served = await create(system, running_forever(100_000))
+        await wait_until(functools.partial(shown, served), (True, 4), within=30)
+    warned = [e for e in logs if e["log_level"] == "warning"]
+    assert [(e["event"].split(":")[0], e["queue"]) for e in warned] == [
+        ("queue positions unavailable", "cpu-queue")
+    ], warned
+
+
 async def test_the_standby_takes_over_when_the_leader_dies(system: System) -> None:
     await system.reconciler.stop()  # replaced by two replicas with a short Lease
     lease = LeaseSettings(lease_seconds=1, renew_seconds=0.2, retry_seconds=0.1,

@@ -112,9 +112,9 @@ async def test_create_runs_to_completed(admin: KubeClient, client: Client) -> No
     name = await client.create(parent, minimal_work_unit())
     await wait_until(lambda: client.state(name), S.COMPLETED, within=90)
     xid, wid = name.split("/")[1::2]
-    await wait_until(
-        lambda: _exists(admin, f"xmc-{xid}-{wid}"), False, within=30
-    )  # released and deleted
+    # Released and deleted by the orphan sweep, whose first pass is 30 s after the
+    # Reconciler starts: up to ~25 s after COMPLETED, so 30 s left no room for a slow pass.
+    await wait_until(lambda: _exists(admin, f"xmc-{xid}-{wid}"), False, within=60)
 
 
 async def test_create_runs_then_completes_observed_running(client: Client) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from reconciler.observe import QueuePosition
-from reconciler.queue_positions import QueuePositions, index_summary, position_in
+from reconciler.queue_positions import Outages, QueuePositions, index_summary, position_in
 
 
 def summary(*names: str) -> dict[str, Any]:
@@ -91,3 +91,15 @@ async def test_a_failed_request_is_raised_to_its_callers_and_not_cached() -> Non
     fake.fail = None
     assert await positions.position("q", "a") == QueuePosition(0, 2)
     assert fake.calls == ["q", "q"]
+
+
+def test_an_outage_is_announced_once_per_queue_until_a_read_succeeds() -> None:
+    outages = Outages()
+    assert [outages.failed("q"), outages.failed("q"), outages.failed("other")] == [
+        True,
+        False,
+        True,
+    ]
+    outages.answered("q")
+    outages.answered("never-failed")
+    assert [outages.failed("q"), outages.failed("other")] == [True, False]

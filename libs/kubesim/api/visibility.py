@@ -43,6 +43,7 @@ def _summary(items: list[Obj], query: Any) -> web.Response:
 
 
 async def cluster_queue_pending(request: web.Request) -> web.Response:
+    await request.app[CONTEXT].faults.apply("get", "clusterqueues/pendingworkloads", request.path)
     store = request.app[CONTEXT].store
     name = request.match_info["name"]
     store.get(CLUSTER_QUEUE, None, name)
@@ -50,6 +51,7 @@ async def cluster_queue_pending(request: web.Request) -> web.Response:
 
 
 async def local_queue_pending(request: web.Request) -> web.Response:
+    await request.app[CONTEXT].faults.apply("get", "localqueues/pendingworkloads", request.path)
     store = request.app[CONTEXT].store
     namespace, name = request.match_info["namespace"], request.match_info["name"]
     queue = store.get(LOCAL_QUEUE, namespace, name)

@@ -21,9 +21,10 @@ from tests.contract.fidelity import SCENARIOS, Scenario, compare, record
 KNOWN_DIFFERENCES: Final[dict[str, list[str]]] = {}
 
 
+@pytest.mark.real_cluster  # deselected from the plain suite; make test-cluster runs it
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
 async def test_kubesim_reads_as_the_real_control_plane(scenario: Scenario) -> None:
-    if not ON_REAL_CLUSTER:  # the plain suite; `make test-cluster` (in CI too) runs it
+    if not ON_REAL_CLUSTER:
         pytest.skip("needs the real control plane: make test-cluster")
     async with connect(real=False) as sim:
         on_kubesim = await record(sim, scenario, wid=1)

@@ -210,10 +210,30 @@ SCENARIOS = [
 ]
 
 
+#: Where a pod's end shows up before its Job's counts do (see :func:`comparable_states`).
+_TERMINAL = frozenset({"COMPLETED", "FAILED"})
+
+
 def comparable_states(states: Sequence[str]) -> list[str]:
-    """The states without a first SCHEDULING: a new JobSet waits for Kueue's admission on
-    both, but on kubesim's scaled clock the wait may be shorter than one look."""
-    return list(states[1:] if states[:1] == ["SCHEDULING"] else states)
+    """The states with two known timing differences taken out (docs/kubesim.md, "Measured
+    against the real control plane"): a first SCHEDULING (a new JobSet waits for Kueue's
+    admission on both, but on kubesim's scaled clock the wait may be shorter than one
+    look), and a STARTING between RUNNING and COMPLETED or FAILED: on the real cluster a
+    finished pod is no longer ready while its Job still counts it active, for as long as
+    the Job controller takes to catch up, and R7 reads ``active > 0, ready == 0`` as
+    STARTING; kubesim updates both in one step. The window is a race, so it is taken out
+    rather than listed as a difference that may or may not show."""
+    kept = list(states[1:] if states[:1] == ["SCHEDULING"] else states)
+    return [
+        state
+        for i, state in enumerate(kept)
+        if not (
+            state == "STARTING"
+            and 0 < i < len(kept) - 1
+            and kept[i - 1] == "RUNNING"
+            and kept[i + 1] in _TERMINAL
+        )
+    ]
 
 
 def compare(kubesim: Recording, real: Recording) -> list[str]:

@@ -57,6 +57,11 @@ def test_a_deleted_jobset_is_gone() -> None:
     assert snapshot(None, [], [], []) == GONE
 
 
+#: A finished pod before its Job's counts (taken out), and a flap that is not that race.
+RACE = ["RUNNING", "STARTING", "FAILED"]
+FLAP = ["STARTING", "RUNNING", "STARTING", "RUNNING"]
+
+
 @pytest.mark.parametrize(
     ("states", "distinct", "comparable"),
     [
@@ -64,6 +69,8 @@ def test_a_deleted_jobset_is_gone() -> None:
         (["RUNNING", "SCHEDULING", "RUNNING"], ["RUNNING", "SCHEDULING", "RUNNING"],
          ["RUNNING", "SCHEDULING", "RUNNING"]),
         ([], [], []),
+        (RACE, RACE, ["RUNNING", "FAILED"]),
+        (FLAP, FLAP, FLAP),
     ],
 )  # fmt: skip
 def test_states_in_order_and_the_admission_wait_left_out(

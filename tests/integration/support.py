@@ -149,9 +149,12 @@ def forever_work_unit(cpu_millicores: int = 0, *, grace_seconds: int = 1) -> Wor
     return work_unit
 
 
-async def wait_until(probe: Callable[[], Awaitable[T]], want: T, *, within: float = 10.0) -> None:
-    """Poll ``probe`` until it returns ``want`` or ``within`` seconds pass (then fail with
-    the last value): a condition with a deadline, never a bare sleep."""
+async def wait_until(
+    probe: Callable[[], Awaitable[T]], want: T, *, within: float = 10.0, every: float = 0.02
+) -> None:
+    """Poll ``probe`` every ``every`` seconds until it returns ``want`` or ``within``
+    seconds pass (then fail with the last value): a condition with a deadline, never a bare
+    sleep. Probes that cost a round trip to a real cluster poll less often (``every``)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + within
     while True:
@@ -160,7 +163,7 @@ async def wait_until(probe: Callable[[], Awaitable[T]], want: T, *, within: floa
             return
         if loop.time() > deadline:
             raise AssertionError(f"waited {within}s for {want!r}, last saw {got!r}")
-        await asyncio.sleep(0.02)
+        await asyncio.sleep(every)
 
 
 class BuggyReads(KubeClient):

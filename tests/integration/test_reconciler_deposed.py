@@ -19,6 +19,7 @@ from reconciler.leader import LeaseSettings
 from reconciler.observation import Observation
 from tests.integration.support import forever_work_unit, wait_until
 from tests.integration.system import ALICE, System, running_system
+from tests.kubesim.conftest import eventually
 from xmc.model.states import WorkUnitState
 from xmc.timestamps import utc_now
 from xmc_api.cloud.xmanager.v1 import api_pb2
@@ -48,15 +49,6 @@ class CountingEss:
         return await self.real.work_unit(xid, wid)
 
 
-def probe(value: Any) -> Any:
-    """``wait_until`` awaits its probe: wrap a plain condition."""
-
-    async def read() -> Any:
-        return value()
-
-    return read
-
-
 @pytest.fixture
 async def system(ess_factory: Any) -> AsyncIterator[System]:
     async with running_system(ess_factory, controllers=True) as started:
@@ -74,7 +66,7 @@ async def test_a_deposed_leader_drops_what_it_held(system: System) -> None:
 
     a = replica("r-a", ess_a)
     await a.start()
-    await wait_until(probe(lambda: a.leading), True, within=10)
+    await eventually(lambda: a.leading, within=10, what="A leads")
     b = replica("r-b", real)
     await b.start()
     try:
@@ -97,18 +89,18 @@ async def test_a_deposed_leader_drops_what_it_held(system: System) -> None:
             JOBSET, "default", f"xmc-{xid}-{wid}",
             lambda js: js["metadata"]["labels"].update(touched="yes"),
         )  # fmt: skip
-        await wait_until(probe(lambda: a.batcher.pending > 0), True, within=10)
+        await eventually(lambda: a.batcher.pending > 0, within=10, what="A holds observations")
 
         # A freezes the way a SIGSTOP freezes it: its elector stops renewing, its batcher
         # still holds the items. B takes the Lease once it expires.
         election = next(t for t in a._tasks if t.get_name() == "leader election")
         election.cancel()
-        await wait_until(probe(lambda: b.leading), True, within=10)
+        await eventually(lambda: b.leading, within=10, what="B leads")
 
         # A wakes with its ESS reachable again: nothing it held may reach the ESS.
         delivered = ess_a.delivered
         ess_a.down = False
-        await wait_until(probe(lambda: a.batcher.pending), 0, within=10)
+        await eventually(lambda: not a.batcher.pending, within=10, what="A holds nothing")
         assert ess_a.delivered == delivered, "a deposed leader sent what it held"
         assert not a.leading
     finally:

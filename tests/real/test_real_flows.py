@@ -16,7 +16,6 @@ because the cluster shares two cores with whatever else runs.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
 import uuid
@@ -38,7 +37,7 @@ from tests.compat.test_published_client import run_client
 from tests.conftest import ADMIN_DSN
 from tests.integration.conftest import REDIS_URL
 from tests.integration.processes import Client, running_stack
-from tests.integration.support import fetch_all, forever_work_unit, minimal_work_unit
+from tests.integration.support import fetch_all, forever_work_unit, minimal_work_unit, wait_until
 from tests.real.conftest import KUBECONFIGS, NAMESPACE
 from tests.stack import RealCluster, Stack, StackOptions
 from xmc.kube import JOBSETS, KubeError, KubeFailure
@@ -51,6 +50,9 @@ from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 from xmc_api.internal.v1 import scheduling_pb2, scheduling_pb2_grpc
 
 S = WorkUnitState
+#: Seconds between two looks: every probe is a round trip to the real cluster or the ESS,
+#: and two shared cores run it all.
+POLL = 0.25
 ERROR = StructuredMessage.ERROR
 T = TypeVar("T")
 EXECUTION_ID = "xmc.google.com/execution-id"
@@ -73,7 +75,7 @@ async def test_restart_of_a_running_unit_runs_execution_2(
     name = await client.create(
         await client.experiment(), forever_work_unit(grace_seconds=grace_seconds)
     )
-    await _eventually(lambda: client.execution(name), (1, S.RUNNING), within=90)
+    await wait_until(lambda: client.execution(name), (1, S.RUNNING), within=90, every=POLL)
     first = await admin.get(JOBSETS, NAMESPACE, _jobset(name))
     assert first is not None
     assert first["metadata"]["labels"][EXECUTION_ID] == "1"
@@ -85,7 +87,7 @@ async def test_restart_of_a_running_unit_runs_execution_2(
         meta = jobset.get("metadata") or {}
         return (meta.get("labels") or {}).get(EXECUTION_ID), meta.get("uid")
 
-    await _eventually(lambda: client.execution(name), (2, S.RUNNING), within=120)
+    await wait_until(lambda: client.execution(name), (2, S.RUNNING), within=120, every=POLL)
     execution_id, uid = await second()
     assert execution_id == "2"
     assert uid != first["metadata"]["uid"], "a new JobSet, not execution 1's relabelled"
@@ -126,7 +128,7 @@ async def test_a_container_exiting_3_fails_the_unit_naming_exit_code_and_reason(
     job.annotations["kubesim.xmc/behavior"] = json.dumps({"run_seconds": 2, "exit_code": 3})
     job.termination_grace_period_seconds = 1
     name = await client.create(await client.experiment(), unit)
-    await _eventually(lambda: client.state(name), S.FAILED, within=120)
+    await wait_until(lambda: client.state(name), S.FAILED, within=120, every=POLL)
 
     got = await client.api.GetWorkUnit(api_pb2.GetWorkUnitRequest(name=name))
     message = got.current_work_unit_execution.status.system_message
@@ -139,7 +141,7 @@ async def test_a_container_exiting_3_fails_the_unit_naming_exit_code_and_reason(
     assert f'of pod "{job_name}-0-' in reason, reason
     assert reason.endswith("exited with code 3 (Error)"), reason
     assert await _messages(client, name) == [(1, ERROR, reason)]
-    await _eventually(lambda: _exists(admin, _jobset(name)), False, within=60)
+    await wait_until(lambda: _exists(admin, _jobset(name)), False, within=60, every=POLL)
     assert await _messages(client, name) == [(1, ERROR, reason)], "stored once"
 
 
@@ -218,7 +220,7 @@ async def test_priority_preemption_goes_back_to_scheduling_on_the_same_execution
         await _experiment(client, priority=1),
         _on_queue(forever_work_unit(3_000, grace_seconds=5), small_queue),
     )
-    await _eventually(lambda: client.state(low), S.RUNNING, within=90)
+    await wait_until(lambda: client.state(low), S.RUNNING, within=90, every=POLL)
     high = await client.create(
         await _experiment(client, priority=3), _on_queue(forever_work_unit(2_000), small_queue)
     )
@@ -231,9 +233,9 @@ async def test_priority_preemption_goes_back_to_scheduling_on_the_same_execution
         seen = seen or (state is S.DESCHEDULING and idle and terminating > 0)
         return seen, state
 
-    await _eventually(descheduled_then_scheduling, (True, S.SCHEDULING), within=120)
+    await wait_until(descheduled_then_scheduling, (True, S.SCHEDULING), within=120, every=POLL)
     assert (await _eviction_signals(admin, low))[1] == 0, "SCHEDULING once its pods are gone"
-    await _eventually(lambda: client.execution(high), (1, S.RUNNING), within=90)
+    await wait_until(lambda: client.execution(high), (1, S.RUNNING), within=90, every=POLL)
     assert (await client.execution(low))[0] == 1
 
     states = [state for eid, state in await _history(stack, low) if eid == 1]
@@ -241,7 +243,7 @@ async def test_priority_preemption_goes_back_to_scheduling_on_the_same_execution
     assert states[first_run : first_run + 3] == [S.RUNNING, S.DESCHEDULING, S.SCHEDULING], states
 
     await client.api.StopWorkUnit(api_pb2.StopWorkUnitRequest(name=high))
-    await _eventually(lambda: client.execution(low), (1, S.RUNNING), within=120)
+    await wait_until(lambda: client.execution(low), (1, S.RUNNING), within=120, every=POLL)
     again = [state for eid, state in await _history(stack, low)]
     assert again.count(S.RUNNING) >= 2, again
     assert {eid for eid, _ in await _history(stack, low)} == {1}
@@ -267,14 +269,16 @@ async def test_pause_parks_creates_and_resume_runs_them(client: Client, stack: S
             async def decided() -> bool:
                 return await client.state(canary) != S.INITIALIZING
 
-            await _eventually(decided, True, within=60)
+            await wait_until(decided, True, within=60, every=POLL)
             return await client.state(canary) == S.SCHEDULING_PAUSED
 
-        await _eventually(actuator_sees_the_pause, True, within=90)
+        await wait_until(actuator_sees_the_pause, True, within=90, every=POLL)
         keep = await client.create(parent)
         drop = await client.create(parent)
         for name in (keep, drop):
-            await _eventually(functools.partial(client.state, name), S.SCHEDULING_PAUSED, within=60)
+            await wait_until(
+                functools.partial(client.state, name), S.SCHEDULING_PAUSED, within=60, every=POLL
+            )
         state = await scheduling.GetSchedulingState(scheduling_pb2.GetSchedulingStateRequest())
         assert (state.paused, state.reason) == (True, "real e2e"), state
         assert state.paused_task_count >= 2, state
@@ -282,7 +286,7 @@ async def test_pause_parks_creates_and_resume_runs_them(client: Client, stack: S
         assert await client.state(drop) == S.STOPPED
     finally:
         await scheduling.ResumeScheduling(scheduling_pb2.ResumeSchedulingRequest())
-    await _eventually(lambda: client.state(keep), S.COMPLETED, within=120)
+    await wait_until(lambda: client.state(keep), S.COMPLETED, within=120, every=POLL)
     assert await client.state(drop) == S.STOPPED
     states = [state for _eid, state in await _history(stack, keep)]
     assert S.SCHEDULING_PAUSED in states, states
@@ -315,13 +319,13 @@ async def test_a_unit_that_does_not_fit_shows_kueues_reason_and_no_position(
         "the visibility API is served now: this test no longer tests its absence"
     )
     name = await client.create(await client.experiment(), forever_work_unit(100_000))
-    await _eventually(lambda: client.state(name), S.SCHEDULING, within=90)
+    await wait_until(lambda: client.state(name), S.SCHEDULING, within=90, every=POLL)
 
     async def scheduling_information() -> str:
         got = await client.api.GetWorkUnit(api_pb2.GetWorkUnitRequest(name=name))
         return str(got.current_work_unit_execution.status.scheduling_information.user_facing_text)
 
-    await _eventually(lambda: _truthy(scheduling_information), True, within=60)
+    await wait_until(lambda: _truthy(scheduling_information), True, within=60, every=POLL)
     workload = await _workload_of(admin, _jobset(name))
     reserved = next(c for c in workload["status"]["conditions"] if c["type"] == "QuotaReserved")
     assert reserved["status"] == "False"
@@ -398,14 +402,18 @@ async def test_a_sweep_launched_by_the_published_client_runs_on_the_cluster(
             return int(current.name.rsplit("/", 1)[1]), S(current.status.state)
 
         for wid in range(1, trials + 1):
-            await _eventually(functools.partial(execution, wid), (1, S.COMPLETED), within=180)
-        await _eventually(functools.partial(execution, extra), (1, S.RUNNING), within=90)
+            await wait_until(
+                functools.partial(execution, wid), (1, S.COMPLETED), within=180, every=POLL
+            )
+        await wait_until(functools.partial(execution, extra), (1, S.RUNNING), within=90, every=POLL)
         assert await _exists(admin, f"xmc-{xid}-{extra}")
 
         await run_client(python, "client_sweep.py", auth_stack, "stop", str(xid), str(extra))
-        await _eventually(functools.partial(execution, extra), (1, S.STOPPED), within=90)
+        await wait_until(functools.partial(execution, extra), (1, S.STOPPED), within=90, every=POLL)
         await run_client(python, "client_sweep.py", auth_stack, "restart", str(xid), str(extra))
-        await _eventually(functools.partial(execution, extra), (2, S.RUNNING), within=120)
+        await wait_until(
+            functools.partial(execution, extra), (2, S.RUNNING), within=120, every=POLL
+        )
 
         experiment = await api.GetExperiment(
             api_pb2.GetExperimentRequest(name=f"experiments/{xid}"), metadata=metadata
@@ -419,27 +427,10 @@ async def test_a_sweep_launched_by_the_published_client_runs_on_the_cluster(
         assert len(rates) == trials + 1
     for wid in range(1, trials + 1):  # finished JobSets are released and deleted
         gone = functools.partial(_exists, admin, f"xmc-{xid}-{wid}")
-        await _eventually(gone, False, within=60)
+        await wait_until(gone, False, within=60, every=POLL)
 
 
 # --- helpers -------------------------------------------------------------------------------
-
-
-async def _eventually(
-    probe: Callable[[], Awaitable[T]], want: T, *, within: float, every: float = 0.25
-) -> None:
-    """Poll ``probe`` until it returns ``want``, failing with the last value after
-    ``within`` seconds; a quarter of a second between probes keeps the polling light on
-    two shared cores."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while True:
-        got = await probe()
-        if got == want:
-            return
-        if loop.time() > deadline:
-            raise AssertionError(f"waited {within}s for {want!r}, last saw {got!r}")
-        await asyncio.sleep(every)
 
 
 async def _truthy(probe: Callable[[], Awaitable[Any]]) -> bool:

@@ -43,7 +43,6 @@ from reconciler.observe import (
     observe_jobset,
     observe_pods,
     observe_workload,
-    reobserve_on_pod_change,
     work_unit_ids,
     workload_owner,
 )
@@ -59,7 +58,7 @@ from xmc.health import Check
 from xmc.kube import JOBSETS, PODS, WORKLOADS, KubeError
 from xmc.kube_client import KubeClient
 from xmc.labels import EXPERIMENT_ID, FINALIZER, MANAGED_BY_SELECTOR
-from xmc.model.jobset import to_work_unit_state
+from xmc.model.jobset import reads_pods, to_work_unit_state
 from xmc.model.states import WorkUnitState
 from xmc.supervise import every, finish, supervise
 from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
@@ -305,14 +304,15 @@ class Reconciler:
     async def _reconcile(self, name: str) -> None:
         """One run of JobSet ``name``, a worker's: what its events since the last run owe,
         from the cache as it is now. A JobSet gone meanwhile owes nothing (its deletion
-        was noted); a pod change re-observes the JobSet only when R4 reads its pods."""
+        was noted); a pod change re-observes the JobSet only when its state reads the pods
+        (``reads_pods``)."""
         owed = self._owed.pop(name, Owed.ALL)
         jobset = self.jobsets.get(name)
         if jobset is None or not self.leading:
             return
-        if Owed.JOBSET in owed or (Owed.PODS in owed and reobserve_on_pod_change(jobset)):
-            # R4 reads the pods (docs/decisions/0019): the last one going is what turns
-            # DESCHEDULING into SCHEDULING, and no JobSet event says so.
+        if Owed.JOBSET in owed or (Owed.PODS in owed and reads_pods(jobset)):
+            # No JobSet event marks an evicted JobSet's last pod going (R4, decision
+            # 0019) nor a finishing Job's pods seen before its counts (0030).
             await self._reconcile_jobset(jobset)
         elif Owed.PODS in owed:
             self._diagnose(jobset)

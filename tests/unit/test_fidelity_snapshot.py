@@ -57,9 +57,19 @@ def test_a_deleted_jobset_is_gone() -> None:
     assert snapshot(None, [], [], []) == GONE
 
 
-#: A finished pod before its Job's counts (taken out), and a flap that is not that race.
-RACE = ["RUNNING", "STARTING", "FAILED"]
-FLAP = ["STARTING", "RUNNING", "STARTING", "RUNNING"]
+def test_a_finishing_jobset_is_recorded_as_reporting_nothing() -> None:
+    """All totals zero, every pod finished: the real cluster's window before the Job's
+    Failed condition, where the Reconciler sends nothing (decision 0030)."""
+    interim = {**RUNNING_JOBSET, "status": {"replicatedJobsStatus": [{"name": "main"}]}}
+    failed = pod("Failed", {"terminated": {"reason": "Error", "exitCode": 3}})
+    assert snapshot(interim, [], [], [failed]).state == ""
+    assert snapshot(interim, [], [], []).state == "STARTING"
+
+
+#: A look where XMC reports nothing (the Jobs finishing, decision 0030) is skipped; a
+#: STARTING between RUNNING and the end is a difference again.
+HELD = ["RUNNING", "", "FAILED"]
+FLAP = ["RUNNING", "STARTING", "FAILED"]
 
 
 @pytest.mark.parametrize(
@@ -69,7 +79,7 @@ FLAP = ["STARTING", "RUNNING", "STARTING", "RUNNING"]
         (["RUNNING", "SCHEDULING", "RUNNING"], ["RUNNING", "SCHEDULING", "RUNNING"],
          ["RUNNING", "SCHEDULING", "RUNNING"]),
         ([], [], []),
-        (RACE, RACE, ["RUNNING", "FAILED"]),
+        (HELD, ["RUNNING", "FAILED"], ["RUNNING", "FAILED"]),
         (FLAP, FLAP, FLAP),
     ],
 )  # fmt: skip

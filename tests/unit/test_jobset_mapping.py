@@ -13,8 +13,10 @@ from xmc.model.jobset import (
     PodSummary,
     StateDecision,
     decide_work_unit_state,
+    is_finishing,
     job_totals,
     observation_state_update_time,
+    reads_pods,
     summarize_pods,
     to_work_unit_state,
 )
@@ -315,20 +317,120 @@ def _pod(phase: str, *, deleted: bool) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(
-    ("pods", "terminating"),
+    ("pods", "expected"),
     [
-        pytest.param([], 0, id="no pods"),
-        pytest.param([_pod("Running", deleted=False)], 0, id="running"),
-        pytest.param([_pod("Running", deleted=True)], 1, id="deleted while running"),
-        pytest.param([_pod("Pending", deleted=True)], 1, id="deleted while pending"),
-        pytest.param([_pod("Failed", deleted=True)], 0, id="deleted after it failed"),
-        pytest.param([_pod("Succeeded", deleted=True)], 0, id="deleted after it succeeded"),
-        pytest.param([{"metadata": {"deletionTimestamp": T0}}], 1, id="no status yet"),
-        pytest.param([{}, {"metadata": None, "status": None}], 0, id="sparse"),
+        pytest.param([], PodSummary(), id="no pods"),
+        pytest.param([_pod("Running", deleted=False)], PodSummary(total=1), id="running"),
+        pytest.param(
+            [_pod("Running", deleted=True)],
+            PodSummary(terminating=1, total=1),
+            id="deleted while running",
+        ),
+        pytest.param(
+            [_pod("Pending", deleted=True)],
+            PodSummary(terminating=1, total=1),
+            id="deleted while pending",
+        ),
+        pytest.param(
+            [_pod("Failed", deleted=True)],
+            PodSummary(total=1, finished=1),
+            id="deleted after it failed",
+        ),
+        pytest.param(
+            [_pod("Succeeded", deleted=False), _pod("Failed", deleted=False)],
+            PodSummary(total=2, finished=2),
+            id="finished",
+        ),
+        pytest.param(
+            [{"metadata": {"deletionTimestamp": T0}}],
+            PodSummary(terminating=1, total=1),
+            id="no status yet",
+        ),
+        pytest.param([{}, {"metadata": None, "status": None}], PodSummary(total=2), id="sparse"),
     ],
 )
-def test_summarize_pods(pods: list[dict[str, Any]], terminating: int) -> None:
-    assert summarize_pods(pods) == PodSummary(terminating=terminating)
+def test_summarize_pods(pods: list[dict[str, Any]], expected: PodSummary) -> None:
+    assert summarize_pods(pods) == expected
+
+
+def _finished_pods(count: int) -> PodSummary:
+    return PodSummary(total=count, finished=count)
+
+
+FINISHING_CASES = [
+    pytest.param(
+        two_workers().status_counts("workers").obj(), _finished_pods(2), True,
+        id="every total zero and every pod finished: the Jobs are finishing",
+    ),
+    pytest.param(
+        two_workers().status_counts("workers").suspend(False).obj(), _finished_pods(1), True,
+        id="one of the pods finished and no other left",
+    ),
+    pytest.param(
+        two_workers().status_counts("workers").obj(), PodSummary(), False,
+        id="no pods yet: just admitted, STARTING",
+    ),
+    pytest.param(
+        two_workers().status_counts("workers").obj(), PodSummary(total=2, finished=1), False,
+        id="a pod not finished: STARTING",
+    ),
+    pytest.param(
+        two_workers().status_counts("workers", active=1).obj(), _finished_pods(2), False,
+        id="a Job still counts one active: the counts decide",
+    ),
+    pytest.param(
+        two_workers().status_counts("workers", succeeded=1).obj(), _finished_pods(2), False,
+        id="a Job already counted succeeded: R8b decides",
+    ),
+    pytest.param(
+        two_workers().status_counts("workers").suspend(True).obj(), _finished_pods(2), False,
+        id="suspended: R9",
+    ),
+    pytest.param(
+        two_workers().status_counts("workers").condition("Failed", "True").obj(),
+        _finished_pods(2), False,
+        id="the terminal condition is there: R3",
+    ),
+    pytest.param(
+        two_workers().status_counts("workers").deleting().obj(), _finished_pods(2), False,
+        id="being deleted: R1",
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("jobset", "pods", "expected"), FINISHING_CASES)
+def test_is_finishing(jobset: dict[str, Any], pods: PodSummary, expected: bool) -> None:
+    assert is_finishing(jobset, pods) is expected
+
+
+def test_a_failing_job_reads_starting_by_its_counts_and_finishing_by_its_pods() -> None:
+    """What the real cluster showed (docs/decisions/0030): between the pod failing and the
+    Job's Failed condition every total is zero, which R7 alone reads as STARTING."""
+    interim = two_workers().status_counts("workers").obj()
+
+    assert decide_work_unit_state(interim, _finished_pods(2)).state is S.STARTING
+    assert is_finishing(interim, _finished_pods(2))
+
+
+@pytest.mark.parametrize(
+    ("jobset", "expected"),
+    [
+        pytest.param(two_workers().suspend(True).obj(), True, id="suspended: R4 reads pods"),
+        pytest.param(two_workers().obj(), True, id="no status: finishing reads pods"),
+        pytest.param(two_workers().status_counts("workers").obj(), True, id="all totals zero"),
+        pytest.param(
+            two_workers().status_counts("workers", ready=2, active=2).obj(), False, id="running"
+        ),
+        pytest.param(
+            two_workers().status_counts("workers").condition("Completed", "True").obj(),
+            False,
+            id="completed",
+        ),
+        pytest.param(two_workers().suspend(True).deleting().obj(), False, id="being deleted"),
+    ],
+)
+def test_reads_pods(jobset: dict[str, Any], expected: bool) -> None:
+    assert reads_pods(jobset) is expected
 
 
 def test_rule_is_a_plain_string_label() -> None:

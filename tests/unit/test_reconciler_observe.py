@@ -24,7 +24,6 @@ from reconciler.observe import (
     observe_jobset,
     observe_pods,
     observe_workload,
-    reobserve_on_pod_change,
     startup_diagnostics,
     work_unit_ids,
     workload_owner,
@@ -942,7 +941,7 @@ def terminating_pod(
         pytest.param([], NO_PODS, id="no pods"),
         pytest.param(
             [terminating_pod("a"), terminating_pod("b")],
-            PodSummary(terminating=2),
+            PodSummary(terminating=2, total=2),
             id="this JobSet's Terminating pods",
         ),
         pytest.param(
@@ -955,26 +954,33 @@ def terminating_pod(
             NO_PODS,
             id="another JobSet's pods do not count",
         ),
-        pytest.param([pod("running").container("main", running()).obj()], NO_PODS, id="a live pod"),
+        pytest.param(
+            [pod("running").container("main", running()).obj()],
+            PodSummary(total=1),
+            id="a live pod",
+        ),
     ],
 )
 def test_jobset_pods(pods: list[dict[str, Any]], expected: PodSummary) -> None:
     assert jobset_pods(two_workers().obj(), pods) == expected
 
 
-@pytest.mark.parametrize(
-    ("jobset", "expected"),
-    [
-        pytest.param(two_workers().suspend(True).obj(), True, id="suspended"),
-        pytest.param(two_workers().admitted().obj(), False, id="running"),
-        pytest.param(two_workers().obj(), False, id="suspend unset"),
-        pytest.param(
-            two_workers().suspend(True).deleting(T_LATER).obj(), False, id="being deleted"
-        ),
-    ],
-)
-def test_reobserve_on_pod_change(jobset: dict[str, Any], expected: bool) -> None:
-    assert reobserve_on_pod_change(jobset) is expected
+def test_a_finishing_jobset_is_not_observed_until_its_terminal_condition() -> None:
+    """Decision 0030: all totals zero while every pod of this execution has finished is
+    the Jobs finishing, not a start; the Reconciler says nothing until Failed/Completed."""
+    interim = two_workers().admitted().status_counts("workers").obj()
+    failed_pod = pod("p").container("main", running()).phase("Failed").obj()
+    failed = two_workers().admitted().status_counts("workers", failed=1)
+
+    held = observe_jobset(interim, observed_at=NOW, pods=jobset_pods(interim, [failed_pod]))
+    starting = observe_jobset(interim, observed_at=NOW, pods=NO_PODS)
+    final = observe_jobset(failed.condition("Failed", "True", T_LATER).obj(), observed_at=NOW)
+
+    assert held is None
+    assert starting is not None
+    assert starting.execution.status.state == S.STARTING
+    assert final is not None
+    assert final.execution.status.state == S.FAILED
 
 
 def test_an_evicted_jobset_is_descheduling_while_its_pods_terminate() -> None:

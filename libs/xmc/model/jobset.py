@@ -34,27 +34,35 @@ class JobTotals:
 
 @dataclass(frozen=True)
 class PodSummary:
-    """What a JobSet's pods tell that its status does not (docs/decisions/0019): a real
-    Job stops counting a pod as active once it is Terminating, so only the pods show that
-    an evicted JobSet's pods are still on the way out."""
+    """What a JobSet's pods tell that its status does not. A real Job stops counting a
+    pod as active once it is Terminating, so only the pods show that an evicted JobSet's
+    pods are still on the way out (docs/decisions/0019); and a Job whose pods have all
+    finished counts none of them until it has written its terminal condition, so only the
+    pods show that it is finishing rather than starting (docs/decisions/0030)."""
 
     terminating: int = 0
+    #: Every pod of the JobSet, and those of them Succeeded or Failed.
+    total: int = 0
+    finished: int = 0
 
 
 NO_PODS = PodSummary()
 
 
 def summarize_pods(pods: Iterable[Mapping[str, Any]]) -> PodSummary:
-    """Count the pods that are Terminating: deleted (``deletionTimestamp``) but not yet
-    Succeeded or Failed, as batch/v1 counts ``status.terminating``. The caller passes
-    only the JobSet's own pods."""
-    terminating = 0
+    """Count the pods, those finished (Succeeded or Failed) and those Terminating: deleted
+    (``deletionTimestamp``) but not yet finished, as batch/v1 counts
+    ``status.terminating``. The caller passes only the JobSet's own pods."""
+    terminating = total = finished = 0
     for pod in pods:
         deleted = _mapping(pod.get("metadata")).get("deletionTimestamp")
         phase = _mapping(pod.get("status")).get("phase")
-        if deleted and phase not in _TERMINAL_POD_PHASES:
+        total += 1
+        if phase in _TERMINAL_POD_PHASES:
+            finished += 1
+        elif deleted:
             terminating += 1
-    return PodSummary(terminating=terminating)
+    return PodSummary(terminating=terminating, total=total, finished=finished)
 
 
 class MappingRule(enum.StrEnum):
@@ -162,6 +170,49 @@ def decide_work_unit_state(jobset: Mapping[str, Any], pods: PodSummary = NO_PODS
     if totals.succeeded > 0:
         return StateDecision(WorkUnitState.RUNNING, MappingRule.R8B)
     return StateDecision(WorkUnitState.SCHEDULING, MappingRule.R9)
+
+
+def _finished(jobset: Mapping[str, Any]) -> bool:
+    return _condition_true(jobset, _CONDITION_COMPLETED) or _condition_true(
+        jobset, _CONDITION_FAILED
+    )
+
+
+def _all_totals_zero(jobset: Mapping[str, Any]) -> bool:
+    totals = job_totals(jobset)
+    return not (totals.ready or totals.active or totals.succeeded or totals.failed)
+
+
+def is_finishing(jobset: Mapping[str, Any], pods: PodSummary) -> bool:
+    """Whether the JobSet's Jobs are between their pods finishing and their terminal
+    condition, which its status cannot show (docs/decisions/0030).
+
+    A Job whose pods have all finished first writes the interim ``FailureTarget`` or
+    ``SuccessCriteriaMet`` condition with the pods neither active nor yet counted
+    (kubernetes ``pkg/controller/job/job_controller.go``: ``delayTerminalCondition``,
+    ``trackJobStatusAndRemoveFinalizers``), and jobset counts a Job that has no
+    ``Complete``/``Failed`` condition only by its ``active`` and ``ready`` numbers
+    (``calculateReplicatedJobStatuses``). So for that moment every total is zero and R7
+    would read STARTING between RUNNING and the end. Finishing: R7 by its all-zero clause
+    (unsuspended, nothing finished, not being deleted) while the JobSet has pods and
+    every one of them has finished. A JobSet just admitted has no pods yet: STARTING.
+    """
+    if _mapping(jobset.get("metadata")).get("deletionTimestamp") or _finished(jobset):
+        return False
+    unsuspended = _mapping(jobset.get("spec")).get("suspend") is not True
+    return (
+        unsuspended and _all_totals_zero(jobset) and pods.total > 0 and pods.finished == pods.total
+    )
+
+
+def reads_pods(jobset: Mapping[str, Any]) -> bool:
+    """Whether the JobSet's state may depend on its pods, so a pod change must re-observe
+    it: R4 for a suspended JobSet (0019), :func:`is_finishing` for one whose totals are all
+    zero (0030). Neither for a JobSet being deleted or finished (R1–R3 come first)."""
+    if _mapping(jobset.get("metadata")).get("deletionTimestamp") or _finished(jobset):
+        return False
+    suspended = _mapping(jobset.get("spec")).get("suspend") is True
+    return suspended or _all_totals_zero(jobset)
 
 
 def to_work_unit_state(jobset: Mapping[str, Any], pods: PodSummary = NO_PODS) -> WorkUnitState:

@@ -26,7 +26,6 @@ from reconciler.observe.jobset import (
     jobset_state_rule,
     jobset_status,
     observe_jobset,
-    reobserve_on_pod_change,
 )
 from reconciler.observe.orphans import (
     OrphanDecision,
@@ -84,7 +83,6 @@ __all__ = [
     "observe_jobset",
     "observe_pods",
     "observe_workload",
-    "reobserve_on_pod_change",
     "scheduling_message",
     "startup_diagnostics",
     "work_unit_ids",

@@ -22,6 +22,7 @@ from xmc.model.jobset import (
     MappingRule,
     PodSummary,
     decide_work_unit_state,
+    is_finishing,
     observation_state_update_time,
     summarize_pods,
 )
@@ -51,8 +52,9 @@ def jobset_state_rule(jobset: Mapping[str, Any], pods: PodSummary = NO_PODS) -> 
 
 
 def jobset_pods(jobset: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> PodSummary:
-    """The summary R4 reads (docs/decisions/0019) of those of ``pods`` that are this
-    JobSet's: the pod cache holds every execution's pods under the same JobSet name."""
+    """The summary R4 and :func:`is_finishing` read (docs/decisions/0019, 0030) of those
+    of ``pods`` that are this JobSet's: the pod cache holds every execution's pods under
+    the same JobSet name."""
     return summarize_pods(p for p in pods if belongs_to(p, jobset))
 
 
@@ -117,13 +119,6 @@ def jobset_metadata(jobset: Mapping[str, Any]) -> WorkUnitExecutionMetadata:
     )
 
 
-def reobserve_on_pod_change(jobset: Mapping[str, Any]) -> bool:
-    """Whether a change to one of this JobSet's pods may change its state: only R4 reads
-    the pods, and only for a suspended JobSet that is not being deleted (R1 first)."""
-    suspended = as_mapping(jobset.get("spec")).get("suspend") is True
-    return suspended and not metadata_of(jobset).get("deletionTimestamp")
-
-
 def observe_jobset(
     jobset: Mapping[str, Any],
     *,
@@ -140,10 +135,12 @@ def observe_jobset(
     A resend changes nothing — a FAILED execution is immutable, and an equal message is
     not stored twice (§5.3) — so the status messages get it once.
 
-    None when the JobSet carries no valid XMC labels: it is not ours to report.
+    None when the JobSet carries no valid XMC labels: it is not ours to report; and None
+    while its Jobs are finishing (``is_finishing``, docs/decisions/0030): its status then
+    reads like a start (R7), and the terminal condition follows within moments.
     """
     ids = work_unit_ids(jobset)
-    if ids is None:
+    if ids is None or is_finishing(jobset, pods):
         return None
     xid, wid, eid = ids
     state = decide_work_unit_state(jobset, pods).state

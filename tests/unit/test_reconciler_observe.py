@@ -978,9 +978,9 @@ def test_a_finishing_jobset_is_not_observed_until_its_terminal_condition() -> No
 
     assert held is None
     assert starting is not None
-    assert starting.execution.status.state == S.STARTING
+    assert S(starting.execution.status.state) is S.STARTING
     assert final is not None
-    assert final.execution.status.state == S.FAILED
+    assert S(final.execution.status.state) is S.FAILED
 
 
 def test_an_evicted_jobset_is_descheduling_while_its_pods_terminate() -> None:

@@ -40,6 +40,7 @@ from reconciler.batcher import BatcherOptions
 from reconciler.ess_client import EssClient
 from reconciler.observation import Source
 from tests.stack import delete_prefixed_keys
+from xmc.auth_settings import AuthSettings
 from xmc.kube_client import KubeClient
 from xmc.labels import (
     EXECUTION_ID,
@@ -51,7 +52,7 @@ from xmc.labels import (
     jobset_name,
 )
 from xmc.model.states import WorkUnitState
-from xmc.settings import AuthSettings, Settings
+from xmc.settings import Settings
 from xmc.store.creation import NewWorkUnit
 from xmc.store.migrate import migrate
 from xmc.store.repository import Store

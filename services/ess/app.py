@@ -31,11 +31,12 @@ from ess.operations_service import OperationsService
 from ess.relay import OutboxRelay
 from ess.resume import ResumeWorker
 from ess.service import ExperimentStateService
+from xmc.auth_settings import AuthSettings
 from xmc.errors import InvalidArgumentError
 from xmc.health import Check, probe
 from xmc.model.outbox import RelaySettings
 from xmc.redis_client import connect_redis
-from xmc.settings import AuthSettings, Settings, XmcSettings
+from xmc.settings import Settings, XmcSettings
 from xmc.store import operations, outbox, scheduling
 from xmc.store.migrate import migrate
 from xmc.store.repository import Store, wait_for_postgres

@@ -35,10 +35,10 @@ from typing import Any, Final
 import jwt
 
 from ess.jwks import ACCEPTED_ALGORITHMS, JwksKeys
+from xmc.auth_settings import AuthSettings
 from xmc.claims import JwtProblem, TimeProblem, check_claim_times, classify_jwt_error
 from xmc.errors import PermissionDeniedError, UnauthenticatedError, UnavailableError
 from xmc.setting_values import load_public_key
-from xmc.settings import AuthSettings
 from xmc.timestamps import utc_now
 from xmc_api.cloud.xmanager.v1.xid_pb2 import XidAcls
 

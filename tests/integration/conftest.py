@@ -23,8 +23,9 @@ from tests.integration.processes import client, ledger, stack  # noqa: F401  (fi
 from tests.integration.redis_cluster import redis_cluster  # noqa: F401  (a fixture)
 from tests.integration.support import FakeClock, wait_until
 from tests.stack import delete_prefixed_keys
+from xmc.auth_settings import AuthSettings
 from xmc.redis_client import connect_redis
-from xmc.settings import AuthSettings, Settings
+from xmc.settings import Settings
 from xmc.streams import StreamNames
 from xmc_api.cloud.xmanager.v1 import api_pb2_grpc
 from xmc_api.internal.v1 import executions_pb2_grpc, scheduling_pb2_grpc

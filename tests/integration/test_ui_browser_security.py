@@ -26,8 +26,8 @@ from tests.integration.conftest import Ess, EssFactory, metadata
 from tests.integration.support import minimal_work_unit
 from tests.integration.ui_support import running_ui
 from ui.main import start_site
+from xmc.auth_settings import AuthSettings
 from xmc.model.states import WorkUnitState
-from xmc.settings import AuthSettings
 from xmc_api.cloud.xmanager.v1 import api_pb2
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
 

@@ -25,9 +25,10 @@ from ess.auth import (
     require_experiment_writer,
     require_service,
 )
+from xmc.auth_settings import AuthSettings
 from xmc.errors import InvalidArgumentError, PermissionDeniedError, UnauthenticatedError
 from xmc.setting_values import ReadFile
-from xmc.settings import AuthSettings, load_settings
+from xmc.settings import load_settings
 from xmc_api.cloud.xmanager.v1.xid_pb2 import XidAcls
 
 NOW = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)

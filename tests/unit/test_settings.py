@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from xmc.auth_settings import AuthSettings
 from xmc.errors import InvalidArgumentError
 from xmc.settings import (
-    AuthSettings,
     CliSettings,
     LocalRunSettings,
     ServiceClientSettings,

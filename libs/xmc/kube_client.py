@@ -54,6 +54,10 @@ _JSON: Final = "application/json"
 _MERGE_PATCH: Final = "application/merge-patch+json"
 
 
+#: Kueue's own default ``limit`` of the visibility API (``apis/visibility/v1beta1/defaults.go``).
+PENDING_WORKLOADS_PAGE = 1000
+
+
 class KubeClient:
     """Owns its ``ApiClient``: close it with :meth:`close` (or ``async with``)."""
 
@@ -204,13 +208,25 @@ class KubeClient:
         )
 
     async def pending_workloads(
-        self, namespace: str, queue: str, *, request_timeout: float | None = None
+        self,
+        namespace: str,
+        queue: str,
+        *,
+        request_timeout: float | None = None,
+        page: int = PENDING_WORKLOADS_PAGE,
     ) -> Obj:
         """Kueue's ``PendingWorkloadsSummary`` of one LocalQueue (``items`` in order, each
-        with ``positionInClusterQueue``)."""
-        return await self.request(
-            "GET", pending_workloads_path(namespace, queue), request_timeout=request_timeout
-        )
+        with ``positionInClusterQueue``), every page of it: Kueue answers at most
+        ``limit`` items (1,000 by default), so one request would cap the queue's length at
+        1,000 and leave every unit behind those without a position."""
+        path, items = pending_workloads_path(namespace, queue), []
+        while True:
+            query = [("limit", str(page)), ("offset", str(len(items)))]
+            summary = await self.request("GET", path, query=query, request_timeout=request_timeout)
+            got = summary.get("items") or []
+            items += got
+            if len(got) < page:
+                return {**summary, "items": items}
 
     # --- watching ----------------------------------------------------------------------
 

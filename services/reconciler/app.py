@@ -38,7 +38,6 @@ from reconciler.leader import LeaderElector, LeaseSettings
 from reconciler.observation import Observation
 from reconciler.observe import (
     JOBSET_NAME_LABEL,
-    QueuePosition,
     jobset_pods,
     observe_jobset,
     observe_pods,
@@ -47,7 +46,7 @@ from reconciler.observe import (
     workload_owner,
 )
 from reconciler.orphans import collect_orphans
-from reconciler.queue_positions import Outages, QueuePositions
+from reconciler.queue_positions import PositionReader
 from reconciler.readiness import ElectionState, WatchState, decide_readiness
 from reconciler.send import send
 from reconciler.slim import slim_jobset, slim_pod, slim_workload
@@ -55,7 +54,7 @@ from reconciler.vanished import VanishedSettings, VanishedSweep
 from reconciler.watch import ChangeKind, ResourceWatcher, WatchSettings
 from reconciler.workqueue import WorkQueue
 from xmc.health import Check
-from xmc.kube import JOBSETS, PODS, WORKLOADS, KubeError
+from xmc.kube import JOBSETS, PODS, WORKLOADS
 from xmc.kube_client import KubeClient
 from xmc.labels import EXPERIMENT_ID, FINALIZER, MANAGED_BY_SELECTOR
 from xmc.model.jobset import reads_pods, to_work_unit_state
@@ -101,6 +100,8 @@ class ReconcilerOptions:
     diagnostics_interval: float = 10.0
     #: Real seconds between orphan scans.
     orphan_interval: float = 30.0
+    #: Real seconds between re-reads of the waiting Workloads' queue positions.
+    queue_position_interval: float = 5.0
     #: The vanished-JobSet sweep; None = off.
     vanished: VanishedSettings | None = field(default_factory=VanishedSettings)
     #: Workers of the JobSet work queue: how many JobSets' slow reads are waited on at
@@ -152,8 +153,7 @@ class Reconciler:
                 on_started_leading=self._started_leading,
                 on_stopped_leading=self._stopped_leading,
             )
-        self._positions = QueuePositions(self._pending_workloads, max_age=_QUEUE_SUMMARY_AGE)
-        self._position_outages = Outages()
+        self.positions = PositionReader(self._pending_workloads, max_age=_QUEUE_SUMMARY_AGE)
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = asyncio.Event()
         #: Set by :meth:`abort` only: a graceful stop still lets the final flush retry.
@@ -195,6 +195,13 @@ class Reconciler:
                 every("orphan collection", self.options.orphan_interval,
                       self._collect_orphans_if_leading, stopping=self._stopping),
                 name="orphan collection",
+            )
+        )  # fmt: skip
+        self._tasks.append(
+            asyncio.create_task(
+                every("queue positions", self.options.queue_position_interval,
+                      self._refresh_positions, stopping=self._stopping),
+                name="queue positions",
             )
         )  # fmt: skip
         if self.options.vanished is not None:
@@ -319,7 +326,8 @@ class Reconciler:
         ids = work_unit_ids(jobset)
         if Owed.WORKLOAD in owed and ids is not None:
             for workload in self.workloads.group(name):
-                position = await self._queue_position(workload)
+                position = await self.positions.of(workload)
+                self.positions.reported(workload, position)
                 self._observe(observe_workload(workload, jobset_ids=ids, queue_position=position,
                                                observed_at=self._clock()))  # fmt: skip
 
@@ -358,32 +366,6 @@ class Reconciler:
             log.exception("failure reason not decided", jobset=jobset["metadata"]["name"])
             return None
 
-    async def _queue_position(self, workload: Obj) -> QueuePosition | None:
-        """Kueue's visibility API: 0-based position (the observer adds 1) and queue size."""
-        conditions = (workload.get("status") or {}).get("conditions") or []
-        waiting = any(
-            c.get("type") == "QuotaReserved" and c.get("status") == "False" for c in conditions
-        )
-        queue = (workload.get("spec") or {}).get("queueName")
-        if not waiting or not queue:
-            return None
-        try:
-            position = await self._positions.position(queue, workload["metadata"]["name"])
-        except KubeError as error:
-            if self._position_outages.failed(queue):
-                log.warning(
-                    "queue positions unavailable: Kueue's visibility API (pendingworkloads) "
-                    "could not be read; this queue's waiting work units show no position "
-                    "until it can",
-                    queue=queue,
-                    error=str(error),
-                )
-            else:
-                log.debug("queue position unavailable", queue=queue, error=str(error))
-            return QueuePosition(None, None)
-        self._position_outages.answered(queue)
-        return position
-
     async def _pending_workloads(self, queue: str) -> Obj:
         return await self._kube.pending_workloads(
             self.options.namespace, queue, request_timeout=_VISIBILITY_TIMEOUT
@@ -396,6 +378,15 @@ class Reconciler:
         if self.leading:
             for jobset in list(self.jobsets.cache.values()):
                 self._diagnose(jobset)
+
+    async def _refresh_positions(self) -> None:
+        """Re-observe the waiting Workloads whose queue position moved: no Workload event
+        says so (``reconciler.queue_positions``)."""
+        if self.leading:
+            for workload in await self.positions.stale(list(self.workloads.cache.values())):
+                owner = workload_owner(workload)
+                if owner:
+                    self._enqueue(owner, Owed.WORKLOAD)
 
     def _synced(self) -> bool:
         return all(w.synced for w in (self.jobsets, self.workloads, self.pods))

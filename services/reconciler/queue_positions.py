@@ -7,20 +7,33 @@ Here, one summary per queue serves every event within ``max_age`` seconds, and c
 that arrive while it is being fetched wait for that same request. A position is
 informational (SPEC §8.2), and a second-old one is as good as the one the event saw.
 
-A queue whose summary cannot be read (Kueue's visibility API not served, as on
-``make cluster``, or not answering) leaves its units without a position; ``Outages`` makes
-that one warning per queue until a read succeeds again, not one line per event.
+A queue whose summary cannot be read (Kueue's visibility API not served, or not
+answering) leaves its units without a position; ``Outages`` makes that one warning per
+queue until a read succeeds again, not one line per event.
+
+A position also changes when nothing happens to the Workload itself: another one ahead of
+it is admitted or arrives, and Kueue writes nothing to this one. On the real control
+plane even a unit's first position was missed: the Workload's event came before Kueue's
+queue manager listed it, and no later event came to correct it. So the Reconciler
+re-reads the positions of its waiting Workloads periodically (:class:`PositionReader`'s
+``stale``: one summary per queue per look) and re-observes only those whose position
+differs from the one last reported.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import structlog
+
 from reconciler.observe import QueuePosition
+from xmc.kube import KubeError
+
+log = structlog.get_logger()
 
 Fetch = Callable[[str], Awaitable[Mapping[str, Any]]]
 """The summary of one LocalQueue (raises when it cannot be read)."""
@@ -99,3 +112,71 @@ class Outages:
 
     def answered(self, queue: str) -> None:
         self._down.discard(queue)
+
+
+def waiting_queue(workload: Mapping[str, Any]) -> str | None:
+    """The LocalQueue of a Workload waiting for quota (``QuotaReserved=False``), else None."""
+    status = workload.get("status")
+    conditions = (status.get("conditions") if isinstance(status, Mapping) else None) or ()
+    waiting = any(
+        isinstance(c, Mapping) and c.get("type") == "QuotaReserved" and c.get("status") == "False"
+        for c in conditions
+    )
+    spec = workload.get("spec")
+    queue = spec.get("queueName") if isinstance(spec, Mapping) else None
+    return str(queue) if waiting and queue else None
+
+
+class PositionReader:
+    """Each waiting Workload's position (``QueuePositions``), the outage warnings, and
+    what was last reported per Workload, so a periodic look re-observes only the
+    Workloads whose position moved."""
+
+    def __init__(self, fetch: Fetch, *, max_age: float) -> None:
+        self._positions = QueuePositions(fetch, max_age=max_age)
+        self._outages = Outages()
+        #: Workload name → the position its last observation carried.
+        self._reported: dict[str, QueuePosition | None] = {}
+
+    async def of(self, workload: Mapping[str, Any]) -> QueuePosition | None:
+        """Kueue's visibility API: 0-based position (the observer adds 1) and queue size;
+        None for a Workload not waiting; unknown (None, None) when it cannot be read."""
+        queue = waiting_queue(workload)
+        if queue is None:
+            return None
+        try:
+            position = await self._positions.position(queue, _name(workload))
+        except KubeError as error:
+            if self._outages.failed(queue):
+                log.warning(
+                    "queue positions unavailable: Kueue's visibility API (pendingworkloads) "
+                    "could not be read; this queue's waiting work units show no position "
+                    "until it can",
+                    queue=queue,
+                    error=str(error),
+                )
+            else:
+                log.debug("queue position unavailable", queue=queue, error=str(error))
+            return QueuePosition(None, None)
+        self._outages.answered(queue)
+        return position
+
+    def reported(self, workload: Mapping[str, Any], position: QueuePosition | None) -> None:
+        self._reported[_name(workload)] = position
+
+    async def stale(self, workloads: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+        """The waiting ones among ``workloads`` whose position is not the one last
+        reported; what is remembered is trimmed to the Workloads still waiting."""
+        waiting = [w for w in workloads if waiting_queue(w) is not None]
+        current = {_name(w): await self.of(w) for w in waiting}
+        self._reported = {n: p for n, p in self._reported.items() if n in current}
+        return [w for w in waiting if self._reported.get(_name(w), _NEVER) != current[_name(w)]]
+
+
+_NEVER = QueuePosition(-1, -1)
+"""No position reported yet: differs from every position, unknown included."""
+
+
+def _name(workload: Mapping[str, Any]) -> str:
+    metadata = workload.get("metadata")
+    return str(metadata.get("name", "")) if isinstance(metadata, Mapping) else ""

@@ -126,6 +126,7 @@ async def running_system(
             batcher=BatcherOptions(flush_interval=flush_interval),
             startup_grace=startup_grace,
             diagnostics_interval=0.2,
+            queue_position_interval=0.5,
             orphan_interval=orphan_interval,
             vanished=vanished or VanishedSettings(),
         ),

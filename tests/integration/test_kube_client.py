@@ -152,6 +152,30 @@ async def test_the_visibility_api(sim: KubeSim, kube: KubeClient) -> None:
     assert summary["items"] == []
 
 
+async def test_every_page_of_a_long_queue_is_read(
+    sim: KubeSim, kube: KubeClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kueue answers at most ``limit`` items (1,000 unless asked): a queue of 2,500 comes
+    back whole, in order, not cut at the first page."""
+    import kubesim.api.visibility as visibility
+
+    queued = [
+        {"metadata": {"name": f"w-{i}", "namespace": NS}, "localQueueName": "lq",
+         "positionInClusterQueue": i}
+        for i in range(2_500)
+    ]  # fmt: skip
+    monkeypatch.setattr(visibility, "_pending_workloads", lambda store, cq: queued)
+    sim.store.create(CLUSTER_QUEUE, {"metadata": {"name": "cq"}, "spec": {}}, None)
+    sim.store.create(LOCAL_QUEUE, {"metadata": {"name": "lq"}, "spec": {"clusterQueue": "cq"}}, NS)
+
+    summary = await kube.pending_workloads(NS, "lq")
+    assert [i["positionInClusterQueue"] for i in summary["items"]] == list(range(2_500))
+    small_pages = await kube.pending_workloads(NS, "lq", page=1_000)
+    assert small_pages["items"] == summary["items"]
+    exact = await kube.pending_workloads(NS, "lq", page=500)  # the last page is full
+    assert len(exact["items"]) == 2_500
+
+
 # --- watching --------------------------------------------------------------------------
 
 

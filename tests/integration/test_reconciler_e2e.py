@@ -509,9 +509,10 @@ async def test_preempted_work_units_show_why_they_wait(versioned_system: System)
 
 
 async def test_an_unreadable_visibility_api_is_one_warning_per_queue(system: System) -> None:
-    """Kueue's visibility API not served (404, as on ``make cluster``): the waiting units
-    show Kueue's reason with no position, and the Reconciler warns once for the queue,
-    not once per event; once it answers, positions come back."""
+    """Kueue's visibility API not served (404): the waiting units show Kueue's reason with
+    no position, and the Reconciler warns once for the queue, not once per event; once it
+    answers, positions come back, also to the units whose Workloads had no event since
+    (the periodic look, ``reconciler.queue_positions``)."""
 
     async def shown(name: str) -> tuple[bool, int]:
         reply = await system.ess.api.GetWorkUnit(
@@ -528,6 +529,8 @@ async def test_an_unreadable_visibility_api_is_one_warning_per_queue(system: Sys
         system.sim.faults.clear()
         served = await create(system, running_forever(100_000))
         await wait_until(functools.partial(shown, served), (True, 4), within=30)
+        for position, name in enumerate(waiting, start=1):
+            await wait_until(functools.partial(shown, name), (True, position), within=30)
     warned = [e for e in logs if e["log_level"] == "warning"]
     assert [(e["event"].split(":")[0], e["queue"]) for e in warned] == [
         ("queue positions unavailable", "cpu-queue")

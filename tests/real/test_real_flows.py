@@ -7,8 +7,8 @@ controller, JobSet and Kueue, the pods run by the node agent from their
 Each flow is the one the kubesim suites check (tests/integration/test_reconciler_e2e.py,
 test_system_e2e.py, test_failure_reasons.py), asserted the same way here: restart into
 execution 2, a failing container's reason, Kueue priority preemption on the same
-execution, global pause and resume, and the waiting reason of a unit that does not fit
-with Kueue's visibility API off (no queue position, no errors).
+execution, global pause and resume. The queue (Kueue's waiting reason and positions) is
+in test_real_queue.py.
 
 Every wait is a condition with a deadline (``_eventually``); the deadlines are generous
 because the cluster shares two cores with whatever else runs.
@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import json
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -39,6 +39,7 @@ from tests.integration.conftest import REDIS_URL
 from tests.integration.processes import Client, running_stack
 from tests.integration.support import fetch_all, forever_work_unit, minimal_work_unit, wait_until
 from tests.real.conftest import KUBECONFIGS, NAMESPACE
+from tests.real.support import POLL, jobset_name
 from tests.stack import RealCluster, Stack, StackOptions
 from xmc.kube import JOBSETS, KubeError, KubeFailure
 from xmc.kube_client import KubeClient
@@ -50,9 +51,6 @@ from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 from xmc_api.internal.v1 import scheduling_pb2, scheduling_pb2_grpc
 
 S = WorkUnitState
-#: Seconds between two looks: every probe is a round trip to the real cluster or the ESS,
-#: and two shared cores run it all.
-POLL = 0.25
 ERROR = StructuredMessage.ERROR
 T = TypeVar("T")
 EXECUTION_ID = "xmc.google.com/execution-id"
@@ -76,14 +74,14 @@ async def test_restart_of_a_running_unit_runs_execution_2(
         await client.experiment(), forever_work_unit(grace_seconds=grace_seconds)
     )
     await wait_until(lambda: client.execution(name), (1, S.RUNNING), within=90, every=POLL)
-    first = await admin.get(JOBSETS, NAMESPACE, _jobset(name))
+    first = await admin.get(JOBSETS, NAMESPACE, jobset_name(name))
     assert first is not None
     assert first["metadata"]["labels"][EXECUTION_ID] == "1"
 
     await client.api.RestartWorkUnit(api_pb2.RestartWorkUnitRequest(name=name))
 
     async def second() -> tuple[str | None, str | None]:
-        jobset = await admin.get(JOBSETS, NAMESPACE, _jobset(name)) or {}
+        jobset = await admin.get(JOBSETS, NAMESPACE, jobset_name(name)) or {}
         meta = jobset.get("metadata") or {}
         return (meta.get("labels") or {}).get(EXECUTION_ID), meta.get("uid")
 
@@ -134,14 +132,14 @@ async def test_a_container_exiting_3_fails_the_unit_naming_exit_code_and_reason(
     message = got.current_work_unit_execution.status.system_message
     assert (message.severity, message.source) == (ERROR, StructuredMessage.KUBERNETES), message
     reason = message.user_facing_text
-    job_name = f"{_jobset(name)}-main-0"
+    job_name = f"{jobset_name(name)}-main-0"
     assert reason.startswith(f'job "{job_name}" failed (BackoffLimitExceeded): container "main"'), (
         reason
     )
     assert f'of pod "{job_name}-0-' in reason, reason
     assert reason.endswith("exited with code 3 (Error)"), reason
     assert await _messages(client, name) == [(1, ERROR, reason)]
-    await wait_until(lambda: _exists(admin, _jobset(name)), False, within=60, every=POLL)
+    await wait_until(lambda: _exists(admin, jobset_name(name)), False, within=60, every=POLL)
     assert await _messages(client, name) == [(1, ERROR, reason)], "stored once"
 
 
@@ -303,54 +301,6 @@ async def test_pause_parks_creates_and_resume_runs_them(client: Client, stack: S
     }
 
 
-# --- 5. waiting reason, no visibility API ----------------------------------------------------
-
-
-async def test_a_unit_that_does_not_fit_shows_kueues_reason_and_no_position(
-    admin: KubeClient, client: Client, stack: Stack
-) -> None:
-    """100 CPUs on cluster-queue's 64: the Workload waits (QuotaReserved=False), the unit
-    is SCHEDULING with Kueue's own message as its scheduling information. Kueue's
-    visibility API is not served on this cluster (docs/cluster.md): the position is
-    unknown (0 of 0), the unit is unaffected, and the Reconciler says so in one warning
-    naming the queue (the API server's 404), nothing else above info: no error, no
-    traceback, no warning per event."""
-    assert not await _served(admin, "/apis/visibility.kueue.x-k8s.io"), (
-        "the visibility API is served now: this test no longer tests its absence"
-    )
-    name = await client.create(await client.experiment(), forever_work_unit(100_000))
-    await wait_until(lambda: client.state(name), S.SCHEDULING, within=90, every=POLL)
-
-    async def scheduling_information() -> str:
-        got = await client.api.GetWorkUnit(api_pb2.GetWorkUnitRequest(name=name))
-        return str(got.current_work_unit_execution.status.scheduling_information.user_facing_text)
-
-    await wait_until(lambda: _truthy(scheduling_information), True, within=60, every=POLL)
-    workload = await _workload_of(admin, _jobset(name))
-    reserved = next(c for c in workload["status"]["conditions"] if c["type"] == "QuotaReserved")
-    assert reserved["status"] == "False"
-    assert await scheduling_information() == reserved["message"]
-    assert "insufficient quota for cpu" in reserved["message"], reserved
-
-    got = await client.api.GetWorkUnit(api_pb2.GetWorkUnitRequest(name=name))
-    status = got.current_work_unit_execution.status
-    assert S(status.state) == S.SCHEDULING
-    info = status.scheduling_information
-    assert (info.severity, info.source) == (StructuredMessage.INFO, StructuredMessage.SCHEDULER)
-    queue = info.auxiliary_info.queue_info
-    assert (queue.position_in_queue, queue.total_workloads_in_queue) == (0, 0), queue
-
-    entries = _log_entries(stack.log_dir / "reconciler.log")
-    loud = [
-        entry
-        for entry in entries
-        if entry.get("level") not in ("debug", "info") or "Traceback" in json.dumps(entry)
-    ]
-    assert [(e["level"], e.get("queue")) for e in loud] == [("warning", "cpu-queue")], loud
-    assert loud[0]["event"].startswith("queue positions unavailable"), loud
-    assert loud[0]["error"].startswith("404"), loud  # the group is not served
-
-
 # --- 6. a sweep launched by the published client --------------------------------------------
 
 
@@ -433,15 +383,6 @@ async def test_a_sweep_launched_by_the_published_client_runs_on_the_cluster(
 # --- helpers -------------------------------------------------------------------------------
 
 
-async def _truthy(probe: Callable[[], Awaitable[Any]]) -> bool:
-    return bool(await probe())
-
-
-def _jobset(name: str) -> str:
-    xid, wid = name.split("/")[1::2]
-    return f"xmc-{xid}-{wid}"
-
-
 def _wid(name: str) -> int:
     return int(name.rsplit("/", 1)[1])
 
@@ -486,7 +427,7 @@ async def _messages(client: Client, name: str) -> list[tuple[int, int, str]]:
 async def _eviction_signals(admin: KubeClient, name: str) -> tuple[bool, int]:
     """What the cluster shows of an evicted JobSet (decision 0019): suspended with no Job
     active or ready, and how many of its pods are still Terminating."""
-    jobset = await admin.get(JOBSETS, NAMESPACE, _jobset(name)) or {}
+    jobset = await admin.get(JOBSETS, NAMESPACE, jobset_name(name)) or {}
     statuses = (jobset.get("status") or {}).get("replicatedJobsStatus") or []
     idle = bool((jobset.get("spec") or {}).get("suspend")) and not any(
         s.get("active") or s.get("ready") for s in statuses
@@ -509,35 +450,3 @@ async def _pods_of(admin: KubeClient, jobset_uid: str) -> list[dict[str, Any]]:
     )
     items: list[dict[str, Any]] = pods["items"]
     return items
-
-
-async def _workload_of(admin: KubeClient, jobset: str) -> dict[str, Any]:
-    listed = await admin.request("GET", f"{KUEUE}/namespaces/{NAMESPACE}/workloads")
-    for workload in listed["items"]:
-        owners = workload["metadata"].get("ownerReferences") or []
-        if any(o.get("kind") == "JobSet" and o.get("name") == jobset for o in owners):
-            found: dict[str, Any] = workload
-            return found
-    raise AssertionError(f"no Workload owned by JobSet {jobset}")
-
-
-async def _served(admin: KubeClient, path: str) -> bool:
-    try:
-        await admin.request("GET", path)
-    except KubeError as error:
-        if error.failure is KubeFailure.NOT_FOUND:
-            return False
-        raise
-    return True
-
-
-def _log_entries(path: Path) -> list[dict[str, Any]]:
-    entries = []
-    for line in path.read_text(errors="replace").splitlines():
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            entry = {"level": "unparsed", "line": line}
-        if isinstance(entry, dict):
-            entries.append(entry)
-    return entries

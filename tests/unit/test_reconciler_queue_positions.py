@@ -9,7 +9,15 @@ from typing import Any
 import pytest
 
 from reconciler.observe import QueuePosition
-from reconciler.queue_positions import Outages, QueuePositions, index_summary, position_in
+from reconciler.queue_positions import (
+    Outages,
+    PositionReader,
+    QueuePositions,
+    index_summary,
+    position_in,
+    waiting_queue,
+)
+from xmc.kube import KubeError
 
 
 def summary(*names: str) -> dict[str, Any]:
@@ -103,3 +111,57 @@ def test_an_outage_is_announced_once_per_queue_until_a_read_succeeds() -> None:
     outages.answered("q")
     outages.answered("never-failed")
     assert [outages.failed("q"), outages.failed("other")] == [True, False]
+
+
+def workload(name: str, *, queue: str | None = "q", waiting: bool = True) -> dict[str, Any]:
+    status = "False" if waiting else "True"
+    return {
+        "metadata": {"name": name},
+        "spec": {"queueName": queue} if queue else {},
+        "status": {"conditions": [{"type": "QuotaReserved", "status": status}]},
+    }
+
+
+@pytest.mark.parametrize(
+    ("obj", "want"),
+    [
+        (workload("a"), "q"),
+        (workload("a", waiting=False), None),
+        (workload("a", queue=None), None),
+        ({"metadata": {"name": "a"}, "spec": {"queueName": "q"}}, None),
+        ({"spec": None, "status": {"conditions": ["junk"]}}, None),
+    ],
+)
+def test_waiting_queue(obj: dict[str, Any], want: str | None) -> None:
+    assert waiting_queue(obj) == want
+
+
+async def test_stale_names_the_waiting_workloads_whose_position_moved() -> None:
+    """What the periodic look re-observes: a waiting Workload never reported, or whose
+    position moved while nothing happened to it (one ahead admitted, one behind added);
+    not one whose position still holds, nor one no longer waiting."""
+    fake = Fake()
+    fake.body = summary("a", "b")
+    reader = PositionReader(fake, max_age=0.0)
+    a, b, c = workload("a"), workload("b"), workload("c")
+    assert await reader.stale([a, b]) == [a, b]
+    for w in (a, b):
+        reader.reported(w, await reader.of(w))
+    assert await reader.stale([a, b]) == []
+
+    fake.body = summary("b", "c")  # a admitted; c arrives behind b
+    assert await reader.stale([workload("a", waiting=False), b, c]) == [b, c]
+    assert await reader.of(b) == QueuePosition(0, 2)
+
+
+async def test_an_unreadable_queue_reports_unknown_once_and_warns_once() -> None:
+    fake = Fake()
+    fake.fail = KubeError(404, "NotFound", "the server could not find the requested resource")
+    reader = PositionReader(fake, max_age=0.0)
+    a = workload("a")
+    assert await reader.of(a) == QueuePosition(None, None)
+    reader.reported(a, QueuePosition(None, None))
+    assert await reader.stale([a]) == [], "still unknown: nothing to re-observe"
+    fake.fail = None
+    assert await reader.stale([a]) == [a], "readable again: the position is back"
+    assert await reader.of(workload("z", waiting=False)) is None

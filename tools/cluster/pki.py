@@ -39,7 +39,7 @@ def _ec_key(path: Path) -> None:
     _ossl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", str(path))
 
 
-def _sign(pki: Path, name: str, subject: str, usage: str, sans: list[str]) -> None:
+def _sign(pki: Path, name: str, subject: str, usage: str, sans: list[str], ca: str = "ca") -> None:
     key, crt = pki / f"{name}.key", pki / f"{name}.crt"
     _ec_key(key)
     with tempfile.TemporaryDirectory() as tmp:
@@ -59,9 +59,9 @@ def _sign(pki: Path, name: str, subject: str, usage: str, sans: list[str]) -> No
             "-in",
             str(csr),
             "-CA",
-            str(pki / "ca.crt"),
+            str(pki / f"{ca}.crt"),
             "-CAkey",
-            str(pki / "ca.key"),
+            str(pki / f"{ca}.key"),
             "-CAcreateserial",
             "-days",
             "3650",
@@ -111,23 +111,32 @@ def kubeconfig(path: Path, server: str, pki: Path, name: str) -> None:
     path.chmod(0o600)
 
 
-def make_all(pki: Path, server: str, cluster: Path) -> str:
-    """Make everything; return the CA certificate base64-encoded (a caBundle)."""
-    pki.mkdir(parents=True, exist_ok=True)
-    _ec_key(pki / "ca.key")
+def _ca(pki: Path, name: str, subject: str) -> None:
+    _ec_key(pki / f"{name}.key")
     _ossl(
         "req",
         "-x509",
         "-new",
         "-key",
-        str(pki / "ca.key"),
+        str(pki / f"{name}.key"),
         "-subj",
-        "/CN=xmc-cluster-ca",
+        subject,
         "-days",
         "3650",
         "-out",
-        str(pki / "ca.crt"),
+        str(pki / f"{name}.crt"),
     )
+
+
+def make_all(pki: Path, server: str, cluster: Path) -> str:
+    """Make everything; return the CA certificate base64-encoded (a caBundle)."""
+    pki.mkdir(parents=True, exist_ok=True)
+    _ca(pki, "ca", "/CN=xmc-cluster-ca")
+    # The aggregation layer's own CA, as kubeadm keeps one: the API server proxies to an
+    # extension API server (Kueue's visibility API) with the front-proxy-client
+    # certificate, which that server trusts to name the user in X-Remote-* headers.
+    _ca(pki, "front-proxy-ca", "/CN=xmc-front-proxy-ca")
+    _sign(pki, "front-proxy-client", "/CN=front-proxy-client", "clientAuth", [], "front-proxy-ca")
     _sign(pki, "apiserver", "/CN=kube-apiserver", "serverAuth", APISERVER_SANS)
     for name, (cn, org) in CLIENTS.items():
         _sign(pki, name, (f"/O={org}" if org else "") + f"/CN={cn}", "clientAuth", [])

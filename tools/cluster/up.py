@@ -34,6 +34,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import manifests
 import pki
+import visibility
 from common import CLUSTER, ROOT, TOOLS, alive, pid_files, port_in_use
 
 BASE = int(os.environ.get("XMC_CLUSTER_PORT_BASE", "17300"))
@@ -228,6 +229,7 @@ def main() -> None:
             "--allow-privileged=true",
             "--profiling=false",
             "--v=1",
+            *visibility.apiserver_flags(PKI),
         ],
     )
     wait_until("kube-apiserver /readyz", lambda: api("GET", "/readyz?verbose") is not None)
@@ -290,6 +292,12 @@ def main() -> None:
     )
     kueue_config = manifests.controller_config("kueue", PORT["kueue-webhook"], PKI / "kueue")
     kueue_config["health"] = {"healthProbeBindAddress": f"127.0.0.1:{PORT['kueue-health']}"}
+    visibility_address = visibility.host_address()
+    if visibility_address:
+        kueue_config["visibilityServer"] = {"bindAddress": visibility_address}
+        visibility.ensure_certificate(PKI / "kueue")
+    else:
+        log("Kueue's visibility API off: no global IPv4 address (or XMC_CLUSTER_VISIBILITY=off)")
     (CLUSTER / "kueue.yaml").write_text(yaml.safe_dump(kueue_config))
     # Kueue 0.17 reads its metrics certificate from this fixed path when internal cert
     # management is off, even with metrics disabled; give it one (made here, unused).
@@ -305,7 +313,7 @@ def main() -> None:
             f"--config={CLUSTER / 'kueue.yaml'}",
             f"--kubeconfig={CLUSTER / 'kueue.kubeconfig'}",
             f"--visibility-server-port={PORT['kueue-visibility']}",
-            "--feature-gates=VisibilityOnDemand=false",
+            f"--feature-gates=VisibilityOnDemand={'true' if visibility_address else 'false'}",
         ],
     )
     groups = {"", "batch", "jobset.x-k8s.io", "kueue.x-k8s.io"}
@@ -317,6 +325,10 @@ def main() -> None:
     )
     for config in configs:
         apply(f"/apis/admissionregistration.k8s.io/v1/{config['kind'].lower()}s", config)
+    if visibility_address:
+        port = PORT["kueue-visibility"]
+        for collection, obj in visibility.objects(kueue_src, visibility_address, port):
+            apply(collection, obj)
 
     kwok_src = module_dir("sigs.k8s.io/kwok", comps["kwok"][0])
     (CLUSTER / "kwok.yaml").write_text(manifests.kwok_stages(kwok_src))
@@ -359,6 +371,16 @@ def main() -> None:
     )
     wait_until("kueue /readyz", lambda: http_ok(f"http://127.0.0.1:{PORT['kueue-health']}/readyz"))
     wait_until("webhooks answering (server-side dry runs)", webhooks_answer)
+    if visibility_address:
+        wait_until(
+            f"Kueue's visibility API (on {visibility_address}:{PORT['kueue-visibility']})",
+            lambda: visibility.available(
+                api(
+                    "GET",
+                    "/apis/apiregistration.k8s.io/v1/apiservices/v1beta1.visibility.kueue.x-k8s.io",
+                )
+            ),
+        )
     wait_until(f"{NODES} kwok nodes Ready", lambda: ready_nodes() >= NODES)
     wait_until("node agent synced", (CLUSTER / "nodeagent.ready").exists)
 

@@ -219,7 +219,8 @@ class KubeClient:
         with ``positionInClusterQueue``), every page of it: Kueue answers at most
         ``limit`` items (1,000 by default), so one request would cap the queue's length at
         1,000 and leave every unit behind those without a position."""
-        path, items = pending_workloads_path(namespace, queue), list[Any]()
+        path = pending_workloads_path(namespace, queue)
+        items: list[Any] = []
         while True:
             query = [("limit", str(page)), ("offset", str(len(items)))]
             summary = await self.request("GET", path, query=query, request_timeout=request_timeout)

@@ -20,6 +20,7 @@ def pod(
     status: Obj | None = None,
     deleted_at: datetime | None = None,
     containers: tuple[str, ...] = ("main",),
+    restart_policy: str = "Never",
     **per_container: Obj,
 ) -> Obj:
     annotations = {}
@@ -36,6 +37,7 @@ def pod(
         "metadata": meta,
         "spec": {
             "nodeName": "kwok-node-0",
+            "restartPolicy": restart_policy,
             "containers": [{"name": n, "image": "busybox"} for n in containers],
         },
         "status": status or {},
@@ -93,6 +95,22 @@ def test_a_pod_follows_its_behaviour(
     current = state(decision)
     assert list(current) == [kind]
     assert detail.items() <= current[kind].items()
+
+
+@pytest.mark.parametrize(
+    ("behavior", "per_container", "phase"),
+    [
+        (None, {}, "Running"),  # a Deployment's pod: runs until deleted
+        (None, {"main": {"start_seconds": 2}}, "Running"),  # the default still applies
+        ({"run_seconds": 2, "exit_code": 3}, {}, "Failed"),  # explicit: no in-place restart
+    ],
+)
+def test_a_restart_always_pod_runs_until_deleted_unless_told_otherwise(
+    behavior: Obj | None, per_container: dict[str, Obj], phase: str
+) -> None:
+    decision = decide(pod(behavior, restart_policy="Always", **per_container), 10_000.0)
+    assert decision.status is not None
+    assert decision.status["phase"] == phase
 
 
 def test_the_kubelet_owns_ips_and_leaves_pod_scheduled_to_the_scheduler() -> None:

@@ -92,6 +92,7 @@ async def test_the_documented_overlay_admits_a_unit_of_the_published_client(
             )
             assert unit.executable.scheduling_constraints.queue_name == "cpu-queue"
             expected = priority_class_name(experiment.priority, unit.priority)
+            assert expected == "xmc-priority-normal-normal"  # the client's defaults
 
             async def state() -> WorkUnitState:
                 current = await api.GetWorkUnit(

@@ -98,17 +98,21 @@ def test_a_pod_follows_its_behaviour(
 
 
 @pytest.mark.parametrize(
-    ("behavior", "per_container", "phase"),
+    ("behavior", "main", "phase"),
     [
-        (None, {}, "Running"),  # a Deployment's pod: runs until deleted
-        (None, {"main": {"start_seconds": 2}}, "Running"),  # the default still applies
-        ({"run_seconds": 2, "exit_code": 3}, {}, "Failed"),  # explicit: no in-place restart
+        (None, None, "Running"),  # a Deployment's pod: runs until deleted
+        (None, {"start_seconds": 2}, "Running"),  # the container's own, without run_seconds
+        ({"run_seconds": 2, "exit_code": 3}, None, "Failed"),  # explicit: no in-place restart
     ],
 )
 def test_a_restart_always_pod_runs_until_deleted_unless_told_otherwise(
-    behavior: Obj | None, per_container: dict[str, Obj], phase: str
+    behavior: Obj | None, main: Obj | None, phase: str
 ) -> None:
-    decision = decide(pod(behavior, restart_policy="Always", **per_container), 10_000.0)
+    if main is None:
+        always = pod(behavior, restart_policy="Always")
+    else:
+        always = pod(behavior, restart_policy="Always", main=main)
+    decision = decide(always, 10_000.0)
     assert decision.status is not None
     assert decision.status["phase"] == phase
 

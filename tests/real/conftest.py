@@ -1,8 +1,9 @@
 """XMC's services on the real loopback control plane of ``make cluster`` (docs/cluster.md),
 as the ServiceAccounts of k8s/base: ``make test-cluster`` runs these.
 
-The cluster must be up and ``tools/cluster/xmc_setup.py setup`` applied (k8s/base's
-namespace, ServiceAccounts and RBAC; the queues; ``.cluster/xmc/<service>.kubeconfig``).
+The cluster must be up and ``tools/cluster/xmc_setup.py setup`` applied
+(``kubectl apply -k k8s/overlays/kueue-example``, ``gpu-queue``,
+``.cluster/xmc/<service>.kubeconfig``).
 Without it every test is skipped saying so, except under ``CI=true``, where it fails: CI
 runs ``make test-cluster``, and a suite that silently skipped would prove nothing.
 

@@ -78,7 +78,7 @@ cluster: $(STAMP) ## a real Kubernetes control plane on loopback (etcd, apiserve
 	bash tools/cluster/build.sh
 	$(PY) tools/cluster/up.py
 
-cluster-xmc: $(STAMP) ## on the running `make cluster`: k8s/base's namespace, ServiceAccounts and RBAC, the queues, one kubeconfig per service
+cluster-xmc: $(STAMP) ## on the running `make cluster`: kubectl apply -k k8s/overlays/kueue-example, gpu-queue, one kubeconfig per service
 	$(PY) tools/cluster/xmc_setup.py setup
 
 test-cluster: services $(STAMP) ## make cluster, the real-cluster tests and the contract suite on it (as the SAs of k8s/base), make cluster-down

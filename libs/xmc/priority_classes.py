@@ -25,6 +25,17 @@ PRIORITY_CLASS_VALUES: Final[Mapping[str, int]] = {
     name: 100 * (rank + 1) for rank, name in enumerate(PRIORITY_CLASSES)
 }
 
+#: Name → description, as k8s/base/priority-classes.yaml ships them. Anything else that
+#: creates the classes on a cluster XMC is deployed to (the contract suite's setup) writes
+#: the same objects, so neither undoes the other.
+PRIORITY_CLASS_DESCRIPTIONS: Final[Mapping[str, str]] = {
+    f"xmc-priority-{experiment}-{work_unit}": (
+        f"XMC: a {work_unit}-priority work unit of a {experiment}-priority experiment"
+    )
+    for experiment in PRIORITY_LEVELS
+    for work_unit in PRIORITY_LEVELS
+}
+
 
 def _word(priority: int) -> str:
     # UNSPECIFIED (and any value newer than this code) is scheduled like NORMAL.

@@ -20,6 +20,7 @@ def pod(
     status: Obj | None = None,
     deleted_at: datetime | None = None,
     containers: tuple[str, ...] = ("main",),
+    restart_policy: str = "Never",
     **per_container: Obj,
 ) -> Obj:
     annotations = {}
@@ -36,6 +37,7 @@ def pod(
         "metadata": meta,
         "spec": {
             "nodeName": "kwok-node-0",
+            "restartPolicy": restart_policy,
             "containers": [{"name": n, "image": "busybox"} for n in containers],
         },
         "status": status or {},
@@ -93,6 +95,26 @@ def test_a_pod_follows_its_behaviour(
     current = state(decision)
     assert list(current) == [kind]
     assert detail.items() <= current[kind].items()
+
+
+@pytest.mark.parametrize(
+    ("behavior", "main", "phase"),
+    [
+        (None, None, "Running"),  # a Deployment's pod: runs until deleted
+        (None, {"start_seconds": 2}, "Running"),  # the container's own, without run_seconds
+        ({"run_seconds": 2, "exit_code": 3}, None, "Failed"),  # explicit: no in-place restart
+    ],
+)
+def test_a_restart_always_pod_runs_until_deleted_unless_told_otherwise(
+    behavior: Obj | None, main: Obj | None, phase: str
+) -> None:
+    if main is None:
+        always = pod(behavior, restart_policy="Always")
+    else:
+        always = pod(behavior, restart_policy="Always", main=main)
+    decision = decide(always, 10_000.0)
+    assert decision.status is not None
+    assert decision.status["phase"] == phase
 
 
 def test_the_kubelet_owns_ips_and_leaves_pod_scheduled_to_the_scheduler() -> None:

@@ -36,7 +36,7 @@ def emit(**fields: object) -> None:
     print(json.dumps(fields), flush=True)
 
 
-def launch(trials: int) -> None:
+def launch(trials: int, *, re_entry: bool = True) -> None:
     experiment = xm_cloud.create_experiment(experiment_title="compat sweep", tags=["compat"])
     with experiment:
         for trial in range(trials):
@@ -49,6 +49,8 @@ def launch(trials: int) -> None:
     # ``list_all_work_units()`` loops forever, as it waits for a page token of None and a
     # proto3 string is never None.
     emit(step="sweep", xid=experiment.id, work_units=len(experiment.work_units))
+    if not re_entry:
+        return
 
     # One more trial, long-running, added to the launched experiment: the block's exit sets
     # COMPLETED again, which must be a no-op.
@@ -71,9 +73,9 @@ def batch(verb: str, xid: int, wid: int) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """``launch N`` | ``stop XID WID`` | ``restart XID WID``."""
-    if argv[0] == "launch":
-        launch(int(argv[1]))
+    """``launch N`` | ``sweep N`` (the sweep alone) | ``stop XID WID`` | ``restart XID WID``."""
+    if argv[0] in ("launch", "sweep"):
+        launch(int(argv[1]), re_entry=argv[0] == "launch")
     else:
         batch(argv[0], int(argv[1]), int(argv[2]))
     return 0

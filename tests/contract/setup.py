@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any, Final
 
-from xmc.priority_classes import PRIORITY_CLASS_VALUES
+from xmc.priority_classes import PRIORITY_CLASS_DESCRIPTIONS, PRIORITY_CLASS_VALUES
 
 CLUSTER_QUEUE: Final = "xmc-contract"
 LOCAL_QUEUE: Final = "xmc-contract"
@@ -22,6 +22,8 @@ FLAVOR: Final = "xmc-contract-flavor"
 CPU_QUOTA_MILLICORES: Final = 500
 """One work unit of the suite (``contract.flows.WORK_UNIT_MILLICORES``) fills it."""
 KUEUE: Final = "kueue.x-k8s.io/v1beta2"
+#: The labels k8s/base's kustomization puts on every object it deploys.
+XMC_LABELS: Final = {"app.kubernetes.io/part-of": "xmc"}
 
 
 def cluster_objects() -> list[dict[str, Any]]:
@@ -52,14 +54,18 @@ def cluster_objects() -> list[dict[str, Any]]:
             },
         },
     ]
+    # Exactly the classes k8s/base deploys (its label included): on a cluster where XMC is
+    # deployed, `kubectl apply` of these changes nothing, and re-applying k8s/base
+    # afterwards changes nothing either (tests/unit/test_deploy_manifests.py holds them
+    # equal).
     for name, value in PRIORITY_CLASS_VALUES.items():
         objects.append(
             {
                 "apiVersion": KUEUE,
                 "kind": "WorkloadPriorityClass",
-                "metadata": {"name": name},
+                "metadata": {"name": name, "labels": dict(XMC_LABELS)},
                 "value": value,
-                "description": "XMC priority (contract suite)",
+                "description": PRIORITY_CLASS_DESCRIPTIONS[name],
             }
         )
     return objects

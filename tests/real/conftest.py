@@ -1,8 +1,9 @@
 """XMC's services on the real loopback control plane of ``make cluster`` (docs/cluster.md),
 as the ServiceAccounts of k8s/base: ``make test-cluster`` runs these.
 
-The cluster must be up and ``tools/cluster/xmc_setup.py setup`` applied (k8s/base's
-namespace, ServiceAccounts and RBAC; the queues; ``.cluster/xmc/<service>.kubeconfig``).
+The cluster must be up and ``tools/cluster/xmc_setup.py setup`` applied
+(``kubectl apply -k k8s/overlays/kueue-example``, ``gpu-queue``,
+``.cluster/xmc/<service>.kubeconfig``).
 Without it every test is skipped saying so, except under ``CI=true``, where it fails: CI
 runs ``make test-cluster``, and a suite that silently skipped would prove nothing.
 
@@ -23,6 +24,7 @@ import pytest
 from kubernetes_asyncio import config
 from kubernetes_asyncio.client import Configuration
 
+from tests.compat.conftest import SERVICE_EMAIL, SERVICE_TOKEN, USER_EMAIL, USER_TOKEN
 from tests.conftest import ADMIN_DSN
 from tests.integration.conftest import REDIS_URL
 from tests.integration.processes import Client, running_stack
@@ -125,6 +127,37 @@ async def stack(
     options = StackOptions(real=RealCluster(NAMESPACE, KUBECONFIGS), leader_election=True)
     async with running_stack(ADMIN_DSN, REDIS_URL, tmp_path / "logs", request, options) as started:
         yield started
+
+
+@pytest.fixture
+async def auth_stack(
+    admin: KubeClient, tmp_path: Path, request: pytest.FixtureRequest
+) -> AsyncIterator[Stack]:
+    """The ``stack`` fixture's services with authentication on, as ``make compat``'s stack
+    (the published client sends ``XMC_AUTH_TOKEN`` as a bearer token)."""
+    auth = {
+        "XMC_AUTH_DISABLED": "false",
+        "XMC_AUTH_STATIC_TOKENS": f"{USER_TOKEN}={USER_EMAIL},{SERVICE_TOKEN}={SERVICE_EMAIL}",
+        "XMC_AUTH_SERVICE_ACCOUNTS": SERVICE_EMAIL,
+        "XMC_SERVICE_TOKEN": SERVICE_TOKEN,
+    }
+    options = StackOptions(
+        real=RealCluster(NAMESPACE, KUBECONFIGS), leader_election=True, extra_env=auth
+    )
+    async with running_stack(ADMIN_DSN, REDIS_URL, tmp_path / "logs", request, options) as st:
+        yield st
+
+
+async def kubectl(*args: str) -> tuple[str, str]:
+    """``kubectl`` as cluster-admin, as an operator runs it: stdout and stderr; fails the
+    test, with kubectl's output, when it exits non-zero (``kubectl diff``: a difference)."""
+    process = await asyncio.create_subprocess_exec(
+        "kubectl", f"--kubeconfig={ADMIN_KUBECONFIG}", *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(process.communicate(), timeout=120)
+    assert process.returncode == 0, f"kubectl {' '.join(args)}: {out.decode()}{err.decode()}"
+    return out.decode(), err.decode()
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ and kwok's fake Nodes. A permission missing from k8s/base fails one of these tes
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 import uuid
 from pathlib import Path
@@ -22,12 +21,12 @@ from tests.integration.conftest import REDIS_URL
 from tests.integration.processes import Client, running_stack
 from tests.integration.support import forever_work_unit, minimal_work_unit, wait_until
 from tests.real.conftest import (
-    ADMIN_KUBECONFIG,
     KUBECONFIGS,
     NAMESPACE,
     ROOT,
     clean_namespace,
     client_for,
+    kubectl,
 )
 from tests.stack import RealCluster, Stack, StackOptions
 from xmc import labels
@@ -227,14 +226,7 @@ async def test_every_k8s_overlay_passes_a_server_side_dry_run(admin: KubeClient)
     overlays = sorted(p.parent for p in (ROOT / "k8s").rglob("kustomization.yaml"))
     assert BASE in overlays
     for overlay in overlays:
-        kubectl = await asyncio.create_subprocess_exec(
-            "kubectl", f"--kubeconfig={ADMIN_KUBECONFIG}", "apply", "--dry-run=server",
-            "-k", str(overlay),
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
-        _out, raw = await asyncio.wait_for(kubectl.communicate(), timeout=120)
-        stderr = raw.decode()
-        assert kubectl.returncode == 0, f"{overlay}: {stderr}"
+        _out, stderr = await kubectl("apply", "--dry-run=server", "-k", str(overlay))
         assert "Warning" not in stderr, f"{overlay}: {stderr}"
 
 

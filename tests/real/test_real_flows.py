@@ -20,27 +20,22 @@ import functools
 import json
 import uuid
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
 import pytest
 
 from tests.compat.conftest import (
-    SERVICE_EMAIL,
-    SERVICE_TOKEN,
     USER_EMAIL,
     USER_TOKEN,
     client_venv,
 )
 from tests.compat.test_published_client import run_client
-from tests.conftest import ADMIN_DSN
-from tests.integration.conftest import REDIS_URL
-from tests.integration.processes import Client, running_stack
+from tests.integration.processes import Client
 from tests.integration.support import fetch_all, forever_work_unit, minimal_work_unit, wait_until
-from tests.real.conftest import KUBECONFIGS, NAMESPACE
+from tests.real.conftest import NAMESPACE
 from tests.real.support import POLL, jobset_name
-from tests.stack import RealCluster, Stack, StackOptions
+from tests.stack import Stack
 from xmc.kube import JOBSETS, KubeError, KubeFailure
 from xmc.kube_client import KubeClient
 from xmc.model.states import LaunchState, WorkUnitState
@@ -302,25 +297,6 @@ async def test_pause_parks_creates_and_resume_runs_them(client: Client, stack: S
 
 
 # --- 6. a sweep launched by the published client --------------------------------------------
-
-
-@pytest.fixture
-async def auth_stack(
-    admin: KubeClient, tmp_path: Path, request: pytest.FixtureRequest
-) -> AsyncIterator[Stack]:
-    """The ``stack`` fixture's services with authentication on, as ``make compat``'s stack
-    (the client sends ``XMC_AUTH_TOKEN`` as a bearer token)."""
-    auth = {
-        "XMC_AUTH_DISABLED": "false",
-        "XMC_AUTH_STATIC_TOKENS": f"{USER_TOKEN}={USER_EMAIL},{SERVICE_TOKEN}={SERVICE_EMAIL}",
-        "XMC_AUTH_SERVICE_ACCOUNTS": SERVICE_EMAIL,
-        "XMC_SERVICE_TOKEN": SERVICE_TOKEN,
-    }
-    options = StackOptions(
-        real=RealCluster(NAMESPACE, KUBECONFIGS), leader_election=True, extra_env=auth
-    )
-    async with running_stack(ADMIN_DSN, REDIS_URL, tmp_path / "logs", request, options) as st:
-        yield st
 
 
 async def test_a_sweep_launched_by_the_published_client_runs_on_the_cluster(

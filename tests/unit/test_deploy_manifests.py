@@ -22,8 +22,9 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.contract import setup as contract_setup
 from xmc.kube import WORKLOADS
-from xmc.priority_classes import PRIORITY_CLASS_VALUES
+from xmc.priority_classes import PRIORITY_CLASS_DESCRIPTIONS, PRIORITY_CLASS_VALUES
 from xmc.settings import load_settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -242,6 +243,22 @@ def test_base_ships_exactly_the_priority_classes_the_actuator_labels_with() -> N
     create every one of the nine, with the values the code documents."""
     shipped = {obj["metadata"]["name"]: obj["value"] for obj in of_kind("WorkloadPriorityClass")}
     assert shipped == dict(PRIORITY_CLASS_VALUES)
+    described = {o["metadata"]["name"]: o["description"] for o in of_kind("WorkloadPriorityClass")}
+    assert described == dict(PRIORITY_CLASS_DESCRIPTIONS)
+
+
+def test_the_contract_suite_applies_the_same_priority_classes_as_the_base() -> None:
+    """`python -m tests.contract.setup | kubectl apply -f -` runs on clusters where
+    k8s/base is deployed (make test-cluster): objects of the same name that differed in
+    any field would be rewritten by whichever was applied last."""
+    kustomization = yaml.safe_load((K8S_BASE / "kustomization.yaml").read_text())
+    labels = {k: v for entry in kustomization["labels"] for k, v in entry["pairs"].items()}
+    base = []
+    for obj in of_kind("WorkloadPriorityClass"):
+        base.append({**obj, "metadata": {**obj["metadata"], "labels": labels}})
+    contract = [o for o in contract_setup.cluster_objects() if o["kind"] == "WorkloadPriorityClass"]
+    by_name = {o["metadata"]["name"]: o for o in contract}
+    assert by_name == {o["metadata"]["name"]: o for o in base}
     assert {obj["apiVersion"] for obj in of_kind("WorkloadPriorityClass")} == {
         f"kueue.x-k8s.io/{WORKLOADS.version}"
     }

@@ -56,7 +56,7 @@ import yaml
 
 from kubesim.clock import rfc3339
 from kubesim.controllers import ControllerSettings
-from kubesim.controllers.behavior import parse_behaviors
+from kubesim.controllers.behavior import BEHAVIOR_ANNOTATION, parse_behaviors
 from kubesim.controllers.pod_status import TERMINAL_PHASES, pod_status_at
 
 log = logging.getLogger("nodeagent")
@@ -202,6 +202,20 @@ def grace_left(meta: Mapping[str, Any]) -> bool:
     return bool(meta.get("deletionGracePeriodSeconds") != 0)
 
 
+def behavior_annotations(meta: Mapping[str, Any], spec: Mapping[str, Any]) -> Mapping[str, str]:
+    """The pod's behaviour annotations, with "run until deleted" as the pod-wide default
+    of a ``restartPolicy: Always`` pod (a Deployment's). A kubelet restarts such a
+    container in place whenever it exits, so the pod never reaches a terminal phase; the
+    model restarts nothing, and its default (exit 0 after ``run_seconds``) would make the
+    pod Succeeded and its ReplicaSet replace it every few seconds, without end. An
+    explicit behaviour still applies (and may end the pod: in-place restarts are not
+    modelled)."""
+    annotations: Mapping[str, str] = meta.get("annotations") or {}
+    if spec.get("restartPolicy") == "Always" and BEHAVIOR_ANNOTATION not in annotations:
+        return {BEHAVIOR_ANNOTATION: '{"run_seconds": null}', **annotations}
+    return annotations
+
+
 def decide(
     pod: Mapping[str, Any],
     now: datetime,
@@ -221,7 +235,7 @@ def decide(
         # waits for its finalizers (the Job controller's); deleting again changes nothing.
         return Decision(None, delete=deleting is not None and grace_left(meta))
     behaviors = parse_behaviors(
-        meta.get("annotations"),
+        behavior_annotations(meta, spec),
         [c.get("name", "") for c in spec.get("containers") or []],
         [c.get("name", "") for c in spec.get("initContainers") or []],
         start_seconds=start_seconds,

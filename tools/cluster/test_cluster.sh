@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make test-cluster`: XMC on the real loopback control plane (docs/cluster.md).
 # Starts `make cluster` unless this work tree's cluster already runs (then leaves it
-# running), applies k8s/base's namespace, ServiceAccounts and RBAC and the queues
+# running), applies k8s/overlays/kueue-example as an operator does, plus gpu-queue
 # (xmc_setup.py), the contract suite's cluster objects, checks every k8s/ kustomization
 # with a server-side dry run, then runs tests/real (the services as k8s/base's
 # ServiceAccounts), the node agent's tests (tests/cluster) and the contract suite (KUBECONFIG: cluster-admin, it makes namespaces).

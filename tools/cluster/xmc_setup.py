@@ -3,13 +3,16 @@
 
 ``setup`` (the default), as cluster-admin (``.cluster/kubeconfig``):
 
-1. applies k8s/base's own namespace, ServiceAccounts and RBAC files (``kubectl apply -f``
-   of the files themselves, not a copy: what runs is what k8s/base grants). The
-   Deployments are not applied: there are no kubelets for XMC's own pods;
-2. applies the queueing objects a work unit needs, the same as kubesim starts with
-   (``kubesim.defaults``): ResourceFlavor ``default-flavor``, ClusterQueue
-   ``cluster-queue``, LocalQueues ``cpu-queue`` and ``gpu-queue`` (in ``xmc``, where
-   k8s/base puts the JobSets) and XMC's nine WorkloadPriorityClasses;
+1. ``kubectl apply -k k8s/overlays/kueue-example``: the overlay k8s/README.md tells an
+   operator to apply, as it is, so what every real-cluster test runs on is what an
+   operator deploys: the namespace, ServiceAccounts and RBAC, XMC's nine
+   WorkloadPriorityClasses, the ResourceFlavor ``default-flavor``, the ClusterQueue
+   ``cluster-queue``, the LocalQueue ``cpu-queue``, and the Deployments (no XMC process
+   runs in their pods: the node agent runs them as processes that never exit);
+2. adds only what is not the operator's: the LocalQueue ``gpu-queue`` on
+   ``cluster-queue`` (kubesim starts with it, so ``make run`` has the same queue names on
+   both). Nothing here has the name of an object of the overlay, so the two never undo
+   each other, whatever runs first;
 3. mints a token per ServiceAccount with the TokenRequest API (``kubectl create token``)
    and writes ``.cluster/xmc/<service>.kubeconfig`` for the Actuator and the Reconciler:
    ``https://127.0.0.1:<port>``, the cluster CA (``.cluster/pki/ca.crt``), the bearer token.
@@ -36,18 +39,11 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import CLUSTER, ROOT, alive, pid_files
 
-from kubesim.defaults import default_objects
-from kubesim.resources import NAMESPACE as NAMESPACE_RESOURCE
+from kubesim.defaults import DEFAULT_CLUSTER_QUEUE, GPU_QUEUE
 
 K8S: Final = ROOT / "k8s"
-BASE: Final = K8S / "base"
-#: The files of k8s/base that give XMC's services their identities and permissions.
-IDENTITY_FILES: Final = (
-    "namespace.yaml",
-    "serviceaccounts.yaml",
-    "rbac-actuator.yaml",
-    "rbac-reconciler.yaml",
-)
+#: The overlay k8s/README.md has an operator apply first.
+OVERLAY: Final = K8S / "overlays" / "kueue-example"
 #: k8s/base's namespace (configmap.yaml's XMC_NAMESPACE): JobSets, LocalQueues, the Lease.
 NAMESPACE: Final = "xmc"
 #: The services that call the Kubernetes API, and their ServiceAccounts (k8s/base).
@@ -93,18 +89,16 @@ def require_cluster() -> str:
     return server
 
 
-def queue_objects() -> list[dict[str, Any]]:
-    """kubesim's starting queueing objects, as API objects; LocalQueues in ``xmc``."""
-    objects = []
-    for resource, obj in default_objects():
-        if resource is NAMESPACE_RESOURCE:
-            continue
-        body = json.loads(json.dumps(obj))
-        if resource.namespaced:
-            body["metadata"]["namespace"] = NAMESPACE
-        group = f"{resource.group}/" if resource.group else ""
-        objects.append({"apiVersion": f"{group}{resource.version}", "kind": resource.kind, **body})
-    return objects
+def extra_objects() -> list[dict[str, Any]]:
+    """What the loopback cluster has beyond the overlay: kubesim's second LocalQueue."""
+    return [
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "LocalQueue",
+            "metadata": {"name": GPU_QUEUE, "namespace": NAMESPACE},
+            "spec": {"clusterQueue": DEFAULT_CLUSTER_QUEUE},
+        }
+    ]
 
 
 def kubeconfig(server: str, user: str, token: str) -> dict[str, Any]:
@@ -141,13 +135,13 @@ def write_kubeconfig(path: Path, server: str, service_account: str) -> Path:
 
 def setup() -> None:
     server = require_cluster()
-    kubectl("apply", *(f"--filename={BASE / name}" for name in IDENTITY_FILES))
-    log(f"applied k8s/base/{{{','.join(IDENTITY_FILES)}}}")
-    items = queue_objects()
+    kubectl("apply", "-k", str(OVERLAY))
+    log(f"kubectl apply -k {OVERLAY.relative_to(ROOT)}")
+    items = extra_objects()
     kubectl(
         "apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": items})
     )
-    log(f"applied {len(items)} queueing objects (cluster-queue, cpu-queue and gpu-queue in xmc)")
+    log(f"applied LocalQueue {NAMESPACE}/{GPU_QUEUE} (on {DEFAULT_CLUSTER_QUEUE})")
     for service, account in SERVICE_ACCOUNTS.items():
         path = write_kubeconfig(OUT / f"{service}.kubeconfig", server, account)
         log(f"{service}: ServiceAccount {NAMESPACE}/{account}, KUBECONFIG={path}")

@@ -14,47 +14,32 @@ failed test are released (finalizer removed) and deleted, the Reconciler's Lease
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Final
 
 import pytest
-from kubernetes_asyncio import config
-from kubernetes_asyncio.client import Configuration
 
 from tests.compat.conftest import SERVICE_EMAIL, SERVICE_TOKEN, USER_EMAIL, USER_TOKEN
 from tests.conftest import ADMIN_DSN
 from tests.integration.conftest import REDIS_URL
 from tests.integration.processes import Client, running_stack
+from tests.real.support import (
+    ADMIN_KUBECONFIG,
+    KUBECONFIGS,
+    NAMESPACE,
+    clean_namespace,
+    client_for,
+)
 from tests.stack import RealCluster, Stack, StackOptions
-from xmc import labels
-from xmc.kube import JOBSETS, LEASES, KubeError, KubeFailure, api_client
+from xmc.kube import KubeError
 from xmc.kube_client import KubeClient
-
-ROOT: Final = Path(__file__).resolve().parents[2]
-CLUSTER_DIR: Final = Path(os.environ.get("XMC_TEST_CLUSTER_DIR") or ROOT / ".cluster")
-ADMIN_KUBECONFIG: Final = CLUSTER_DIR / "kubeconfig"
-#: k8s/base's namespace: JobSets, LocalQueues, the Reconciler's Lease.
-NAMESPACE: Final = "xmc"
-KUBECONFIGS: Final = {
-    s: CLUSTER_DIR / "xmc" / f"{s}.kubeconfig" for s in ("actuator", "reconciler")
-}
-LEASE: Final = "xmc-reconciler"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/real/" in str(item.path).replace(os.sep, "/"):
             item.add_marker(pytest.mark.real_cluster)
-
-
-async def client_for(kubeconfig: Path) -> KubeClient:
-    """A client through XMC's own ``api_client`` from one kubeconfig file."""
-    configuration = Configuration()
-    await config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
-    return KubeClient(await api_client(configuration))
 
 
 async def _not_ready() -> str | None:
@@ -95,29 +80,6 @@ async def admin() -> AsyncIterator[KubeClient]:
         await kube.close()
 
 
-async def clean_namespace(kube: KubeClient, namespace: str) -> None:
-    """Release (drop XMC's finalizer) and delete every JobSet; drop the Lease."""
-    page = await kube.list_page(JOBSETS, namespace)
-    for jobset in page["items"]:
-        name = jobset["metadata"]["name"]
-        finalizers = [f for f in jobset["metadata"].get("finalizers", []) if f != labels.FINALIZER]
-        try:
-            await kube.patch(JOBSETS, namespace, name, {"metadata": {"finalizers": finalizers}})
-            await kube.delete(JOBSETS, namespace, name, propagation_policy="Background")
-        except KubeError as error:
-            if error.failure is not KubeFailure.NOT_FOUND:
-                raise
-    for _ in range(200):
-        if not (await kube.list_page(JOBSETS, namespace))["items"]:
-            break
-        await asyncio.sleep(0.1)
-    try:
-        await kube.delete(LEASES, namespace, LEASE)
-    except KubeError as error:
-        if error.failure is not KubeFailure.NOT_FOUND:
-            raise
-
-
 @pytest.fixture
 async def stack(
     admin: KubeClient, tmp_path: Path, request: pytest.FixtureRequest
@@ -146,18 +108,6 @@ async def auth_stack(
     )
     async with running_stack(ADMIN_DSN, REDIS_URL, tmp_path / "logs", request, options) as st:
         yield st
-
-
-async def kubectl(*args: str) -> tuple[str, str]:
-    """``kubectl`` as cluster-admin, as an operator runs it: stdout and stderr; fails the
-    test, with kubectl's output, when it exits non-zero (``kubectl diff``: a difference)."""
-    process = await asyncio.create_subprocess_exec(
-        "kubectl", f"--kubeconfig={ADMIN_KUBECONFIG}", *args,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    out, err = await asyncio.wait_for(process.communicate(), timeout=120)
-    assert process.returncode == 0, f"kubectl {' '.join(args)}: {out.decode()}{err.decode()}"
-    return out.decode(), err.decode()
 
 
 @pytest.fixture

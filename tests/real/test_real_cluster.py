@@ -20,7 +20,7 @@ from tests.conftest import ADMIN_DSN
 from tests.integration.conftest import REDIS_URL
 from tests.integration.processes import Client, running_stack
 from tests.integration.support import forever_work_unit, minimal_work_unit, wait_until
-from tests.real.conftest import (
+from tests.real.support import (
     KUBECONFIGS,
     NAMESPACE,
     ROOT,

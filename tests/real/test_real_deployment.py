@@ -31,7 +31,7 @@ import yaml
 from tests.compat.conftest import USER_TOKEN, client_venv
 from tests.compat.test_published_client import run_client
 from tests.integration.support import wait_until
-from tests.real.conftest import KUBECONFIGS, NAMESPACE, ROOT, client_for, kubectl
+from tests.real.support import KUBECONFIGS, NAMESPACE, POLL, ROOT, client_for, kubectl
 from tests.stack import Stack
 from xmc.kube import WORKLOADS
 from xmc.kube_client import KubeClient
@@ -41,8 +41,6 @@ from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
 
 OVERLAY = ROOT / "k8s" / "overlays" / "kueue-example"
 Obj = dict[str, Any]
-#: Seconds between two looks at the cluster or the ESS (two shared cores run it all).
-POLL = 0.25
 
 
 @pytest.fixture

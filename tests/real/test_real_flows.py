@@ -33,8 +33,7 @@ from tests.compat.conftest import (
 from tests.compat.test_published_client import run_client
 from tests.integration.processes import Client
 from tests.integration.support import fetch_all, forever_work_unit, minimal_work_unit, wait_until
-from tests.real.conftest import NAMESPACE
-from tests.real.support import POLL, jobset_name
+from tests.real.support import NAMESPACE, POLL, jobset_name
 from tests.stack import Stack
 from xmc.kube import JOBSETS, KubeError, KubeFailure
 from xmc.kube_client import KubeClient

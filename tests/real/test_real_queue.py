@@ -15,8 +15,7 @@ import pytest
 
 from tests.integration.processes import Client
 from tests.integration.support import forever_work_unit, wait_until
-from tests.real.conftest import NAMESPACE
-from tests.real.support import POLL, jobset_name
+from tests.real.support import NAMESPACE, POLL, jobset_name
 from tests.stack import Stack
 from xmc.kube import KubeError, KubeFailure
 from xmc.kube_client import KubeClient

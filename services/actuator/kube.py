@@ -7,13 +7,15 @@ Actuator's permanent/transient codes in one place. Every call is bounded by
 ``XMC_KUBE_REQUEST_TIMEOUT``.
 
 A 401 or 403 is permanent (SPEC §6), but only once it is believed: a kube-apiserver that
-has just (re)started serves requests before its caches are filled, and for a moment
-refuses a ServiceAccount what its Roles grant — measured on ``make cluster`` after a
-restart of kube-apiserver, in two restarts out of three, 40–90 ms of ``403 Forbidden``
-for ``xmc-actuator`` (docs/cluster.md, "Restarting a component"). A CREATE retried into
-that moment failed its unit for good. So a refused call is asked again on
+has just (re)started serves requests before its RBAC caches are filled, and for a moment
+refuses a ServiceAccount what its Roles grant (``403 ... RBAC: [role.rbac.authorization.
+k8s.io "xmc-actuator" not found, ...]``; measured on ``make cluster`` after restarts of
+kube-apiserver: 40 ms to over 1 s, docs/cluster.md "Restarting a component"). In one run
+of tests/real/test_real_restarts.py the five creates retried into that window failed
+their units PERMISSION_DENIED. So a refused call is asked again on
 :data:`REFUSAL_CONFIRMATION`'s schedule (7.5 s in all) and only a refusal that outlasts
-it is raised; asking again is safe, a refused call changed nothing.
+it is raised; asking again is safe, a refused call changed nothing. 401 is treated the
+same (a token the server cannot check yet), though only 403 was seen.
 """
 
 from __future__ import annotations

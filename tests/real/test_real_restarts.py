@@ -239,7 +239,8 @@ async def test_a_restart_in_the_middle_of_a_sweep_loses_duplicates_and_strands_n
     assert all(stack.alive().values()), stack.alive()
     await wait_until(lambda: _ready(stack, "reconciler"), 200, within=60, every=POLL)
     retried = _count(stack.log_dir / "actuator.log", "will retry")
-    print(f"Actuator retries logged: {retried}; ledger saw {len(jobsets)} JobSets, one uid each")
+    refused = _count(stack.log_dir / "actuator.log", "refused; asking again")
+    print(f"Actuator: {retried} retries, {refused} refusals asked again; one uid per JobSet")
     if component == "kube-apiserver":
         assert retried > 0, "the creates made while the API server was down were retried"
 

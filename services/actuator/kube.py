@@ -5,25 +5,54 @@ Every failure leaves as :class:`xmc.kube.KubeError`, already classified
 (``error.failure``); :func:`actuator.errors.classify_kubernetes_error` maps that to the
 Actuator's permanent/transient codes in one place. Every call is bounded by
 ``XMC_KUBE_REQUEST_TIMEOUT``.
+
+A 401 or 403 is permanent (SPEC §6), but only once it is believed: a kube-apiserver that
+has just (re)started serves requests before its RBAC caches are filled, and for a moment
+refuses a ServiceAccount what its Roles grant (``403 ... RBAC: [role.rbac.authorization.
+k8s.io "xmc-actuator" not found, ...]``; measured on ``make cluster`` after restarts of
+kube-apiserver: 40 ms to over 1 s, docs/cluster.md "Restarting a component"). In one run
+of tests/real/test_real_restarts.py the five creates retried into that window failed
+their units PERMISSION_DENIED. So a refused call is asked again on
+:data:`REFUSAL_CONFIRMATION`'s schedule (7.5 s in all) and only a refusal that outlasts
+it is raised; asking again is safe, a refused call changed nothing. 401 is treated the
+same (a token the server cannot check yet), though only 403 was seen.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Self
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Final, Self, TypeVar
 
+import structlog
 from kubernetes_asyncio.client import Configuration
 
-from xmc.kube import JOBSETS
+from xmc.kube import JOBSETS, KubeError, KubeFailure
 from xmc.kube_client import DEFAULT_REQUEST_TIMEOUT, KubeClient
+from xmc.retry import Backoffs, Sleep
 from xmc.settings import Settings
+
+log = structlog.get_logger()
+T = TypeVar("T")
+
+#: Seconds before each new ask of a call refused with 401 or 403; past the last, believed.
+REFUSAL_CONFIRMATION: Final = Backoffs((0.5, 1.0, 2.0, 4.0))
+_REFUSALS: Final = frozenset({KubeFailure.UNAUTHORIZED, KubeFailure.FORBIDDEN})
 
 
 class JobSetClient:
     """JobSets in any namespace; owns its :class:`KubeClient` (close it with :meth:`close`)."""
 
-    def __init__(self, kube: KubeClient) -> None:
+    def __init__(
+        self,
+        kube: KubeClient,
+        *,
+        confirmation: Backoffs = REFUSAL_CONFIRMATION,
+        sleep: Sleep | None = None,  # injected for tests
+    ) -> None:
         self.kube = kube
+        self._confirmation = confirmation
+        self._sleep = sleep
 
     @classmethod
     async def from_settings(cls, settings: Settings) -> Self:
@@ -33,31 +62,60 @@ class JobSetClient:
 
     @classmethod
     async def for_configuration(
-        cls, configuration: Configuration, *, request_timeout: float = DEFAULT_REQUEST_TIMEOUT
+        cls,
+        configuration: Configuration,
+        *,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+        confirmation: Backoffs = REFUSAL_CONFIRMATION,
     ) -> Self:
-        return cls(
-            await KubeClient.for_configuration(configuration, request_timeout=request_timeout)
-        )
+        kube = await KubeClient.for_configuration(configuration, request_timeout=request_timeout)
+        return cls(kube, confirmation=confirmation)
 
     async def close(self) -> None:
         await self.kube.close()
 
     async def get_jobset(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The JobSet, or None when there is none."""
-        return await self.kube.get(JOBSETS, namespace, name)
+        return await self._believed(lambda: self.kube.get(JOBSETS, namespace, name))
 
     async def create_jobset(self, namespace: str, manifest: Mapping[str, Any]) -> dict[str, Any]:
         """The created JobSet; a name clash is ``KubeFailure.ALREADY_EXISTS``."""
-        return await self.kube.create(JOBSETS, namespace, manifest)
+        return await self._believed(lambda: self.kube.create(JOBSETS, namespace, manifest))
 
     async def delete_jobset(self, namespace: str, name: str, *, uid: str) -> None:
         """Delete only the JobSet with ``uid`` (a newer one of the same name is
         ``KubeFailure.CONFLICT``); children go in the background, the finalizer holds the
         JobSet itself."""
-        await self.kube.delete(JOBSETS, namespace, name, uid=uid, propagation_policy="Background")
+        await self._believed(
+            lambda: self.kube.delete(
+                JOBSETS, namespace, name, uid=uid, propagation_policy="Background"
+            )
+        )
 
     async def patch_jobset(
         self, namespace: str, name: str, patch: Mapping[str, Any]
     ) -> dict[str, Any]:
         """A JSON merge patch (RFC 7386)."""
-        return await self.kube.patch(JOBSETS, namespace, name, patch)
+        return await self._believed(lambda: self.kube.patch(JOBSETS, namespace, name, patch))
+
+    async def _believed(self, call: Callable[[], Awaitable[T]]) -> T:
+        """``call()``, asked again while the server refuses it (401/403) and the
+        confirmation schedule lasts (see the module docstring)."""
+        refusals = 0
+        while True:
+            try:
+                return await call()
+            except KubeError as error:
+                if error.failure not in _REFUSALS:
+                    raise
+                refusals += 1
+                delay = self._confirmation.within(refusals)
+                if delay is None:
+                    raise
+                log.info(
+                    "refused; asking again in case the API server has just started",
+                    error=str(error),
+                    refusals=refusals,
+                    delay=delay,
+                )
+                await (self._sleep or asyncio.sleep)(delay)

@@ -202,7 +202,8 @@ async def test_a_permanent_error_dead_letters_and_fails_the_execution(
     async def closed() -> bool:
         return bool((await operation(ess, name)).done)
 
-    await wait_until(closed, True, within=30)
+    # The 403 is believed once it outlasts the Actuator's 7.5 s confirmation (actuator.kube).
+    await wait_until(closed, True, within=60)
     failed = await operation(ess, name)
     assert failed.error.code == 7, "PERMISSION_DENIED"
     ((_id, entry),) = await ess.redis.xrange(ess.names.dlq)

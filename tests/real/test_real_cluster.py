@@ -164,7 +164,8 @@ async def test_an_actuator_without_create_fails_the_unit_naming_the_permission(
 ) -> None:
     """k8s/base's Roles, in a namespace of the test's own, with `create` taken out of the
     Actuator's: the CREATE's Operation ends PERMISSION_DENIED with the API server's 403,
-    which names the verb and the resource."""
+    which names the verb and the resource (once the 403 outlasts the Actuator's 7.5 s
+    confirmation, ``actuator.kube``)."""
     namespace = f"xmc-rbac-{uuid.uuid4().hex[:8]}"
     try:
         kubeconfigs = await _narrowed_namespace(admin, namespace, tmp_path, drop=("create",))

@@ -22,7 +22,6 @@ import shutil
 import ssl
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -34,8 +33,10 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import manifests
 import pki
+import procs
 import visibility
 from common import CLUSTER, ROOT, TOOLS, alive, pid_files, port_in_use
+from procs import PKI, Health, log
 
 BASE = int(os.environ.get("XMC_CLUSTER_PORT_BASE", "17300"))
 PORT = {
@@ -51,15 +52,32 @@ PORT = {
     "kwok": BASE + 9,
     "kueue-visibility": BASE + 10,
 }
+#: How each component shows it serves (recorded for restart.py).
+HEALTH = {
+    "etcd": Health(url=f"http://127.0.0.1:{PORT['etcd']}/health"),
+    "kube-apiserver": Health(url=f"https://127.0.0.1:{PORT['apiserver']}/readyz", tls="admin"),
+    "kube-controller-manager": Health(
+        url=f"https://127.0.0.1:{PORT['kcm']}/healthz", tls="insecure"
+    ),
+    "kube-scheduler": Health(url=f"https://127.0.0.1:{PORT['scheduler']}/healthz", tls="insecure"),
+    "jobset": Health(url=f"http://127.0.0.1:{PORT['jobset-health']}/readyz"),
+    "kueue": Health(url=f"http://127.0.0.1:{PORT['kueue-health']}/readyz"),
+    "kwok": Health(url=f"http://127.0.0.1:{PORT['kwok']}/healthz"),  # kwok's server, node port
+    "nodeagent": Health(file=str(CLUSTER / "nodeagent.ready")),
+}
+#: The ports of PORT each component listens on.
+LISTENS = {
+    "etcd": ("etcd", "etcd-peer"),
+    "kube-apiserver": ("apiserver",),
+    "kube-controller-manager": ("kcm",),
+    "kube-scheduler": ("scheduler",),
+    "jobset": ("jobset-webhook", "jobset-health"),
+    "kueue": ("kueue-webhook", "kueue-health"),
+    "kwok": ("kwok",),
+    "nodeagent": (),
+}
 NODES = int(os.environ.get("XMC_CLUSTER_NODES", "4"))
-PKI = CLUSTER / "pki"
-LOGS = CLUSTER / "logs"
-T0 = time.monotonic()
 PROCS: dict[str, subprocess.Popen[bytes]] = {}
-
-
-def log(msg: str) -> None:
-    print(f"[cluster {time.monotonic() - T0:6.1f}s] {msg}", file=sys.stderr, flush=True)
 
 
 def components() -> dict[str, tuple[str, Path]]:
@@ -80,45 +98,18 @@ def module_dir(module: str, version: str) -> Path:
     return path
 
 
-# --- processes -----------------------------------------------------------------
-
-
 def start(name: str, argv: list[str]) -> None:
-    LOGS.mkdir(parents=True, exist_ok=True)
-    with open(LOGS / f"{name}.log", "ab") as out:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            cwd=CLUSTER,
-        )
-    (CLUSTER / "pids" / f"{name}.pid").write_text(f"{proc.pid}\n")
-    PROCS[name] = proc
-    log(f"started {name} (pid {proc.pid}, log .cluster/logs/{name}.log)")
+    PROCS[name] = procs.start(name, argv, HEALTH[name], [PORT[p] for p in LISTENS[name]])
 
 
 def wait_until(what: str, probe: Callable[[], bool], timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    last: object = None
-    while time.monotonic() < deadline:
-        try:
-            if probe():
-                log(f"{what}: ready")
-                return
-        except Exception as exc:  # anything not ready yet is retried
-            last = exc
-        for name, proc in PROCS.items():
-            if proc.poll() is not None:
-                sys.exit(f"{name} exited ({proc.returncode}); see .cluster/logs/{name}.log")
-        time.sleep(0.3)
-    sys.exit(f"{what}: not ready after {timeout:.0f}s (last error: {last})")
+    procs.wait_until(what, probe, PROCS, timeout)
 
 
-def http_ok(url: str, ctx: ssl.SSLContext | None = None) -> bool:
-    with urllib.request.urlopen(url, timeout=3, context=ctx) as resp:
-        return bool(resp.status == 200)
+def wait_healthy(name: str) -> None:
+    wait_until(
+        f"{name} ({HEALTH[name].url or HEALTH[name].file})", lambda: procs.healthy(HEALTH[name])
+    )
 
 
 # --- the API, as cluster-admin ----------------------------------------------------
@@ -131,8 +122,7 @@ def api(
 ) -> dict[str, Any]:
     global _CTX
     if _CTX is None:
-        _CTX = ssl.create_default_context(cafile=str(PKI / "ca.crt"))
-        _CTX.load_cert_chain(PKI / "admin.crt", PKI / "admin.key")
+        _CTX = procs.admin_context()
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(
         f"https://127.0.0.1:{PORT['apiserver']}{path}",
@@ -207,7 +197,7 @@ def main() -> None:
             "--log-level=warn",
         ],
     )
-    wait_until("etcd", lambda: http_ok(f"http://127.0.0.1:{PORT['etcd']}/health"))
+    wait_healthy("etcd")
 
     start(
         "kube-apiserver",
@@ -232,7 +222,7 @@ def main() -> None:
             *visibility.apiserver_flags(PKI),
         ],
     )
-    wait_until("kube-apiserver /readyz", lambda: api("GET", "/readyz?verbose") is not None)
+    wait_healthy("kube-apiserver")
 
     start(
         "kube-controller-manager",
@@ -357,19 +347,8 @@ def main() -> None:
         ],
     )
 
-    insecure = ssl._create_unverified_context()  # kcm/scheduler serve self-signed /healthz
-    wait_until(
-        "kube-controller-manager /healthz",
-        lambda: http_ok(f"https://127.0.0.1:{PORT['kcm']}/healthz", insecure),
-    )
-    wait_until(
-        "kube-scheduler /healthz",
-        lambda: http_ok(f"https://127.0.0.1:{PORT['scheduler']}/healthz", insecure),
-    )
-    wait_until(
-        "jobset /readyz", lambda: http_ok(f"http://127.0.0.1:{PORT['jobset-health']}/readyz")
-    )
-    wait_until("kueue /readyz", lambda: http_ok(f"http://127.0.0.1:{PORT['kueue-health']}/readyz"))
+    for name in ("kube-controller-manager", "kube-scheduler", "jobset", "kueue", "kwok"):
+        wait_healthy(name)
     wait_until("webhooks answering (server-side dry runs)", webhooks_answer)
     if visibility_address:
         wait_until(
@@ -382,7 +361,7 @@ def main() -> None:
             ),
         )
     wait_until(f"{NODES} kwok nodes Ready", lambda: ready_nodes() >= NODES)
-    wait_until("node agent synced", (CLUSTER / "nodeagent.ready").exists)
+    wait_healthy("nodeagent")
 
     log(f"up: {api_url} — KUBECONFIG={CLUSTER / 'kubeconfig'}")
     sys.stdout.write((CLUSTER / "kubeconfig").read_text())

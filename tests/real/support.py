@@ -11,10 +11,12 @@ from typing import Final
 from kubernetes_asyncio import config
 from kubernetes_asyncio.client import Configuration
 
-from tests.integration.support import wait_until
+from tests.integration.support import fetch_all, wait_until
+from tests.stack import Stack
 from xmc import labels
 from xmc.kube import JOBSETS, LEASES, KubeError, KubeFailure, api_client
 from xmc.kube_client import KubeClient
+from xmc.model.states import WorkUnitState
 
 ROOT: Final = Path(__file__).resolve().parents[2]
 CLUSTER_DIR: Final = Path(os.environ.get("XMC_TEST_CLUSTER_DIR") or ROOT / ".cluster")
@@ -36,6 +38,19 @@ def jobset_name(name: str) -> str:
     """``experiments/X/workUnits/Y`` → its JobSet's name, ``xmc-X-Y``."""
     xid, wid = name.split("/")[1::2]
     return f"xmc-{xid}-{wid}"
+
+
+async def state_history(stack: Stack, name: str) -> list[tuple[int, WorkUnitState]]:
+    """(eid, new state) of every accepted state change of work unit ``name``, oldest first."""
+    xid, wid = (int(part) for part in name.split("/")[1::2])
+    rows = await fetch_all(
+        stack.database_url,
+        "SELECT eid, new_state FROM work_unit_status_history "
+        "WHERE xid = $1 AND wid = $2 ORDER BY id",
+        xid,
+        wid,
+    )
+    return [(r["eid"], WorkUnitState(r["new_state"])) for r in rows]
 
 
 async def client_for(kubeconfig: Path) -> KubeClient:

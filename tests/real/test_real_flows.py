@@ -33,7 +33,7 @@ from tests.compat.conftest import (
 from tests.compat.test_published_client import run_client
 from tests.integration.processes import Client
 from tests.integration.support import fetch_all, forever_work_unit, minimal_work_unit, wait_until
-from tests.real.support import NAMESPACE, POLL, jobset_name
+from tests.real.support import NAMESPACE, POLL, jobset_name, state_history
 from tests.stack import Stack
 from xmc.kube import JOBSETS, KubeError, KubeFailure
 from xmc.kube_client import KubeClient
@@ -90,7 +90,7 @@ async def test_restart_of_a_running_unit_runs_execution_2(
         assert [p["metadata"].get("deletionTimestamp") is not None for p in old_pods] == [True]
         assert old_pods[0]["status"]["phase"] == "Running"
 
-    history = await _history(stack, name)
+    history = await state_history(stack, name)
     assert max(eid for eid, _ in history) == 2
     states_2 = [state for eid, state in history if eid == 2]
     assert states_2[0] == S.RESTARTING, history
@@ -230,15 +230,15 @@ async def test_priority_preemption_goes_back_to_scheduling_on_the_same_execution
     await wait_until(lambda: client.execution(high), (1, S.RUNNING), within=90, every=POLL)
     assert (await client.execution(low))[0] == 1
 
-    states = [state for eid, state in await _history(stack, low) if eid == 1]
+    states = [state for eid, state in await state_history(stack, low) if eid == 1]
     first_run = states.index(S.RUNNING)
     assert states[first_run : first_run + 3] == [S.RUNNING, S.DESCHEDULING, S.SCHEDULING], states
 
     await client.api.StopWorkUnit(api_pb2.StopWorkUnitRequest(name=high))
     await wait_until(lambda: client.execution(low), (1, S.RUNNING), within=120, every=POLL)
-    again = [state for eid, state in await _history(stack, low)]
+    again = [state for eid, state in await state_history(stack, low)]
     assert again.count(S.RUNNING) >= 2, again
-    assert {eid for eid, _ in await _history(stack, low)} == {1}
+    assert {eid for eid, _ in await state_history(stack, low)} == {1}
 
 
 # --- 4. global pause and resume -----------------------------------------------------------------
@@ -280,7 +280,7 @@ async def test_pause_parks_creates_and_resume_runs_them(client: Client, stack: S
         await scheduling.ResumeScheduling(scheduling_pb2.ResumeSchedulingRequest())
     await wait_until(lambda: client.state(keep), S.COMPLETED, within=120, every=POLL)
     assert await client.state(drop) == S.STOPPED
-    states = [state for _eid, state in await _history(stack, keep)]
+    states = [state for _eid, state in await state_history(stack, keep)]
     assert S.SCHEDULING_PAUSED in states, states
     assert S.RUNNING in states, states
     rows = await fetch_all(
@@ -376,19 +376,6 @@ async def _experiment(client: Client, *, priority: int) -> str:
 
 async def _exists(kube: KubeClient, name: str) -> bool:
     return await kube.get(JOBSETS, NAMESPACE, name) is not None
-
-
-async def _history(stack: Stack, name: str) -> list[tuple[int, WorkUnitState]]:
-    """(eid, new state) of every accepted state change, oldest first."""
-    xid, wid = (int(part) for part in name.split("/")[1::2])
-    rows = await fetch_all(
-        stack.database_url,
-        "SELECT eid, new_state FROM work_unit_status_history "
-        "WHERE xid = $1 AND wid = $2 ORDER BY id",
-        xid,
-        wid,
-    )
-    return [(r["eid"], S(r["new_state"])) for r in rows]
 
 
 async def _messages(client: Client, name: str) -> list[tuple[int, int, str]]:

@@ -37,7 +37,7 @@ from google.longrunning.operations_proto_pb2 import GetOperationRequest
 
 from tests.integration.processes import Client
 from tests.integration.support import fetch_all, minimal_work_unit, wait_until
-from tests.real.support import NAMESPACE, POLL, ROOT
+from tests.real.support import NAMESPACE, POLL, ROOT, jobset_name, state_history
 from tests.stack import Stack
 from xmc.kube import JOBSETS, KubeError, KubeFailure
 from xmc.kube_client import KubeClient
@@ -217,12 +217,12 @@ async def test_a_restart_in_the_middle_of_a_sweep_loses_duplicates_and_strands_n
     assert (lost, failed) == ({}, []), "units lost"
 
     # 0 duplicated: one JobSet (one uid) per unit, execution 1 only; histories go forward.
-    jobsets = {_jobset(name) for name in units}
+    jobsets = {jobset_name(name) for name in units}
     assert jobsets <= set(ledger.uids), sorted(jobsets - set(ledger.uids))
     assert {n: u for n, u in ledger.uids.items() if n in jobsets and len(u) > 1} == {}
     assert {e for n, eids in ledger.execution_ids.items() if n in jobsets for e in eids} == {"1"}
     for name in units:
-        history = await _history(stack, name)
+        history = await state_history(stack, name)
         assert {eid for eid, _ in history} == {1}, (name, history)
         states = [state for _, state in history]
         ranks = [FORWARD.index(state) for state in states]
@@ -259,23 +259,6 @@ async def _first_running(stack: Stack, wids: Sequence[int]) -> datetime | None:
     )
     at: datetime | None = rows[0]["at"]
     return at
-
-
-def _jobset(name: str) -> str:
-    xid, wid = name.split("/")[1::2]
-    return f"xmc-{xid}-{wid}"
-
-
-async def _history(stack: Stack, name: str) -> list[tuple[int, WorkUnitState]]:
-    xid, wid = (int(part) for part in name.split("/")[1::2])
-    rows = await fetch_all(
-        stack.database_url,
-        "SELECT eid, new_state FROM work_unit_status_history "
-        "WHERE xid = $1 AND wid = $2 ORDER BY id",
-        xid,
-        wid,
-    )
-    return [(r["eid"], S(r["new_state"])) for r in rows]
 
 
 async def _ready(stack: Stack, service: str) -> int:

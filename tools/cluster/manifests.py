@@ -124,21 +124,22 @@ def fake_node(i: int) -> dict[str, Any]:
     }
 
 
-def controller_config(name: str, webhook_port: int, cert_dir: Path) -> dict[str, Any]:
-    """The config file of the JobSet controller or Kueue run on the host: webhooks on
-    127.0.0.1 with our certificate, no leader election, no metrics, no cert rotation."""
-    config: dict[str, Any] = {
-        "webhook": {"port": webhook_port, "host": "127.0.0.1", "certDir": str(cert_dir)},
-        "metrics": {"bindAddress": "0"},
-        "leaderElection": {"leaderElect": False},
-        "internalCertManagement": {"enable": False},
-    }
-    if name == "jobset":
-        config.update(apiVersion="config.jobset.x-k8s.io/v1alpha1", kind="Configuration")
-    else:
+def controller_config(name: str, src: Path, webhook_port: int, cert_dir: Path) -> dict[str, Any]:
+    """The config file of the JobSet controller or Kueue run on the host: upstream's own
+    (``config/components/manager/controller_manager_config.yaml``: Kueue's client QPS
+    50 / burst 100 and its per-kind worker counts, as deployed), with what a host process
+    needs instead: webhooks on 127.0.0.1 with our certificate, no leader election, no
+    metrics, no cert rotation; Kueue only the integrations whose webhooks are registered."""
+    manager = src / "config" / "components" / "manager" / "controller_manager_config.yaml"
+    config: dict[str, Any] = yaml.safe_load(manager.read_text())
+    config.update(
+        webhook={"port": webhook_port, "host": "127.0.0.1", "certDir": str(cert_dir)},
+        metrics={"bindAddress": "0"},
+        leaderElection={"leaderElect": False},
+        internalCertManagement={"enable": False},
+    )
+    if name == "kueue":
         config.update(
-            apiVersion="config.kueue.x-k8s.io/v1beta2",
-            kind="Configuration",
             namespace="kueue-system",
             integrations={"frameworks": ["batch/job", "jobset.x-k8s.io/jobset"]},
         )

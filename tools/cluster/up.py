@@ -269,7 +269,9 @@ def main() -> None:
         )
     wait_until(f"{len(crds)} CRDs established", lambda: all(crd_established(n) for n in names))
 
-    jobset_config = manifests.controller_config("jobset", PORT["jobset-webhook"], PKI / "jobset")
+    jobset_config = manifests.controller_config(
+        "jobset", jobset_src, PORT["jobset-webhook"], PKI / "jobset"
+    )
     jobset_config["health"] = {"healthProbeBindAddress": f"127.0.0.1:{PORT['jobset-health']}"}
     (CLUSTER / "jobset.yaml").write_text(yaml.safe_dump(jobset_config))
     start(
@@ -280,7 +282,9 @@ def main() -> None:
             f"--kubeconfig={CLUSTER / 'jobset.kubeconfig'}",
         ],
     )
-    kueue_config = manifests.controller_config("kueue", PORT["kueue-webhook"], PKI / "kueue")
+    kueue_config = manifests.controller_config(
+        "kueue", kueue_src, PORT["kueue-webhook"], PKI / "kueue"
+    )
     kueue_config["health"] = {"healthProbeBindAddress": f"127.0.0.1:{PORT['kueue-health']}"}
     visibility_address = visibility.host_address()
     if visibility_address:

@@ -1,117 +1,69 @@
-"""Benchmark: a sweep through the whole stack, at N = 500, 2,000 and 5,000 work units.
+"""Benchmark: a sweep through the whole stack, on kubesim and on the real loopback cluster.
 
-Each size runs on a fresh database, a fresh private Redis and a fresh ``tests.stack``
-(kubesim, ESS, Actuator and Reconciler as OS processes, kubesim at ``--time-scale``).
-64 clients create N work units that complete on their own; the bench times each unit's
-stages on the wall clock:
+For each size N and each target (``--targets kubesim,real``), in one run: a fresh
+database, a fresh private Redis and a fresh ``tests.stack`` (ESS, Actuator and Reconciler
+as OS processes; on kubesim, kubesim at ``--time-scale``; on ``real``, the cluster of
+``make cluster`` reached as k8s/base's ServiceAccounts through ``tests.stack.RealCluster``,
+the Reconciler electing its leader, as ``tests/real`` runs them). 64 clients create N work
+units that complete on their own (a pod that starts after 1 s and exits 0 after 3 s:
+kubesim's model, and the real cluster's node agent runs the same one).
 
-- **created** — its CreateWorkUnit returned;
-- **JobSet** — kubesim's watch delivered its JobSet's ADDED event;
-- **RUNNING / COMPLETED stored** — a poll of the database (every ``--poll`` s, raw SQL)
-  first shows the state; RUNNING can be coalesced away by the latest-wins batcher;
-- **observation → stored** — from the watch event that showed the JobSet ``Completed``
-  to the poll that showed COMPLETED stored (so it overstates by up to one poll).
+Where the time goes (``bench/sweep_timeline.py``): per unit, the moment its create
+answered, its JobSet was created on the API server, its Workload admitted by Kueue, its
+pod scheduled and Running (watches on the API server), RUNNING stored (a database poll
+every ``--poll`` s, which the latest-wins batcher may coalesce away), its JobSet
+Completed, COMPLETED stored. Printed per milestone: when half and all units had reached
+it, the rate between 10 % and 90 %, the per-unit gap from the milestone before.
 
-Also per service: CPU seconds (``/proc``, user + system) per size and per unit, and the
-peak RSS (``VmHWM``). The **raw kubesim baseline** of the same run: the same N JobSets
-created straight into a fresh kubesim at the same time scale by 64 clients, until all are
-Completed; the sweep's wall is printed as a ratio of it. Growth is wall(N) / wall(N_min)
-against N / N_min. Figures, not a test: it asserts nothing.
+Also CPU seconds per process — XMC's services, and kubesim or each process of the real
+control plane (``.cluster/pids/``: etcd, kube-apiserver, controller-manager, scheduler,
+JobSet, Kueue, kwok, node agent) — and the **raw baseline** of each target: the same N
+JobSets created straight into its API server (kubesim's, or the real one as cluster-admin)
+by 64 clients until all are Completed, timed and watched the same way.
 
-    .venv/bin/python bench/e2e_sweep.py [--sizes 500,2000,5000] [--time-scale 10]
+Fair comparison: the real cluster runs on the wall clock, so with ``real`` among the
+targets kubesim runs at ``--time-scale 1`` unless told otherwise; a pod then lives 4 s on
+both. Between sizes the real namespace is emptied as admin (``sweep_real.purge``); the
+4 Nodes of ``make cluster`` hold 440 pods, so N=2000 wants ``XMC_CLUSTER_NODES=20``.
+A unit asks for no resources, so ``cluster-queue``'s quota never holds one back. Figures,
+not a test: it asserts nothing.
+
+    .venv/bin/python bench/e2e_sweep.py [--sizes 500,2000,5000] [--targets kubesim,real]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import os
 import shutil
 import signal
 import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import aiohttp
 import asyncpg
 import grpc
+from bench import sweep_real
+from bench.sweep_report import Meter, Phase, Sweep, log_notes, report_raw, report_sweep
+from bench.sweep_timeline import Timeline, Watches, proc_peak_rss_mb
 
 from tests.integration.postgres_server import PostgresServer
 from tests.integration.redis_server import RedisServer
 from tests.integration.support import minimal_work_unit
 from tests.stack import Stack, StackOptions, create_database, drop_database, free_port
+from xmc.kube import JOBSETS, KubeError
+from xmc.kube_client import KubeClient
 from xmc.model.states import WorkUnitState
 from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
 
 CLIENTS = 64
-JOBSETS = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets"
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-@dataclass
-class Sweep:
-    size: int
-    wall: float = 0.0
-    created: dict[str, float] = field(default_factory=dict)
-    jobset: dict[str, float] = field(default_factory=dict)
-    completed_seen: dict[str, float] = field(default_factory=dict)
-    running_stored: dict[str, float] = field(default_factory=dict)
-    completed_stored: dict[str, float] = field(default_factory=dict)
-    cpu: dict[str, float] = field(default_factory=dict)
-    rss_mb: dict[str, float] = field(default_factory=dict)
-    raw_wall: float = 0.0
-
-
-def _wid_of(jobset: dict[str, Any]) -> str | None:
-    labels = (jobset.get("metadata") or {}).get("labels") or {}
-    return labels.get("xmc.google.com/work-unit-id")
-
-
-def _completed(jobset: dict[str, Any]) -> bool:
-    conditions = (jobset.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Completed" and c.get("status") == "True" for c in conditions)
-
-
-async def watch_jobsets(
-    url: str, on_event: Callable[[str, dict[str, Any]], None], stop: asyncio.Event
-) -> None:
-    """kubesim's JobSet watch, resumed until ``stop``; every event to ``on_event``."""
-    version = "0"
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None)) as http:
-        while not stop.is_set():
-            params = {"watch": "1", "resourceVersion": version, "timeoutSeconds": "30"}
-            try:
-                async with http.get(url + JOBSETS, params=params) as response:
-                    async for line in response.content:
-                        event = json.loads(line)
-                        if event.get("type") == "ERROR":
-                            version = "0"
-                            break
-                        obj = event.get("object") or {}
-                        version = (obj.get("metadata") or {}).get("resourceVersion", version)
-                        on_event(str(event.get("type")), obj)
-            except aiohttp.ClientError:
-                await asyncio.sleep(0.1)  # kubesim busy or restarting: watch again
-
-
-def proc_cpu(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
-
-
-def proc_peak_rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
+XMC_SERVICES = ("ess", "actuator", "reconciler")
 
 
 async def until(probe: Callable[[], Awaitable[bool]], within: float, every: float) -> bool:
@@ -142,50 +94,99 @@ async def all_ready(stack: Stack) -> None:
 
 async def in_parallel(count: int, make: Callable[[int], Awaitable[None]]) -> None:
     """``make(i)`` for i < count with CLIENTS in flight, as 64 clients would send them."""
-    queue = iter(range(count))
-
-    async def client() -> None:
-        for i in queue:
-            await make(i)
-
-    await asyncio.gather(*(client() for _ in range(CLIENTS)))
+    await sweep_real.in_parallel(count, CLIENTS, make)
 
 
-async def sweep_once(size: int, pg: PostgresServer, work: Path, args: argparse.Namespace) -> Sweep:
-    result = Sweep(size)
+async def sweep_once(
+    target: str, size: int, pg: PostgresServer, work: Path, args: argparse.Namespace,
+    first: Sweep | None,
+) -> Sweep:  # fmt: skip
+    """The XMC sweep on ``target``, then (unless ``--real-raw-max`` says no) the raw
+    baseline; each part's figures printed as it ends."""
+    result = Sweep(target, size)
+    real = target == "real"
+    admin = await sweep_real.admin_client() if real else None
+    if admin is not None:
+        await sweep_real.purge(admin)
     (work / "redis").mkdir(parents=True)
     redis = RedisServer(work / "redis")
     database = await create_database(pg.admin_dsn)
-    stack = Stack(
-        database_url=database,
-        redis_url=redis.url,
-        log_dir=work / "logs",
-        options=StackOptions(time_scale=args.time_scale),
+    options = (
+        StackOptions(real=sweep_real.real_cluster(), leader_election=True)
+        if real
+        else StackOptions(time_scale=args.time_scale)
     )
-    stop = asyncio.Event()
+    stack = Stack(
+        database_url=database, redis_url=redis.url, log_dir=work / "logs", options=options
+    )
     try:
         await redis.start()
         await stack.start()
         await all_ready(stack)
+        kube = admin if admin is not None else await KubeClient.for_url(stack.kube_url)
+        namespace = sweep_real.NAMESPACE if real else "default"
+        timeline = result.sweep.timeline
+        watches = Watches(kube, namespace, timeline)
+        watches.start()
+        pids = {n: p.pid for n, p in stack.processes.items()}
+        pids |= sweep_real.control_plane_pids() if real else {}
+        idle = Meter(pids)
+        await asyncio.sleep(args.idle)  # a measuring window, not a wait for anything
+        idle.read(idle_phase := Phase())
+        result.idle = {n: c / args.idle for n, c in idle_phase.cpu.items()}
+        meter = Meter(pids)
+        before = (sweep_real.apiserver_counters(), sweep_real.log_sizes()) if real else None
+        await run_units(size, stack, database, timeline, result, args)
+        meter.read(result.sweep)
+        result.rss_mb = {n: proc_peak_rss_mb(stack.processes[n].pid) for n in XMC_SERVICES}
+        if before is not None:
+            result.notes += sweep_real.server_notes(*before, size)
+        result.notes += log_notes(work / "logs")
+        await watches.stop()
+        if admin is None:
+            await kube.close()
+    finally:
+        await stack.stop()
+        await redis.stop()
+        await drop_database(pg.admin_dsn, database)
+    report_sweep(result, first or result)
+    print(flush=True)
+    if admin is not None and size > args.real_raw_max:
+        await admin.close()  # the namespace is left as it is: `make cluster-down` wipes it
+        return result
+    if admin is not None:
+        try:
+            seconds = await sweep_real.purge(admin)
+            result.notes.append(f"namespace emptied as admin in {seconds:.0f} s")
+            meter = Meter(sweep_real.control_plane_pids())
+            before = (sweep_real.apiserver_counters(), sweep_real.log_sizes())
+            await raw_run(admin, sweep_real.NAMESPACE, size, result.raw, args)
+            meter.read(result.raw)
+            result.notes += ["raw: " + n for n in sweep_real.server_notes(*before, size)]
+            await sweep_real.purge(admin)
+        finally:
+            await admin.close()
+    else:
+        await raw_kubesim(size, result.raw, args)
+    report_raw(result)
+    print(flush=True)
+    return result
 
-        def on_event(kind: str, jobset: dict[str, Any]) -> None:
-            wid, now = _wid_of(jobset), time.monotonic()
-            if wid is None:
-                return
-            result.jobset.setdefault(wid, now)
-            if _completed(jobset):
-                result.completed_seen.setdefault(wid, now)
 
-        watcher = asyncio.create_task(watch_jobsets(stack.kube_url, on_event, stop))
-        cpu0 = {n: proc_cpu(p.pid) for n, p in stack.processes.items()}
-        db = await asyncpg.connect(database)
+async def run_units(
+    size: int, stack: Stack, database: str, timeline: Timeline, result: Sweep,
+    args: argparse.Namespace,
+) -> None:  # fmt: skip
+    """64 clients create ``size`` units; poll the database until all are COMPLETED."""
+    db = await asyncpg.connect(database)
+    try:
         async with grpc.aio.insecure_channel(stack.endpoint) as channel:
             api = api_pb2_grpc.ExperimentStateServiceStub(channel)
             xp = await api.CreateExperiment(
                 api_pb2.CreateExperimentRequest(experiment=Experiment()), wait_for_ready=True
             )
             xid = int(xp.name.rsplit("/", 1)[1])
-            began = time.monotonic()
+            timeline.began = time.monotonic()
 
             async def create(_i: int) -> None:
                 request = api_pb2.CreateWorkUnitRequest(
@@ -193,162 +194,99 @@ async def sweep_once(size: int, pg: PostgresServer, work: Path, args: argparse.N
                 )
                 operation = await api.CreateWorkUnit(request, timeout=60)
                 wid = operation.name.split("/workUnits/")[1].split("/")[0]
-                result.created[wid] = time.monotonic()
+                timeline.mark_wid("created", wid, time.monotonic())
 
             async def poll() -> bool:
                 rows = await db.fetch(  # a unit's current execution lives in its row
                     "SELECT wid, state FROM work_units WHERE xid = $1", xid
                 )
-                now = time.monotonic()
+                now, done = time.monotonic(), 0
                 for row in rows:
-                    wid = str(row["wid"])
                     if row["state"] == WorkUnitState.RUNNING:
-                        result.running_stored.setdefault(wid, now)
+                        timeline.mark_wid("running_stored", str(row["wid"]), now)
                     elif row["state"] == WorkUnitState.COMPLETED:
-                        result.completed_stored.setdefault(wid, now)
-                return len(result.completed_stored) >= size
+                        timeline.mark_wid("completed_stored", str(row["wid"]), now)
+                        done += 1
+                return done >= size
 
             creating = asyncio.create_task(in_parallel(size, create))
-            done = await until(poll, within=args.deadline, every=args.poll)
+            finished = await until(poll, within=args.deadline, every=args.poll)
             await creating
-            result.wall = time.monotonic() - began
-            if not done:
-                print(f"  N={size}: only {len(result.completed_stored)} COMPLETED by the deadline")
-        await db.close()
-        for name, process in stack.processes.items():
-            result.cpu[name] = proc_cpu(process.pid) - cpu0[name]
-            result.rss_mb[name] = proc_peak_rss_mb(process.pid)
-        stop.set()
-        watcher.cancel()
+            result.sweep.wall = time.monotonic() - timeline.began
+            if not finished:
+                result.notes.append("only part COMPLETED by the deadline")
     finally:
-        await stack.stop()
-        await redis.stop()
-        await drop_database(pg.admin_dsn, database)
-    result.raw_wall = await raw_kubesim(size, args)
-    return result
+        await db.close()
 
 
-async def raw_kubesim(size: int, args: argparse.Namespace) -> float:
-    """Wall seconds for kubesim alone to run ``size`` JobSets to Completed."""
+async def raw_run(kube: KubeClient, namespace: str, size: int, phase: Phase,
+                  args: argparse.Namespace) -> None:  # fmt: skip
+    """``size`` JobSets straight into the API server by 64 clients, until all Completed."""
+    timeline = phase.timeline
+    watches = Watches(kube, namespace, timeline)
+    watches.start()
+    timeline.began = time.monotonic()
+
+    async def create(i: int) -> None:
+        name = f"raw-{size}-{i}"
+        await kube.create(JOBSETS, namespace, sweep_real.raw_jobset(name))
+        timeline.mark("created", name)
+
+    async def all_done() -> bool:
+        return len(timeline.marks["completed"]) >= size
+
+    try:
+        await in_parallel(size, create)
+        await until(all_done, within=args.deadline, every=0.05)
+        phase.wall = time.monotonic() - timeline.began
+    finally:
+        await watches.stop()
+
+
+async def raw_kubesim(size: int, phase: Phase, args: argparse.Namespace) -> None:
+    """The raw baseline on a fresh kubesim at the sweep's time scale."""
     port = free_port()
     binary = Path(sys.executable).parent / "xmc-kubesim"
     process = await asyncio.create_subprocess_exec(
         str(binary), "--port", str(port), "--time-scale", str(args.time_scale),
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
     )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    done: set[str] = set()
-    stop = asyncio.Event()
+    kube = await KubeClient.for_url(f"http://127.0.0.1:{port}")
     try:
-        async with aiohttp.ClientSession() as http:
 
-            async def listening() -> bool:
-                try:
-                    async with http.get(url + "/healthz") as response:
-                        return response.status == 200
-                except aiohttp.ClientError:
-                    return False
+        async def listening() -> bool:
+            try:
+                await kube.request("GET", "/version", request_timeout=2)
+                return True
+            except KubeError:  # not listening yet
+                return False
 
-            await until(listening, within=30, every=0.05)
-
-            def on_event(_kind: str, jobset: dict[str, Any]) -> None:
-                if _completed(jobset):
-                    done.add(jobset["metadata"]["name"])
-
-            watcher = asyncio.create_task(watch_jobsets(url, on_event, stop))
-            began = time.monotonic()
-
-            async def create(i: int) -> None:
-                body = raw_jobset(f"raw-{i}")
-                async with http.post(url + JOBSETS, json=body) as response:
-                    response.raise_for_status()
-
-            await in_parallel(size, create)
-
-            async def all_done() -> bool:
-                return len(done) >= size
-
-            await until(all_done, within=args.deadline, every=0.05)
-            wall = time.monotonic() - began
-            stop.set()
-            watcher.cancel()
-            return wall
+        await until(listening, within=30, every=0.05)
+        meter = Meter({"kubesim": process.pid})
+        await raw_run(kube, "default", size, phase, args)
+        meter.read(phase)
     finally:
+        await kube.close()
         process.terminate()
         await process.wait()
 
 
-def raw_jobset(name: str) -> dict[str, Any]:
-    """One replicated job, one pod, the default queue: what a work unit asks of kubesim."""
-    container = {"name": "main", "image": "python:3.11", "command": ["python", "-c", "1"]}
-    template = {"spec": {"containers": [container], "restartPolicy": "Never"}}
-    job = {"parallelism": 1, "completions": 1, "backoffLimit": 0, "template": template}
-    return {
-        "apiVersion": "jobset.x-k8s.io/v1alpha2",
-        "kind": "JobSet",
-        "metadata": {"name": name, "labels": {"kueue.x-k8s.io/queue-name": "cpu-queue"}},
-        "spec": {
-            "suspend": True,
-            "replicatedJobs": [{"name": "main", "replicas": 1, "template": {"spec": job}}],
-        },
-    }
-
-
-def _p(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def _stage(label: str, later: dict[str, float], earlier: dict[str, float]) -> str:
-    gaps = [later[w] - earlier[w] for w in later if w in earlier]
-    return (
-        f"    {label:<28} n={len(gaps):>5}  p50 {_p(gaps, 0.5) * 1000:>7.0f} ms"
-        f"  p99 {_p(gaps, 0.99) * 1000:>7.0f} ms"
-    )
-
-
-def report(sweeps: list[Sweep]) -> None:
-    first = sweeps[0]
-    for s in sweeps:
-        cpu = ", ".join(
-            f"{n} {c:.1f} s ({c / s.size * 1000:.1f} ms/unit)" for n, c in s.cpu.items()
-        )
-        rss = ", ".join(f"{n} {m:.0f} MB" for n, m in s.rss_mb.items())
-        print(
-            f"N={s.size}: wall {s.wall:.1f} s; raw kubesim {s.raw_wall:.1f} s "
-            f"(sweep / raw {s.wall / s.raw_wall:.2f}); "
-            f"growth {s.wall / first.wall:.2f} for N ×{s.size / first.size:.0f}"
-        )
-        print(_stage("created → JobSet", s.jobset, s.created))
-        print(_stage("JobSet → RUNNING stored", s.running_stored, s.jobset))
-        print(_stage("JobSet → COMPLETED stored", s.completed_stored, s.jobset))
-        print(_stage("observation → stored", s.completed_stored, s.completed_seen))
-        print(f"    CPU: {cpu}")
-        print(f"    peak RSS: {rss}")
-    last = sweeps[-1]
-    obs = [last.completed_stored[w] - last.completed_seen[w] for w in last.completed_stored
-           if w in last.completed_seen]  # fmt: skip
-    print(
-        f"targets at N={last.size}: wall(N)/wall({first.size}) {last.wall / first.wall:.1f} "
-        f"(≤ {1.3 * last.size / first.size:.0f}); observation → stored p99 "
-        f"{_p(obs, 0.99) * 1000:.0f} ms (< 1000); Reconciler peak RSS "
-        f"{last.rss_mb.get('reconciler', 0):.0f} MB (< 150)"
-    )
-
-
 async def run(args: argparse.Namespace) -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
+    targets = args.targets.split(",")
+    if args.time_scale is None:
+        args.time_scale = 1.0 if "real" in targets else 10.0
+    print(f"targets {targets}, sizes {sizes}, kubesim --time-scale {args.time_scale:g}")
     pg = PostgresServer()
     pg.start()
     base = Path(tempfile.mkdtemp(prefix="xmc-sweep-"))
     try:
-        sweeps = []
+        firsts: dict[str, Sweep] = {}
         for size in sizes:
-            sweeps.append(await sweep_once(size, pg, base / str(size), args))
-            print(f"  N={size} done in {sweeps[-1].wall:.1f} s", flush=True)
-        report(sweeps)
+            for target in targets:
+                work = base / target / str(size)
+                done = await sweep_once(target, size, pg, work, args, firsts.get(target))
+                firsts.setdefault(target, done)
     finally:
         pg.remove()
         if args.keep:
@@ -365,9 +303,17 @@ def main() -> None:
     signal.signal(signal.SIGTERM, _terminate)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="500,2000,5000")
-    parser.add_argument("--time-scale", type=float, default=10.0)
+    parser.add_argument("--targets", default="kubesim", help="kubesim, real, or both")
+    parser.add_argument(
+        "--time-scale", type=float, default=None, help="kubesim's (default 10; 1 beside real)"
+    )
     parser.add_argument("--poll", type=float, default=0.1, help="database poll, seconds")
     parser.add_argument("--deadline", type=float, default=900.0, help="seconds per size")
+    parser.add_argument(
+        "--real-raw-max", type=int, default=1_000_000,
+        help="the real cluster's raw baseline only up to this N (it runs ~1 unit/s here)",
+    )  # fmt: skip
+    parser.add_argument("--idle", type=float, default=10.0, help="idle CPU window, seconds")
     parser.add_argument("--keep", action="store_true", help="keep the services' logs")
     asyncio.run(run(parser.parse_args()))
 

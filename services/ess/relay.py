@@ -263,11 +263,19 @@ class OutboxRelay:
         return decisions
 
     async def entry_states(self, entry_ids: Sequence[str]) -> dict[str, EntryState]:
-        """Where each entry is: in the stream? in the group's pending list? delivered?"""
+        """Where each entry is: in the stream? in the group's pending list? delivered?
+
+        The group's last-delivered id is read *before* the pending lists: it only grows,
+        so an entry the Actuator reads between the two reads is then seen undelivered
+        (WAITING), never as delivered yet absent from the pending list — which is what
+        an acknowledged entry looks like (SETTLED), and an unfinished task whose entry is
+        settled is re-driven. Read the other way round, a busy Actuator's reads had the
+        relay re-drive creates it was about to carry out (the replay was skipped, but
+        logged as a re-drive and counted against ``max_publishes``)."""
         if not entry_ids:
             return {}
-        places = await self._where(keys=[self._names.tasks], args=[ACTUATOR_GROUP, *entry_ids])
         last_delivered = await self._last_delivered()
+        places = await self._where(keys=[self._names.tasks], args=[ACTUATOR_GROUP, *entry_ids])
         return {
             entry_id: classify_entry(
                 entry_id,

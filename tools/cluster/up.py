@@ -287,11 +287,14 @@ def main() -> None:
     )
     kueue_config["health"] = {"healthProbeBindAddress": f"127.0.0.1:{PORT['kueue-health']}"}
     visibility_address = visibility.host_address()
-    if visibility_address:
+    if visibility_address and visibility.ensure_certificate(PKI / "kueue"):
         kueue_config["visibilityServer"] = {"bindAddress": visibility_address}
-        visibility.ensure_certificate(PKI / "kueue")
     else:
-        log("Kueue's visibility API off: no global IPv4 address (or XMC_CLUSTER_VISIBILITY=off)")
+        visibility_address = None
+        log(
+            "Kueue's visibility API off: no global IPv4 address, XMC_CLUSTER_VISIBILITY=off, "
+            f"or {visibility.CERT_DIR} not writable"
+        )
     (CLUSTER / "kueue.yaml").write_text(yaml.safe_dump(kueue_config))
     # Kueue 0.17 reads its metrics certificate from this fixed path when internal cert
     # management is off, even with metrics disabled; give it one (made here, unused).

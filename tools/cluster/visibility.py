@@ -74,14 +74,19 @@ def apiserver_flags(pki: Path) -> list[str]:
     ]
 
 
-def ensure_certificate(pair_dir: Path) -> None:
+def ensure_certificate(pair_dir: Path) -> bool:
     """Kueue's fixed certificate path; a pair already there (another cluster on this
-    machine, a previous start) is used as it is: nobody verifies it."""
+    machine, a previous start) is used as it is: nobody verifies it. False when it cannot
+    be written (not root): the visibility API then stays off."""
     if (CERT_DIR / "tls.crt").exists():
-        return
-    CERT_DIR.mkdir(parents=True, exist_ok=True)
-    for name in ("tls.crt", "tls.key"):
-        shutil.copy(pair_dir / name, CERT_DIR / name)
+        return True
+    try:
+        CERT_DIR.mkdir(parents=True, exist_ok=True)
+        for name in ("tls.crt", "tls.key"):
+            shutil.copy(pair_dir / name, CERT_DIR / name)
+    except OSError:
+        return False
+    return True
 
 
 def objects(kueue_src: Path, address: str, port: int) -> list[tuple[str, dict[str, Any]]]:

@@ -83,6 +83,12 @@ async def in_parallel(count: int, width: int, make: Callable[[int], Awaitable[No
     await asyncio.gather(*(worker() for _ in range(width)))
 
 
+#: The Jobs and pods of the sweep's JobSets (JobSet labels both): the namespace also holds
+#: the pods of k8s/base's Deployments, which ``xmc_setup.py`` applies and which stay.
+_SWEEPS: Final = "jobset.sigs.k8s.io/jobset-name"
+_OWNED: Final = (JOBS, PODS)
+
+
 async def purge(kube: KubeClient, namespace: str = NAMESPACE, within: float = 600.0) -> float:
     """Empty the namespace of the sweep's objects (and the Reconciler's Lease); returns
     the seconds it took. Raises if something is still there after ``within``."""
@@ -105,7 +111,8 @@ async def purge(kube: KubeClient, namespace: str = NAMESPACE, within: float = 60
     for resource in (JOBSETS, JOBS, PODS, WORKLOADS):
         try:  # the server goes on deleting after a timeout: the loop below waits
             path = resource.collection(namespace)
-            await kube.request("DELETE", path, body=options, request_timeout=within)
+            query = [("labelSelector", _SWEEPS)] if resource in _OWNED else []
+            await kube.request("DELETE", path, query=query, body=options, request_timeout=within)
         except KubeError as error:
             if error.failure is not KubeFailure.NO_RESPONSE:
                 raise
@@ -115,8 +122,9 @@ async def purge(kube: KubeClient, namespace: str = NAMESPACE, within: float = 60
         if error.failure is not KubeFailure.NOT_FOUND:
             raise
     while True:
-        left = {r.plural: len((await kube.list_page(r, namespace, limit=500))["items"])
-                for r in (JOBSETS, JOBS, PODS, WORKLOADS)}  # fmt: skip
+        left = {r.plural: len((await kube.list_page(
+                    r, namespace, limit=500, label_selector=_SWEEPS if r in _OWNED else None
+                ))["items"]) for r in (JOBSETS, JOBS, PODS, WORKLOADS)}  # fmt: skip
         if not any(left.values()):
             return loop.time() - began
         if loop.time() - began > within:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -183,37 +183,24 @@ class Reconciler:
             self._tasks.append(asyncio.create_task(watcher.run(), name=f"watch {watcher.what}"))
         self._tasks.append(asyncio.create_task(self.queue.run(), name="work queue"))
         self._tasks.append(asyncio.create_task(self.batcher.run(), name="batcher"))
-        self._tasks.append(
-            asyncio.create_task(
-                every("startup diagnostics", self.options.diagnostics_interval,
-                      self._diagnose_all, stopping=self._stopping),
-                name="startup diagnostics",
-            )
-        )  # fmt: skip
-        self._tasks.append(
-            asyncio.create_task(
-                every("orphan collection", self.options.orphan_interval,
-                      self._collect_orphans_if_leading, stopping=self._stopping),
-                name="orphan collection",
-            )
-        )  # fmt: skip
-        self._tasks.append(
-            asyncio.create_task(
-                every("queue positions", self.options.queue_position_interval,
-                      self._refresh_positions, stopping=self._stopping),
-                name="queue positions",
-            )
-        )  # fmt: skip
+        self._periodic("startup diagnostics", self.options.diagnostics_interval, self._diagnose_all)
+        self._periodic(
+            "orphan collection", self.options.orphan_interval, self._collect_orphans_if_leading
+        )
+        self._periodic(
+            "queue positions", self.options.queue_position_interval, self._refresh_positions
+        )
         if self.options.vanished is not None:
-            self._tasks.append(
-                asyncio.create_task(
-                    every("vanished-JobSet sweep", self.options.vanished.interval,
-                          self._sweep_vanished, stopping=self._stopping),
-                    name="vanished-JobSet sweep",
-                )
-            )  # fmt: skip
+            self._periodic(
+                "vanished-JobSet sweep", self.options.vanished.interval, self._sweep_vanished
+            )
         if self.elector is not None:
             self._tasks.append(asyncio.create_task(self.elector.run(), name="leader election"))
+
+    def _periodic(self, name: str, interval: float, step: Callable[[], Awaitable[None]]) -> None:
+        """A supervised loop (``xmc.supervise.every``): one bad iteration is logged, not fatal."""
+        loop = every(name, interval, step, stopping=self._stopping)
+        self._tasks.append(asyncio.create_task(loop, name=name))
 
     async def run(self) -> None:
         """Until :meth:`stop`; raises ``TaskEnded`` naming the first watch, loop or the

@@ -35,8 +35,13 @@ lint: $(STAMP) ## ruff + mypy + import-linter (the layering contracts in pyproje
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
+# Four workers on two cores: the suite spends much of its time waiting on real time (process
+# stacks, restarts, deadlines), so two workers left the cores idle; worksteal rebalances the
+# long tests at the end instead of leaving them queued behind one worker (docs/testing.md).
+TEST_WORKERS ?= 4
+
 test: services $(STAMP) ## the whole test suite (starts the local Postgres and Redis first)
-	$(VENV)/bin/pytest -n 2 $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 run: services $(STAMP) ## set up and run XMC locally (kubesim, ESS, Actuator, Reconciler, dashboard); CLUSTER=real: on `make cluster` instead
 ifeq ($(CLUSTER),real)

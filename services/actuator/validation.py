@@ -161,7 +161,9 @@ def _check_job_spec(job_spec: Mapping[str, Any], where: str, *, exclusive: bool)
     )
     # JobSet's pod webhook reads the annotation from the pod itself, so a pod template
     # annotation (where KubernetesJob.annotations land, and what ESS accepts) counts too.
-    exclusive = exclusive or labels.EXCLUSIVE_TOPOLOGY in as_mapping(pod_metadata.get("annotations"))
+    exclusive = exclusive or labels.EXCLUSIVE_TOPOLOGY in as_mapping(
+        pod_metadata.get("annotations")
+    )
     pod_spec = as_mapping(pod_template.get("spec"))
     return problems + _check_pod_spec(pod_spec, f"{where}.template.spec", exclusive=exclusive)
 

@@ -51,6 +51,6 @@ async def test_an_existing_group_is_left_as_it_is(redis: Any, key: str) -> None:
 
 async def test_any_other_error_is_raised(redis: Any, key: str) -> None:
     await redis.set(key, "not a stream")
-    with pytest.raises(ResponseError, match="^WRONGTYPE"):
+    with pytest.raises(ResponseError, match=r"^WRONGTYPE"):
         await ensure_group(redis, key, "readers")
     assert await redis.get(key) == b"not a stream"

@@ -46,7 +46,11 @@ def test_scalar_readers(reader: Callable[[Any], object], value: Any, expected: o
 @pytest.mark.parametrize(
     ("obj", "metadata", "labels"),
     [
-        ({"metadata": {"name": "a", "labels": {"k": "v"}}}, {"name": "a", "labels": {"k": "v"}}, {"k": "v"}),
+        (
+            {"metadata": {"name": "a", "labels": {"k": "v"}}},
+            {"name": "a", "labels": {"k": "v"}},
+            {"k": "v"},
+        ),
         ({"metadata": {"name": "a"}}, {"name": "a"}, {}),
         ({"metadata": {"labels": None}}, {"labels": None}, {}),
         ({"metadata": None}, {}, {}),
@@ -67,19 +71,19 @@ TARGET_TRUE = {"type": "FailureTarget", "status": "True"}
 
 
 @pytest.mark.parametrize(
-    ("status", "expected"),
+    ("obj", "expected"),
     [
-        ({"conditions": [READY_TRUE, FAILED_TRUE]}, [READY_TRUE, FAILED_TRUE]),
-        ({"conditions": [READY_TRUE, None, "x"]}, [READY_TRUE, {}, {}]),
-        ({"conditions": None}, []),
-        ({"conditions": {"type": "Ready"}}, []),
+        ({"status": {"conditions": [READY_TRUE, FAILED_TRUE]}}, [READY_TRUE, FAILED_TRUE]),
+        ({"status": {"conditions": [READY_TRUE, None, "x"]}}, [READY_TRUE, {}, {}]),
+        ({"status": {"conditions": None}}, []),
+        ({"status": {"conditions": {"type": "Ready"}}}, []),
+        ({"status": {}}, []),
+        ({"status": None}, []),
         ({}, []),
-        (None, []),
     ],
 )
-def test_conditions_of(status: Any, expected: list[Mapping[str, Any]]) -> None:
-    assert conditions_of({"status": status}) == expected
-    assert conditions_of({}) == []
+def test_conditions_of(obj: Mapping[str, Any], expected: list[Mapping[str, Any]]) -> None:
+    assert conditions_of(obj) == expected
 
 
 @pytest.mark.parametrize(

@@ -100,7 +100,8 @@ def job_totals(jobset: Mapping[str, Any]) -> JobTotals:
         as_mapping(j) for j in as_sequence(as_mapping(jobset.get("spec")).get("replicatedJobs"))
     ]
     statuses = [
-        as_mapping(s) for s in as_sequence(as_mapping(jobset.get("status")).get("replicatedJobsStatus"))
+        as_mapping(s)
+        for s in as_sequence(as_mapping(jobset.get("status")).get("replicatedJobsStatus"))
     ]
     return JobTotals(
         replicas=sum(_count(j, "replicas", _DEFAULT_REPLICAS) for j in replicated_jobs),

@@ -14,7 +14,6 @@ midway leaves its batch unmarked and unqueued, and the retry does it once.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from xmc.streams import (
     ReadFailure,
     StreamNames,
     classify_read_error,
+    ensure_group,
 )
 from xmc_api.internal.v1.tasks_pb2 import Task
 
@@ -145,10 +145,6 @@ class ResumeWorker:
                 conn, task.operation, now=now, response=current, task_id=task.task_id
             )
 
-    async def _ensure_group(self) -> None:
-        with contextlib.suppress(ResponseError):  # BUSYGROUP: it exists already
-            await self._redis.xgroup_create(self._names.resume, RESUME_GROUP, id="0", mkstream=True)
-
     async def _next_triggers(self, block_ms: int) -> list[tuple[bytes, Any]]:
         # Our own unacked triggers first (a crash mid-run), then new ones.
         for start in ("0", ">"):
@@ -177,7 +173,7 @@ class ResumeWorker:
         while not stop.is_set():
             try:
                 if not self._group_ready:
-                    await self._ensure_group()
+                    await ensure_group(self._redis, self._names.resume, RESUME_GROUP)
                     self._group_ready = True
                 triggers = await self._next_triggers(block_ms=500)
                 if triggers or loop.time() >= next_sweep:

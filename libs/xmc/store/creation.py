@@ -30,6 +30,7 @@ from xmc.errors import (
 from xmc.model.states import WorkUnitState
 from xmc.names import MAX_CLIENT_WORK_UNIT_ID, MAX_ID, experiment_name, work_unit_name
 from xmc.store.codec import EXECUTION_COLUMNS
+from xmc.store.connection import Connection
 from xmc.store.experiments import RollupDelta, apply_rollups, experiment_doc_acls
 from xmc.store.operations import ActionType, NewOperation, insert_operations, operations_by_key
 from xmc.store.wire import work_unit_wire
@@ -94,7 +95,7 @@ Authorize = Callable[[int, ExperimentAccess], XmcError | None]
 
 
 async def create_work_units(
-    conn: Any,
+    conn: Connection,
     items: Sequence[NewWorkUnit],
     *,
     writer: str,

@@ -53,12 +53,12 @@ from actuator.guards import (
 from actuator.kube import JobSetClient
 from actuator.manifest import build_base_jobset
 from actuator.outcome import Outcome, TaskResult
-from actuator.settle import StateWrite, TaskSettler
+from actuator.settle import TaskSettler
 from actuator.validation import validate_jobset_manifest
 from xmc import labels
 from xmc.kube import KubeError, KubeFailure
 from xmc.model.states import WorkUnitState
-from xmc.store.repository import Store
+from xmc.store.transactions import StateWrite, Store
 from xmc.tasks import task_execution_id
 from xmc_api.internal.v1.tasks_pb2 import Task
 

@@ -27,9 +27,7 @@ from google.protobuf.empty_pb2 import Empty
 from xmc.errors import InvalidArgumentError, UnimplementedError
 from xmc.names import parse_experiment_name
 from xmc.retry import Backoffs
-from xmc.store import operations
-from xmc.store.listing import ListRequest
-from xmc.store.repository import Store
+from xmc.store.transactions import ListRequest, Store, fetch_operation, list_operations
 
 #: Longest a single WaitOperation blocks; clients loop for longer waits (AIP-151).
 MAX_WAIT_SECONDS = 60.0
@@ -47,7 +45,7 @@ class OperationsService(operations_grpc_pb2.OperationsServicer):  # type: ignore
         if "/operations/" not in name:
             raise InvalidArgumentError(f"name: {name!r} is not an operation name")
         async with self._store.transaction() as conn:
-            return await operations.fetch_operation(conn, name)
+            return await fetch_operation(conn, name)
 
     async def GetOperation(self, request: GetOperationRequest, context: Any) -> Operation:
         return await self._get(request.name)
@@ -57,7 +55,7 @@ class OperationsService(operations_grpc_pb2.OperationsServicer):  # type: ignore
     ) -> ListOperationsResponse:
         xid = parse_experiment_name(request.name, field="name")
         async with self._store.transaction() as conn:
-            found, token = await operations.list_operations(
+            found, token = await list_operations(
                 conn,
                 xid,
                 ListRequest(

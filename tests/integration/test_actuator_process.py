@@ -135,6 +135,7 @@ async def test_work_units_become_jobsets_and_operations_close(
     assert await ess.redis.xlen(ess.names.dlq) == 0
 
 
+@pytest.mark.slow  # three rounds of Actuator processes killed mid-create
 async def test_kill_9_holding_unacked_tasks_loses_nothing(
     ess: Ess, sim: KubeSim, actuators: Actuators
 ) -> None:

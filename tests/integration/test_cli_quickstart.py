@@ -8,6 +8,8 @@ COMPLETED, and the watch showed each state on the way, RUNNING before COMPLETED.
 
 from __future__ import annotations
 
+import pytest
+
 import asyncio
 import os
 import re
@@ -25,6 +27,9 @@ from tests.integration.test_local_run import free_ports, read_until
 from tests.stack import delete_prefixed_keys
 from xmc.model.states import ActiveState, LaunchState, WorkUnitState
 from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
+
+# make run's processes at real time: `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 QUICK_START = "## Your first sweep"

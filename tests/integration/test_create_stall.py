@@ -24,6 +24,9 @@ from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
 from xmc_api.cloud.xmanager.v1.operations_pb2 import OperationMetadata
 
+# A stalled Postgres at real time: `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
+
 ALICE = metadata("alice")
 #: The scenario of issue 24: Postgres stalled 8 s, 20 creates, half with 3 s deadlines.
 FREEZE_SECONDS = 8.0

@@ -8,6 +8,8 @@ The seed is fixed (``XMC_FUZZ_SEED`` overrides it) and printed, so a failure rep
 
 from __future__ import annotations
 
+import pytest
+
 import itertools
 import os
 import random
@@ -28,6 +30,9 @@ from xmc.model.states import EXECUTION_TERMINAL_STATES, LaunchState, WorkUnitSta
 from xmc.store.codec import EXECUTION_COLUMNS, stored_from_row
 from xmc.store.experiments import severity_counts_from_array, state_counts_from_array
 from xmc_api.cloud.xmanager.v1 import api_pb2
+
+# Thousands of fuzzed RPCs: `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
 
 SEED = int(os.environ.get("XMC_FUZZ_SEED", "20261211"))
 #: Requests built from templates, then raw (undecodable) payloads per method.

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import pytest
+
 import asyncio
 import sys
 from pathlib import Path
 
 from tests.stack import Stack
+
+# The four services as OS processes: `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

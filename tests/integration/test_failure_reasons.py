@@ -10,6 +10,8 @@ tests/integration/test_reconciler_e2e.py (tests/integration/system.py).
 
 from __future__ import annotations
 
+import pytest
+
 import json
 from datetime import timedelta
 from typing import Any
@@ -28,6 +30,9 @@ from xmc_api.cloud.xmanager.v1 import api_pb2
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
 from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
+
+# The whole loop at real time: `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
 
 S = WorkUnitState
 ERROR = StructuredMessage.ERROR

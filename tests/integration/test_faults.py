@@ -5,6 +5,8 @@ between a commit and its publish and restarts Redis under a sweep.
 
 from __future__ import annotations
 
+import pytest
+
 import asyncio
 import functools
 from typing import Any
@@ -18,6 +20,9 @@ from tests.stack import JobSetLedger, Stack
 from xmc.model.states import WorkUnitState
 from xmc.streams import StreamNames
 from xmc_api.cloud.xmanager.v1 import api_pb2
+
+# OS processes killed, Redis restarted: `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
 
 S = WorkUnitState
 

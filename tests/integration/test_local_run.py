@@ -4,6 +4,8 @@ clean Ctrl-C."""
 
 from __future__ import annotations
 
+import pytest
+
 import asyncio
 import os
 import random
@@ -20,6 +22,9 @@ from tests.integration.support import minimal_work_unit, wait_until
 from xmc.model.states import WorkUnitState
 from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
+
+# make run's five processes: `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
 
 
 def _free(port: int) -> bool:

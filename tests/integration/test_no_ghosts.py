@@ -29,6 +29,9 @@ from xmc.model.states import EXECUTION_TERMINAL_STATES, WorkUnitState
 from xmc_api.cloud.xmanager.v1 import api_pb2
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 
+# OS processes, kubesim killed and restarted: `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
+
 S = WorkUnitState
 UNITS = 16
 VANISHED = "disappeared from the cluster without XMC's finalizer"

@@ -49,6 +49,9 @@ from xmc_api.cloud.xmanager.v1 import api_pb2
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 
+# The whole loop at real time, skewed clocks: `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
+
 S = WorkUnitState
 #: The cluster clock against the host's, for the flows where XMC's and the cluster's
 #: timestamps meet.

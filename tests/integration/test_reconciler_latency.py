@@ -22,6 +22,9 @@ from tests.integration.system import System, running_system
 from tests.integration.test_reconciler_e2e import create
 from xmc.model.states import WorkUnitState
 
+# A slow API server at real time: `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
+
 S = WorkUnitState
 #: Seconds kubesim takes to answer the slow JobSet's evidence reads (under their 5 s bound).
 SLOW = 4.0

@@ -25,6 +25,9 @@ from xmc_api.cloud.xmanager.v1 import api_pb2
 from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
 from xmc_api.internal.v1 import scheduling_pb2
 
+# A vanished JobSet's grace at real time: `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
+
 S = WorkUnitState
 ALICE, SERVICE = metadata("alice"), metadata("reconciler")
 GRACE = timedelta(seconds=2)

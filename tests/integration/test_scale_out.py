@@ -35,6 +35,9 @@ from xmc.timestamps import utc_now
 from xmc_api.cloud.xmanager.v1 import api_pb2
 from xmc_api.internal.v1.tasks_pb2 import Task
 
+# A Redis Cluster, two of each service as OS processes: `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
+
 S = WorkUnitState
 
 

@@ -22,6 +22,9 @@ from tests.stack import JobSetLedger, StackOptions
 from xmc.model.states import WorkUnitState
 from xmc.streams import ACTUATOR_GROUP, StreamNames, text
 
+# The four services as OS processes: `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
+
 S = WorkUnitState
 UNITS = 10
 OLD_TASKS = "{xmc}:tasks-stream"

@@ -27,6 +27,9 @@ from xmc.store.repository import wait_for_postgres
 from xmc.streams import StreamNames
 from xmc_api.cloud.xmanager.v1 import api_pb2
 
+# OS processes killed and restarted: `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
+
 S = WorkUnitState
 XMC_SERVICES = ("ess", "actuator", "reconciler")
 

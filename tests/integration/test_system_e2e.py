@@ -40,6 +40,9 @@ from xmc_api.cloud.xmanager.v1.status_pb2 import ExperimentStatus
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 from xmc_api.internal.v1 import scheduling_pb2, scheduling_pb2_grpc
 
+# The four services as OS processes: `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
+
 S = WorkUnitState
 TIME_SCALE = 1.0
 

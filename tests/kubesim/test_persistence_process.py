@@ -27,6 +27,9 @@ from tests.kubesim.conftest import JOBSET_API, jobset
 from tests.kubesim.controller_support import make_jobset, replicated_job
 from tests.kubesim.test_api_process import SCRIPT, _free_port, _until_healthy
 
+# kubesim as a process, killed and restarted: `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
+
 G, V = JOBSET_API
 JOBSETS = f"/apis/{G}/{V}/namespaces/default/jobsets"
 PODS = "/api/v1/namespaces/default/pods"

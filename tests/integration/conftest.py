@@ -21,8 +21,9 @@ from tests.integration.jwks_issuer import issuer  # noqa: F401  (a fixture)
 from tests.integration.postgres_server import private_postgres  # noqa: F401  (a fixture)
 from tests.integration.processes import client, ledger, stack  # noqa: F401  (fixtures)
 from tests.integration.redis_cluster import redis_cluster  # noqa: F401  (a fixture)
-from tests.integration.support import FakeClock, wait_until
+from tests.integration.support import FakeClock
 from tests.stack import delete_prefixed_keys
+from tests.waiting import eventually
 from xmc.auth_settings import AuthSettings
 from xmc.redis_client import connect_redis
 from xmc.settings import Settings
@@ -87,7 +88,7 @@ class Ess:
 
     async def relayed(self, within: float = 10.0) -> None:
         """Wait until the outbox relay has published every committed task."""
-        await wait_until(self.unpublished, 0, within=within)
+        await eventually(self.unpublished, 0, within=within)
 
 
 EssFactory = Callable[..., Any]

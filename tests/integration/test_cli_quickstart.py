@@ -8,8 +8,6 @@ COMPLETED, and the watch showed each state on the way, RUNNING before COMPLETED.
 
 from __future__ import annotations
 
-import pytest
-
 import asyncio
 import os
 import re
@@ -20,6 +18,7 @@ import uuid
 from pathlib import Path
 
 import grpc
+import pytest
 import redis.asyncio as aioredis
 
 from tests.integration.conftest import REDIS_URL

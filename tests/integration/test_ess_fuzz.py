@@ -8,8 +8,6 @@ The seed is fixed (``XMC_FUZZ_SEED`` overrides it) and printed, so a failure rep
 
 from __future__ import annotations
 
-import pytest
-
 import itertools
 import os
 import random
@@ -19,6 +17,7 @@ from typing import Any
 
 import asyncpg
 import grpc
+import pytest
 from google.protobuf import descriptor_pool, message_factory
 from google.protobuf.descriptor import MethodDescriptor
 

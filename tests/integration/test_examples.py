@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import pytest
-
 import asyncio
 import sys
 from pathlib import Path
+
+import pytest
 
 from tests.stack import Stack
 

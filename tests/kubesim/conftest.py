@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -53,17 +51,6 @@ def client_for(sim: KubeSim) -> ApiClient:
 async def kube_api(kubesim: KubeSim) -> AsyncIterator[ApiClient]:
     async with client_for(kubesim) as api:
         yield api
-
-
-async def eventually(
-    condition: Callable[[], bool], *, within: float = 5.0, what: str = "condition"
-) -> None:
-    """Wait until ``condition()`` holds, polling the event loop; fail after ``within`` s."""
-    deadline = time.monotonic() + within
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 JOBSET_API = ("jobset.x-k8s.io", "v1alpha2")

@@ -478,7 +478,11 @@ async def test_tasks_of_one_work_unit_never_overlap_while_work_units_run_in_para
     active: set[int] = set()
     overlaps: list[str] = []
     started: dict[int, list[str]] = {1: [], 2: [], 3: []}
-    all_three_running = asyncio.Barrier(3)
+    # Task i of every work unit stays in flight until task i of the other two has started:
+    # this passes only if work units run in parallel, and while a task waits here the
+    # consumer already holds (concurrency 8) the next task of its work unit, which would
+    # start at once, overlapping, if the lanes did not serialize.
+    rounds = [asyncio.Barrier(3) for _ in range(5)]
 
     async def work(task: Task, _n: int) -> TaskResult:
         if task.wid in active:
@@ -486,11 +490,7 @@ async def test_tasks_of_one_work_unit_never_overlap_while_work_units_run_in_para
         active.add(task.wid)
         started[task.wid].append(task.task_id)
         try:
-            if task.task_id.endswith("-0"):
-                # Passes only if the first task of every work unit is in flight at once.
-                await asyncio.wait_for(all_three_running.wait(), 5)
-            for _ in range(3):
-                await asyncio.sleep(0)  # give a second task of this work unit a chance
+            await asyncio.wait_for(rounds[int(task.task_id.rsplit("-", 1)[1])].wait(), 5)
         finally:
             active.discard(task.wid)
         return DONE

@@ -11,7 +11,7 @@ from prometheus_client import REGISTRY
 
 from reconciler.batcher import BatcherOptions, FlushResult, UpdateBatcher, split_batches
 from reconciler.observation import Observation, Source
-from tests.waiting import eventually
+from tests.waiting import eventually, holds_for
 from xmc.model.states import WorkUnitState
 from xmc_api.cloud.xmanager.v1.work_unit_execution_pb2 import WorkUnitExecution
 
@@ -165,9 +165,8 @@ async def test_size_threshold_starts_a_flush_without_the_interval() -> None:
     await eventually(lambda: time.sleeping == 1, every=0)
     batcher.add(obs(1, 1, tag="a"))
     batcher.add(obs(1, 2, tag="b"))
-    for _ in range(10):
-        await asyncio.sleep(0)
-    assert ess.calls == 0
+    # The fake clock stands still: only a flush below the size threshold could send.
+    await holds_for(lambda: ess.calls, 0, during=0.05, what="no flush below flush_size")
     batcher.add(obs(1, 3, tag="c"))
     await eventually(lambda: ess.sent == ["a", "b", "c"], every=0)
     assert time.now == 0.0
@@ -182,9 +181,7 @@ async def test_interval_flush_follows_the_injected_clock() -> None:
     await eventually(lambda: time.sleeping == 1, every=0)
     batcher.add(obs(1, 1, tag="a"))
     time.advance(0.1)
-    for _ in range(10):
-        await asyncio.sleep(0)
-    assert ess.calls == 0
+    await holds_for(lambda: ess.calls, 0, during=0.05, what="no flush before the interval")
     time.advance(0.1)
     await eventually(lambda: ess.sent == ["a"], every=0)
     await batcher.stop()
@@ -203,9 +200,7 @@ async def test_at_most_max_in_flight_flushes_run_at_once() -> None:
     await eventually(lambda: ess.active == 2, every=0)
     batcher.add(obs(1, 3, tag="w3"))
     flushes.append(asyncio.create_task(batcher.flush_now()))
-    for _ in range(10):
-        await asyncio.sleep(0)
-    assert ess.active == 2
+    await holds_for(lambda: ess.active, 2, during=0.05, what="the third flush waiting for a slot")
     assert batcher.pending == 1  # the third waits for a slot, still coalescing
     batcher.add(obs(1, 3, tag="w3-newer"))
     ess.gate.set()

@@ -15,7 +15,7 @@ from typing import Any
 import grpc
 import pytest
 
-from tests.compat.conftest import HERE, USER_EMAIL, USER_TOKEN, client_env
+from tests.compat.support import HERE, USER_EMAIL, USER_TOKEN, client_env
 from tests.stack import Stack
 from tests.waiting import eventually
 from xmc.model.states import LaunchState, WorkUnitState

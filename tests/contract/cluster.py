@@ -5,6 +5,7 @@ and :class:`xmc.kube_client.KubeClient`, and the Reconciler's finalizer-removal 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -26,6 +27,8 @@ from xmc.timestamps import set_timestamp
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 from xmc_api.internal.v1.tasks_pb2 import Task, TaskPayload
 
+ON_REAL_CLUSTER: Final = bool(os.environ.get("KUBECONFIG"))
+"""The suite runs on the cluster of ``KUBECONFIG`` when that is set, else on kubesim."""
 Obj = dict[str, Any]
 T = TypeVar("T")
 JOBS: Final = Resource("batch", "v1", "jobs")
@@ -39,8 +42,6 @@ POLL_SECONDS: Final = 0.05
 def on_kubesim_xfail(point: int, what: str) -> pytest.MarkDecorator:
     """A scenario today's kubesim fails (another part of issue 13 fixes it): expected to
     fail on kubesim only; a real cluster must pass it."""
-    from tests.contract.conftest import ON_REAL_CLUSTER
-
     return pytest.mark.xfail(
         condition=not ON_REAL_CLUSTER,
         strict=True,

@@ -20,8 +20,9 @@ from actuator.app import Actuator
 from actuator.consumer import ConsumerSettings
 from kubesim.resources import JOBSET
 from kubesim.server import KubeSim
-from tests.integration.conftest import REDIS_URL, SIGNING_KEY, Ess, metadata
+from tests.integration.ess_harness import SIGNING_KEY, Ess, metadata
 from tests.integration.support import WallClock, fetch_all, minimal_work_unit
+from tests.servers import REDIS_URL
 from tests.waiting import eventually
 from xmc.model.states import Severity, WorkUnitState
 from xmc.retry import RetryPolicy

@@ -30,7 +30,7 @@ from actuator.settlement import (
     Settlement,
     decide_settlement,
 )
-from tests.integration.conftest import SIGNING_KEY, Ess, EssFactory, metadata
+from tests.integration.ess_harness import SIGNING_KEY, Ess, EssFactory, metadata
 from tests.integration.redis_cluster import LocalRedisCluster
 from tests.integration.support import fetch_all
 from tests.integration.test_ess_internal import experiment_with_work_units, stream_tasks

@@ -25,7 +25,7 @@ from actuator.manifest import build_base_jobset
 from actuator.outcome import Outcome, TaskResult
 from kubesim.resources import JOBSET
 from kubesim.server import KubeSim
-from tests.integration.conftest import SIGNING_KEY, Ess, metadata
+from tests.integration.ess_harness import SIGNING_KEY, Ess, metadata
 from tests.integration.support import minimal_work_unit
 from tests.waiting import eventually
 from xmc import labels

@@ -21,8 +21,9 @@ from redis.exceptions import ResponseError
 
 from kubesim.resources import JOBSET
 from kubesim.server import KubeSim
-from tests.integration.conftest import REDIS_URL, SIGNING_KEY, Ess, metadata
+from tests.integration.ess_harness import SIGNING_KEY, Ess, metadata
 from tests.integration.support import minimal_work_unit
+from tests.servers import REDIS_URL
 from tests.waiting import eventually
 from xmc.streams import ACTUATOR_GROUP
 from xmc_api.cloud.xmanager.v1 import api_pb2

@@ -21,8 +21,8 @@ import grpc
 import pytest
 import redis.asyncio as aioredis
 
-from tests.integration.conftest import REDIS_URL
 from tests.integration.test_local_run import free_ports, read_until
+from tests.servers import REDIS_URL
 from tests.stack import delete_prefixed_keys
 from xmc.model.states import ActiveState, LaunchState, WorkUnitState
 from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc

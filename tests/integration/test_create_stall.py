@@ -15,7 +15,7 @@ import grpc
 import pytest
 from google.longrunning.operations_proto_pb2 import Operation
 
-from tests.integration.conftest import EssFactory, metadata
+from tests.integration.ess_harness import EssFactory, metadata
 from tests.integration.postgres_server import PostgresServer
 from tests.integration.support import minimal_work_unit
 from xmc.names import work_unit_name

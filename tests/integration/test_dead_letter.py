@@ -17,7 +17,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from actuator.claiming import Delivery
 from actuator.settlement import EntrySettler
-from tests.integration.conftest import Ess
+from tests.integration.ess_harness import Ess
 from tests.integration.test_actuator_consumer import FakeHandler, Harness, _harness, counter
 from tests.waiting import eventually
 from xmc.streams import ACTUATOR_GROUP, text

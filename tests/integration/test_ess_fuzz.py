@@ -21,7 +21,7 @@ import pytest
 from google.protobuf import descriptor_pool, message_factory
 from google.protobuf.descriptor import MethodDescriptor
 
-from tests.integration.conftest import Ess, metadata
+from tests.integration.ess_harness import Ess, metadata
 from tests.integration.fuzz_requests import BUILDERS, Known
 from tests.integration.support import minimal_work_unit
 from xmc.model.rollups import compute_active_state

@@ -13,7 +13,7 @@ from google.protobuf.field_mask_pb2 import FieldMask
 from redis.exceptions import ResponseError
 
 from ess.resume import ResumeWorker
-from tests.integration.conftest import SIGNING_KEY, Ess, metadata
+from tests.integration.ess_harness import SIGNING_KEY, Ess, metadata
 from tests.integration.redis_server import RedisServer
 from tests.integration.support import fetch_all, minimal_work_unit
 from tests.integration.test_ess_api import expect_error

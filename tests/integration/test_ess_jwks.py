@@ -11,7 +11,7 @@ from typing import Any
 import grpc
 import jwt
 
-from tests.integration.conftest import Ess, EssFactory, auth_settings
+from tests.integration.ess_harness import Ess, EssFactory, auth_settings
 from tests.integration.jwks_issuer import (
     AUDIENCE,
     ISSUER,

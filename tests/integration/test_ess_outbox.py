@@ -17,7 +17,7 @@ from google.longrunning import operations_grpc_pb2
 from google.longrunning.operations_proto_pb2 import GetOperationRequest
 
 from ess.relay import OutboxRelay
-from tests.integration.conftest import SIGNING_KEY, Ess, metadata
+from tests.integration.ess_harness import SIGNING_KEY, Ess, metadata
 from tests.integration.redis_server import RedisServer
 from tests.integration.support import fetch_all, minimal_work_unit
 from tests.waiting import eventually

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import grpc
 
-from tests.integration.conftest import REDIS_URL, SIGNING_KEY
+from tests.integration.ess_harness import SIGNING_KEY
+from tests.servers import REDIS_URL
 from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
 

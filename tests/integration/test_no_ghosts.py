@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ADMIN_DSN
 from tests.integration.processes import Client, running_stack
 from tests.integration.redis_server import RedisServer
 from tests.integration.support import minimal_work_unit
+from tests.servers import ADMIN_DSN
 from tests.stack import Stack, StackOptions
 from xmc.model.states import EXECUTION_TERMINAL_STATES, WorkUnitState
 from xmc_api.cloud.xmanager.v1 import api_pb2

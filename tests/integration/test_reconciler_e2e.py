@@ -28,7 +28,7 @@ from reconciler.ess_client import EssClient, EssUnavailable, UpdateResult
 from reconciler.leader import LeaseSettings
 from tests.integration.support import BuggyReads, forever_work_unit, minimal_work_unit
 from tests.integration.system import ALICE, System, running_system
-from tests.kubesim.conftest import jobset
+from tests.kubesim.support import jobset
 from tests.waiting import eventually
 from xmc.kube import JOBSETS
 from xmc.kube_client import KubeClient

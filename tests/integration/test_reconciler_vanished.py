@@ -15,7 +15,7 @@ import pytest
 
 from reconciler import metrics
 from reconciler.vanished import VanishedSettings
-from tests.integration.conftest import metadata
+from tests.integration.ess_harness import metadata
 from tests.integration.system import System, running_system
 from tests.integration.test_reconciler_e2e import create, running_forever
 from tests.waiting import eventually

@@ -19,12 +19,12 @@ from bench.scale_out import OPTIONS, sweep
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 
 from ess.relay import OutboxRelay
-from tests.conftest import ADMIN_DSN
-from tests.integration.conftest import SIGNING_KEY
+from tests.integration.ess_harness import SIGNING_KEY
 from tests.integration.processes import Client, running_stack
 from tests.integration.redis_cluster import LocalRedisCluster
 from tests.integration.redis_server import RedisServer
 from tests.integration.support import forever_work_unit
+from tests.servers import ADMIN_DSN
 from tests.stack import JobSetLedger, StackOptions
 from tests.waiting import eventually
 from xmc.model.outbox import EntryState as E

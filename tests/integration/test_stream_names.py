@@ -15,7 +15,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
 
 from actuator.outcome import Outcome, TaskResult
-from tests.integration.conftest import Ess, EssFactory, metadata
+from tests.integration.ess_harness import Ess, EssFactory, metadata
 from tests.integration.redis_cluster import LocalRedisCluster
 from tests.integration.redis_server import RedisServer
 from tests.integration.test_actuator_consumer import DONE, FakeHandler, Harness, _harness

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from tests.conftest import ADMIN_DSN
 from tests.integration.processes import Client, running_stack
 from tests.integration.redis_server import RedisServer
 from tests.integration.support import fetch_all
+from tests.servers import ADMIN_DSN
 from tests.stack import JobSetLedger, StackOptions
 from tests.waiting import eventually
 from xmc.model.states import WorkUnitState

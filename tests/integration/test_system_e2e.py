@@ -30,9 +30,8 @@ import pytest
 from google.longrunning import operations_grpc_pb2
 from google.longrunning.operations_proto_pb2 import GetOperationRequest
 
-from tests.conftest import ADMIN_DSN
-from tests.integration.conftest import REDIS_URL
 from tests.integration.support import forever_work_unit, minimal_work_unit
+from tests.servers import ADMIN_DSN, REDIS_URL
 from tests.waiting import eventually
 from xmc.model.states import ActiveState, WorkUnitState
 from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc

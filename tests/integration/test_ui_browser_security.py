@@ -22,7 +22,7 @@ import pytest
 from aiohttp import web
 from playwright.async_api import Browser, Page, expect
 
-from tests.integration.conftest import Ess, EssFactory, metadata
+from tests.integration.ess_harness import Ess, EssFactory, metadata
 from tests.integration.support import minimal_work_unit
 from tests.integration.ui_support import running_ui
 from ui.main import start_site

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import aiohttp
 
-from tests.integration.conftest import Ess
+from tests.integration.ess_harness import Ess
 
 XMC_UI = str(Path(sys.executable).with_name("xmc-ui"))
 

@@ -17,8 +17,6 @@ import pytest
 from kubernetes_asyncio.client import ApiClient, BatchV1Api, CoreV1Api, CustomObjectsApi
 from kubernetes_asyncio.watch import Watch
 
-from tests.kubesim.conftest import JOBSET_API, MakeKubeSim, client_for
-
 pytest.importorskip("kubesim.controllers", reason="the simulated controllers are not built")
 
 from tests.kubesim.controller_support import (
@@ -26,6 +24,7 @@ from tests.kubesim.controller_support import (
     make_jobset,
     replicated_job,
 )
+from tests.kubesim.support import JOBSET_API, MakeKubeSim, client_for
 from tests.waiting import eventually
 
 G, V = JOBSET_API

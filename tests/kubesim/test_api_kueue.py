@@ -16,8 +16,6 @@ import pytest
 from kubernetes_asyncio.client import ApiException
 from kubernetes_asyncio.watch import Watch
 
-from tests.kubesim.conftest import MERGE_PATCH, MakeKubeSim, client_for, failure
-
 pytest.importorskip("kubesim.controllers", reason="the simulated controllers are not built")
 
 from tests.kubesim.controller_support import (
@@ -28,6 +26,7 @@ from tests.kubesim.controller_support import (
     make_jobset,
     replicated_job,
 )
+from tests.kubesim.support import MERGE_PATCH, MakeKubeSim, client_for, failure
 from tests.kubesim.test_api_scenarios import KUEUE, Cluster, until
 
 Obj = dict[str, Any]

@@ -28,7 +28,7 @@ from kubernetes_asyncio.client import (
 from kubernetes_asyncio.watch import Watch
 
 from kubesim.clock import parse_offset
-from tests.kubesim.conftest import JOBSET_API, MERGE_PATCH, failure, jobset
+from tests.kubesim.support import JOBSET_API, MERGE_PATCH, failure, jobset
 
 G, V = JOBSET_API
 SCRIPT = Path(sys.executable).parent / "xmc-kubesim"

@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 from kubernetes_asyncio.client import BatchV1Api, CoreV1Api, CustomObjectsApi
 
-from tests.kubesim.conftest import JOBSET_API, MERGE_PATCH, MakeKubeSim, client_for
 from tests.waiting import eventually
 
 pytest.importorskip("kubesim.controllers", reason="the simulated controllers are not built")
@@ -22,6 +21,7 @@ from tests.kubesim.controller_support import (
     make_jobset,
     replicated_job,
 )
+from tests.kubesim.support import JOBSET_API, MERGE_PATCH, MakeKubeSim, client_for
 
 G, V = JOBSET_API
 KUEUE = ("kueue.x-k8s.io", "v1beta2")

@@ -23,8 +23,8 @@ from kubesim import journal
 from kubesim.main import parse_args
 from kubesim.persist import RESOURCE_VERSION_BUMP
 from kubesim.snapshot import STATE_FILE, read_snapshot
-from tests.kubesim.conftest import JOBSET_API, jobset
 from tests.kubesim.controller_support import make_jobset, replicated_job
+from tests.kubesim.support import JOBSET_API, jobset
 from tests.kubesim.test_api_process import SCRIPT, _free_port, _until_healthy
 from tests.waiting import eventually
 

@@ -16,8 +16,6 @@ from google.longrunning import operations_grpc_pb2
 from google.longrunning.operations_proto_pb2 import GetOperationRequest, Operation
 from kubernetes_asyncio.config import incluster_config
 
-from tests.conftest import ADMIN_DSN
-from tests.integration.conftest import REDIS_URL
 from tests.integration.processes import Client, running_stack
 from tests.integration.support import forever_work_unit, minimal_work_unit
 from tests.real.support import (
@@ -28,6 +26,7 @@ from tests.real.support import (
     client_for,
     kubectl,
 )
+from tests.servers import ADMIN_DSN, REDIS_URL
 from tests.stack import RealCluster, Stack, StackOptions
 from tests.waiting import eventually
 from xmc import labels

@@ -28,7 +28,7 @@ import grpc
 import pytest
 import yaml
 
-from tests.compat.conftest import USER_TOKEN, client_venv
+from tests.compat.support import USER_TOKEN, client_venv
 from tests.compat.test_published_client import run_client
 from tests.real.support import KUBECONFIGS, NAMESPACE, POLL, ROOT, client_for, kubectl
 from tests.stack import Stack

@@ -25,11 +25,7 @@ from typing import Any, TypeVar
 import grpc
 import pytest
 
-from tests.compat.conftest import (
-    USER_EMAIL,
-    USER_TOKEN,
-    client_venv,
-)
+from tests.compat.support import USER_EMAIL, USER_TOKEN, client_venv
 from tests.compat.test_published_client import run_client
 from tests.integration.processes import Client
 from tests.integration.support import fetch_all, forever_work_unit, minimal_work_unit

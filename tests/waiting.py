@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import inspect
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar, overload
 
 T = TypeVar("T")
 
@@ -43,17 +43,44 @@ _SHOWN = 2000
 """Characters of a value a failure message shows (a whole JobSet would drown it)."""
 
 
+@overload
 async def eventually(
-    probe: Callable[[], Awaitable[T]] | Callable[[], T],
+    probe: Callable[[], Awaitable[T | None]],
+    want: object = ...,
+    *,
+    within: float = ...,
+    every: float = ...,
+    what: str | None = ...,
+    changed: Callable[[], Awaitable[object]] | None = ...,
+) -> T: ...
+
+
+@overload
+async def eventually(
+    probe: Callable[[], T | None],
+    want: object = ...,
+    *,
+    within: float = ...,
+    every: float = ...,
+    what: str | None = ...,
+    changed: Callable[[], Awaitable[object]] | None = ...,
+) -> T: ...
+
+
+async def eventually(
+    probe: Callable[[], object],
     want: object = TRUTHY,
     *,
     within: float = 10.0,
     every: float = 0.02,
     what: str | None = None,
     changed: Callable[[], Awaitable[object]] | None = None,
-) -> T:
+) -> Any:
     """The probe's value once it meets ``want``; fail after ``within`` seconds naming
-    ``what`` and the last value. The probe may raise AssertionError to fail at once."""
+    ``what`` and the last value. The probe may raise AssertionError to fail at once.
+
+    A probe typed ``X | None`` gives ``X``: a value that is waited for is there (only an
+    explicit ``want=None`` returns None, and its caller has no use for the value)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + within
     while True:
@@ -73,7 +100,7 @@ async def eventually(
 
 
 async def holds_for(
-    probe: Callable[[], Awaitable[object]] | Callable[[], object],
+    probe: Callable[[], object],
     want: object = TRUTHY,
     *,
     during: float,
@@ -97,11 +124,9 @@ async def holds_for(
         await asyncio.sleep(min(every, remaining))
 
 
-async def _read(probe: Callable[[], Awaitable[T]] | Callable[[], T]) -> T:
+async def _read(probe: Callable[[], object]) -> object:
     value = probe()
-    if inspect.isawaitable(value):
-        return await value  # type: ignore[no-any-return]
-    return value
+    return await value if inspect.isawaitable(value) else value
 
 
 def _meets(value: object, want: object) -> bool:

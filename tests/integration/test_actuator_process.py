@@ -29,6 +29,9 @@ from xmc.streams import ACTUATOR_GROUP
 from xmc_api.cloud.xmanager.v1 import api_pb2
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
 
+# Actuators as OS processes, killed mid-create: `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
+
 ALICE = metadata("alice")
 
 
@@ -137,7 +140,6 @@ async def test_work_units_become_jobsets_and_operations_close(
     assert await ess.redis.xlen(ess.names.dlq) == 0
 
 
-@pytest.mark.slow  # three rounds of Actuator processes killed mid-create
 async def test_kill_9_holding_unacked_tasks_loses_nothing(
     ess: Ess, sim: KubeSim, actuators: Actuators
 ) -> None:

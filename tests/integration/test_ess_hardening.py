@@ -64,6 +64,7 @@ async def test_a_second_ess_on_a_taken_port_fails_to_start(ess: Ess) -> None:
     )).paused is False  # fmt: skip
 
 
+@pytest.mark.slow  # xmc-ess as a process
 async def test_xmc_ess_serve_on_a_taken_port_exits_non_zero(ess: Ess) -> None:
     taken = f"127.0.0.1:{ess.server.port}"
     env = {

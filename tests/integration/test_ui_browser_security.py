@@ -31,6 +31,9 @@ from xmc.model.states import WorkUnitState
 from xmc_api.cloud.xmanager.v1 import api_pb2
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
 
+# Headless Chromium: `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
+
 ALICE = metadata("alice")
 #: The attacker's pages: ``{ui}`` and ``{xid}`` are filled in per request.
 ATTACKS = {

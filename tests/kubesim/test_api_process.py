@@ -31,6 +31,9 @@ from kubesim.clock import parse_offset
 from tests.kubesim.support import JOBSET_API, MERGE_PATCH, failure, jobset
 from tests.waiting import eventually
 
+# xmc-kubesim as an OS process: `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
+
 G, V = JOBSET_API
 SCRIPT = Path(sys.executable).parent / "xmc-kubesim"
 

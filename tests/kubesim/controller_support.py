@@ -15,6 +15,7 @@ from kubesim.controllers import Controllers, ControllerSettings
 from kubesim.defaults import install_defaults
 from kubesim.resources import JOBSET, POD, WORKLOAD, Resource
 from kubesim.store import ObjectStore
+from tests.builders import JobSetBuilder
 from tests.waiting import eventually
 
 Obj = dict[str, Any]
@@ -101,6 +102,18 @@ def make_jobset(
         "metadata": {"name": name, "labels": labels, "finalizers": list(finalizers)},
         "spec": spec,
     }
+
+
+def plain_jobset(name: str = "js") -> JobSetBuilder:
+    """A JobSet as the pure controller steps are given it (namespace ``default``, uid
+    ``<name>-uid``): not queued, since a queue label changes how a plan records a resume,
+    and not held by XMC's finalizer."""
+    return (
+        JobSetBuilder(name, "default")
+        .uid(f"{name}-uid")
+        .label("kueue.x-k8s.io/queue-name", None)
+        .finalizers()
+    )
 
 
 def cluster_queue(name: str, *, cpu: str, preemption: str | None = "LowerPriority") -> Obj:

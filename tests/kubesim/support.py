@@ -11,6 +11,7 @@ from typing import Any
 from kubernetes_asyncio.client import ApiClient, Configuration
 
 from kubesim.server import KubeSim
+from tests.builders import JobSetBuilder
 
 MakeKubeSim = Callable[..., Awaitable[KubeSim]]
 """The ``make_kubesim`` fixture: starts a KubeSim with the given options."""
@@ -27,17 +28,15 @@ JOBSET_API = ("jobset.x-k8s.io", "v1alpha2")
 def jobset(
     name: str, *, labels: dict[str, str] | None = None, replicas: int = 1, **meta: Any
 ) -> dict[str, Any]:
-    """A small JobSet manifest."""
-    return {
-        "apiVersion": "jobset.x-k8s.io/v1alpha2",
-        "kind": "JobSet",
-        "metadata": {"name": name, "labels": labels or {}, **meta},
-        "spec": {
-            "replicatedJobs": [
-                {"name": "workers", "replicas": replicas, "template": {"spec": {}}},
-            ]
-        },
-    }
+    """A small JobSet manifest: replicated job ``workers`` of Jobs without pods."""
+    manifest = JobSetBuilder.manifest(name).replicated_job(
+        "workers", replicas=replicas, job_spec={}
+    )
+    for key, value in (labels or {}).items():
+        manifest.label(key, value)
+    created = manifest.obj()
+    created["metadata"].update(meta)
+    return created
 
 
 def failure(error: BaseException) -> tuple[int, str]:

@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import inspect
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar, overload
+from typing import Any, TypedDict, TypeVar, Unpack, overload
 
 T = TypeVar("T")
 
@@ -43,27 +43,24 @@ _SHOWN = 2000
 """Characters of a value a failure message shows (a whole JobSet would drown it)."""
 
 
+class Pacing(TypedDict, total=False):
+    """``eventually``'s keyword arguments, for its typed overloads."""
+
+    within: float
+    every: float
+    what: str | None
+    changed: Callable[[], Awaitable[object]] | None
+
+
 @overload
 async def eventually(
-    probe: Callable[[], Awaitable[T | None]],
-    want: object = ...,
-    *,
-    within: float = ...,
-    every: float = ...,
-    what: str | None = ...,
-    changed: Callable[[], Awaitable[object]] | None = ...,
+    probe: Callable[[], Awaitable[T | None]], want: object = ..., **pacing: Unpack[Pacing]
 ) -> T: ...
 
 
 @overload
 async def eventually(
-    probe: Callable[[], T | None],
-    want: object = ...,
-    *,
-    within: float = ...,
-    every: float = ...,
-    what: str | None = ...,
-    changed: Callable[[], Awaitable[object]] | None = ...,
+    probe: Callable[[], T | None], want: object = ..., **pacing: Unpack[Pacing]
 ) -> T: ...
 
 

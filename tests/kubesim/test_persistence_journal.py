@@ -311,7 +311,7 @@ async def test_the_flush_loop_survives_failures_and_keeps_the_buffer(
 
     monkeypatch.setattr(journal, "append", flaky)
     store.create(JOBSET, {"metadata": {"name": "a"}})
-    await eventually(lambda: persister.flushes >= 2, within=5, every=0.01, what="a second flush")
+    await eventually(lambda: persister.flushes >= 2, within=20, every=0.01, what="a second flush")
     assert failures == 0
     _restored_equals(tmp_path, store)
     await persister.stop()

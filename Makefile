@@ -45,7 +45,7 @@ test: services $(STAMP) ## the whole test suite (starts the local Postgres and R
 
 # The loop to live in: everything but the tests marked slow (process stacks, faults, end to
 # end, examples) and those make compat / make test-cluster run.
-test-fast: services $(STAMP) ## the test suite without the slow tests (under 3 minutes)
+test-fast: services $(STAMP) ## the test suite without the tests marked slow: the loop to run while changing code
 	$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist worksteal -m 'not slow and not compat and not real_cluster' $(PYTEST_ARGS)
 
 run: services $(STAMP) ## set up and run XMC locally (kubesim, ESS, Actuator, Reconciler, dashboard); CLUSTER=real: on `make cluster` instead

@@ -101,7 +101,9 @@ class LocalRedisCluster:
 
 @pytest.fixture
 async def redis_cluster(tmp_path: Path) -> AsyncIterator[LocalRedisCluster]:
-    """A 3-master Redis Cluster of the test's own."""
+    """A 3-master Redis Cluster of the test's own. Ask for it before ``ess_factory``:
+    fixtures are torn down in reverse, and an ESS stopped after its cluster was killed
+    spent ~20 s in reconnects (two tests' teardowns: 21.7 and 20.8 s, then 3.7 and 3.3 s)."""
     cluster = LocalRedisCluster(tmp_path / "redis-cluster")
     try:
         await cluster.start()

@@ -161,7 +161,7 @@ async def harness(ess: Ess) -> AsyncIterator[Harness]:
 
 @pytest.fixture
 async def cluster_harness(
-    ess_factory: EssFactory, redis_cluster: LocalRedisCluster
+    redis_cluster: LocalRedisCluster, ess_factory: EssFactory
 ) -> AsyncIterator[Harness]:
     """The harness with the ESS and the consumers on a 3-master Redis Cluster."""
     async with _harness(await ess_factory(redis_cluster_nodes=redis_cluster.nodes)) as started:

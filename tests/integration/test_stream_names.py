@@ -94,7 +94,7 @@ async def test_on_a_redis_the_streams_have_specs_exact_names(
 
 
 async def test_on_a_redis_cluster_the_streams_have_specs_exact_names(
-    ess_factory: EssFactory, redis_cluster: LocalRedisCluster
+    redis_cluster: LocalRedisCluster, ess_factory: EssFactory
 ) -> None:
     ess = await ess_factory(redis_cluster_nodes=redis_cluster.nodes, stream_prefix="")
     async with _harness(ess) as harness:

@@ -25,6 +25,8 @@ EXECUTION_ID: Final = "xmc.google.com/execution-id"
 LAST_EDIT: Final = "xmc.google.com/last-edit"
 QUEUE_NAME: Final = "kueue.x-k8s.io/queue-name"
 PRIORITY_CLASS: Final = "kueue.x-k8s.io/priority-class"
+#: Kueue labels each Workload with the uid of the job it was made for.
+KUEUE_JOB_UID: Final = "kueue.x-k8s.io/job-uid"
 
 MANAGED_BY: Final = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE: Final = "xmc"

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from redis.exceptions import ClusterError, SlotNotCoveredError
+from redis.exceptions import ClusterError, ResponseError, SlotNotCoveredError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -143,6 +143,19 @@ def classify_read_error(message: str) -> ReadFailure:
     if code in _BUSY:
         return ReadFailure.BUSY
     return ReadFailure.FATAL
+
+
+async def ensure_group(redis: Any, stream: str, group: str, start_id: str = "0") -> None:
+    """Create consumer group ``group`` on ``stream`` (and the stream, ``MKSTREAM``), its
+    cursor at ``start_id``; a group that exists already (``BUSYGROUP``) is the wanted
+    state, not an error. Any other error reply propagates (``WRONGTYPE``: the key holds
+    something else; ``OOM``; ``LOADING``): no group exists then, and swallowing the error
+    would only move it to the first read, with a less telling message."""
+    try:
+        await redis.xgroup_create(stream, group, id=start_id, mkstream=True)
+    except ResponseError as exc:
+        if not str(exc).startswith("BUSYGROUP"):
+            raise
 
 
 class TaskPublisher:

@@ -29,9 +29,7 @@ import structlog
 from actuator.outcome import Outcome, TaskResult
 from actuator.settle import TaskSettler
 from xmc.model.states import EXECUTION_TERMINAL_STATES, WorkUnitState
-from xmc.store import outbox
-from xmc.store.outbox import OutboxStatus, TaskFacts
-from xmc.store.repository import Store
+from xmc.store.transactions import OutboxStatus, Store, TaskFacts, fetch_task_facts
 from xmc.tasks import task_execution_id
 from xmc_api.internal.v1.tasks_pb2 import Task
 
@@ -84,7 +82,7 @@ class AdmissionGate:
     async def admit(self, task: Task) -> TaskResult | None:
         """None to go on; otherwise the task's result (settled when it was unwanted)."""
         async with self._store.connection() as conn:
-            facts = await outbox.fetch_task_facts(conn, task)
+            facts = await fetch_task_facts(conn, task)
         decision = decide_admission(task, facts)
         if decision.action is AdmissionAction.PROCEED:
             return None

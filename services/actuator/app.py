@@ -21,7 +21,7 @@ from xmc.errors import InvalidArgumentError
 from xmc.health import Check, probe
 from xmc.redis_client import connect_redis
 from xmc.settings import Settings
-from xmc.store.repository import Store, wait_for_postgres
+from xmc.store.transactions import Store, wait_for_postgres
 from xmc.streams import StreamNames
 from xmc.supervise import supervise
 from xmc.timestamps import utc_now

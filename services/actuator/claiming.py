@@ -18,7 +18,7 @@ import structlog
 from redis.exceptions import ResponseError
 
 from actuator.metrics import RECLAIMED_TOTAL
-from xmc.streams import ACTUATOR_GROUP, REDIS_UNAVAILABLE, StreamNames, text
+from xmc.streams import ACTUATOR_GROUP, REDIS_UNAVAILABLE, StreamNames, ensure_group, text
 
 log = structlog.get_logger()
 
@@ -53,11 +53,7 @@ class StreamReader:
     _claim_cursor: str = field(default="0-0", init=False)
 
     async def ensure_group(self) -> None:
-        try:
-            await self.redis.xgroup_create(self.names.tasks, ACTUATOR_GROUP, id="0", mkstream=True)
-        except ResponseError as exc:
-            if "BUSYGROUP" not in str(exc):
-                raise
+        await ensure_group(self.redis, self.names.tasks, ACTUATOR_GROUP)
 
     async def read_new(self, count: int, *, block: float) -> list[Delivery]:
         """Up to ``count`` entries never delivered, waiting up to ``block`` seconds."""

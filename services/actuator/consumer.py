@@ -68,7 +68,7 @@ from actuator.lanes import Admission, Lanes, PauseGate
 from actuator.outcome import TaskHandler
 from actuator.settlement import EntrySettler
 from xmc.retry import RetryPolicy, Sleep, sleep_or_stop
-from xmc.store.repository import Store
+from xmc.store.transactions import Store
 from xmc.streams import REDIS_UNAVAILABLE, ReadFailure, StreamNames, classify_read_error
 from xmc.tasks import TaskRejected, verify_task
 

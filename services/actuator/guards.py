@@ -31,6 +31,7 @@ from datetime import datetime
 from typing import Any
 
 from xmc import labels
+from xmc.kjson import as_mapping, labels_of
 from xmc.tasks import task_execution_id
 from xmc.timestamps import as_utc, to_datetime
 from xmc_api.internal.v1.tasks_pb2 import Task
@@ -174,7 +175,7 @@ def decide_restart(jobset: Mapping[str, Any] | None, task: Task) -> RestartDecis
 
 def verify_duplicate_jobset(existing: Mapping[str, Any], task: Task) -> DuplicateDecision:
     """``verifyDuplicateJobSet``: is the JobSet a Create met already this task's own?"""
-    jobset_labels = _mapping(_mapping(existing.get("metadata")).get("labels"))
+    jobset_labels = labels_of(existing)
     expected = {
         labels.EXPERIMENT_ID: str(task.xid),
         labels.WORK_UNIT_ID: str(task.wid),
@@ -243,8 +244,8 @@ class LiveJobSet:
 
     @classmethod
     def read(cls, jobset: Mapping[str, Any]) -> LiveJobSet:
-        metadata = _mapping(jobset.get("metadata"))
-        jobset_labels = _mapping(metadata.get("labels"))
+        metadata = as_mapping(jobset.get("metadata"))
+        jobset_labels = as_mapping(metadata.get("labels"))
         eid, problem = _read_execution_id(jobset_labels.get(labels.EXECUTION_ID))
         uid = metadata.get("uid")
         last_edit = jobset_labels.get(labels.LAST_EDIT)
@@ -254,7 +255,7 @@ class LiveJobSet:
             eid_problem=problem,
             last_edit=last_edit if isinstance(last_edit, str) else None,
             deleting=bool(metadata.get("deletionTimestamp")),
-            suspended=_mapping(jobset.get("spec")).get("suspend") is True,
+            suspended=as_mapping(jobset.get("spec")).get("suspend") is True,
         )
 
     @property
@@ -292,7 +293,3 @@ def _parse_last_edit(value: str | None) -> datetime | None:
         return labels.parse_last_edit_label(value)
     except ValueError:
         return None
-
-
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}

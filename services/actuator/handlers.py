@@ -53,12 +53,12 @@ from actuator.guards import (
 from actuator.kube import JobSetClient
 from actuator.manifest import build_base_jobset
 from actuator.outcome import Outcome, TaskResult
-from actuator.settle import StateWrite, TaskSettler
+from actuator.settle import TaskSettler
 from actuator.validation import validate_jobset_manifest
 from xmc import labels
 from xmc.kube import KubeError, KubeFailure
 from xmc.model.states import WorkUnitState
-from xmc.store.repository import Store
+from xmc.store.transactions import StateWrite, Store
 from xmc.tasks import task_execution_id
 from xmc_api.internal.v1.tasks_pb2 import Task
 
@@ -200,8 +200,10 @@ class JobSetHandlers:
                     if not await self._wait_until_gone(name, decision.uid):
                         return TaskResult(
                             Outcome.RETRY,
-                            f"JobSet {name} of execution {task.target_eid} is still there after "
-                            f"{self._restart_wait:g}s: its finalizer has not been removed yet",
+                            f"JobSet {name} of execution {task.target_eid} or its Kueue "
+                            f"Workload is still there after {self._restart_wait:g}s: its "
+                            "finalizer has not been removed yet, or the garbage collector "
+                            "has not deleted the Workload",
                             "DEADLINE_EXCEEDED",
                         )
                     return await self._create(task)
@@ -270,12 +272,17 @@ class JobSetHandlers:
 
     async def _wait_until_gone(self, name: str, uid: str | None) -> bool:
         """Poll until the JobSet with ``uid`` no longer exists (or another one took its
-        name), at most ``restart_wait_seconds``."""
+        name), and no Kueue Workload made for it is left (``JobSetClient.workloads_of``),
+        at most ``restart_wait_seconds``."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._restart_wait
         while True:
             jobset = await self._kube.get_jobset(self._namespace, name)
-            if jobset is None or jobset.get("metadata", {}).get("uid") != uid:
+            if jobset is not None and jobset.get("metadata", {}).get("uid") != uid:
+                return True
+            if jobset is None and (
+                uid is None or not await self._kube.workloads_of(self._namespace, uid)
+            ):
                 return True
             if loop.time() >= deadline:
                 return False

@@ -27,8 +27,9 @@ from typing import Any, Final, Self, TypeVar
 import structlog
 from kubernetes_asyncio.client import Configuration
 
-from xmc.kube import JOBSETS, KubeError, KubeFailure
+from xmc.kube import JOBSETS, WORKLOADS, KubeError, KubeFailure
 from xmc.kube_client import DEFAULT_REQUEST_TIMEOUT, KubeClient
+from xmc.labels import KUEUE_JOB_UID
 from xmc.retry import Backoffs, Sleep
 from xmc.settings import Settings
 
@@ -91,6 +92,29 @@ class JobSetClient:
                 JOBSETS, namespace, name, uid=uid, propagation_policy="Background"
             )
         )
+
+    async def workloads_of(self, namespace: str, uid: str) -> int:
+        """How many Kueue Workloads made for the JobSet ``uid`` are left (0 without Kueue).
+
+        A Restart creates execution N+1's JobSet only once N's Workload is gone too, and
+        the garbage collector deletes that Workload only after the JobSet itself is gone.
+        Kueue (v0.17 ``jobframework.FindMatchingWorkloads``, ``EquivalentToWorkload``)
+        matches Workloads to a job by the owner's *name*: a new JobSet created while the
+        old, admitted Workload lingered was started under the old admission, then stuck
+        for good once Kueue admitted its own Workload ("invalid admission check
+        PodSetUpdate: conflict for annotations ... kueue.x-k8s.io/workload"), as seen on
+        the real control plane (decision 0032)."""
+        try:
+            page = await self._believed(
+                lambda: self.kube.list_page(
+                    WORKLOADS, namespace, label_selector=f"{KUEUE_JOB_UID}={uid}"
+                )
+            )
+        except KubeError as error:
+            if error.failure is KubeFailure.NOT_FOUND:  # no Kueue: no Workloads
+                return 0
+            raise
+        return len(page.get("items") or [])
 
     async def patch_jobset(
         self, namespace: str, name: str, patch: Mapping[str, Any]

@@ -27,8 +27,7 @@ from actuator.outcome import Outcome, TaskResult
 from xmc.messages import backend_message
 from xmc.model.merge import STATE_PATH, SYSTEM_MESSAGE_PATH, ExecutionUpdate
 from xmc.model.states import Severity, WorkUnitState
-from xmc.store import executions, outbox, scheduling
-from xmc.store.repository import Store
+from xmc.store.transactions import Store, fetch_scheduling_control, park_task
 from xmc.tasks import task_execution_id
 from xmc.timestamps import set_timestamp
 from xmc_api.cloud.xmanager.v1.work_unit_execution_pb2 import WorkUnitExecution
@@ -75,7 +74,7 @@ class PauseFlag:
         async with self._lock:
             if not self._fresh():
                 async with self._store.transaction() as conn:
-                    control = await scheduling.fetch_scheduling_control(conn)
+                    control = await fetch_scheduling_control(conn)
                 self._paused, self._reason = control.paused, control.reason
                 self._read_at = self._clock()
         return self._paused
@@ -136,23 +135,12 @@ class TaskPauseHandler:
         async with self._store.transaction() as conn:
             # The cached flag may be up to a refresh old: a task resumed right after
             # ResumeScheduling must not be parked again by a stale "paused".
-            if not (await scheduling.fetch_scheduling_control(conn)).paused:
+            if not (await fetch_scheduling_control(conn)).paused:
                 return None
-            await outbox.park(conn, task, now=now)
-            first_time = await scheduling.park_task(
-                conn,
-                task_id=task.task_id,
-                xid=task.xid,
-                wid=task.wid,
-                # The resume worker judges a parked task by its target eid (ShouldSkipTask).
-                eid=task.target_eid,
-                kind=task.kind,
-                task=task.SerializeToString(deterministic=True),
-                now=now,
-            )
-            if first_time and action == PauseAction.PARK_AND_MARK:
-                update = paused_update(task, now=now, reason=self._flag.reason)
-                await executions.update_work_unit_executions(conn, [update], writer=WRITER, now=now)
+            mark = None
+            if action == PauseAction.PARK_AND_MARK:
+                mark = paused_update(task, now=now, reason=self._flag.reason)
+            first_time = await park_task(conn, task, mark=mark, writer=WRITER, now=now)
         if not first_time:
             return TaskResult(Outcome.PARKED, "already parked (redelivery)")
         log.info("task parked: scheduling is paused", action=action.value)

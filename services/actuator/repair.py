@@ -45,9 +45,18 @@ from xmc.messages import backend_message
 from xmc.model.jobset import decide_work_unit_state
 from xmc.model.resume import TaskKind
 from xmc.model.states import Severity, WorkUnitState
-from xmc.store import executions, outbox, work_units
-from xmc.store.outbox import ExecutionTasks, OutboxStatus
-from xmc.store.repository import Store
+from xmc.store.transactions import (
+    Connection,
+    ExecutionTasks,
+    OutboxStatus,
+    Store,
+    enqueue_tasks,
+    fetch_experiment_priority,
+    fetch_work_unit,
+    scan_intent_states,
+    try_transaction_lock,
+    write_decided_state,
+)
 from xmc.tasks import build_task
 from xmc.timestamps import stamp_after
 
@@ -198,9 +207,9 @@ class RepairSweep:
         older_than = now - timedelta(seconds=self.settings.stuck_after_seconds)
         decided = []
         async with self._store.transaction() as conn:
-            if not await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", REPAIR_LOCK_KEY):
+            if not await try_transaction_lock(conn, REPAIR_LOCK_KEY):
                 return []
-            stuck, upper = await outbox.scan_intent_states(
+            stuck, upper = await scan_intent_states(
                 conn,
                 after=self._cursor,
                 limit=self.settings.chunk,
@@ -218,7 +227,7 @@ class RepairSweep:
 
     async def _act(
         self,
-        conn: Any,
+        conn: Connection,
         item: ExecutionTasks,
         decision: RepairDecision,
         jobset: JobSetView | None,
@@ -234,14 +243,14 @@ class RepairSweep:
             state=WorkUnitState(item.state).name, reason=decision.reason,
         )  # fmt: skip
         if decision.action is RepairAction.WRITE_TERMINAL and decision.state is not None:
-            await executions.write_decided_state(
+            await write_decided_state(
                 conn, item.xid, item.wid, item.eid, decision.state, writer=WRITER, now=now
             )
         elif decision.action is RepairAction.REDRIVE and decision.kind is not None:
             await self._redrive(conn, item, decision.kind, jobset, now=now)
         elif decision.action is RepairAction.GIVE_UP and item.state != _S.STOPPING:
             text = f"XMC could not start execution {item.eid}: {decision.reason}"
-            await executions.write_decided_state(
+            await write_decided_state(
                 conn, item.xid, item.wid, item.eid, _S.FAILED,
                 message=backend_message(Severity.FATAL, item.xid, item.wid, text),
                 writer=WRITER, now=now,
@@ -249,7 +258,7 @@ class RepairSweep:
 
     async def _redrive(
         self,
-        conn: Any,
+        conn: Connection,
         item: ExecutionTasks,
         kind: TaskKind,
         jobset: JobSetView | None,
@@ -258,8 +267,8 @@ class RepairSweep:
     ) -> None:
         """A new task for the execution, built from the work unit as stored; stamped after
         the JobSet's last edit, so the Delete's last-edit guard lets it act."""
-        work_unit = await work_units.fetch_work_unit(conn, item.xid, item.wid)
-        priority = await conn.fetchval("SELECT priority FROM experiments WHERE xid = $1", item.xid)
+        work_unit = await fetch_work_unit(conn, item.xid, item.wid)
+        priority = await fetch_experiment_priority(conn, item.xid)
         operation_time = stamp_after(jobset.last_edit if jobset else None, now)
         target = item.eid - 1 if kind is TaskKind.RESTART else item.eid
         task = build_task(
@@ -273,4 +282,4 @@ class RepairSweep:
             experiment_priority=priority or 0,
             operation_time=operation_time,
         )
-        await outbox.enqueue(conn, [task], now=now, origin="repair")
+        await enqueue_tasks(conn, [task], now=now, origin="repair")

@@ -1,50 +1,32 @@
 """Settling a task in Postgres: the last step of every path that finishes one.
 
 Whatever ends a task — a handler's result, a task no longer wanted, a task out of
-deliveries — the same three writes follow, in one transaction so a task never
-half-finishes:
+deliveries — it is finished by the store's one ``finish_task`` transaction (outbox row,
+execution write, Operation). What this module decides is what goes with the result:
 
-1. its outbox row is finished with the outcome: the relay stops checking it, and a
-   replayed entry of it is refused (``actuator.admission``);
-2. the execution write that goes with the result, if any (STOPPED when there was nothing
-   to delete; FAILED with a FATAL message when a create or restart can never succeed, so
-   the work unit does not hang in INITIALIZING or RESTARTING);
-3. ``updateOperation``: the task's Operation counts it done, with the error of a
-   permanent failure or the work unit as the response.
+* the execution write, if any: STOPPED when there was nothing to delete (the caller's
+  ``write``); FAILED with a FATAL message when a create or restart can never succeed, so
+  the work unit does not hang in INITIALIZING or RESTARTING;
+* the Operation's answer: the error of a permanent failure, else the work unit.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final
+from typing import Final
 
 import structlog
 from google.rpc import code_pb2
 
 from actuator.outcome import Outcome, TaskResult
-from xmc.errors import NotFoundError
-from xmc.messages import backend_message
-from xmc.model.states import Severity, WorkUnitState
-from xmc.store import executions, operations, outbox
-from xmc.store.repository import Store
+from xmc.store.transactions import StateWrite, Store, failed_execution_write, finish_task
 from xmc.tasks import task_execution_id
-from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
 from xmc_api.internal.v1.tasks_pb2 import Task
 
 log = structlog.get_logger()
 
 _FAILS_EXECUTION: Final = frozenset({Task.CREATE, Task.RESTART})
-
-
-@dataclass(frozen=True)
-class StateWrite:
-    """A masked write of ``state`` (and a system message, if any) for execution ``eid``."""
-
-    eid: int
-    state: WorkUnitState
-    message: StructuredMessage | None = None
 
 
 def failed_execution(task: Task, result: TaskResult) -> StateWrite | None:
@@ -53,9 +35,7 @@ def failed_execution(task: Task, result: TaskResult) -> StateWrite | None:
         return None
     eid = task_execution_id(task)
     text = f"XMC could not start execution {eid} on Kubernetes ({result.code}): {result.reason}"
-    return StateWrite(
-        eid, WorkUnitState.FAILED, backend_message(Severity.FATAL, task.xid, task.wid, text)
-    )
+    return failed_execution_write(task, text)
 
 
 class TaskSettler:
@@ -79,41 +59,21 @@ class TaskSettler:
         outbox's record) to the result's outcome."""
         if write is None:
             write = failed_execution(task, result)
-        now = self._clock()
-        async with self._store.transaction() as conn:
-            await outbox.finish(conn, task, outcome=outcome or result.outcome.value, now=now)
-            if write is not None:
-                written = await executions.write_decided_state(
-                    conn,
-                    task.xid,
-                    task.wid,
-                    write.eid,
-                    write.state,
-                    message=write.message,
-                    writer=self._writer,
-                    now=now,
-                )
-                log.info("execution state written", state=write.state.name,
-                         outcome=str(written.outcome), stored_state=written.state.name)  # fmt: skip
-            if task.operation:
-                await self._close_operation(conn, task, result, now=now)
-        return result
-
-    async def _close_operation(
-        self, conn: Any, task: Task, result: TaskResult, *, now: datetime
-    ) -> None:
         error = None
         if result.outcome is Outcome.PERMANENT:
             error = (code_pb2.Code.Value(result.code), result.reason)
-        try:
-            await operations.finish_operation_task(
+        async with self._store.transaction() as conn:
+            written = await finish_task(
                 conn,
-                task.operation,
-                now=now,
+                task,
+                outcome=outcome or result.outcome.value,
+                writer=self._writer,
+                now=self._clock(),
+                state=write,
                 response=None if error else task.payload.work_unit,
                 error=error,
-                task_id=task.task_id,
             )
-        except NotFoundError:
-            # Expired (90 days) or never made: the task's effect still stands.
-            log.warning("the task's operation does not exist", operation=task.operation)
+        if write is not None and written is not None:
+            log.info("execution state written", state=write.state.name,
+                     outcome=str(written.outcome), stored_state=written.state.name)  # fmt: skip
+        return result

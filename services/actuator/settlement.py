@@ -29,7 +29,7 @@ from actuator.metrics import DLQ_REPEATS_TOTAL, DLQ_TOTAL, TASKS_TOTAL
 from actuator.outcome import Outcome, TaskResult
 from actuator.settle import TaskSettler
 from xmc.model.resume import TaskKind
-from xmc.store.repository import Store
+from xmc.store.transactions import Store
 from xmc.streams import ACTUATOR_GROUP, StreamNames
 from xmc.tasks import TaskRejected, TaskRejectReason
 from xmc_api.internal.v1.tasks_pb2 import Task

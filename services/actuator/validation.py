@@ -34,6 +34,7 @@ from actuator.validation_names import (
     dns_label,
 )
 from xmc import labels
+from xmc.kjson import as_mapping, as_sequence
 
 _TPU_TOPOLOGY: Final = re.compile(r"^[1-9][0-9]*(x[1-9][0-9]*)*$")
 
@@ -52,16 +53,16 @@ class ManifestInvalid(Exception):
 
 def validate_jobset_manifest(jobset: Mapping[str, Any]) -> list[str]:
     """Every problem of ``jobset``, each prefixed by its field path; empty when valid."""
-    metadata = _mapping(jobset.get("metadata"))
-    spec = _mapping(jobset.get("spec"))
+    metadata = as_mapping(jobset.get("metadata"))
+    spec = as_mapping(jobset.get("spec"))
     problems = check_type(jobset) + check_metadata(metadata)
-    replicated_jobs = [_mapping(rj) for rj in _sequence(spec.get("replicatedJobs"))]
+    replicated_jobs = [as_mapping(rj) for rj in as_sequence(spec.get("replicatedJobs"))]
     if not replicated_jobs:
         problems.append("spec.replicatedJobs: at least one replicated job is required")
     # Pod hostnames are checked only under a valid JobSet name, to report each fault once.
     name = metadata.get("name")
     jobset_name = name if not dns_label(name, "", DNS_1035_LABEL) else None
-    exclusive = labels.EXCLUSIVE_TOPOLOGY in _mapping(metadata.get("annotations"))
+    exclusive = labels.EXCLUSIVE_TOPOLOGY in as_mapping(metadata.get("annotations"))
     seen: list[str] = []
     for i, replicated_job in enumerate(replicated_jobs):
         where = f"spec.replicatedJobs[{i}]"
@@ -70,7 +71,7 @@ def validate_jobset_manifest(jobset: Mapping[str, Any]) -> list[str]:
         )
         seen.append(str(replicated_job.get("name", "")))
     replicas = {str(rj.get("name", "")): _replicas(rj) for rj in replicated_jobs}
-    problems += _check_network(_mapping(spec.get("network")))
+    problems += _check_network(as_mapping(spec.get("network")))
     problems += _check_success_policy(spec.get("successPolicy"), replicas)
     problems += _check_coordinator(spec.get("coordinator"), replicas)
     return problems
@@ -106,9 +107,9 @@ def _check_replicated_job(
     replicas = replicated_job.get("replicas", 1)
     if not _is_int(replicas) or replicas < 0:
         problems.append(f"{where}.replicas: must be >= 0")
-    problems += _check_depends_on(_sequence(replicated_job.get("dependsOn")), where, earlier)
-    template = _mapping(replicated_job.get("template"))
-    job_spec = _mapping(template.get("spec"))
+    problems += _check_depends_on(as_sequence(replicated_job.get("dependsOn")), where, earlier)
+    template = as_mapping(replicated_job.get("template"))
+    job_spec = as_mapping(template.get("spec"))
     completions = job_spec.get("completions", 1)
     if jobset_name and isinstance(name, str) and _is_int(replicas) and _is_int(completions):
         # The last pod's hostname, <jobset>-<job>-<job index>-<pod index>, is a DNS label.
@@ -117,8 +118,8 @@ def _check_replicated_job(
             problems.append(
                 f"{where}.name: pod hostname {hostname!r} would exceed {MAX_LABEL} characters"
             )
-    exclusive = exclusive or labels.EXCLUSIVE_TOPOLOGY in _mapping(
-        _mapping(template.get("metadata")).get("annotations")
+    exclusive = exclusive or labels.EXCLUSIVE_TOPOLOGY in as_mapping(
+        as_mapping(template.get("metadata")).get("annotations")
     )
     return problems + _check_job_spec(job_spec, f"{where}.template.spec", exclusive=exclusive)
 
@@ -130,7 +131,7 @@ def _replicas(replicated_job: Mapping[str, Any]) -> int:
 
 def _check_depends_on(depends_on: Sequence[Any], where: str, earlier: Sequence[str]) -> list[str]:
     problems = []
-    for j, dependency in enumerate(_mapping(d) for d in depends_on):
+    for j, dependency in enumerate(as_mapping(d) for d in depends_on):
         path = f"{where}.dependsOn[{j}]"
         if dependency.get("name") not in earlier:
             problems.append(
@@ -150,18 +151,20 @@ def _check_job_spec(job_spec: Mapping[str, Any], where: str, *, exclusive: bool)
     deadline = job_spec.get("activeDeadlineSeconds", 1)
     if not _is_int(deadline) or deadline <= 0:
         problems.append(f"{where}.activeDeadlineSeconds: must be > 0")
-    pod_template = _mapping(job_spec.get("template"))
-    pod_metadata = _mapping(pod_template.get("metadata"))
+    pod_template = as_mapping(job_spec.get("template"))
+    pod_metadata = as_mapping(pod_template.get("metadata"))
     problems += check_labels(
-        _mapping(pod_metadata.get("labels")), f"{where}.template.metadata.labels"
+        as_mapping(pod_metadata.get("labels")), f"{where}.template.metadata.labels"
     )
     problems += check_annotations(
-        _mapping(pod_metadata.get("annotations")), f"{where}.template.metadata.annotations"
+        as_mapping(pod_metadata.get("annotations")), f"{where}.template.metadata.annotations"
     )
     # JobSet's pod webhook reads the annotation from the pod itself, so a pod template
     # annotation (where KubernetesJob.annotations land, and what ESS accepts) counts too.
-    exclusive = exclusive or labels.EXCLUSIVE_TOPOLOGY in _mapping(pod_metadata.get("annotations"))
-    pod_spec = _mapping(pod_template.get("spec"))
+    exclusive = exclusive or labels.EXCLUSIVE_TOPOLOGY in as_mapping(
+        pod_metadata.get("annotations")
+    )
+    pod_spec = as_mapping(pod_template.get("spec"))
     return problems + _check_pod_spec(pod_spec, f"{where}.template.spec", exclusive=exclusive)
 
 
@@ -183,21 +186,21 @@ def _check_pod_spec(pod_spec: Mapping[str, Any], where: str, *, exclusive: bool)
     grace = pod_spec.get("terminationGracePeriodSeconds", 0)
     if not _is_int(grace) or grace < 0:
         problems.append(f"{where}.terminationGracePeriodSeconds: must be >= 0")
-    node_selector = _mapping(pod_spec.get("nodeSelector"))
+    node_selector = as_mapping(pod_spec.get("nodeSelector"))
     problems += check_labels(node_selector, f"{where}.nodeSelector")
     topology = node_selector.get(GKE_TPU_TOPOLOGY)
     if topology is not None and not (isinstance(topology, str) and _TPU_TOPOLOGY.match(topology)):
         problems.append(
             f"{where}.nodeSelector[{GKE_TPU_TOPOLOGY}]: {topology!r} is not a topology like 2x2x4"
         )
-    volumes = _check_volumes(_sequence(pod_spec.get("volumes")), f"{where}.volumes")
+    volumes = _check_volumes(as_sequence(pod_spec.get("volumes")), f"{where}.volumes")
     problems += volumes.problems
-    containers = _sequence(pod_spec.get("containers"))
+    containers = as_sequence(pod_spec.get("containers"))
     if not containers:
         problems.append(f"{where}.containers: at least one container is required")
     names: list[str] = []
     for field in ("initContainers", "containers"):
-        for k, container in enumerate(_mapping(c) for c in _sequence(pod_spec.get(field))):
+        for k, container in enumerate(as_mapping(c) for c in as_sequence(pod_spec.get(field))):
             path = f"{where}.{field}[{k}]"
             problems += _check_container(container, path, names=names, volumes=volumes.names)
             names.append(str(container.get("name", "")))
@@ -215,7 +218,7 @@ class _Volumes:
 def _check_volumes(volumes: Sequence[Any], where: str) -> _Volumes:
     problems: list[str] = []
     names: list[str] = []
-    for k, volume in enumerate(_mapping(v) for v in volumes):
+    for k, volume in enumerate(as_mapping(v) for v in volumes):
         name = volume.get("name")
         problems += dns_label(name, f"{where}[{k}].name", DNS_1123_LABEL)
         if name in names:
@@ -233,24 +236,24 @@ def _check_container(
         problems.append(f"{where}.name: {name!r} is used by another container of the pod")
     if not container.get("image"):
         problems.append(f"{where}.image: required")
-    for k, port in enumerate(_mapping(p) for p in _sequence(container.get("ports"))):
+    for k, port in enumerate(as_mapping(p) for p in as_sequence(container.get("ports"))):
         container_port = port.get("containerPort")
         if not _is_int(container_port) or not 0 < container_port < 65536:
             problems.append(f"{where}.ports[{k}].containerPort: must be 1..65535")
         host_port = port.get("hostPort", 0)
         if not _is_int(host_port) or not 0 <= host_port < 65536:
             problems.append(f"{where}.ports[{k}].hostPort: must be 0..65535")
-    for k, mount in enumerate(_mapping(m) for m in _sequence(container.get("volumeMounts"))):
+    for k, mount in enumerate(as_mapping(m) for m in as_sequence(container.get("volumeMounts"))):
         if mount.get("name") not in volumes:
             problems.append(
                 f"{where}.volumeMounts[{k}].name: no volume named {mount.get('name')!r}"
             )
         if not mount.get("mountPath"):
             problems.append(f"{where}.volumeMounts[{k}].mountPath: required")
-    for k, env in enumerate(_mapping(e) for e in _sequence(container.get("env"))):
+    for k, env in enumerate(as_mapping(e) for e in as_sequence(container.get("env"))):
         if not env.get("name"):
             problems.append(f"{where}.env[{k}].name: required")
-    return problems + _check_resources(_mapping(container.get("resources")), f"{where}.resources")
+    return problems + _check_resources(as_mapping(container.get("resources")), f"{where}.resources")
 
 
 def _check_resources(resources: Mapping[str, Any], where: str) -> list[str]:
@@ -258,7 +261,7 @@ def _check_resources(resources: Mapping[str, Any], where: str) -> list[str]:
     parsed: dict[str, dict[str, Decimal]] = {}
     for kind in ("requests", "limits"):
         parsed[kind] = {}
-        for resource, value in _mapping(resources.get(kind)).items():
+        for resource, value in as_mapping(resources.get(kind)).items():
             quantity = parse_quantity(value)
             if quantity is None:
                 problems.append(f"{where}.{kind}.{resource}: {value!r} is not a quantity")
@@ -287,13 +290,13 @@ def _check_network(network: Mapping[str, Any]) -> list[str]:
 def _check_success_policy(policy: object, replicas: Mapping[str, int]) -> list[str]:
     if policy is None:
         return []
-    policy = _mapping(policy)
+    policy = as_mapping(policy)
     problems = []
     if policy.get("operator") not in _SUCCESS_OPERATORS:
         problems.append(
             f"spec.successPolicy.operator: must be one of {', '.join(_SUCCESS_OPERATORS)}"
         )
-    for k, target in enumerate(_sequence(policy.get("targetReplicatedJobs"))):
+    for k, target in enumerate(as_sequence(policy.get("targetReplicatedJobs"))):
         if target not in replicas:
             problems.append(
                 f"spec.successPolicy.targetReplicatedJobs[{k}]: no replicated job named {target!r}"
@@ -304,7 +307,7 @@ def _check_success_policy(policy: object, replicas: Mapping[str, int]) -> list[s
 def _check_coordinator(coordinator: object, replicas: Mapping[str, int]) -> list[str]:
     if coordinator is None:
         return []
-    coordinator = _mapping(coordinator)
+    coordinator = as_mapping(coordinator)
     name = coordinator.get("replicatedJob")
     if not isinstance(name, str) or name not in replicas:
         return [f"spec.coordinator.replicatedJob: no replicated job named {name!r}"]
@@ -319,14 +322,6 @@ def _check_coordinator(coordinator: object, replicas: Mapping[str, int]) -> list
 
 
 # --- helpers ---------------------------------------------------------------------------
-
-
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _sequence(value: Any) -> Sequence[Any]:
-    return value if isinstance(value, list | tuple) else ()
 
 
 def _is_int(value: object) -> TypeGuard[int]:

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from xmc import labels
+from xmc.kjson import as_mapping
 
 DNS_1035_LABEL: Final = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 DNS_1123_LABEL: Final = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -33,9 +34,9 @@ def check_type(jobset: Mapping[str, Any]) -> list[str]:
 def check_metadata(metadata: Mapping[str, Any]) -> list[str]:
     problems = dns_label(metadata.get("name"), "metadata.name", DNS_1035_LABEL)
     problems += dns_label(metadata.get("namespace"), "metadata.namespace", DNS_1123_LABEL)
-    jobset_labels = _mapping(metadata.get("labels"))
+    jobset_labels = as_mapping(metadata.get("labels"))
     problems += check_labels(jobset_labels, "metadata.labels")
-    problems += check_annotations(_mapping(metadata.get("annotations")), "metadata.annotations")
+    problems += check_annotations(as_mapping(metadata.get("annotations")), "metadata.annotations")
     queue = jobset_labels.get(labels.QUEUE_NAME)
     if not queue:
         problems.append(
@@ -94,7 +95,3 @@ def check_annotations(values: Mapping[str, Any], where: str) -> list[str]:
         if not isinstance(value, str):
             problems.append(f"{where}[{key}]: value must be a string")
     return problems
-
-
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}

@@ -37,9 +37,14 @@ from xmc.health import Check, probe
 from xmc.model.outbox import RelaySettings
 from xmc.redis_client import connect_redis
 from xmc.settings import Settings, XmcSettings
-from xmc.store import operations, outbox, scheduling
-from xmc.store.migrate import migrate
-from xmc.store.repository import Store, wait_for_postgres
+from xmc.store.transactions import (
+    Store,
+    delete_expired_operations,
+    delete_expired_outbox_rows,
+    delete_expired_paused_tasks,
+    migrate,
+    wait_for_postgres,
+)
 from xmc.streams import StreamNames, TaskPublisher
 from xmc.supervise import finish, supervise
 from xmc.timestamps import utc_now
@@ -97,9 +102,9 @@ async def run_janitor_once(store: Store, *, now: datetime) -> tuple[int, int, in
     after ``processed_time``, finished outbox tasks 7 days after they finished. Returns
     how many of each were dropped."""
     async with store.transaction() as conn:
-        dropped_ops = await operations.delete_expired_operations(conn, now=now)
-        dropped_tasks = await scheduling.delete_expired_paused_tasks(conn, now=now)
-        dropped_outbox = await outbox.delete_expired(conn, now=now)
+        dropped_ops = await delete_expired_operations(conn, now=now)
+        dropped_tasks = await delete_expired_paused_tasks(conn, now=now)
+        dropped_outbox = await delete_expired_outbox_rows(conn, now=now)
     if dropped_ops or dropped_tasks or dropped_outbox:
         log.info(
             "expired rows dropped",

@@ -49,14 +49,14 @@ from ess.auth import Identity, acl_writer_emails, can_write_experiment
 from ess.metrics import CREATES_ABANDONED_AFTER_COMMIT
 from ess.status_codes import storage_unavailable
 from xmc.errors import PermissionDeniedError, XmcError
-from xmc.store.creation import (
+from xmc.store.transactions import (
     Created,
     CreateOutcome,
     ExperimentAccess,
     NewWorkUnit,
+    Store,
     create_work_units,
 )
-from xmc.store.repository import Store
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 
 if TYPE_CHECKING:

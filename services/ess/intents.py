@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any
 
 from google.longrunning.operations_proto_pb2 import Operation
 
@@ -24,11 +23,22 @@ from xmc.model.merge import ExecutionUpdate
 from xmc.model.resume import TaskKind
 from xmc.model.states import EXECUTION_TERMINAL_STATES, WorkUnitState
 from xmc.names import parse_work_unit_name, work_unit_name
-from xmc.store import experiments, operations, outbox, work_units
-from xmc.store.creation import Created
-from xmc.store.executions import update_work_unit_executions
-from xmc.store.operations import ActionType, NewOperation
-from xmc.store.repository import Store
+from xmc.store.transactions import (
+    ActionType,
+    Connection,
+    Created,
+    NewOperation,
+    Store,
+    enqueue_tasks,
+    fetch_experiment,
+    fetch_work_unit,
+    insert_operation,
+    restart_work_unit,
+    select_work_unit_ids,
+    update_experiment,
+    update_work_unit,
+    update_work_unit_executions,
+)
 from xmc.tasks import build_task
 from xmc.timestamps import set_timestamp, stamp_after, to_datetime
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
@@ -106,16 +116,18 @@ class Intents:
             operation_time=self._clock(),
         )
 
-    async def _enqueue(self, conn: Any, tasks: Sequence[Task]) -> None:
+    async def _enqueue(self, conn: Connection, tasks: Sequence[Task]) -> None:
         """Put tasks in the outbox, in the caller's transaction."""
-        await outbox.enqueue(conn, tasks, now=self._clock())
+        await enqueue_tasks(conn, tasks, now=self._clock())
 
     def tasks_committed(self) -> None:
         """Tell the relay that committed tasks wait in the outbox."""
         self._committed()
 
-    async def _writable_experiment(self, conn: Any, identity: Identity, xid: int) -> Experiment:
-        experiment = await experiments.fetch_experiment(conn, xid)
+    async def _writable_experiment(
+        self, conn: Connection, identity: Identity, xid: int
+    ) -> Experiment:
+        experiment = await fetch_experiment(conn, xid)
         _require_writer(identity, experiment)
         return experiment
 
@@ -128,7 +140,7 @@ class Intents:
         client-chosen ``wid`` a repeat returns the first Operation and creates nothing."""
         return await self._creates.submit(identity, xid, work_unit, wid)
 
-    async def enqueue_creates(self, conn: Any, created: Sequence[Created]) -> None:
+    async def enqueue_creates(self, conn: Connection, created: Sequence[Created]) -> None:
         """The CREATE tasks of freshly created work units, in their creating transaction."""
         tasks = []
         for outcome in created:
@@ -148,7 +160,7 @@ class Intents:
     # --- stop --------------------------------------------------------------------------
 
     async def _stop_in_transaction(
-        self, conn: Any, xid: int, wids: Sequence[int], *, strict: bool
+        self, conn: Connection, xid: int, wids: Sequence[int], *, strict: bool
     ) -> list[tuple[WorkUnit, int]]:
         """Write STOPPING (or STOPPED for a paused work unit: it has no JobSet) with the
         masked ``["status.state"]`` path. Returns (work unit, eid) of those stopped."""
@@ -156,7 +168,7 @@ class Intents:
         targets: list[tuple[WorkUnit, int]] = []
         updates = []
         for wid in wids:
-            work_unit = await work_units.fetch_work_unit(conn, xid, wid)
+            work_unit = await fetch_work_unit(conn, xid, wid)
             current = work_unit.current_work_unit_execution
             state = WorkUnitState(current.status.state)
             if state in EXECUTION_TERMINAL_STATES:
@@ -200,9 +212,9 @@ class Intents:
         async with self._store.transaction() as conn:
             experiment = await self._writable_experiment(conn, identity, xid)
             if wids is None:
-                wids = await work_units.select_work_unit_ids(conn, xid, filter_text)
+                wids = await select_work_unit_ids(conn, xid, filter_text)
             targets = await self._stop_in_transaction(conn, xid, wids, strict=not batch)
-            operation = await operations.insert_operation(
+            operation = await insert_operation(
                 conn,
                 NewOperation(
                     xid,
@@ -241,13 +253,12 @@ class Intents:
         async with self._store.transaction() as conn:
             experiment = await self._writable_experiment(conn, identity, xid)
             if wids is None:
-                wids = await work_units.select_work_unit_ids(conn, xid, filter_text)
+                wids = await select_work_unit_ids(conn, xid, filter_text)
             now = self._clock()
             restarted = [
-                await work_units.restart_work_unit(conn, xid, wid, writer=WRITER, now=now)
-                for wid in wids
+                await restart_work_unit(conn, xid, wid, writer=WRITER, now=now) for wid in wids
             ]
-            operation = await operations.insert_operation(
+            operation = await insert_operation(
                 conn,
                 NewOperation(
                     xid,
@@ -284,9 +295,7 @@ class Intents:
         (an UPDATE task, SPEC §7.2)."""
         async with self._store.transaction() as conn:
             experiment = await self._writable_experiment(conn, identity, xid)
-            updated = await work_units.update_work_unit(
-                conn, xid, wid, source, paths, now=self._clock()
-            )
+            updated = await update_work_unit(conn, xid, wid, source, paths, now=self._clock())
             state = WorkUnitState(updated.current_work_unit_execution.status.state)
             patch = "priority" in paths and state not in _NO_UPDATE_STATES
             if patch:
@@ -308,4 +317,4 @@ class Intents:
     ) -> Experiment:
         async with self._store.transaction() as conn:
             await self._writable_experiment(conn, identity, xid)
-            return await experiments.update_experiment(conn, xid, source, paths, now=self._clock())
+            return await update_experiment(conn, xid, source, paths, now=self._clock())

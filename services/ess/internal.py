@@ -18,9 +18,18 @@ from ess.interceptor import caller
 from xmc.errors import InvalidArgumentError, ResourceExhaustedError, UnavailableError
 from xmc.model.merge import ExecutionUpdate
 from xmc.names import parse_work_unit_name, work_unit_ids, work_unit_name
-from xmc.store import deployed, scheduling
-from xmc.store.executions import ItemResult, UpdateOutcome
-from xmc.store.repository import Store
+from xmc.store.transactions import (
+    ItemResult,
+    SchedulingControl,
+    Store,
+    UpdateOutcome,
+    decode_deployed_page_token,
+    deployed_page_size,
+    encode_deployed_page_token,
+    fetch_scheduling_control,
+    list_deployed,
+    set_paused,
+)
 from xmc.streams import REDIS_UNAVAILABLE, StreamNames
 from xmc.timestamps import set_timestamp
 from xmc_api.internal.v1 import (
@@ -111,12 +120,12 @@ class WorkUnitExecutionService(executions_pb2_grpc.WorkUnitExecutionServiceServi
         self, request: executions_pb2.ListDeployedExecutionsRequest, context: Any
     ) -> executions_pb2.ListDeployedExecutionsResponse:
         require_service(caller(), "ListDeployedExecutions")
-        after = deployed.decode_page_token(request.page_token)
-        limit = deployed.page_size(request.page_size)
+        after = decode_deployed_page_token(request.page_token)
+        limit = deployed_page_size(request.page_size)
         async with self._store.connection() as conn:
-            found, upper = await deployed.list_deployed(conn, after=after, limit=limit)
+            found, upper = await list_deployed(conn, after=after, limit=limit)
         response = executions_pb2.ListDeployedExecutionsResponse(
-            next_page_token=deployed.encode_page_token(upper)
+            next_page_token=encode_deployed_page_token(upper)
         )
         for execution in found:
             item = response.executions.add(
@@ -130,7 +139,7 @@ class WorkUnitExecutionService(executions_pb2_grpc.WorkUnitExecutionServiceServi
         return response
 
 
-def _state_to_proto(control: scheduling.SchedulingControl) -> scheduling_pb2.SchedulingState:
+def _state_to_proto(control: SchedulingControl) -> scheduling_pb2.SchedulingState:
     state = scheduling_pb2.SchedulingState(
         paused=control.paused,
         updated_by=control.updated_by,
@@ -152,13 +161,13 @@ class SchedulingService(scheduling_pb2_grpc.SchedulingServiceServicer):
         self._names = names
         self._clock = clock
 
-    async def _set(self, *, paused: bool, reason: str, rpc: str) -> scheduling.SchedulingControl:
+    async def _set(self, *, paused: bool, reason: str, rpc: str) -> SchedulingControl:
         identity = caller()
         require_service(identity, rpc)
         if len(reason) > 1000:
             raise InvalidArgumentError("reason: at most 1000 characters")
         async with self._store.transaction() as conn:
-            return await scheduling.set_paused(
+            return await set_paused(
                 conn, paused=paused, reason=reason, updated_by=identity.email, now=self._clock()
             )
 
@@ -189,4 +198,4 @@ class SchedulingService(scheduling_pb2_grpc.SchedulingServiceServicer):
     ) -> scheduling_pb2.SchedulingState:
         require_service(caller(), "GetSchedulingState")
         async with self._store.transaction() as conn:
-            return _state_to_proto(await scheduling.fetch_scheduling_control(conn))
+            return _state_to_proto(await fetch_scheduling_control(conn))

@@ -11,7 +11,7 @@ from ess.app import EssOptions, EssServer
 from xmc.health import OpsServer
 from xmc.logging import configure_logging
 from xmc.settings import Settings, load_settings
-from xmc.store.migrate import migrate
+from xmc.store.transactions import migrate
 from xmc.supervise import run_service
 
 

@@ -1,8 +1,8 @@
 """``google.longrunning.Operations`` on the ESS (SPEC §2.2).
 
 Operations are rows in Postgres; ``WaitOperation`` polls its row with a growing interval
-(bounded by the request's timeout) rather than holding a database notification channel
-per waiting client.
+(``POLL_INTERVALS``, bounded by the request's timeout) rather than holding a database
+notification channel per waiting client.
 """
 
 from __future__ import annotations
@@ -26,13 +26,14 @@ from google.protobuf.empty_pb2 import Empty
 
 from xmc.errors import InvalidArgumentError, UnimplementedError
 from xmc.names import parse_experiment_name
-from xmc.store import operations
-from xmc.store.listing import ListRequest
-from xmc.store.repository import Store
+from xmc.retry import Backoffs
+from xmc.store.transactions import ListRequest, Store, fetch_operation, list_operations
 
 #: Longest a single WaitOperation blocks; clients loop for longer waits (AIP-151).
 MAX_WAIT_SECONDS = 60.0
-_POLL_START, _POLL_MAX = 0.05, 1.0
+#: Seconds between WaitOperation's reads of the row: doubling from 50 ms, so a quick
+#: task answers fast, to one second, so a long wait costs one query a second.
+POLL_INTERVALS = Backoffs((0.05, 0.1, 0.2, 0.4, 0.8, 1.0))
 
 
 class OperationsService(operations_grpc_pb2.OperationsServicer):  # type: ignore[misc]
@@ -44,7 +45,7 @@ class OperationsService(operations_grpc_pb2.OperationsServicer):  # type: ignore
         if "/operations/" not in name:
             raise InvalidArgumentError(f"name: {name!r} is not an operation name")
         async with self._store.transaction() as conn:
-            return await operations.fetch_operation(conn, name)
+            return await fetch_operation(conn, name)
 
     async def GetOperation(self, request: GetOperationRequest, context: Any) -> Operation:
         return await self._get(request.name)
@@ -54,7 +55,7 @@ class OperationsService(operations_grpc_pb2.OperationsServicer):  # type: ignore
     ) -> ListOperationsResponse:
         xid = parse_experiment_name(request.name, field="name")
         async with self._store.transaction() as conn:
-            found, token = await operations.list_operations(
+            found, token = await list_operations(
                 conn,
                 xid,
                 ListRequest(
@@ -73,14 +74,14 @@ class OperationsService(operations_grpc_pb2.OperationsServicer):  # type: ignore
             raise InvalidArgumentError("timeout: must not be negative")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        interval = _POLL_START
+        polls = 0
         while True:
             operation = await self._get(request.name)
             remaining = deadline - loop.time()
             if operation.done or remaining <= 0:
                 return operation
-            await asyncio.sleep(min(interval, remaining))
-            interval = min(interval * 2, _POLL_MAX)
+            polls += 1
+            await asyncio.sleep(min(POLL_INTERVALS.after(polls), remaining))
 
     async def CancelOperation(self, request: CancelOperationRequest, context: Any) -> Empty:
         raise UnimplementedError(

@@ -45,7 +45,6 @@ from ess.metrics import (
     TASKS_ENQUEUED,
     TASKS_REDRIVEN,
 )
-from xmc.messages import backend_message
 from xmc.model.outbox import (
     EntryState,
     RelayAction,
@@ -57,14 +56,23 @@ from xmc.model.outbox import (
     trim_point,
 )
 from xmc.model.resume import TaskKind
-from xmc.model.states import Severity, WorkUnitState
 from xmc.redis_client import server_run_id
 from xmc.retry import sleep_or_stop
-from xmc.store import executions, operations, outbox
-from xmc.store.outbox import OutboxStatus, OutboxTask
-from xmc.store.repository import Store
+from xmc.store.transactions import (
+    Connection,
+    OutboxStatus,
+    OutboxTask,
+    Store,
+    check_every_published_now,
+    check_later,
+    claim_due,
+    failed_execution_write,
+    finish_task,
+    mark_published,
+    oldest_unfinished_entry,
+    try_transaction_lock,
+)
 from xmc.streams import ACTUATOR_GROUP, REDIS_UNAVAILABLE, StreamNames, TaskPublisher, text
-from xmc.tasks import task_execution_id
 from xmc_api.internal.v1.tasks_pb2 import Task
 
 log = structlog.get_logger()
@@ -170,11 +178,11 @@ class OutboxRelay:
         """One pass (see the module docstring)."""
         now = self._clock()
         async with self._store.transaction() as conn:
-            if not await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", RELAY_LOCK_KEY):
+            if not await try_transaction_lock(conn, RELAY_LOCK_KEY):
                 return RelayReport(busy=True)
             await self._notice_redis_restart(conn)
             await self._trim_when_due(conn)
-            rows = await outbox.claim_due(conn, now=now, limit=self.settings.batch_size)
+            rows = await claim_due(conn, now=now, limit=self.settings.batch_size)
             if not rows:
                 return RelayReport()
             decisions = await self._decide(rows, now=now)
@@ -182,7 +190,7 @@ class OutboxRelay:
             entry_ids = await self._publisher.publish_attempts(
                 [(Task.FromString(row.task), row.publish_count) for row, _ in publish]
             )
-            await outbox.mark_published(
+            await mark_published(
                 conn,
                 [
                     (row.task_id, entry_id, decision.check_at or now)
@@ -190,7 +198,7 @@ class OutboxRelay:
                 ],
                 now=now,
             )
-            await outbox.check_later(
+            await check_later(
                 conn,
                 [
                     (row.task_id, decision.check_at or now)
@@ -203,7 +211,7 @@ class OutboxRelay:
                 await self._abandon(conn, Task.FromString(row.task), decision.reason, now=now)
         return self._report(publish, decisions, len(abandoned))
 
-    async def _notice_redis_restart(self, conn: Any) -> None:
+    async def _notice_redis_restart(self, conn: Connection) -> None:
         """A Redis restarted without persistence lost every entry; a task published long
         ago would otherwise wait up to ``max_check_seconds`` for its next check. The run id
         of the node holding the stream (``INFO server``, read at most every
@@ -218,11 +226,11 @@ class OutboxRelay:
             return  # publishing will fail and retry; nothing to learn here
         self._run_id_checked = loop.time()
         if self._redis_run_id is not None and run_id != self._redis_run_id:
-            count = await outbox.check_every_published_now(conn)
+            count = await check_every_published_now(conn)
             log.warning("Redis restarted: checking every published task now", tasks=count)
         self._redis_run_id = run_id
 
-    async def _trim_when_due(self, conn: Any) -> None:
+    async def _trim_when_due(self, conn: Connection) -> None:
         """Every ``trim_seconds``, under the relay lock: drop the stream's entries no task
         needs any more (``trim_point``), approximately (whole stream nodes, which is cheap
         for Redis). Redis failing here only postpones the trim; the pass goes on."""
@@ -231,7 +239,7 @@ class OutboxRelay:
             return
         try:
             newest = await self._redis.xrevrange(self._names.tasks, count=1)
-            oldest = await outbox.oldest_unfinished_entry(conn)
+            oldest = await oldest_unfinished_entry(conn)
             point = trim_point(oldest, text(newest[0][0]) if newest else None)
             if point is not None:
                 TASK_STREAM_TRIMMED.inc(
@@ -298,33 +306,25 @@ class OutboxRelay:
                 return value.decode() if isinstance(value, bytes) else str(value)
         return None
 
-    async def _abandon(self, conn: Any, task: Task, reason: str, *, now: datetime) -> None:
+    async def _abandon(self, conn: Connection, task: Task, reason: str, *, now: datetime) -> None:
         """Nobody will ever carry the task out: close its Operation with an error and, for
         a create or restart, fail the execution, so neither waits forever."""
         kind = TaskKind(task.kind)
         text = f"XMC could not deliver the {kind.name.lower()} request to the Actuator: {reason}"
         log.error("task abandoned", task_id=task.task_id, xid=task.xid, wid=task.wid,
                   task_kind=kind.name, reason=reason)  # fmt: skip
-        await outbox.finish(conn, task, outcome="abandoned", now=now)
-        if task.operation:
-            await operations.finish_operation_task(
-                conn,
-                task.operation,
-                now=now,
-                error=(grpc.StatusCode.UNAVAILABLE.value[0], text),
-                task_id=task.task_id,
-            )
+        failed = None
         if kind in (TaskKind.CREATE, TaskKind.RESTART):
-            await executions.write_decided_state(
-                conn,
-                task.xid,
-                task.wid,
-                task_execution_id(task),
-                WorkUnitState.FAILED,
-                message=backend_message(Severity.FATAL, task.xid, task.wid, text),
-                writer=WRITER,
-                now=now,
-            )
+            failed = failed_execution_write(task, text)
+        await finish_task(
+            conn,
+            task,
+            outcome="abandoned",
+            writer=WRITER,
+            now=now,
+            state=failed,
+            error=(grpc.StatusCode.UNAVAILABLE.value[0], text),
+        )
 
     @staticmethod
     def _report(

@@ -14,7 +14,6 @@ midway leaves its batch unmarked and unqueued, and the retry does it once.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,20 +26,33 @@ from redis.exceptions import ResponseError
 from ess.metrics import TASKS_RESUMED
 from xmc.model.resume import TaskKind, should_skip_task
 from xmc.retry import sleep_or_stop
-from xmc.store import operations, outbox, scheduling, work_units
-from xmc.store.repository import Store
-from xmc.store.scheduling import ParkedTask, Resolution
+from xmc.store.transactions import (
+    Connection,
+    ParkedTask,
+    Resolution,
+    Store,
+    claim_parked_tasks,
+    fetch_scheduling_control,
+    fetch_work_unit,
+    finish_task,
+    mark_orphaned_parked_tasks,
+    mark_processed,
+    rearm_task,
+)
 from xmc.streams import (
     REDIS_UNAVAILABLE,
     RESUME_GROUP,
     ReadFailure,
     StreamNames,
     classify_read_error,
+    ensure_group,
 )
 from xmc_api.internal.v1.tasks_pb2 import Task
 
 log = structlog.get_logger()
 
+#: This worker as ``finish_task``'s writer (a skipped task writes no execution state).
+WRITER: Final = "ess/resume"
 #: Seconds to wait after a failed run (Redis or Postgres down) before the next.
 ERROR_PAUSE_SECONDS: Final = 1.0
 
@@ -98,11 +110,11 @@ class ResumeWorker:
         resumed = skipped = 0
         while True:
             async with self._store.transaction() as conn:
-                control = await scheduling.fetch_scheduling_control(conn)
+                control = await fetch_scheduling_control(conn)
                 if control.paused:
                     return ResumeReport(run_id, resumed, skipped, ran=resumed + skipped > 0)
-                await scheduling.mark_orphaned_parked_tasks(conn, run_id=run_id, now=self._clock())
-                tasks = await scheduling.claim_parked_tasks(conn, limit=self._batch_size)
+                await mark_orphaned_parked_tasks(conn, run_id=run_id, now=self._clock())
+                tasks = await claim_parked_tasks(conn, limit=self._batch_size)
                 if not tasks:
                     return ResumeReport(run_id, resumed, skipped)
                 newest_updates = _newest_updates(tasks)
@@ -120,7 +132,7 @@ class ResumeWorker:
                     resolution = Resolution.SKIPPED if decision.skip else Resolution.RESUMED
                     await self._resolve(conn, parked, resolution)
                     marks.append((parked.id, resolution, decision.reason.value))
-                await scheduling.mark_processed(conn, marks, run_id=run_id, now=self._clock())
+                await mark_processed(conn, marks, run_id=run_id, now=self._clock())
             batch_resumed = sum(1 for _, r, _ in marks if r == Resolution.RESUMED)
             if batch_resumed:
                 self._committed()
@@ -129,25 +141,17 @@ class ResumeWorker:
             TASKS_RESUMED.labels("resumed").inc(batch_resumed)
             TASKS_RESUMED.labels("skipped").inc(len(marks) - batch_resumed)
 
-    async def _resolve(self, conn: Any, parked: ParkedTask, resolution: Resolution) -> None:
+    async def _resolve(self, conn: Connection, parked: ParkedTask, resolution: Resolution) -> None:
         """Queue a resumed task again, built from the work unit as it is now (edits made
         while paused, a priority say, are not lost); finish a skipped one."""
         task = Task.FromString(parked.task)
-        current = await work_units.fetch_work_unit(conn, parked.xid, parked.wid)
+        current = await fetch_work_unit(conn, parked.xid, parked.wid)
         now = self._clock()
         if resolution is Resolution.RESUMED:
             task.payload.work_unit.CopyFrom(current)
-            await outbox.rearm(conn, task, now=now)
+            await rearm_task(conn, task, now=now)
             return
-        await outbox.finish(conn, task, outcome="skipped", now=now)
-        if task.operation:
-            await operations.finish_operation_task(
-                conn, task.operation, now=now, response=current, task_id=task.task_id
-            )
-
-    async def _ensure_group(self) -> None:
-        with contextlib.suppress(ResponseError):  # BUSYGROUP: it exists already
-            await self._redis.xgroup_create(self._names.resume, RESUME_GROUP, id="0", mkstream=True)
+        await finish_task(conn, task, outcome="skipped", writer=WRITER, now=now, response=current)
 
     async def _next_triggers(self, block_ms: int) -> list[tuple[bytes, Any]]:
         # Our own unacked triggers first (a crash mid-run), then new ones.
@@ -177,7 +181,7 @@ class ResumeWorker:
         while not stop.is_set():
             try:
                 if not self._group_ready:
-                    await self._ensure_group()
+                    await ensure_group(self._redis, self._names.resume, RESUME_GROUP)
                     self._group_ready = True
                 triggers = await self._next_triggers(block_ms=500)
                 if triggers or loop.time() >= next_sweep:

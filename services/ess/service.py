@@ -28,9 +28,23 @@ from xmc.errors import InvalidArgumentError
 from xmc.masks import validate_update_mask
 from xmc.model.states import LaunchState
 from xmc.names import parse_artifact_name, parse_experiment_name, parse_work_unit_name
-from xmc.store import artifacts, experiments, work_units
-from xmc.store.listing import ListRequest
-from xmc.store.repository import Store
+from xmc.store.transactions import (
+    ARTIFACT_UPDATABLE,
+    EXPERIMENT_UPDATABLE,
+    WORK_UNIT_UPDATABLE,
+    ListRequest,
+    Store,
+    delete_artifact,
+    fetch_artifact,
+    fetch_experiment,
+    fetch_work_unit,
+    insert_artifact,
+    list_artifacts,
+    list_experiments,
+    list_status_messages,
+    list_work_units,
+    update_artifact,
+)
 from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
 from xmc_api.cloud.xmanager.v1.artifact_pb2 import Artifact
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
@@ -97,7 +111,7 @@ class ExperimentStateService(api_pb2_grpc.ExperimentStateServiceServicer):
         self, request: api_pb2.ListExperimentsRequest, context: Any
     ) -> api_pb2.ListExperimentsResponse:
         async with self._store.transaction() as conn:
-            found, token = await experiments.list_experiments(conn, list_request(request))
+            found, token = await list_experiments(conn, list_request(request))
         return api_pb2.ListExperimentsResponse(experiments=found, next_page_token=token)
 
     SearchExperiments = ListExperiments
@@ -106,7 +120,7 @@ class ExperimentStateService(api_pb2_grpc.ExperimentStateServiceServicer):
         self, request: api_pb2.UpdateExperimentRequest, context: Any
     ) -> Experiment:
         xid = parse_experiment_name(request.experiment.name, field="experiment.name")
-        paths = validate_update_mask(request.update_mask.paths, experiments.EXPERIMENT_UPDATABLE)
+        paths = validate_update_mask(request.update_mask.paths, EXPERIMENT_UPDATABLE)
         validate_experiment(request.experiment)
         return await self._intents.update_experiment(caller(), xid, request.experiment, paths)
 
@@ -157,7 +171,7 @@ class ExperimentStateService(api_pb2_grpc.ExperimentStateServiceServicer):
         xid = parse_experiment_name(request.parent, field="parent")
         # One statement, so no transaction: it would only add BEGIN and COMMIT round trips.
         async with self._store.connection() as conn:
-            return await work_units.list_work_units(conn, xid, list_request(request))
+            return await list_work_units(conn, xid, list_request(request))
 
     SearchWorkUnits = ListWorkUnits  # type: ignore[assignment]
 
@@ -189,7 +203,7 @@ class ExperimentStateService(api_pb2_grpc.ExperimentStateServiceServicer):
         self, request: api_pb2.UpdateWorkUnitRequest, context: Any
     ) -> WorkUnit:
         xid, wid = parse_work_unit_name(request.work_unit.name, field="work_unit.name")
-        paths = validate_update_mask(request.update_mask.paths, work_units.WORK_UNIT_UPDATABLE)
+        paths = validate_update_mask(request.update_mask.paths, WORK_UNIT_UPDATABLE)
         validate_work_unit_update(request.work_unit, paths)
         return await self._intents.update_work_unit(caller(), xid, wid, request.work_unit, paths)
 
@@ -205,22 +219,20 @@ class ExperimentStateService(api_pb2_grpc.ExperimentStateServiceServicer):
         artifact.parent = request.parent
         async with self._store.transaction() as conn:
             if wid is not None:
-                await work_units.fetch_work_unit(conn, xid, wid)
-            return await artifacts.insert_artifact(conn, artifact, now=self._clock())
+                await fetch_work_unit(conn, xid, wid)
+            return await insert_artifact(conn, artifact, now=self._clock())
 
     async def GetArtifact(self, request: api_pb2.GetArtifactRequest, context: Any) -> Artifact:
         async with self._store.transaction() as conn:
-            return await artifacts.fetch_artifact(conn, parse_artifact_name(request.name))
+            return await fetch_artifact(conn, parse_artifact_name(request.name))
 
     async def ListArtifacts(
         self, request: api_pb2.ListArtifactsRequest, context: Any
     ) -> api_pb2.ListArtifactsResponse:
         xid, _wid = parse_parent(request.parent)
         async with self._store.transaction() as conn:
-            await experiments.fetch_experiment(conn, xid)
-            found, token = await artifacts.list_artifacts(
-                conn, request.parent, list_request(request)
-            )
+            await fetch_experiment(conn, xid)
+            found, token = await list_artifacts(conn, request.parent, list_request(request))
         return api_pb2.ListArtifactsResponse(artifacts=found, next_page_token=token)
 
     SearchArtifacts = ListArtifacts
@@ -228,7 +240,7 @@ class ExperimentStateService(api_pb2_grpc.ExperimentStateServiceServicer):
     async def _writable_artifact(self, name: str) -> int:
         aid = parse_artifact_name(name)
         async with self._store.transaction() as conn:
-            artifact = await artifacts.fetch_artifact(conn, aid)
+            artifact = await fetch_artifact(conn, aid)
         xid, _wid = parse_parent(artifact.parent)
         await self._check_writer(xid)
         return aid
@@ -236,17 +248,15 @@ class ExperimentStateService(api_pb2_grpc.ExperimentStateServiceServicer):
     async def UpdateArtifact(
         self, request: api_pb2.UpdateArtifactRequest, context: Any
     ) -> Artifact:
-        paths = validate_update_mask(request.update_mask.paths, artifacts.ARTIFACT_UPDATABLE)
+        paths = validate_update_mask(request.update_mask.paths, ARTIFACT_UPDATABLE)
         aid = await self._writable_artifact(request.artifact.name)
         async with self._store.transaction() as conn:
-            return await artifacts.update_artifact(
-                conn, aid, request.artifact, paths, now=self._clock()
-            )
+            return await update_artifact(conn, aid, request.artifact, paths, now=self._clock())
 
     async def DeleteArtifact(self, request: api_pb2.DeleteArtifactRequest, context: Any) -> Empty:
         aid = await self._writable_artifact(request.name)
         async with self._store.transaction() as conn:
-            await artifacts.delete_artifact(conn, aid)
+            await delete_artifact(conn, aid)
         return Empty()
 
     # --- status messages ---------------------------------------------------------------
@@ -257,12 +267,10 @@ class ExperimentStateService(api_pb2_grpc.ExperimentStateServiceServicer):
         xid, wid = parse_parent(request.parent)
         async with self._store.transaction() as conn:
             if wid is None:
-                await experiments.fetch_experiment(conn, xid)
+                await fetch_experiment(conn, xid)
             else:
-                await work_units.fetch_work_unit(conn, xid, wid)
-            found, token = await work_units.list_status_messages(
-                conn, xid, wid, list_request(request)
-            )
+                await fetch_work_unit(conn, xid, wid)
+            found, token = await list_status_messages(conn, xid, wid, list_request(request))
         return api_pb2.ListStatusMessagesResponse(status_messages=found, next_page_token=token)
 
     SearchStatusMessages = ListStatusMessages

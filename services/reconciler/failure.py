@@ -45,6 +45,7 @@ from reconciler.observe import (
     belongs_to,
     cluster_error,
 )
+from xmc.kjson import as_mapping, as_sequence, as_str, condition_of, labels_of, metadata_of
 from xmc.messages import printable
 from xmc.timestamps import parse_rfc3339
 from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
@@ -97,53 +98,23 @@ class FailureReason:
 NOT_FAILED: Final = FailureReason(FailureCause.NOT_FAILED, "")
 
 
-# --- small readers of API objects -----------------------------------------------------
-
-
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _sequence(value: Any) -> Sequence[Any]:
-    return value if isinstance(value, list | tuple) else ()
-
-
-def _str(value: Any) -> str:
-    return value if isinstance(value, str) else ""
-
-
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return _mapping(obj.get("metadata"))
-
-
-def _labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return _mapping(_meta(obj).get("labels"))
+# --- small readers of API objects (the generic ones are ``xmc.kjson``'s) --------------
 
 
 def _name(obj: Mapping[str, Any]) -> str:
-    return _str(_meta(obj).get("name"))
-
-
-def _true_condition(obj: Mapping[str, Any], *types: str) -> Mapping[str, Any] | None:
-    """The first of ``types`` (in that order) that is True."""
-    conditions = [_mapping(c) for c in _sequence(_mapping(obj.get("status")).get("conditions"))]
-    for wanted in types:
-        for condition in conditions:
-            if condition.get("type") == wanted and condition.get("status") == "True":
-                return condition
-    return None
+    return as_str(metadata_of(obj).get("name"))
 
 
 def _current_attempt(pod: Mapping[str, Any], jobset: Mapping[str, Any]) -> bool:
     """Pods of an earlier JobSet restart tell nothing about the failure that ended it."""
-    attempt = _labels(pod).get(RESTART_ATTEMPT_LABEL)
-    restarts = _mapping(jobset.get("status")).get("restarts")
+    attempt = labels_of(pod).get(RESTART_ATTEMPT_LABEL)
+    restarts = as_mapping(jobset.get("status")).get("restarts")
     return attempt is None or not isinstance(restarts, int) or attempt == str(restarts)
 
 
 def _pod_job(pod: Mapping[str, Any]) -> str:
-    labels = _labels(pod)
-    return _str(labels.get(JOB_NAME_LABEL)) or _str(labels.get(LEGACY_JOB_NAME_LABEL))
+    labels = labels_of(pod)
+    return as_str(labels.get(JOB_NAME_LABEL)) or as_str(labels.get(LEGACY_JOB_NAME_LABEL))
 
 
 # --- the failed Job -------------------------------------------------------------------
@@ -151,8 +122,8 @@ def _pod_job(pod: Mapping[str, Any]) -> str:
 
 def named_failed_job(jobset: Mapping[str, Any]) -> str:
     """The Job the JobSet's ``Failed`` message names; "" when it names none."""
-    failed = _true_condition(jobset, "Failed")
-    match = _FIRST_FAILED_JOB.search(_str((failed or {}).get("message")))
+    failed = condition_of(jobset, "Failed", status="True")
+    match = _FIRST_FAILED_JOB.search(as_str((failed or {}).get("message")))
     return match.group(1) if match else ""
 
 
@@ -161,7 +132,7 @@ def _oldest_failed_job(jobs: Sequence[Mapping[str, Any]]) -> str:
     unparseable times last)."""
     failed: list[tuple[bool, datetime, int, str]] = []
     for index, job in enumerate(jobs):
-        condition = _true_condition(job, "Failed")
+        condition = condition_of(job, "Failed", status="True")
         if condition is not None:
             at = parse_rfc3339(condition.get("lastTransitionTime"))
             failed.append((at is None, at or _EPOCH, index, _name(job)))
@@ -186,10 +157,10 @@ class _PodFailure:
 def _container_detail(kind: str, container: str, pod: str, terminated: Mapping[str, Any]) -> str:
     code = terminated.get("exitCode")
     text = f'{kind} "{container}" of pod "{pod}" exited with code {code}'
-    reason = _str(terminated.get("reason"))
+    reason = as_str(terminated.get("reason"))
     if reason:
         text += f" ({reason})"
-    message = _str(terminated.get("message")).strip()
+    message = as_str(terminated.get("message")).strip()
     return f"{text}: {message}" if message else text
 
 
@@ -203,19 +174,19 @@ def _killed(terminated: Mapping[str, Any], deleted_at: datetime | None) -> bool:
 
 def _container_failures(pod: Mapping[str, Any]) -> list[_PodFailure]:
     """Non-zero exits of this pod's containers that were not caused by its deletion."""
-    status, name, job = _mapping(pod.get("status")), _name(pod), _pod_job(pod)
-    deleted_at = parse_rfc3339(_meta(pod).get("deletionTimestamp"))
+    status, name, job = as_mapping(pod.get("status")), _name(pod), _pod_job(pod)
+    deleted_at = parse_rfc3339(metadata_of(pod).get("deletionTimestamp"))
     found: list[_PodFailure] = []
     order = 0
     for key, kind in _CONTAINER_KINDS:
-        for container in map(_mapping, _sequence(status.get(key))):
+        for container in map(as_mapping, as_sequence(status.get(key))):
             for state_key in ("state", "lastState"):
-                terminated = _mapping(_mapping(container.get(state_key)).get("terminated"))
+                terminated = as_mapping(as_mapping(container.get(state_key)).get("terminated"))
                 code = terminated.get("exitCode")
                 order += 1
                 if not isinstance(code, int) or code == 0 or _killed(terminated, deleted_at):
                     continue
-                detail = _container_detail(kind, _str(container.get("name")), name, terminated)
+                detail = _container_detail(kind, as_str(container.get("name")), name, terminated)
                 at = parse_rfc3339(terminated.get("finishedAt"))
                 found.append(_PodFailure(at, name, order, FailureCause.CONTAINER, detail, job))
     return found
@@ -224,21 +195,21 @@ def _container_failures(pod: Mapping[str, Any]) -> list[_PodFailure]:
 def _pod_reason(pod: Mapping[str, Any]) -> _PodFailure | None:
     """A failed pod's own ``status.reason`` (the kubelet evicted it, or its
     ``activeDeadlineSeconds`` passed): its containers were killed *because* of it."""
-    status = _mapping(pod.get("status"))
-    reason = _str(status.get("reason"))
+    status = as_mapping(pod.get("status"))
+    reason = as_str(status.get("reason"))
     if status.get("phase") != "Failed" or not reason:
         return None
     detail = f'pod "{_name(pod)}" failed: {reason}'
-    message = _str(status.get("message")).strip()
+    message = as_str(status.get("message")).strip()
     if message:
         detail += f" ({message})"
-    ends = [t for c in _sequence(status.get("containerStatuses")) if (t := _finished_at(c))]
+    ends = [t for c in as_sequence(status.get("containerStatuses")) if (t := _finished_at(c))]
     at = min(ends, default=None)
     return _PodFailure(at, _name(pod), 0, FailureCause.POD, detail, _pod_job(pod))
 
 
 def _finished_at(container: Any) -> datetime | None:
-    terminated = _mapping(_mapping(_mapping(container).get("state")).get("terminated"))
+    terminated = as_mapping(as_mapping(as_mapping(container).get("state")).get("terminated"))
     return parse_rfc3339(terminated.get("finishedAt"))
 
 
@@ -246,16 +217,16 @@ def _stuck(pods: Sequence[Mapping[str, Any]]) -> _PodFailure | None:
     """The first container (init containers first, pods by name) waiting with a reason
     that never clears on its own."""
     for pod in sorted(pods, key=_name):
-        status = _mapping(pod.get("status"))
+        status = as_mapping(pod.get("status"))
         for key, kind in _CONTAINER_KINDS:
-            for container in map(_mapping, _sequence(status.get(key))):
-                waiting = _mapping(_mapping(container.get("state")).get("waiting"))
-                reason = _str(waiting.get("reason"))
+            for container in map(as_mapping, as_sequence(status.get(key))):
+                waiting = as_mapping(as_mapping(container.get("state")).get("waiting"))
+                reason = as_str(waiting.get("reason"))
                 if reason not in STARTUP_FAILURE_REASONS:
                     continue
-                where = f'{kind} "{_str(container.get("name"))}" of pod "{_name(pod)}"'
+                where = f'{kind} "{as_str(container.get("name"))}" of pod "{_name(pod)}"'
                 detail = f"{where} could not start: {reason}"
-                message = _str(waiting.get("message")).strip()
+                message = as_str(waiting.get("message")).strip()
                 if message:
                     detail += f" ({message})"
                 return _PodFailure(None, _name(pod), 0, FailureCause.STARTUP, detail, _pod_job(pod))
@@ -282,12 +253,12 @@ def _bounded(text: str) -> str:
 
 
 def _job_prefix(job: str, condition: Mapping[str, Any] | None) -> str:
-    reason = _str((condition or {}).get("reason"))
+    reason = as_str((condition or {}).get("reason"))
     return f'job "{job}" failed' + (f" ({reason})" if reason else "")
 
 
 def _jobset_only(jobset: Mapping[str, Any], failed: Mapping[str, Any], job: str) -> FailureReason:
-    reason, message = _str(failed.get("reason")), _str(failed.get("message")).strip()
+    reason, message = as_str(failed.get("reason")), as_str(failed.get("message")).strip()
     text = f'JobSet "{_name(jobset)}" failed' + (f" ({reason})" if reason else "")
     return FailureReason(
         FailureCause.JOBSET, _bounded(f"{text}: {message}" if message else text), job
@@ -305,7 +276,7 @@ def decide_failure_reason(
     older incarnation's, nothing at all when the reads failed): only this JobSet's, of
     its current restart attempt, are considered.
     """
-    failed = _true_condition(jobset, "Failed")
+    failed = condition_of(jobset, "Failed", status="True")
     if failed is None:
         return NOT_FAILED
     own_jobs = [j for j in jobs if belongs_to(j, jobset)]
@@ -317,19 +288,19 @@ def decide_failure_reason(
         first = _first_failure(own_pods)
         name = first.job if first is not None else ""
     job = next((j for j in own_jobs if _name(j) == name), None)
-    condition = None if job is None else _true_condition(job, "Failed", "FailureTarget")
-    job_uid = _str(_meta(job or {}).get("uid"))
+    condition = None if job is None else condition_of(job, "Failed", "FailureTarget", status="True")
+    job_uid = as_str(metadata_of(job or {}).get("uid"))
     job_pods = [
         p
         for p in own_pods
         if (not name or _pod_job(p) == name)
-        and (not job_uid or _labels(p).get(JOB_UID_LABEL, job_uid) == job_uid)
+        and (not job_uid or labels_of(p).get(JOB_UID_LABEL, job_uid) == job_uid)
     ]
     prefix = _job_prefix(name, condition) if name else f'JobSet "{_name(jobset)}" failed'
 
     # 2. The Job stopped its pods itself: its reason, and what kept a container from starting.
-    if condition is not None and _str(condition.get("reason")) in JOB_STOPPED_ITS_PODS:
-        text = f"{prefix}: {_str(condition.get('message')).strip() or condition.get('reason')}"
+    if condition is not None and as_str(condition.get("reason")) in JOB_STOPPED_ITS_PODS:
+        text = f"{prefix}: {as_str(condition.get('message')).strip() or condition.get('reason')}"
         stuck = _stuck(job_pods)
         if stuck is not None:
             return FailureReason(FailureCause.STARTUP, _bounded(f"{text}; {stuck.detail}"), name)
@@ -342,7 +313,7 @@ def decide_failure_reason(
 
     # 5. The Job's condition alone, then the JobSet's.
     if condition is not None:
-        message = _str(condition.get("message")).strip()
+        message = as_str(condition.get("message")).strip()
         return FailureReason(
             FailureCause.JOB, _bounded(f"{prefix}: {message}" if message else prefix), name
         )

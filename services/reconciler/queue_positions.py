@@ -31,6 +31,7 @@ from typing import Any
 import structlog
 
 from reconciler.observe import QueuePosition
+from xmc.kjson import as_mapping, condition_of
 from xmc.kube import KubeError
 
 log = structlog.get_logger()
@@ -116,14 +117,8 @@ class Outages:
 
 def waiting_queue(workload: Mapping[str, Any]) -> str | None:
     """The LocalQueue of a Workload waiting for quota (``QuotaReserved=False``), else None."""
-    status = workload.get("status")
-    conditions = (status.get("conditions") if isinstance(status, Mapping) else None) or ()
-    waiting = any(
-        isinstance(c, Mapping) and c.get("type") == "QuotaReserved" and c.get("status") == "False"
-        for c in conditions
-    )
-    spec = workload.get("spec")
-    queue = spec.get("queueName") if isinstance(spec, Mapping) else None
+    waiting = condition_of(workload, "QuotaReserved", status="False") is not None
+    queue = as_mapping(workload.get("spec")).get("queueName")
     return str(queue) if waiting and queue else None
 
 

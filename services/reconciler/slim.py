@@ -18,7 +18,7 @@ values shares one copy among all of them, which more than halves each cached obj
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, Final
 
 from reconciler.failure import (
@@ -28,6 +28,7 @@ from reconciler.failure import (
     RESTART_ATTEMPT_LABEL,
 )
 from reconciler.observe import JOBSET_NAME_LABEL, JOBSET_UID_LABEL
+from xmc.kjson import as_mapping, as_sequence
 from xmc.labels import EXECUTION_ID, EXPERIMENT_ID, WORK_UNIT_ID
 
 Obj = dict[str, Any]
@@ -64,17 +65,9 @@ def compact(value: Any) -> Any:
     return value
 
 
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _sequence(value: Any) -> Sequence[Any]:
-    return value if isinstance(value, list | tuple) else ()
-
-
 def _at(source: Mapping[str, Any], *path: str) -> Any:
     for key in path:
-        source = _mapping(source.get(key))
+        source = as_mapping(source.get(key))
     return source
 
 
@@ -82,7 +75,7 @@ def slim_metadata(metadata: Any) -> Obj:
     """Everything but ``managedFields`` and the annotations (kubectl's last-applied
     configuration among them), which no observer, failure reason or finalizer reads."""
     return {
-        k: v for k, v in _mapping(metadata).items() if k not in ("managedFields", "annotations")
+        k: v for k, v in as_mapping(metadata).items() if k not in ("managedFields", "annotations")
     }
 
 
@@ -99,9 +92,9 @@ def _envelope(obj: Mapping[str, Any], spec: Obj) -> Obj:
 def slim_jobset(jobset: Obj) -> Obj:
     """``suspend`` and, per replicated job, its name, ``replicas`` and pod template
     ``serviceAccountName`` (the JobSet mapping and ``observe_jobset`` read no more)."""
-    spec = _mapping(jobset.get("spec"))
+    spec = as_mapping(jobset.get("spec"))
     replicated: list[Obj] = []
-    for rjob in map(_mapping, _sequence(spec.get("replicatedJobs"))):
+    for rjob in map(as_mapping, as_sequence(spec.get("replicatedJobs"))):
         kept: Obj = {k: rjob[k] for k in ("name", "replicas") if k in rjob}
         account = _at(rjob, "template", "spec", "template", "spec").get("serviceAccountName")
         if account is not None:
@@ -116,12 +109,12 @@ def slim_jobset(jobset: Obj) -> Obj:
 def slim_workload(workload: Obj) -> Obj:
     """``queueName``, the priority fields and, per pod set, its name, count and template
     ``nodeSelector`` (the scheduling information reads no more)."""
-    spec = _mapping(workload.get("spec"))
+    spec = as_mapping(workload.get("spec"))
     slim_spec: Obj = {
         k: spec[k] for k in ("queueName", "priority", "priorityClassName") if k in spec
     }
     pod_sets: list[Obj] = []
-    for pod_set in map(_mapping, _sequence(spec.get("podSets"))):
+    for pod_set in map(as_mapping, as_sequence(spec.get("podSets"))):
         kept: Obj = {k: pod_set[k] for k in ("name", "count") if k in pod_set}
         selector = _at(pod_set, "template", "spec").get("nodeSelector")
         if selector is not None:
@@ -144,8 +137,8 @@ def _slim_pod_status(status: Mapping[str, Any]) -> Obj:
     for key in ("containerStatuses", "initContainerStatuses"):
         if key in kept:
             kept[key] = [
-                {k: v for k, v in _mapping(c).items() if k not in CONTAINER_STATUS_DROPPED}
-                for c in _sequence(kept[key])
+                {k: v for k, v in as_mapping(c).items() if k not in CONTAINER_STATUS_DROPPED}
+                for c in as_sequence(kept[key])
             ]
     return kept
 
@@ -154,9 +147,9 @@ def slim_pod(pod: Obj) -> Obj:
     """Metadata with only the ``POD_LABELS``, and the ``POD_STATUS`` fields: the startup
     diagnostics, R4's terminating pods and the failure reasons read labels, the phase and
     container *states*, never the pod's spec or conditions."""
-    metadata = _mapping(pod.get("metadata"))
-    labels = {k: v for k, v in _mapping(metadata.get("labels")).items() if k in POD_LABELS}
+    metadata = as_mapping(pod.get("metadata"))
+    labels = {k: v for k, v in as_mapping(metadata.get("labels")).items() if k in POD_LABELS}
     slim = {**pod, "metadata": {**metadata, "labels": labels}}
     if "status" in pod:
-        slim["status"] = _slim_pod_status(_mapping(pod["status"]))
+        slim["status"] = _slim_pod_status(as_mapping(pod["status"]))
     return _envelope(slim, {})

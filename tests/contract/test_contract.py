@@ -39,6 +39,11 @@ async def test_create_stop_restart(cluster: Cluster) -> None:
     name = first["metadata"]["name"]
     await cluster.release(name)
     await cluster.wait(lambda: _gone(cluster, name), within=60, what="the released JobSet is gone")
+    # As the Actuator's Restart does (decision 0032): Kueue matches Workloads to a JobSet by
+    # name, so execution 1's, left behind, would be taken for execution 2's.
+    await cluster.wait(
+        lambda: _no_workloads_of(cluster, first), within=60, what="its Workload is gone"
+    )
 
     second = await cluster.create_work_unit(wid=1, eid=2)
     assert second["metadata"]["name"] == name
@@ -160,6 +165,12 @@ async def _gone(cluster: Cluster, name: str) -> bool:
 
 async def _none_of(cluster: Cluster, resource: Any, jobset: Obj) -> bool:
     return not await cluster.owned(resource, jobset)
+
+
+async def _no_workloads_of(cluster: Cluster, jobset: Obj) -> bool:
+    """The Actuator's own check: no Workload labelled with the JobSet's uid is left."""
+    uid = jobset["metadata"]["uid"]
+    return not await cluster.jobsets.workloads_of(cluster.namespace, uid)
 
 
 def _execution_of(pod: Obj) -> str | None:

@@ -23,7 +23,7 @@ from actuator.handlers import JobSetHandlers
 from actuator.kube import JobSetClient
 from actuator.manifest import build_base_jobset
 from actuator.outcome import Outcome, TaskResult
-from kubesim.resources import JOBSET
+from kubesim.resources import JOBSET, WORKLOAD
 from kubesim.server import KubeSim
 from tests.integration.ess_harness import SIGNING_KEY, Ess, metadata
 from tests.integration.support import minimal_work_unit
@@ -614,6 +614,39 @@ async def test_restart_retries_while_the_old_jobset_is_not_gone(env: Env) -> Non
     assert S((await env.execution(xid, wid)).status.state) == S.RESTARTING
 
     env.remove_finalizer(xid, wid)
+    assert (await impatient.handle(restart)).outcome is Outcome.DONE
+    new = env.jobset(xid, wid)
+    assert new is not None
+    assert new["metadata"]["labels"][labels.EXECUTION_ID] == "2"
+
+
+async def test_restart_waits_for_the_old_jobsets_workload_to_go(env: Env) -> None:
+    """Kueue matches Workloads to a JobSet by name (decision 0032): execution 2's JobSet
+    is created only once the Workload made for execution 1's (label ``job-uid``) is gone,
+    which the garbage collector deletes after the JobSet itself."""
+    xid, wid, _create = await env.created()
+    old = env.jobset(xid, wid)
+    assert old is not None
+    workload = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {
+            "name": "jobset-left-behind",
+            "labels": {labels.KUEUE_JOB_UID: old["metadata"]["uid"]},
+        },
+        "spec": {"queueName": "q", "podSets": []},
+    }
+    env.sim.store.create(WORKLOAD, workload, NAMESPACE)
+    restart = await env.restart(xid, wid)
+    impatient = env.make_handlers(restart_wait_seconds=0.3, restart_poll_seconds=0.02)
+    env.remove_finalizer(xid, wid)
+
+    first = await impatient.handle(restart)
+
+    assert (first.outcome, first.code) == (Outcome.RETRY, "DEADLINE_EXCEEDED"), first
+    assert "Workload" in first.reason
+    assert env.jobset(xid, wid) is None, "the old JobSet is gone, the new one not created"
+    env.sim.store.delete(WORKLOAD, NAMESPACE, "jobset-left-behind")
     assert (await impatient.handle(restart)).outcome is Outcome.DONE
     new = env.jobset(xid, wid)
     assert new is not None

@@ -20,7 +20,7 @@ from tests.integration.test_ess_api import expect_error
 from tests.waiting import eventually
 from xmc.model.resume import SkipReason, TaskKind
 from xmc.model.states import WorkUnitState
-from xmc.store import scheduling
+from xmc.store.transactions import park_task
 from xmc.streams import RESUME_GROUP, StreamNames
 from xmc.tasks import verify_task
 from xmc_api.cloud.xmanager.v1 import api_pb2
@@ -151,16 +151,7 @@ async def park(ess: Ess, task: Task) -> None:
     unit SCHEDULING_PAUSED."""
     assert ess.server.store is not None
     async with ess.server.store.transaction() as conn:
-        await scheduling.park_task(
-            conn,
-            task_id=task.task_id,
-            xid=task.xid,
-            wid=task.wid,
-            eid=task.target_eid,
-            kind=task.kind,
-            task=task.SerializeToString(),
-            now=ess.clock.now,
-        )
+        await park_task(conn, task, mark=None, writer="test", now=ess.clock.now)
     if task.kind in (Task.CREATE, Task.RESTART):
         paused = observation(
             f"experiments/{task.xid}/workUnits/{task.wid}",
@@ -311,10 +302,7 @@ async def test_a_task_parked_again_after_a_resume_is_resumed_again(ess: Ess) -> 
     ess.clock.advance(1)
     assert ess.server.store is not None
     async with ess.server.store.transaction() as conn:
-        reparked = await scheduling.park_task(
-            conn, task_id=task.task_id, xid=task.xid, wid=task.wid, eid=task.target_eid,
-            kind=task.kind, task=task.SerializeToString(), now=ess.clock.now,
-        )  # fmt: skip
+        reparked = await park_task(conn, task, mark=None, writer="test", now=ess.clock.now)
     assert reparked, "a processed row is parked anew"
     await ess.scheduling.ResumeScheduling(
         scheduling_pb2.ResumeSchedulingRequest(), metadata=SERVICE

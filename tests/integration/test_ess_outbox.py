@@ -16,6 +16,7 @@ import redis.asyncio as aioredis
 from google.longrunning import operations_grpc_pb2
 from google.longrunning.operations_proto_pb2 import GetOperationRequest
 
+from ess import relay as relay_module
 from ess.relay import OutboxRelay
 from tests.integration.ess_harness import SIGNING_KEY, Ess, metadata
 from tests.integration.redis_server import RedisServer
@@ -23,7 +24,7 @@ from tests.integration.support import fetch_all, minimal_work_unit
 from tests.waiting import eventually
 from xmc.model.outbox import RelaySettings
 from xmc.model.states import Severity, WorkUnitState
-from xmc.store import outbox
+from xmc.store.transactions import mark_published
 from xmc.streams import ACTUATOR_GROUP
 from xmc.tasks import verify_task
 from xmc_api.cloud.xmanager.v1 import api_pb2
@@ -262,7 +263,7 @@ async def test_a_crash_between_xadd_and_commit_publishes_the_attempt_once(
     ess_factory: Any, private_redis: RedisServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ess = await _ess(ess_factory, private_redis)
-    real = outbox.mark_published
+    real = mark_published
     calls = 0
 
     async def die_once(*args: Any, **kwargs: Any) -> None:
@@ -272,7 +273,7 @@ async def test_a_crash_between_xadd_and_commit_publishes_the_attempt_once(
             raise ConnectionResetError("the ESS died right after XADD")
         await real(*args, **kwargs)
 
-    monkeypatch.setattr(outbox, "mark_published", die_once)
+    monkeypatch.setattr(relay_module, "mark_published", die_once)
     await _create(ess, await _experiment(ess))
     await ess.relayed()
 

@@ -45,6 +45,7 @@ BASE = ROOT / "k8s" / "base"
 USED: list[tuple[str, str, str, str, str]] = [
     *(("xmc-actuator", v, "jobset.x-k8s.io", "jobsets", "") for v in
       ("get", "create", "delete", "patch")),
+    ("xmc-actuator", "list", "kueue.x-k8s.io", "workloads", ""),
     *(("xmc-reconciler", v, "jobset.x-k8s.io", "jobsets", "") for v in
       ("get", "list", "watch", "patch", "delete")),
     *(("xmc-reconciler", v, "kueue.x-k8s.io", "workloads", "") for v in ("get", "list", "watch")),
@@ -59,6 +60,7 @@ USED: list[tuple[str, str, str, str, str]] = [
 NOT_GRANTED: list[tuple[str, str, str, str, str]] = [
     ("xmc-actuator", "list", "jobset.x-k8s.io", "jobsets", ""),
     ("xmc-actuator", "get", "", "pods", ""),
+    ("xmc-actuator", "watch", "kueue.x-k8s.io", "workloads", ""),
     ("xmc-actuator", "get", "", "secrets", ""),
     ("xmc-reconciler", "create", "jobset.x-k8s.io", "jobsets", ""),
     ("xmc-reconciler", "update", "coordination.k8s.io", "leases", "someone-elses-lease"),

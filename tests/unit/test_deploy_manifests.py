@@ -37,7 +37,11 @@ Obj = dict[str, Any]
 
 #: (apiGroup, resource, verb) each service's ServiceAccount needs, from the calls in
 #: services/actuator/kube.py and services/reconciler/{watch,app,leader}.py.
-ACTUATOR_NEEDS = {("jobset.x-k8s.io", "jobsets", v) for v in ("get", "create", "delete", "patch")}
+ACTUATOR_NEEDS = {
+    ("jobset.x-k8s.io", "jobsets", v) for v in ("get", "create", "delete", "patch")
+} | {
+    ("kueue.x-k8s.io", "workloads", "list")  # a Restart waits for the old Workload (0032)
+}
 RECONCILER_NEEDS = (
     {("jobset.x-k8s.io", "jobsets", v) for v in ("get", "list", "watch", "patch", "delete")}
     | {("kueue.x-k8s.io", "workloads", v) for v in ("get", "list", "watch")}

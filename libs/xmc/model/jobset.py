@@ -6,11 +6,12 @@ tolerate absent or null fields the way the API omits them.
 """
 
 import enum
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from xmc.kjson import as_mapping, as_sequence, condition_of, conditions_of, metadata_of
 from xmc.model.states import WorkUnitState
 from xmc.timestamps import as_utc, parse_rfc3339
 
@@ -55,8 +56,8 @@ def summarize_pods(pods: Iterable[Mapping[str, Any]]) -> PodSummary:
     ``status.terminating``. The caller passes only the JobSet's own pods."""
     terminating = total = finished = 0
     for pod in pods:
-        deleted = _mapping(pod.get("metadata")).get("deletionTimestamp")
-        phase = _mapping(pod.get("status")).get("phase")
+        deleted = metadata_of(pod).get("deletionTimestamp")
+        phase = as_mapping(pod.get("status")).get("phase")
         total += 1
         if phase in _TERMINAL_POD_PHASES:
             finished += 1
@@ -88,14 +89,6 @@ class StateDecision:
     rule: MappingRule
 
 
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _sequence(value: Any) -> Sequence[Any]:
-    return value if isinstance(value, list | tuple) else ()
-
-
 def _count(item: Mapping[str, Any], key: str, default: int = 0) -> int:
     value = item.get(key)
     return default if value is None else int(value)
@@ -104,10 +97,11 @@ def _count(item: Mapping[str, Any], key: str, default: int = 0) -> int:
 def job_totals(jobset: Mapping[str, Any]) -> JobTotals:
     """Sum spec replicas and status counts; a missing spec or status contributes nothing."""
     replicated_jobs = [
-        _mapping(j) for j in _sequence(_mapping(jobset.get("spec")).get("replicatedJobs"))
+        as_mapping(j) for j in as_sequence(as_mapping(jobset.get("spec")).get("replicatedJobs"))
     ]
     statuses = [
-        _mapping(s) for s in _sequence(_mapping(jobset.get("status")).get("replicatedJobsStatus"))
+        as_mapping(s)
+        for s in as_sequence(as_mapping(jobset.get("status")).get("replicatedJobsStatus"))
     ]
     return JobTotals(
         replicas=sum(_count(j, "replicas", _DEFAULT_REPLICAS) for j in replicated_jobs),
@@ -118,14 +112,9 @@ def job_totals(jobset: Mapping[str, Any]) -> JobTotals:
     )
 
 
-def _conditions(jobset: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    return [_mapping(c) for c in _sequence(_mapping(jobset.get("status")).get("conditions"))]
-
-
-def _condition_true(jobset: Mapping[str, Any], condition_type: str) -> bool:
-    return any(
-        c.get("type") == condition_type and c.get("status") == "True" for c in _conditions(jobset)
-    )
+def _condition_true(jobset: Mapping[str, Any], *condition_types: str) -> bool:
+    """Whether any of ``condition_types`` is True on the JobSet."""
+    return condition_of(jobset, *condition_types, status="True") is not None
 
 
 def decide_work_unit_state(jobset: Mapping[str, Any], pods: PodSummary = NO_PODS) -> StateDecision:
@@ -142,7 +131,7 @@ def decide_work_unit_state(jobset: Mapping[str, Any], pods: PodSummary = NO_PODS
     completed = _condition_true(jobset, _CONDITION_COMPLETED)
     failed = _condition_true(jobset, _CONDITION_FAILED)
     # R1: the finalizer path (§8.4); whatever the JobSet reached is final.
-    if _mapping(jobset.get("metadata")).get("deletionTimestamp"):
+    if metadata_of(jobset).get("deletionTimestamp"):
         if completed:
             return StateDecision(WorkUnitState.COMPLETED, MappingRule.R1)
         if failed:
@@ -154,7 +143,7 @@ def decide_work_unit_state(jobset: Mapping[str, Any], pods: PodSummary = NO_PODS
         return StateDecision(WorkUnitState.FAILED, MappingRule.R3)
 
     totals = job_totals(jobset)
-    suspended = _mapping(jobset.get("spec")).get("suspend") is True
+    suspended = as_mapping(jobset.get("spec")).get("suspend") is True
     running = totals.active > 0 or totals.ready > 0
     if suspended and (running or pods.terminating > 0):
         return StateDecision(WorkUnitState.DESCHEDULING, MappingRule.R4)
@@ -173,9 +162,7 @@ def decide_work_unit_state(jobset: Mapping[str, Any], pods: PodSummary = NO_PODS
 
 
 def _finished(jobset: Mapping[str, Any]) -> bool:
-    return _condition_true(jobset, _CONDITION_COMPLETED) or _condition_true(
-        jobset, _CONDITION_FAILED
-    )
+    return _condition_true(jobset, _CONDITION_COMPLETED, _CONDITION_FAILED)
 
 
 def _all_totals_zero(jobset: Mapping[str, Any]) -> bool:
@@ -197,9 +184,9 @@ def is_finishing(jobset: Mapping[str, Any], pods: PodSummary) -> bool:
     (unsuspended, nothing finished, not being deleted) while the JobSet has pods and
     every one of them has finished. A JobSet just admitted has no pods yet: STARTING.
     """
-    if _mapping(jobset.get("metadata")).get("deletionTimestamp") or _finished(jobset):
+    if metadata_of(jobset).get("deletionTimestamp") or _finished(jobset):
         return False
-    unsuspended = _mapping(jobset.get("spec")).get("suspend") is not True
+    unsuspended = as_mapping(jobset.get("spec")).get("suspend") is not True
     return (
         unsuspended and _all_totals_zero(jobset) and pods.total > 0 and pods.finished == pods.total
     )
@@ -209,9 +196,9 @@ def reads_pods(jobset: Mapping[str, Any]) -> bool:
     """Whether the JobSet's state may depend on its pods, so a pod change must re-observe
     it: R4 for a suspended JobSet (0019), :func:`is_finishing` for one whose totals are all
     zero (0030). Neither for a JobSet being deleted or finished (R1–R3 come first)."""
-    if _mapping(jobset.get("metadata")).get("deletionTimestamp") or _finished(jobset):
+    if metadata_of(jobset).get("deletionTimestamp") or _finished(jobset):
         return False
-    suspended = _mapping(jobset.get("spec")).get("suspend") is True
+    suspended = as_mapping(jobset.get("spec")).get("suspend") is True
     return suspended or _all_totals_zero(jobset)
 
 
@@ -235,12 +222,9 @@ def observation_state_update_time(jobset: Mapping[str, Any], observed_at: dateti
     is. Unparseable timestamps are skipped like absent ones: one malformed field must not
     stop the Reconciler from reporting the state.
     """
-    parsed = (parse_rfc3339(c.get("lastTransitionTime")) for c in _conditions(jobset))
+    parsed = (parse_rfc3339(c.get("lastTransitionTime")) for c in conditions_of(jobset))
     times = [t for t in parsed if t is not None]
     if times:
         return max(times)
-    metadata = jobset.get("metadata")
-    created = (
-        parse_rfc3339(metadata.get("creationTimestamp")) if isinstance(metadata, Mapping) else None
-    )
+    created = parse_rfc3339(metadata_of(jobset).get("creationTimestamp"))
     return created if created is not None else as_utc(observed_at).replace(microsecond=0)

@@ -10,6 +10,7 @@ from typing import Any
 from xmc.errors import NotFoundError
 from xmc.masks import apply_update_mask
 from xmc.query import FieldKind, FieldSpec, OrderKey
+from xmc.store.connection import Connection, fetch_one
 from xmc.store.listing import ListRequest, ListResource, fetch_page
 from xmc.timestamps import set_timestamp
 from xmc_api.cloud.xmanager.v1.artifact_pb2 import Artifact
@@ -88,8 +89,9 @@ def _column_values(artifact: Artifact) -> tuple[Any, ...]:
     )
 
 
-async def insert_artifact(conn: Any, artifact: Artifact, *, now: datetime) -> Artifact:
-    row = await conn.fetchrow(
+async def insert_artifact(conn: Connection, artifact: Artifact, *, now: datetime) -> Artifact:
+    row = await fetch_one(
+        conn,
         f"""INSERT INTO artifacts (parent, tags, priority, data_type, lifecycle_phase,
                 mime_type, doc, create_time, update_time)
             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8) RETURNING {_COLUMNS}""",
@@ -100,7 +102,7 @@ async def insert_artifact(conn: Any, artifact: Artifact, *, now: datetime) -> Ar
     return artifact_from_row(row)
 
 
-async def fetch_artifact(conn: Any, aid: int, *, for_update: bool = False) -> Artifact:
+async def fetch_artifact(conn: Connection, aid: int, *, for_update: bool = False) -> Artifact:
     lock = " FOR UPDATE" if for_update else ""
     row = await conn.fetchrow(f"SELECT {_COLUMNS} FROM artifacts WHERE aid = $1{lock}", aid)
     if row is None:
@@ -109,11 +111,12 @@ async def fetch_artifact(conn: Any, aid: int, *, for_update: bool = False) -> Ar
 
 
 async def update_artifact(
-    conn: Any, aid: int, source: Artifact, paths: tuple[str, ...], *, now: datetime
+    conn: Connection, aid: int, source: Artifact, paths: tuple[str, ...], *, now: datetime
 ) -> Artifact:
     artifact = await fetch_artifact(conn, aid, for_update=True)
     apply_update_mask(artifact, source, paths)
-    row = await conn.fetchrow(
+    row = await fetch_one(
+        conn,
         f"""UPDATE artifacts SET tags = $2, priority = $3, data_type = $4, lifecycle_phase = $5,
                 mime_type = $6, doc = $7, update_time = $8
             WHERE aid = $1 RETURNING {_COLUMNS}""",
@@ -124,14 +127,14 @@ async def update_artifact(
     return artifact_from_row(row)
 
 
-async def delete_artifact(conn: Any, aid: int) -> None:
+async def delete_artifact(conn: Connection, aid: int) -> None:
     status: str = await conn.execute("DELETE FROM artifacts WHERE aid = $1", aid)
     if status.endswith(" 0"):
         raise NotFoundError(f"name: {artifact_name(aid)} does not exist")
 
 
 async def list_artifacts(
-    conn: Any, parent: str, request: ListRequest
+    conn: Connection, parent: str, request: ListRequest
 ) -> tuple[list[Artifact], str]:
     """Artifacts of a parent; an experiment's listing includes its work units' artifacts."""
     rows, token = await fetch_page(

@@ -12,8 +12,7 @@ meanwhile is re-read under the lock, and one that already has both parts is pass
 
 from __future__ import annotations
 
-from typing import Any
-
+from xmc.store.connection import Connection
 from xmc.store.work_units import WORK_UNIT_COLUMNS, wire_parts
 
 BATCH = 1000
@@ -33,7 +32,7 @@ _UPDATE = """
     WHERE w.xid = u.xid AND w.wid = u.wid"""
 
 
-async def backfill_wire(conn: Any, *, batch: int = BATCH) -> int:
+async def backfill_wire(conn: Connection, *, batch: int = BATCH) -> int:
     """Store ``head`` and ``exec_wire`` where either is missing; how many rows got them."""
     after, filled = (0, 0), 0
     while True:

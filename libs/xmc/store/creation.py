@@ -20,16 +20,12 @@ from typing import Any
 
 from google.longrunning.operations_proto_pb2 import Operation
 
-from xmc.errors import (
-    AlreadyExistsError,
-    InvalidArgumentError,
-    NotFoundError,
-    ResourceExhaustedError,
-    XmcError,
-)
+from xmc.errors import AlreadyExistsError, XmcError
 from xmc.model.states import WorkUnitState
-from xmc.names import MAX_CLIENT_WORK_UNIT_ID, MAX_ID, experiment_name, work_unit_name
+from xmc.model.work_unit_ids import IdRequest, Key, plan_work_unit_ids
+from xmc.names import experiment_name, work_unit_name
 from xmc.store.codec import EXECUTION_COLUMNS
+from xmc.store.connection import Connection
 from xmc.store.experiments import RollupDelta, apply_rollups, experiment_doc_acls
 from xmc.store.operations import ActionType, NewOperation, insert_operations, operations_by_key
 from xmc.store.wire import work_unit_wire
@@ -94,7 +90,7 @@ Authorize = Callable[[int, ExperimentAccess], XmcError | None]
 
 
 async def create_work_units(
-    conn: Any,
+    conn: Connection,
     items: Sequence[NewWorkUnit],
     *,
     writer: str,
@@ -102,144 +98,145 @@ async def create_work_units(
     authorize: Authorize | None = None,
 ) -> list[CreateOutcome]:
     """Create what can be created, in the caller's transaction; one outcome per item.
-    ``authorize`` sees each item with its experiment (read under the row lock)."""
-    outcomes: list[CreateOutcome | None] = [None] * len(items)
-    for i, item in enumerate(items):
-        if item.wid is not None and item.wid < 1:
-            outcomes[i] = InvalidArgumentError(f"work_unit_id: must be >= 1, got {item.wid}")
-        elif item.wid is not None and item.wid > MAX_CLIENT_WORK_UNIT_ID:
-            outcomes[i] = InvalidArgumentError(
-                f"work_unit_id: must be <= {MAX_CLIENT_WORK_UNIT_ID}, got {item.wid}"
-            )
+    ``authorize`` sees each item with its experiment (read under the row lock).
 
-    # 1. Lock the experiments (their next id and counts change), in xid order.
-    xids = sorted({item.xid for item in items})
-    rows = await conn.fetch(
-        "SELECT xid, next_wid, creator, priority, doc FROM experiments "
-        "WHERE xid = ANY($1::bigint[]) ORDER BY xid FOR UPDATE",
-        xids,
-    )
-    next_wid = {r["xid"]: r["next_wid"] for r in rows}
-    access = {
-        r["xid"]: ExperimentAccess(
-            experiment_name(r["xid"]), r["creator"], experiment_doc_acls(r["doc"])
-        )
-        for r in rows
-    }
-    priority = {r["xid"]: r["priority"] for r in rows}
-
-    # 2. Repeats of a client-chosen id answer with the first Operation.
+    Lock the experiments → plan the ids (``xmc.model.work_unit_ids``) → insert → record
+    the Operations, history and rollups of what was inserted."""
+    locked = await _lock_experiments(conn, {item.xid for item in items})
     chosen = [(item.xid, item.wid) for item in items if item.wid is not None]
-    existing = await operations_by_key(conn, chosen, ActionType.CREATE)
+    earlier = await operations_by_key(conn, chosen, ActionType.CREATE)
 
-    # 3. Assign ids; a client id repeated within the group is created once.
-    planned: dict[tuple[int, int], int] = {}
-    first_of: dict[tuple[int, int], int] = {}
-    repeats: dict[int, tuple[int, int]] = {}
-    for i, item in enumerate(items):
-        if outcomes[i] is not None:
-            continue
-        if item.xid not in next_wid:
-            outcomes[i] = NotFoundError(f"parent: {experiment_name(item.xid)} does not exist")
-            continue
-        refusal = authorize(i, access[item.xid]) if authorize else None
-        if refusal is not None:
-            outcomes[i] = refusal
-            continue
-        if item.wid is None:
-            wid = next_wid[item.xid]
-            if wid >= MAX_ID:  # only ids chosen before the client bound can get here
-                outcomes[i] = ResourceExhaustedError(
-                    f"parent: {experiment_name(item.xid)} has no server-assigned work-unit "
-                    "ids left; choose a work_unit_id"
-                )
-                continue
-        else:
-            wid = item.wid
-            key = (item.xid, wid)
-            if key in existing:
-                outcomes[i] = Created(existing[key], None, priority[item.xid])
-                continue
-            if key in planned:
-                repeats[i] = key
-                continue
-        next_wid[item.xid] = max(next_wid[item.xid], wid + 1)
-        planned[(item.xid, wid)] = first_of[(item.xid, wid)] = i
+    def refuse(i: int) -> XmcError | None:
+        return authorize(i, locked[items[i].xid].access) if authorize else None
 
-    # 4. Insert the rows; a conflict means another transaction created that id first.
-    # The rows as they will be stored, so the response and the wire parts are built
-    # here and the insert returns only which keys it took.
-    keys = list(planned)
-    rows = [_new_row(k, items[planned[k]].work_unit, now) for k in keys]
-    parts = [wire_parts(row) for row in rows]
-    inserted = (
-        await conn.fetch(
-            _INSERT,
-            [k[0] for k in keys],
-            [k[1] for k in keys],
-            [row["work_unit_type"] for row in rows],
-            [row["priority"] for row in rows],
-            [_json_list(row["tags"]) for row in rows],
-            [row["notes"] for row in rows],
-            [row["doc"] for row in rows],
-            now,
-            [head for head, _ in parts],
-            [exec_wire for _, exec_wire in parts],
-        )
-        if keys
-        else []
+    plan = plan_work_unit_ids(
+        [IdRequest(item.xid, item.wid) for item in items],
+        next_wid={xid: experiment.next_wid for xid, experiment in locked.items()},
+        created_before=earlier.keys(),
+        refuse=refuse,
     )
-    # The answer is parsed from the stored bytes (upb) rather than built a second time.
-    taken = {(r["xid"], r["wid"]) for r in inserted}
-    created = {
-        key: WorkUnit.FromString(work_unit_wire(*part))
-        for key, part in zip(keys, parts, strict=True)
-        if key in taken
-    }
-    lost = [k for k in keys if k not in created]
+    outcomes: dict[int, CreateOutcome] = dict(plan.refused)
+    for i, key in plan.created_before.items():
+        outcomes[i] = Created(earlier[key], None, locked[key[0]].priority)
+
+    created = await _insert(conn, {key: items[i].work_unit for key, i in plan.planned.items()}, now)
+    lost = [key for key in plan.planned if key not in created]
     if lost:
+        # Another transaction created that id first.
         won_elsewhere = await operations_by_key(conn, lost, ActionType.CREATE)
         for key in lost:
-            i = planned.pop(key)
-            found = won_elsewhere.get(key)
+            i, found = plan.planned[key], won_elsewhere.get(key)
             outcomes[i] = (
-                Created(found, None, priority[key[0]])
+                Created(found, None, locked[key[0]].priority)
                 if found is not None and items[i].wid is not None
                 else AlreadyExistsError(f"work_unit_id: {work_unit_name(*key)} already exists")
             )
 
-    # 5. Operations, history and rollups for what was created.
-    new_keys = [k for k in keys if k in created]
-    operations = await insert_operations(
-        conn,
-        [
-            NewOperation(k[0], k[1], ActionType.CREATE, items[planned[k]].requester)
-            for k in new_keys
-        ],
-        now=now,
-    )
-    for key, operation in zip(new_keys, operations, strict=True):
-        outcomes[planned[key]] = Created(operation, created[key], priority[key[0]])
-    await insert_history(
-        conn,
-        [(k[0], k[1], 1, 0, _INITIALIZING, now, writer, now) for k in new_keys],
-    )
-    deltas: dict[int, RollupDelta] = {}
-    for xid, _wid in new_keys:
-        delta = deltas.setdefault(xid, RollupDelta(min_next_wid=next_wid[xid]))
-        delta.state_changes.append((None, WorkUnitState.INITIALIZING))
-    await apply_rollups(conn, deltas, now=now, execution_update=False)
+    requesters = {key: items[plan.planned[key]].requester for key in created}
+    operations = await _record_created(conn, requesters, plan.next_wid, writer=writer, now=now)
+    for key, operation in operations.items():
+        outcomes[plan.planned[key]] = Created(operation, created[key], locked[key[0]].priority)
 
-    # 6. In-group repeats answer like their first item.
-    for i, key in repeats.items():
-        first = outcomes[first_of[key]]
+    # In-group repeats answer like their first item.
+    for i, key in plan.repeats.items():
+        first = outcomes[plan.planned[key]]
         outcomes[i] = (
             Created(first.operation, None, first.experiment_priority)
             if isinstance(first, Created)
             else first
         )
-    assert all(o is not None for o in outcomes), "every item has an outcome"
-    return [o for o in outcomes if o is not None]
+    assert len(outcomes) == len(items), "every item has an outcome"
+    return [outcomes[i] for i in range(len(items))]
+
+
+@dataclass(frozen=True)
+class _Locked:
+    """An experiment as a create group needs it, read under its row lock."""
+
+    next_wid: int
+    priority: int
+    access: ExperimentAccess
+
+
+async def _lock_experiments(conn: Connection, xids: set[int]) -> dict[int, _Locked]:
+    """Lock the experiments (their next id and counts change), in xid order; the ones
+    that exist, by id."""
+    rows = await conn.fetch(
+        "SELECT xid, next_wid, creator, priority, doc FROM experiments "
+        "WHERE xid = ANY($1::bigint[]) ORDER BY xid FOR UPDATE",
+        sorted(xids),
+    )
+    return {
+        r["xid"]: _Locked(
+            r["next_wid"],
+            r["priority"],
+            ExperimentAccess(
+                experiment_name(r["xid"]), r["creator"], experiment_doc_acls(r["doc"])
+            ),
+        )
+        for r in rows
+    }
+
+
+async def _insert(
+    conn: Connection, planned: dict[Key, WorkUnit], now: datetime
+) -> dict[Key, WorkUnit]:
+    """Insert the planned work units; those inserted, as stored, by key (a key missing:
+    another transaction took it). The rows are built here as they will be stored, so the
+    answer and the wire parts come from them and the insert returns only the keys."""
+    if not planned:
+        return {}
+    keys = list(planned)
+    rows = [_new_row(key, planned[key], now) for key in keys]
+    parts = [wire_parts(row) for row in rows]
+    inserted = await conn.fetch(
+        _INSERT,
+        [k[0] for k in keys],
+        [k[1] for k in keys],
+        [row["work_unit_type"] for row in rows],
+        [row["priority"] for row in rows],
+        [_json_list(row["tags"]) for row in rows],
+        [row["notes"] for row in rows],
+        [row["doc"] for row in rows],
+        now,
+        [head for head, _ in parts],
+        [exec_wire for _, exec_wire in parts],
+    )
+    # The answer is parsed from the stored bytes (upb) rather than built a second time.
+    taken = {(r["xid"], r["wid"]) for r in inserted}
+    return {
+        key: WorkUnit.FromString(work_unit_wire(*part))
+        for key, part in zip(keys, parts, strict=True)
+        if key in taken
+    }
+
+
+async def _record_created(
+    conn: Connection,
+    requesters: dict[Key, str],
+    next_wid: dict[int, int],
+    *,
+    writer: str,
+    now: datetime,
+) -> dict[Key, Operation]:
+    """The CREATE Operations (by key), the history rows and the experiment rollups of
+    the work units just inserted, each requested by ``requesters[key]``."""
+    keys = list(requesters)
+    operations = await insert_operations(
+        conn,
+        [NewOperation(k[0], k[1], ActionType.CREATE, requesters[k]) for k in keys],
+        now=now,
+    )
+    await insert_history(
+        conn,
+        [(k[0], k[1], 1, 0, _INITIALIZING, now, writer, now) for k in keys],
+    )
+    deltas: dict[int, RollupDelta] = {}
+    for xid, _wid in keys:
+        delta = deltas.setdefault(xid, RollupDelta(min_next_wid=next_wid[xid]))
+        delta.state_changes.append((None, WorkUnitState.INITIALIZING))
+    await apply_rollups(conn, deltas, now=now, execution_update=False)
+    return dict(zip(keys, operations, strict=True))
 
 
 def _new_row(key: tuple[int, int], work_unit: WorkUnit, now: datetime) -> dict[str, Any]:

@@ -25,11 +25,12 @@ O(all of them) (measured in docs/reconciler.md).
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Final
+from typing import Final
 
 from xmc.errors import InvalidArgumentError
 from xmc.model.deployed import DeployedExecution
 from xmc.model.states import CLUSTER_OBSERVED_STATES, ActiveState, WorkUnitState
+from xmc.store.connection import Connection, Record
 from xmc_api.internal.v1.tasks_pb2 import Task
 
 #: Work units one page reads when the caller does not say.
@@ -98,7 +99,7 @@ def page_size(requested: int, *, field: str = "page_size") -> int:
 
 
 async def list_deployed(
-    conn: Any, *, after: tuple[int, int], limit: int
+    conn: Connection, *, after: tuple[int, int], limit: int
 ) -> tuple[list[DeployedExecution], tuple[int, int] | None]:
     """One page (see the module docstring): the deployed executions among the next
     ``limit`` work units of the next ``limit`` active experiments after ``after``, and the
@@ -137,7 +138,7 @@ async def list_deployed(
     return found, _next_key(rows, xids, limit)
 
 
-def _next_key(rows: list[Any], xids: list[int], limit: int) -> tuple[int, int] | None:
+def _next_key(rows: list[Record], xids: list[int], limit: int) -> tuple[int, int] | None:
     """Where the next page starts: after the last work unit read when the page is full;
     after the last experiment read when more experiments may follow; else nowhere."""
     if len(rows) == limit:

@@ -30,6 +30,7 @@ from xmc.model.merge import (
 from xmc.model.states import WorkUnitState
 from xmc.model.stored import StoredExecution
 from xmc.store.codec import EXECUTION_COLUMNS, stored_from_row, stored_to_columns
+from xmc.store.connection import Connection
 from xmc.store.experiments import RollupDelta, apply_rollups
 from xmc.store.wire import execution_wire
 from xmc.store.work_units import insert_history
@@ -106,7 +107,7 @@ _INSERT_MESSAGES = """
 
 
 async def _lock_work_units(
-    conn: Any, items: Sequence[ExecutionUpdate]
+    conn: Connection, items: Sequence[ExecutionUpdate]
 ) -> dict[tuple[int, int], _Slot]:
     keys = sorted({(item.xid, item.wid) for item in items})
     rows = await conn.fetch(_SELECT_LOCKED, [k[0] for k in keys], [k[1] for k in keys])
@@ -118,7 +119,7 @@ async def _lock_work_units(
 
 
 async def update_work_unit_executions(
-    conn: Any, items: Sequence[ExecutionUpdate], *, writer: str, now: datetime
+    conn: Connection, items: Sequence[ExecutionUpdate], *, writer: str, now: datetime
 ) -> list[ItemResult]:
     """Run one batch; the caller provides the transaction (see module docstring)."""
     validate_batch(items)
@@ -187,7 +188,7 @@ async def update_work_unit_executions(
     return results
 
 
-async def _write_changed(conn: Any, slots: dict[tuple[int, int], _Slot]) -> None:
+async def _write_changed(conn: Connection, slots: dict[tuple[int, int], _Slot]) -> None:
     changed = [(key, slot) for key, slot in slots.items() if slot.changed]
     if not changed:
         return
@@ -220,7 +221,7 @@ def _rollup_deltas(slots: dict[tuple[int, int], _Slot]) -> dict[int, RollupDelta
 
 
 async def write_decided_state(
-    conn: Any,
+    conn: Connection,
     xid: int,
     wid: int,
     eid: int,

@@ -25,6 +25,7 @@ from xmc.model.states import ActiveState, LaunchState, Priority, Severity, WorkU
 from xmc.names import experiment_name
 from xmc.query import FieldKind, FieldSpec, OrderKey
 from xmc.store.codec import optional_bytes
+from xmc.store.connection import Connection, fetch_one
 from xmc.store.listing import ListRequest, ListResource, fetch_page
 from xmc.timestamps import set_timestamp
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
@@ -111,11 +112,12 @@ def experiment_from_row(row: Mapping[str, Any]) -> Experiment:
 
 
 async def insert_experiment(
-    conn: Any, experiment: Experiment, *, creator: str, now: datetime
+    conn: Connection, experiment: Experiment, *, creator: str, now: datetime
 ) -> Experiment:
     launch = LaunchState(experiment.status.launch_state or LaunchState.LAUNCHING)
     active = compute_active_state(launch, {})
-    row = await conn.fetchrow(
+    row = await fetch_one(
+        conn,
         f"""INSERT INTO experiments (title, creator, priority, tags, notes, doc, create_time,
                 update_time, launch_state, active_state, launch_id, status_update_time,
                 structured_status_message)
@@ -136,7 +138,7 @@ async def insert_experiment(
     return experiment_from_row(row)
 
 
-async def fetch_experiment(conn: Any, xid: int, *, for_update: bool = False) -> Experiment:
+async def fetch_experiment(conn: Connection, xid: int, *, for_update: bool = False) -> Experiment:
     lock = " FOR UPDATE" if for_update else ""
     row = await conn.fetchrow(
         f"SELECT {EXPERIMENT_COLUMNS} FROM experiments WHERE xid = $1{lock}", xid
@@ -146,7 +148,15 @@ async def fetch_experiment(conn: Any, xid: int, *, for_update: bool = False) -> 
     return experiment_from_row(row)
 
 
-async def require_experiment(conn: Any, xid: int) -> None:
+async def fetch_experiment_priority(conn: Connection, xid: int) -> int | None:
+    """The experiment's priority, which its tasks carry; None when it does not exist."""
+    priority: int | None = await conn.fetchval(
+        "SELECT priority FROM experiments WHERE xid = $1", xid
+    )
+    return priority
+
+
+async def require_experiment(conn: Connection, xid: int) -> None:
     """NOT_FOUND unless the experiment exists (an existence check that builds nothing)."""
     if await conn.fetchval("SELECT 1 FROM experiments WHERE xid = $1", xid) is None:
         raise NotFoundError(f"name: {experiment_name(xid)} does not exist")
@@ -178,7 +188,7 @@ def _fold_state_counts(
 
 
 async def apply_rollups(
-    conn: Any,
+    conn: Connection,
     deltas: Mapping[int, RollupDelta],
     *,
     now: datetime,
@@ -261,7 +271,7 @@ def decide_launch_move(current: LaunchState, requested: LaunchState) -> LaunchMo
 
 
 async def update_launch_state(
-    conn: Any, xid: int, launch_state: LaunchState, *, now: datetime
+    conn: Connection, xid: int, launch_state: LaunchState, *, now: datetime
 ) -> Experiment:
     """Move LAUNCHING → COMPLETED | FAILED and recompute ``active_state`` in the same
     transaction; a repeat of the current state changes nothing (not even ``update_time``);
@@ -320,18 +330,19 @@ EXPERIMENT_UPDATABLE = frozenset(
 )
 
 
-async def list_experiments(conn: Any, request: ListRequest) -> tuple[list[Experiment], str]:
+async def list_experiments(conn: Connection, request: ListRequest) -> tuple[list[Experiment], str]:
     rows, token = await fetch_page(conn, EXPERIMENT_LISTING, request)
     return [experiment_from_row(r) for r in rows], token
 
 
 async def update_experiment(
-    conn: Any, xid: int, source: Experiment, paths: tuple[str, ...], *, now: datetime
+    conn: Connection, xid: int, source: Experiment, paths: tuple[str, ...], *, now: datetime
 ) -> Experiment:
     """Apply a validated update mask to the stored experiment."""
     experiment = await fetch_experiment(conn, xid, for_update=True)
     apply_update_mask(experiment, source, paths)
-    row = await conn.fetchrow(
+    row = await fetch_one(
+        conn,
         f"""UPDATE experiments SET title = $2, tags = $3, notes = $4, priority = $5, doc = $6,
                 update_time = $7
             WHERE xid = $1 RETURNING {EXPERIMENT_COLUMNS}""",

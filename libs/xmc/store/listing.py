@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from xmc.query import FieldSpec, OrderKey, build_list_query, finish_page, sort_columns
+from xmc.store.connection import Connection, Record
 
 
 @dataclass(frozen=True)
@@ -36,14 +37,14 @@ class ListResource:
 
 
 async def fetch_page(
-    conn: Any,
+    conn: Connection,
     resource: ListResource,
     request: ListRequest,
     *,
     where: str = "TRUE",
     params: Sequence[Any] = (),
     scope: str = "",
-) -> tuple[list[Any], str]:
+) -> tuple[list[Record], str]:
     """Rows of one page and the token of the next ('' on the last page). ``where`` and
     ``params`` scope the listing (e.g. to one experiment) before the user's filter;
     ``scope`` names that parent so a page token cannot be replayed on another one."""

@@ -13,11 +13,11 @@ import hashlib
 import re
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
 
 import asyncpg
 
 from xmc.store.backfill import WIRE_MIGRATIONS, backfill_wire
+from xmc.store.connection import Connection
 
 # Arbitrary but fixed: every XMC process agrees on it, nothing else uses it.
 MIGRATION_LOCK_KEY = 0x584D43_0001
@@ -54,7 +54,9 @@ def load_migrations() -> list[Migration]:
     return found
 
 
-async def apply_migrations(conn: Any, migrations: list[Migration] | None = None) -> list[int]:
+async def apply_migrations(
+    conn: Connection, migrations: list[Migration] | None = None
+) -> list[int]:
     """Bring the schema up to date; returns the versions applied by this call."""
     pending = load_migrations() if migrations is None else migrations
     applied_now: list[int] = []

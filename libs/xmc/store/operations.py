@@ -24,6 +24,7 @@ from xmc.errors import NotFoundError
 from xmc.messages import printable
 from xmc.names import experiment_name, work_unit_name
 from xmc.query import FieldKind, FieldSpec, OrderKey
+from xmc.store.connection import Connection
 from xmc.store.listing import ListRequest, ListResource, fetch_page
 from xmc.timestamps import set_timestamp
 from xmc_api.cloud.xmanager.v1.operations_pb2 import OperationMetadata
@@ -86,7 +87,7 @@ def operation_from_row(row: Mapping[str, Any]) -> Operation:
 
 
 async def insert_operations(
-    conn: Any, news: Sequence[NewOperation], *, now: datetime, done: bool = False
+    conn: Connection, news: Sequence[NewOperation], *, now: datetime, done: bool = False
 ) -> list[Operation]:
     """Insert Operations (``done`` ones are closed at once, with nothing pending)."""
     if not news:
@@ -117,14 +118,14 @@ async def insert_operations(
 
 
 async def insert_operation(
-    conn: Any, new: NewOperation, *, now: datetime, done: bool = False
+    conn: Connection, new: NewOperation, *, now: datetime, done: bool = False
 ) -> Operation:
     (operation,) = await insert_operations(conn, [new], now=now, done=done)
     return operation
 
 
 async def operations_by_key(
-    conn: Any, keys: Sequence[tuple[int, int | None]], action: ActionType
+    conn: Connection, keys: Sequence[tuple[int, int | None]], action: ActionType
 ) -> dict[tuple[int, int], Operation]:
     """The ``action`` Operations of the given work units (at most one CREATE each)."""
     if not keys:
@@ -140,7 +141,7 @@ async def operations_by_key(
     return {(r["xid"], r["wid"]): operation_from_row(r) for r in rows}
 
 
-async def fetch_operation(conn: Any, name: str) -> Operation:
+async def fetch_operation(conn: Connection, name: str) -> Operation:
     row = await conn.fetchrow(f"SELECT {_COLUMNS} FROM operations WHERE name = $1", name)
     if row is None:
         raise NotFoundError(f"name: operation {name!r} does not exist")
@@ -148,7 +149,7 @@ async def fetch_operation(conn: Any, name: str) -> Operation:
 
 
 async def finish_operation_task(
-    conn: Any,
+    conn: Connection,
     name: str,
     *,
     now: datetime,
@@ -186,7 +187,7 @@ async def finish_operation_task(
     return operation_from_row(row)
 
 
-async def delete_expired_operations(conn: Any, *, now: datetime) -> int:
+async def delete_expired_operations(conn: Connection, *, now: datetime) -> int:
     """TTL: drop operations created more than ``OPERATION_RETENTION`` ago."""
     status: str = await conn.execute(
         "DELETE FROM operations WHERE create_time < $1", now - OPERATION_RETENTION
@@ -211,7 +212,9 @@ OPERATION_LISTING = ListResource(
 )
 
 
-async def list_operations(conn: Any, xid: int, request: ListRequest) -> tuple[list[Operation], str]:
+async def list_operations(
+    conn: Connection, xid: int, request: ListRequest
+) -> tuple[list[Operation], str]:
     rows, token = await fetch_page(
         conn, OPERATION_LISTING, request, where="o.xid = $1", params=[xid], scope=str(xid)
     )

@@ -21,8 +21,8 @@ import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
+from xmc.store.connection import Connection, Record, fetch_one
 from xmc.tasks import DEFAULT_LEEWAY, DEFAULT_TTL, task_execution_id
 from xmc_api.internal.v1.tasks_pb2 import Task
 
@@ -73,7 +73,7 @@ _UPSERT = """
     WHERE task_outbox.status <> 'finished'"""
 
 
-def _row(row: Any) -> OutboxTask:
+def _row(row: Record) -> OutboxTask:
     return OutboxTask(
         seq=row["seq"],
         task_id=row["task_id"],
@@ -89,7 +89,7 @@ def _row(row: Any) -> OutboxTask:
 
 
 async def enqueue(
-    conn: Any, tasks: Sequence[Task], *, now: datetime, origin: str = "intent"
+    conn: Connection, tasks: Sequence[Task], *, now: datetime, origin: str = "intent"
 ) -> None:
     """Record tasks to publish, in the caller's (the intent's) transaction; ``origin``
     "repair" marks the repair sweep's re-drives."""
@@ -113,7 +113,7 @@ async def enqueue(
     )
 
 
-async def claim_due(conn: Any, *, now: datetime, limit: int) -> list[OutboxTask]:
+async def claim_due(conn: Connection, *, now: datetime, limit: int) -> list[OutboxTask]:
     """Rows to publish or check, in commit order, locked for this transaction. Rows the
     Actuator is settling right now are skipped, not waited for."""
     rows = await conn.fetch(
@@ -128,7 +128,7 @@ async def claim_due(conn: Any, *, now: datetime, limit: int) -> list[OutboxTask]
 
 
 async def mark_published(
-    conn: Any, published: Sequence[tuple[str, str, datetime]], *, now: datetime
+    conn: Connection, published: Sequence[tuple[str, str, datetime]], *, now: datetime
 ) -> None:
     """(task id, stream entry id, when to check it) of each task just put on the stream."""
     if not published:
@@ -146,7 +146,7 @@ async def mark_published(
     )
 
 
-async def check_later(conn: Any, checks: Sequence[tuple[str, datetime]]) -> None:
+async def check_later(conn: Connection, checks: Sequence[tuple[str, datetime]]) -> None:
     """(task id, next check) of published tasks that are still on their way."""
     if not checks:
         return
@@ -159,7 +159,7 @@ async def check_later(conn: Any, checks: Sequence[tuple[str, datetime]]) -> None
     )
 
 
-async def oldest_unfinished_entry(conn: Any) -> str | None:
+async def oldest_unfinished_entry(conn: Connection) -> str | None:
     """The stream entry of the published, unfinished task published longest ago (entry
     ids order as (milliseconds, sequence) pairs, not as text); None when there is none.
     Scans the published rows only (the partial index ``task_outbox_due``)."""
@@ -172,7 +172,7 @@ async def oldest_unfinished_entry(conn: Any) -> str | None:
     return entry_id
 
 
-async def check_every_published_now(conn: Any) -> int:
+async def check_every_published_now(conn: Connection) -> int:
     """Make every published, unfinished task due for a check (Redis restarted: whatever
     it held is gone, however long ago it was published); returns how many."""
     status: str = await conn.execute(
@@ -182,7 +182,7 @@ async def check_every_published_now(conn: Any) -> int:
 
 
 async def _upsert(
-    conn: Any,
+    conn: Connection,
     task: Task,
     status: OutboxStatus,
     *,
@@ -209,7 +209,7 @@ async def _upsert(
     return result.endswith(" 1")
 
 
-async def finish(conn: Any, task: Task, *, outcome: str, now: datetime) -> bool:
+async def finish(conn: Connection, task: Task, *, outcome: str, now: datetime) -> bool:
     """The task is settled for good; False when it already was (a redelivery). One
     UPDATE by task id for a task of the outbox; the upsert only for one from before it."""
     status: str = await conn.execute(
@@ -225,22 +225,22 @@ async def finish(conn: Any, task: Task, *, outcome: str, now: datetime) -> bool:
     return await _upsert(conn, task, OutboxStatus.FINISHED, now=now, outcome=outcome)
 
 
-async def park(conn: Any, task: Task, *, now: datetime) -> None:
+async def park(conn: Connection, task: Task, *, now: datetime) -> None:
     """Scheduling is paused: the task waits in paused_tasks, not on the stream."""
     await _upsert(conn, task, OutboxStatus.PARKED, now=now)
 
 
-async def rearm(conn: Any, task: Task, *, now: datetime) -> None:
+async def rearm(conn: Connection, task: Task, *, now: datetime) -> None:
     """A resumed task (re-signed with its refreshed payload) is to be published again."""
     await _upsert(conn, task, OutboxStatus.PENDING, now=now, next_attempt=DUE_AT_ONCE)
 
 
-async def fetch_status(conn: Any, task_id: str) -> OutboxStatus | None:
+async def fetch_status(conn: Connection, task_id: str) -> OutboxStatus | None:
     value = await conn.fetchval("SELECT status FROM task_outbox WHERE task_id = $1", task_id)
     return None if value is None else OutboxStatus(value)
 
 
-async def delete_expired(conn: Any, *, now: datetime) -> int:
+async def delete_expired(conn: Connection, *, now: datetime) -> int:
     """TTL: drop rows finished more than ``OUTBOX_RETENTION`` ago."""
     status: str = await conn.execute(
         "DELETE FROM task_outbox WHERE status = 'finished' AND finished_time < $1",
@@ -259,9 +259,10 @@ class TaskFacts:
     work_unit_state: int | None
 
 
-async def fetch_task_facts(conn: Any, task: Task) -> TaskFacts:
+async def fetch_task_facts(conn: Connection, task: Task) -> TaskFacts:
     """The task's outbox row and its work unit's current execution, in one round trip."""
-    row = await conn.fetchrow(
+    row = await fetch_one(
+        conn,
         """SELECT (SELECT status FROM task_outbox WHERE task_id = $3) AS outbox_status,
                   w.eid, w.state
            FROM (SELECT 1) AS one
@@ -295,7 +296,12 @@ class ExecutionTasks:
 
 
 async def scan_intent_states(
-    conn: Any, *, after: tuple[int, int], limit: int, states: Sequence[int], older_than: datetime
+    conn: Connection,
+    *,
+    after: tuple[int, int],
+    limit: int,
+    states: Sequence[int],
+    older_than: datetime,
 ) -> tuple[list[ExecutionTasks], tuple[int, int] | None]:
     """One bounded step of a scan over all work units in primary-key order: of the next
     ``limit`` work units after ``after``, those in one of ``states`` since before

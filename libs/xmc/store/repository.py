@@ -3,6 +3,10 @@
 Each public method is one transaction. The functions it calls take a connection, so a
 caller that needs several steps in one transaction (the ESS writing a work unit and its
 Operation, say) can compose them under ``Store.transaction()``.
+
+Services reach ``Store`` through ``xmc.store.transactions``, the store's one surface: it
+stays a public class because each service process owns one pool and decides where its
+transactions begin and end; what runs inside them is named in that module.
 """
 
 from __future__ import annotations
@@ -11,7 +15,6 @@ import asyncio
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import Any
 
 import asyncpg
 import structlog
@@ -20,6 +23,7 @@ from xmc.errors import AlreadyExistsError, XmcError
 from xmc.model.merge import ExecutionUpdate
 from xmc.model.states import LaunchState
 from xmc.store import executions, experiments, work_units
+from xmc.store.connection import Connection
 from xmc.store.creation import CreateOutcome, NewWorkUnit, create_work_units
 from xmc.store.executions import ItemResult
 from xmc.store.listing import ListRequest
@@ -63,7 +67,7 @@ async def wait_for_postgres(dsn: str, *, within: float) -> None:
         return
 
 
-async def _keep_session(conn: Any) -> None:
+async def _keep_session(conn: Connection) -> None:
     """The pool's reset on release, which asyncpg runs after rolling back any open
     transaction. Its default also sends ``RESET ALL; UNLISTEN *; CLOSE ALL;
     pg_advisory_unlock_all()`` — one more round trip per pooled use, a fifth of a
@@ -74,7 +78,7 @@ async def _keep_session(conn: Any) -> None:
 class Store:
     """All of XMC's Postgres state behind one pool; ``clock`` is injected for tests."""
 
-    def __init__(self, pool: Any, *, clock: Clock = utc_now) -> None:
+    def __init__(self, pool: asyncpg.Pool, *, clock: Clock = utc_now) -> None:
         self._pool = pool
         self._clock = clock
 
@@ -96,12 +100,12 @@ class Store:
             await conn.fetchval("SELECT 1", timeout=within)
 
     @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[Any]:
+    async def transaction(self) -> AsyncIterator[Connection]:
         async with self._pool.acquire() as conn, conn.transaction():
             yield conn
 
     @asynccontextmanager
-    async def connection(self) -> AsyncIterator[Any]:
+    async def connection(self) -> AsyncIterator[Connection]:
         """A pooled connection outside any transaction: for a single read, which then
         costs one round trip instead of three (BEGIN, the query, COMMIT)."""
         async with self._pool.acquire() as conn:

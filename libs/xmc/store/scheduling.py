@@ -10,9 +10,9 @@ import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 from xmc.model.states import WorkUnitState
+from xmc.store.connection import Connection, fetch_one
 
 #: Processed paused tasks are kept this long after ``processed_time`` (SPEC §9).
 PAUSED_TASK_RETENTION = timedelta(days=7)
@@ -51,11 +51,12 @@ class ParkedTask:
     paused_time: datetime
 
 
-async def fetch_scheduling_control(conn: Any) -> SchedulingControl:
-    row = await conn.fetchrow(
+async def fetch_scheduling_control(conn: Connection) -> SchedulingControl:
+    row = await fetch_one(
+        conn,
         """SELECT paused, reason, updated_by, update_time,
                   (SELECT count(*) FROM paused_tasks WHERE processed_time IS NULL) AS parked
-           FROM scheduling_control"""
+           FROM scheduling_control""",
     )
     return SchedulingControl(
         paused=row["paused"],
@@ -67,7 +68,7 @@ async def fetch_scheduling_control(conn: Any) -> SchedulingControl:
 
 
 async def set_paused(
-    conn: Any, *, paused: bool, reason: str, updated_by: str, now: datetime
+    conn: Connection, *, paused: bool, reason: str, updated_by: str, now: datetime
 ) -> SchedulingControl:
     await conn.execute(
         """UPDATE scheduling_control SET paused = $1, reason = $2, updated_by = $3,
@@ -81,7 +82,15 @@ async def set_paused(
 
 
 async def park_task(
-    conn: Any, *, task_id: str, xid: int, wid: int, eid: int, kind: int, task: bytes, now: datetime
+    conn: Connection,
+    *,
+    task_id: str,
+    xid: int,
+    wid: int,
+    eid: int,
+    kind: int,
+    task: bytes,
+    now: datetime,
 ) -> bool:
     """Write a task to PausedTasks; False when it is already parked (a redelivery).
 
@@ -105,7 +114,7 @@ async def park_task(
     return status.endswith(" 1")
 
 
-async def claim_parked_tasks(conn: Any, *, limit: int) -> list[ParkedTask]:
+async def claim_parked_tasks(conn: Connection, *, limit: int) -> list[ParkedTask]:
     """The next unprocessed parked tasks, oldest first, locked for this transaction.
 
     ``SKIP LOCKED`` lets two resume runs work side by side without taking the same task.
@@ -137,7 +146,7 @@ async def claim_parked_tasks(conn: Any, *, limit: int) -> list[ParkedTask]:
     ]
 
 
-async def mark_orphaned_parked_tasks(conn: Any, *, run_id: str, now: datetime) -> int:
+async def mark_orphaned_parked_tasks(conn: Connection, *, run_id: str, now: datetime) -> int:
     """Tasks whose work unit is gone drop out of the join; mark them so they expire."""
     status: str = await conn.execute(
         """UPDATE paused_tasks p SET resolution_status = 'SKIPPED',
@@ -152,7 +161,7 @@ async def mark_orphaned_parked_tasks(conn: Any, *, run_id: str, now: datetime) -
 
 
 async def mark_processed(
-    conn: Any,
+    conn: Connection,
     marks: Sequence[tuple[int, Resolution, str]],
     *,
     run_id: str,
@@ -175,7 +184,7 @@ async def mark_processed(
     )
 
 
-async def delete_expired_paused_tasks(conn: Any, *, now: datetime) -> int:
+async def delete_expired_paused_tasks(conn: Connection, *, now: datetime) -> int:
     status: str = await conn.execute(
         "DELETE FROM paused_tasks WHERE processed_time < $1", now - PAUSED_TASK_RETENTION
     )

@@ -23,6 +23,7 @@ from xmc.store.codec import (
     stored_from_row,
     write_execution_from_row,
 )
+from xmc.store.connection import Connection, fetch_one
 from xmc.store.experiments import RollupDelta, apply_rollups, require_experiment
 from xmc.store.listing import ListRequest, ListResource, fetch_page
 from xmc.store.wire import (
@@ -116,7 +117,7 @@ def wire_parts(row: Mapping[str, Any]) -> tuple[bytes, bytes]:
     return head_wire(row), execution_wire_from_values(name, [row[c] for c in EXECUTION_COLUMNS])
 
 
-async def insert_history(conn: Any, rows: list[tuple[Any, ...]]) -> None:
+async def insert_history(conn: Connection, rows: list[tuple[Any, ...]]) -> None:
     """Rows of (xid, wid, eid, old, new, state_update_time, writer, record_time)."""
     if not rows:
         return
@@ -137,7 +138,7 @@ async def insert_history(conn: Any, rows: list[tuple[Any, ...]]) -> None:
 
 
 async def restart_work_unit(
-    conn: Any, xid: int, wid: int, *, writer: str, now: datetime
+    conn: Connection, xid: int, wid: int, *, writer: str, now: datetime
 ) -> WorkUnit:
     """Archive execution N (``SaveWorkUnitExecution``) and make N+1 current in RESTARTING
     (``UpdateCurrentWorkUnitExecution``). Allowed from any state (SPEC §3.1)."""
@@ -158,7 +159,8 @@ async def restart_work_unit(
     new_state = WorkUnitState.RESTARTING
     new_eid = current["eid"] + 1
     fresh = StoredExecution(now, now, None, new_state, now, now)
-    row = await conn.fetchrow(
+    row = await fetch_one(
+        conn,
         f"""UPDATE work_units SET eid = $3, exec_create_time = $4, exec_update_time = $4,
                 exec_complete_time = NULL, state = $5, state_update_time = $4,
                 status_update_time = $4, system_message = NULL, user_message = NULL,
@@ -183,7 +185,7 @@ async def restart_work_unit(
     return work_unit_from_row(row)
 
 
-async def fetch_work_unit(conn: Any, xid: int, wid: int) -> WorkUnit:
+async def fetch_work_unit(conn: Connection, xid: int, wid: int) -> WorkUnit:
     row = await conn.fetchrow(
         f"SELECT {WORK_UNIT_COLUMNS} FROM work_units WHERE xid = $1 AND wid = $2", xid, wid
     )
@@ -192,7 +194,9 @@ async def fetch_work_unit(conn: Any, xid: int, wid: int) -> WorkUnit:
     return work_unit_from_row(row)
 
 
-async def fetch_work_unit_executions(conn: Any, xid: int, wid: int) -> list[WorkUnitExecution]:
+async def fetch_work_unit_executions(
+    conn: Connection, xid: int, wid: int
+) -> list[WorkUnitExecution]:
     """Every execution, oldest first, the current one last and ACTIVE (SPEC §2.1)."""
     current = await fetch_work_unit(conn, xid, wid)
     rows = await conn.fetch(
@@ -210,7 +214,7 @@ async def fetch_work_unit_executions(conn: Any, xid: int, wid: int) -> list[Work
     return executions
 
 
-async def fetch_status_history(conn: Any, xid: int, wid: int) -> list[StatusHistoryEntry]:
+async def fetch_status_history(conn: Connection, xid: int, wid: int) -> list[StatusHistoryEntry]:
     rows = await conn.fetch(
         """SELECT eid, old_state, new_state, state_update_time, writer, record_time
            FROM work_unit_status_history WHERE xid = $1 AND wid = $2 ORDER BY id""",
@@ -263,7 +267,7 @@ WORK_UNIT_WIRE_LISTING = _work_unit_listing("w", "xid, wid, head, exec_wire")
 WORK_UNIT_UPDATABLE = frozenset({"priority", "urls", "tags", "notes"})
 
 
-async def list_work_units(conn: Any, xid: int, request: ListRequest) -> bytes:
+async def list_work_units(conn: Connection, xid: int, request: ListRequest) -> bytes:
     """One page as a serialized ``ListWorkUnitsResponse``, framed from the stored wire
     parts (``xmc.store.wire``). NOT_FOUND when the experiment does not exist — before any
     complaint about the filter or token — checked only when the page is empty or the
@@ -287,7 +291,11 @@ async def list_work_units(conn: Any, xid: int, request: ListRequest) -> bytes:
 
 
 async def _fill_parts(
-    conn: Any, xid: int, wids: list[int], heads: list[Any], wires: list[Any]
+    conn: Connection,
+    xid: int,
+    wids: list[int],
+    heads: list[bytes | None],
+    wires: list[bytes | None],
 ) -> list[tuple[bytes, bytes]]:
     """A page's parts with those not stored yet built from their columns. A row gone
     since the page was read (its experiment deleted) is left out."""
@@ -298,7 +306,7 @@ async def _fill_parts(
 
 
 async def _parts_from_columns(
-    conn: Any, xid: int, wids: list[int]
+    conn: Connection, xid: int, wids: list[int]
 ) -> dict[int, tuple[bytes | None, bytes | None]]:
     """Rows whose wire parts are not stored yet (written before migration 0003)."""
     rows = await conn.fetch(
@@ -309,7 +317,7 @@ async def _parts_from_columns(
     return {wid: (None, None) for wid in wids} | {row["wid"]: wire_parts(row) for row in rows}
 
 
-async def select_work_unit_ids(conn: Any, xid: int, filter_text: str) -> list[int]:
+async def select_work_unit_ids(conn: Connection, xid: int, filter_text: str) -> list[int]:
     """Every work unit of the experiment matching ``filter_text`` (batch stop/restart)."""
     where, params = compile_filter(filter_text, WORK_UNIT_LISTING.fields, first_param=2)
     rows = await conn.fetch(
@@ -321,7 +329,7 @@ async def select_work_unit_ids(conn: Any, xid: int, filter_text: str) -> list[in
 
 
 async def update_work_unit(
-    conn: Any, xid: int, wid: int, source: WorkUnit, paths: tuple[str, ...], *, now: datetime
+    conn: Connection, xid: int, wid: int, source: WorkUnit, paths: tuple[str, ...], *, now: datetime
 ) -> WorkUnit:
     """Apply a validated update mask (user fields only; the execution is untouched)."""
     row = await conn.fetchrow(
@@ -341,7 +349,8 @@ async def update_work_unit(
         "doc": work_unit_doc(work_unit),
         "update_time": now,
     }
-    row = await conn.fetchrow(
+    row = await fetch_one(
+        conn,
         f"""UPDATE work_units SET priority = $3, tags = $4, notes = $5, doc = $6, update_time = $7,
                 head = $8
             WHERE xid = $1 AND wid = $2 RETURNING {WORK_UNIT_COLUMNS}""",
@@ -382,7 +391,7 @@ def _status_message_from_row(row: Mapping[str, Any]) -> StatusMessage:
 
 
 async def list_status_messages(
-    conn: Any, xid: int, wid: int | None, request: ListRequest
+    conn: Connection, xid: int, wid: int | None, request: ListRequest
 ) -> tuple[list[StatusMessage], str]:
     """One page of an experiment's (all work units) or one work unit's message history."""
     if wid is None:

@@ -7,8 +7,9 @@ decision with a small enum the shell can act on and label metrics with. Nothing 
 I/O or reads a clock, so the watch loop, the finalizer path and the orphan sweep can be
 tested case by case.
 
-Modules, one per object or rule: ``read`` (tolerant readers, the XMC ids), ``jobset``
-(§8.1), ``workload`` (§8.2), ``pods`` (§8.3), ``finalizer`` (§8.4), ``orphans`` (§8.6).
+Modules, one per object or rule: ``read`` (the XMC ids, the JobSet an object belongs to;
+the tolerant readers are ``xmc.kjson``), ``jobset`` (§8.1), ``workload`` (§8.2), ``pods``
+(§8.3), ``finalizer`` (§8.4), ``orphans`` (§8.6).
 """
 
 from reconciler.observe.finalizer import (

@@ -11,7 +11,7 @@ from typing import Any, Final
 
 from reconciler.observation import Observation
 from reconciler.observe.jobset import observe_jobset
-from reconciler.observe.read import as_sequence, metadata_of
+from xmc.kjson import as_sequence, metadata_of
 from xmc.labels import FINALIZER
 from xmc.timestamps import as_utc, parse_rfc3339
 from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage

@@ -7,16 +7,8 @@ from datetime import datetime
 from typing import Any, Final
 
 from reconciler.observation import Observation, Source
-from reconciler.observe.read import (
-    as_int,
-    as_mapping,
-    as_sequence,
-    as_str,
-    belongs_to,
-    conditions_of,
-    metadata_of,
-    work_unit_ids,
-)
+from reconciler.observe.read import belongs_to, work_unit_ids
+from xmc.kjson import as_int, as_mapping, as_sequence, as_str, conditions_of, metadata_of
 from xmc.model.jobset import (
     NO_PODS,
     MappingRule,

@@ -8,15 +8,8 @@ from datetime import datetime, timedelta
 from typing import Any, Final
 
 from reconciler.observation import Observation, Source
-from reconciler.observe.read import (
-    as_mapping,
-    as_sequence,
-    as_str,
-    belongs_to,
-    condition_of,
-    metadata_of,
-    work_unit_ids,
-)
+from reconciler.observe.read import belongs_to, work_unit_ids
+from xmc.kjson import as_mapping, as_sequence, as_str, condition_of, metadata_of
 from xmc.names import work_unit_name
 from xmc.timestamps import as_utc, parse_rfc3339
 from xmc_api.cloud.xmanager.v1.status_pb2 import WorkUnitStatus

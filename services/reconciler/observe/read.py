@@ -1,51 +1,18 @@
-"""Small, forgiving readers of API objects, shared by every ``observe`` module.
-
-Objects arrive JSON-shaped (camelCase keys) with any field possibly absent, null or of the
-wrong type; these readers turn all of that into an empty value instead of an exception, so
-one odd object cannot stop the watch loop.
+"""What every ``observe`` module reads off an object of XMC's: its work-unit ids and the
+JobSet it belongs to. The generic readers (absent, null or ill-typed fields read as
+empty, so one odd object cannot stop the watch loop) are ``xmc.kjson``'s.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, Final
 
+from xmc.kjson import labels_of, metadata_of
 from xmc.labels import EXECUTION_ID, EXPERIMENT_ID, WORK_UNIT_ID
 
 JOBSET_NAME_LABEL: Final = "jobset.sigs.k8s.io/jobset-name"
 JOBSET_UID_LABEL: Final = "jobset.sigs.k8s.io/jobset-uid"
-
-
-def as_mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def as_sequence(value: Any) -> Sequence[Any]:
-    return value if isinstance(value, list | tuple) else ()
-
-
-def metadata_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return as_mapping(obj.get("metadata"))
-
-
-def labels_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return as_mapping(metadata_of(obj).get("labels"))
-
-
-def as_str(value: Any) -> str:
-    return value if isinstance(value, str) else ""
-
-
-def as_int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def conditions_of(obj: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    return [as_mapping(c) for c in as_sequence(as_mapping(obj.get("status")).get("conditions"))]
-
-
-def condition_of(obj: Mapping[str, Any], condition_type: str) -> Mapping[str, Any] | None:
-    return next((c for c in conditions_of(obj) if c.get("type") == condition_type), None)
 
 
 def _positive_int(value: Any) -> int | None:

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from reconciler.observation import Observation, Source
-from reconciler.observe.read import as_mapping, as_sequence, as_str, condition_of, metadata_of
+from xmc.kjson import as_mapping, as_sequence, as_str, condition_of, metadata_of
 from xmc.names import work_unit_name
 from xmc.timestamps import parse_rfc3339, set_timestamp
 from xmc_api.cloud.xmanager.v1.status_pb2 import WorkUnitStatus

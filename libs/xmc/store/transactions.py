@@ -1,0 +1,275 @@
+"""The store as the services use it: the one ``xmc.store`` module a service may import
+(import-linter contract "Services use the store only through xmc.store.transactions").
+
+Two services write Postgres: the ESS (intents, observations, the outbox relay, the resume
+worker, the janitor) and the Actuator, which settles the tasks it carried out, parks them
+while scheduling is paused, and records the execution states whose outcome only it knows
+(docs/decisions/0033). Every write either runs is named here; the rest of ``xmc.store``
+(one module per table group) is how they are done, free to change without touching a
+service.
+
+Each function runs in the caller's transaction, opened on the ``Store`` facade
+(``Store.transaction()``, or ``Store.connection()`` for a single read): a caller composes
+several in one transaction (the relay abandons many tasks in one pass, the ESS writes a
+work unit, its Operation and its task together). ``Store`` itself is exported because every
+service owns one pool and decides where its transactions begin and end.
+
+"Finish a task" is :func:`finish_task`, whoever finishes it: the Actuator settling a
+result, the relay abandoning an undeliverable task, the resume worker skipping a parked
+one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import structlog
+from google.protobuf.message import Message
+
+from xmc.errors import NotFoundError
+from xmc.messages import backend_message
+from xmc.model.merge import ExecutionUpdate
+from xmc.model.states import Severity, WorkUnitState
+from xmc.store import operations, outbox, scheduling
+from xmc.store.artifacts import (
+    ARTIFACT_UPDATABLE,
+    delete_artifact,
+    fetch_artifact,
+    insert_artifact,
+    list_artifacts,
+    update_artifact,
+)
+from xmc.store.connection import Connection, try_transaction_lock
+from xmc.store.creation import (
+    Created,
+    CreateOutcome,
+    ExperimentAccess,
+    NewWorkUnit,
+    create_work_units,
+)
+from xmc.store.deployed import decode_page_token as decode_deployed_page_token
+from xmc.store.deployed import encode_page_token as encode_deployed_page_token
+from xmc.store.deployed import list_deployed
+from xmc.store.deployed import page_size as deployed_page_size
+from xmc.store.executions import (
+    ItemResult,
+    UpdateOutcome,
+    update_work_unit_executions,
+    write_decided_state,
+)
+from xmc.store.experiments import (
+    EXPERIMENT_UPDATABLE,
+    fetch_experiment,
+    fetch_experiment_priority,
+    list_experiments,
+    update_experiment,
+)
+from xmc.store.listing import ListRequest
+from xmc.store.migrate import migrate
+from xmc.store.operations import (
+    ActionType,
+    NewOperation,
+    delete_expired_operations,
+    fetch_operation,
+    insert_operation,
+    list_operations,
+)
+from xmc.store.outbox import (
+    ExecutionTasks,
+    OutboxStatus,
+    OutboxTask,
+    TaskFacts,
+    check_every_published_now,
+    check_later,
+    claim_due,
+    fetch_task_facts,
+    mark_published,
+    oldest_unfinished_entry,
+    scan_intent_states,
+)
+from xmc.store.outbox import delete_expired as delete_expired_outbox_rows
+from xmc.store.outbox import enqueue as enqueue_tasks
+from xmc.store.outbox import rearm as rearm_task
+from xmc.store.repository import Store, wait_for_postgres
+from xmc.store.scheduling import (
+    ParkedTask,
+    Resolution,
+    SchedulingControl,
+    claim_parked_tasks,
+    delete_expired_paused_tasks,
+    fetch_scheduling_control,
+    mark_orphaned_parked_tasks,
+    mark_processed,
+    set_paused,
+)
+from xmc.store.work_units import (
+    WORK_UNIT_UPDATABLE,
+    fetch_work_unit,
+    list_status_messages,
+    list_work_units,
+    restart_work_unit,
+    select_work_unit_ids,
+    update_work_unit,
+)
+from xmc.tasks import task_execution_id
+from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
+from xmc_api.internal.v1.tasks_pb2 import Task
+
+__all__ = [
+    "ARTIFACT_UPDATABLE",
+    "EXPERIMENT_UPDATABLE",
+    "WORK_UNIT_UPDATABLE",
+    "ActionType",
+    "Connection",
+    "CreateOutcome",
+    "Created",
+    "ExecutionTasks",
+    "ExperimentAccess",
+    "ItemResult",
+    "ListRequest",
+    "NewOperation",
+    "NewWorkUnit",
+    "OutboxStatus",
+    "OutboxTask",
+    "ParkedTask",
+    "Resolution",
+    "SchedulingControl",
+    "StateWrite",
+    "Store",
+    "TaskFacts",
+    "UpdateOutcome",
+    "check_every_published_now",
+    "check_later",
+    "claim_due",
+    "claim_parked_tasks",
+    "create_work_units",
+    "decode_deployed_page_token",
+    "delete_artifact",
+    "delete_expired_operations",
+    "delete_expired_outbox_rows",
+    "delete_expired_paused_tasks",
+    "deployed_page_size",
+    "encode_deployed_page_token",
+    "enqueue_tasks",
+    "failed_execution_write",
+    "fetch_artifact",
+    "fetch_experiment",
+    "fetch_experiment_priority",
+    "fetch_operation",
+    "fetch_scheduling_control",
+    "fetch_task_facts",
+    "fetch_work_unit",
+    "finish_task",
+    "insert_artifact",
+    "insert_operation",
+    "list_artifacts",
+    "list_deployed",
+    "list_experiments",
+    "list_operations",
+    "list_status_messages",
+    "list_work_units",
+    "mark_orphaned_parked_tasks",
+    "mark_processed",
+    "mark_published",
+    "migrate",
+    "oldest_unfinished_entry",
+    "park_task",
+    "rearm_task",
+    "restart_work_unit",
+    "scan_intent_states",
+    "select_work_unit_ids",
+    "set_paused",
+    "try_transaction_lock",
+    "update_artifact",
+    "update_experiment",
+    "update_work_unit",
+    "update_work_unit_executions",
+    "wait_for_postgres",
+    "write_decided_state",
+]
+
+log = structlog.get_logger()
+
+
+@dataclass(frozen=True)
+class StateWrite:
+    """A masked write of ``state`` (and a system message, if any) for execution ``eid``."""
+
+    eid: int
+    state: WorkUnitState
+    message: StructuredMessage | None = None
+
+
+async def finish_task(
+    conn: Connection,
+    task: Task,
+    *,
+    outcome: str,
+    writer: str,
+    now: datetime,
+    state: StateWrite | None = None,
+    response: Message | None = None,
+    error: tuple[int, str] | None = None,
+) -> ItemResult | None:
+    """Finish ``task`` for good, in the caller's transaction, so it never half-finishes:
+
+    1. its outbox row records ``outcome``: the relay stops checking it, and a replayed
+       entry of it is refused (a row already finished stays as it was);
+    2. ``state``, if any, is written through the masked path, so the guard still decides
+       (``write_decided_state``); its result is returned (None without a write);
+    3. the task's Operation, if it has one, counts it done, with ``error`` (code,
+       message) or ``response``. An Operation that no longer exists (expired after 90
+       days, or never made) is logged and skipped: the task's effect still stands.
+    """
+    await outbox.finish(conn, task, outcome=outcome, now=now)
+    written = None
+    if state is not None:
+        written = await write_decided_state(
+            conn, task.xid, task.wid, state.eid, state.state,
+            message=state.message, writer=writer, now=now,
+        )  # fmt: skip
+    if task.operation:
+        try:
+            await operations.finish_operation_task(
+                conn, task.operation, now=now, response=response, error=error,
+                task_id=task.task_id,
+            )  # fmt: skip
+        except NotFoundError:
+            log.warning("the task's operation does not exist", operation=task.operation)
+    return written
+
+
+async def park_task(
+    conn: Connection, task: Task, *, mark: ExecutionUpdate | None, writer: str, now: datetime
+) -> bool:
+    """Park ``task`` while scheduling is paused, in the caller's transaction: in
+    PausedTasks (where the resume worker finds it) and in the outbox (so the relay does
+    not re-drive it meanwhile); the first time, also ``mark``, the masked write that shows
+    the work unit waiting. False when it was parked already (a redelivery): nothing
+    changes, so a task is parked exactly once."""
+    await outbox.park(conn, task, now=now)
+    first_time = await scheduling.park_task(
+        conn,
+        task_id=task.task_id,
+        xid=task.xid,
+        wid=task.wid,
+        # The resume worker judges a parked task by its target eid (ShouldSkipTask).
+        eid=task.target_eid,
+        kind=task.kind,
+        task=task.SerializeToString(deterministic=True),
+        now=now,
+    )
+    if first_time and mark is not None:
+        await update_work_unit_executions(conn, [mark], writer=writer, now=now)
+    return first_time
+
+
+def failed_execution_write(task: Task, text: str) -> StateWrite:
+    """The FAILED write of a create or restart that can never start: the work unit must
+    not hang in INITIALIZING or RESTARTING."""
+    return StateWrite(
+        task_execution_id(task),
+        WorkUnitState.FAILED,
+        backend_message(Severity.FATAL, task.xid, task.wid, text),
+    )

@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: help install services proto proto-check lint test run bench compat faults screenshots clean cluster cluster-down cluster-xmc test-cluster
+.PHONY: help install services proto proto-check lint test test-fast run bench compat faults screenshots clean cluster cluster-down cluster-xmc test-cluster
 
 # `make run CLUSTER=real`: XMC against the loopback cluster of `make cluster` (docs/cluster.md).
 CLUSTER ?= kubesim
@@ -42,6 +42,11 @@ TEST_WORKERS ?= 4
 
 test: services $(STAMP) ## the whole test suite (starts the local Postgres and Redis first)
 	$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
+
+# The loop to live in: everything but the tests marked slow (process stacks, faults, end to
+# end, examples) and those make compat / make test-cluster run.
+test-fast: services $(STAMP) ## the test suite without the tests marked slow: the loop to run while changing code
+	$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist worksteal -m 'not slow and not compat and not real_cluster' $(PYTEST_ARGS)
 
 run: services $(STAMP) ## set up and run XMC locally (kubesim, ESS, Actuator, Reconciler, dashboard); CLUSTER=real: on `make cluster` instead
 ifeq ($(CLUSTER),real)

@@ -35,10 +35,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import aiohttp
 from bench.faults import Client, Counts, Intent, count, poll
 
-from tests.conftest import ADMIN_DSN
 from tests.integration.redis_cluster import LocalRedisCluster
 from tests.integration.redis_server import RedisServer
 from tests.integration.support import forever_work_unit, minimal_work_unit
+from tests.servers import ADMIN_DSN
 from tests.stack import JobSetLedger, Stack, StackOptions, create_database, drop_database
 from xmc.model.states import WorkUnitState
 

@@ -80,8 +80,20 @@ class JobSetBuilder:
             "status": {"replicatedJobsStatus": [], "restarts": 0},
         }
 
-    def uid(self, uid: str) -> Self:
-        self._obj["metadata"]["uid"] = uid
+    @classmethod
+    def manifest(cls, name: str) -> Self:
+        """What a client sends to create a JobSet: a name and labels, no namespace, uid,
+        finalizer or status."""
+        builder = cls(name).without_status()
+        builder._obj["metadata"] = {"name": name, "labels": {}}
+        return builder
+
+    def uid(self, uid: str | None) -> Self:
+        """Set the uid, or leave it out with ``None``."""
+        if uid is None:
+            self._obj["metadata"].pop("uid", None)
+        else:
+            self._obj["metadata"]["uid"] = uid
         return self
 
     def resource_version(self, version: str) -> Self:
@@ -122,27 +134,29 @@ class JobSetBuilder:
         return self
 
     def replicated_job(
-        self, name: str, *, replicas: int | None = 1, service_account: str | None = None
+        self,
+        name: str,
+        *,
+        replicas: int | None = 1,
+        service_account: str | None = None,
+        job_spec: Obj | None = None,
     ) -> Self:
-        """Add a replicated job of one-pod Jobs; ``replicas=None`` omits the field as a
-        sparse manifest would."""
+        """Add a replicated job of one-pod Jobs, or of Jobs of ``job_spec`` (``{}``: a
+        Job without pods); ``replicas=None`` omits the field as a sparse manifest would."""
         pod_spec: Obj = {
             "restartPolicy": "Never",
             "containers": [{"name": "main", "image": "trainer:latest"}],
         }
         if service_account is not None:
             pod_spec["serviceAccountName"] = service_account
-        job: Obj = {
-            "name": name,
-            "template": {
-                "spec": {
-                    "parallelism": 1,
-                    "completions": 1,
-                    "backoffLimit": 0,
-                    "template": {"spec": pod_spec},
-                }
-            },
-        }
+        if job_spec is None:
+            job_spec = {
+                "parallelism": 1,
+                "completions": 1,
+                "backoffLimit": 0,
+                "template": {"spec": pod_spec},
+            }
+        job: Obj = {"name": name, "template": {"spec": job_spec}}
         if replicas is not None:
             job["replicas"] = replicas
         self._obj["spec"]["replicatedJobs"].append(job)
@@ -150,6 +164,14 @@ class JobSetBuilder:
 
     def suspend(self, value: bool) -> Self:
         self._obj["spec"]["suspend"] = value
+        return self
+
+    def success_policy(self, policy: Obj) -> Self:
+        self._obj["spec"]["successPolicy"] = policy
+        return self
+
+    def failure_policy(self, policy: Obj) -> Self:
+        self._obj["spec"]["failurePolicy"] = policy
         return self
 
     def status_counts(
@@ -208,6 +230,11 @@ class JobSetBuilder:
 
     def restarts(self, count: int) -> Self:
         self._obj["status"]["restarts"] = count
+        return self
+
+    def status(self, **fields: Any) -> Self:
+        """Replace the whole status by ``fields`` (a decider's input as a test states it)."""
+        self._obj["status"] = dict(fields)
         return self
 
     def without_status(self) -> Self:

@@ -3,7 +3,6 @@ template, so tests are isolated from each other and can run in parallel (pytest-
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -14,10 +13,9 @@ import asyncpg
 import pytest
 
 from tests.integration.redis_server import RedisServer
+from tests.servers import ADMIN_DSN
 from xmc.store.migrate import apply_migrations
 from xmc.store.repository import Store
-
-ADMIN_DSN = os.environ.get("XMC_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 
 
 def dsn_for(database: str) -> str:

@@ -14,18 +14,19 @@ import os
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import nodeagent
 import pytest
+
+from tests.waiting import eventually
 
 #: Only under `make test-cluster` (tools/cluster/test_cluster.sh sets the kubeconfig).
 pytestmark = pytest.mark.real_cluster
 KUBECONFIG_ENV = "XMC_REAL_CLUSTER_KUBECONFIG"
 Obj = dict[str, Any]
-T = TypeVar("T")
 GRACE_SECONDS = 6
 
 
@@ -71,17 +72,6 @@ def _pod(namespace: str, name: str, behavior: Obj) -> Obj:
     }  # fmt: skip
 
 
-async def _eventually(probe: Callable[[], Awaitable[T | None]], within: float, what: str) -> T:
-    deadline = time.monotonic() + within
-    while True:
-        value = await probe()
-        if value is not None:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {within} s: {what}")
-        await asyncio.sleep(0.2)
-
-
 def _state(pod: Obj) -> tuple[str, Obj]:
     statuses = (pod.get("status") or {}).get("containerStatuses") or [{}]
     state = statuses[0].get("state") or {}
@@ -108,7 +98,9 @@ async def test_pods_on_the_fake_nodes_follow_their_behaviour(api: nodeagent.Api)
             pod = await api.request("GET", f"{pods}/{name}")
             return pod if (pod.get("status") or {}).get("phase") == phase else None
 
-        forever = await _eventually(lambda: phase_of("forever", "Running"), 20, "forever Running")
+        forever = await eventually(
+            lambda: phase_of("forever", "Running"), within=20, what="forever Running", every=0.2
+        )
         status = forever["status"]
         assert status["hostIP"] == "127.0.0.1"
         assert status["podIP"].startswith("10.")
@@ -131,7 +123,7 @@ async def test_pods_on_the_fake_nodes_follow_their_behaviour(api: nodeagent.Api)
             async def finished(name: str = name, phase: str = phase) -> Obj | None:
                 return await phase_of(name, phase)
 
-            pod = await _eventually(finished, 20, f"{name} {phase}")
+            pod = await eventually(finished, within=20, what=f"{name} {phase}", every=0.2)
             kind, terminated = _state(pod)
             assert kind == "terminated", name
             assert (terminated["exitCode"], terminated["reason"]) == (code, reason), name
@@ -165,7 +157,7 @@ async def test_pods_on_the_fake_nodes_follow_their_behaviour(api: nodeagent.Api)
                 raise
             return None
 
-        await _eventually(gone, GRACE_SECONDS + 10, "the deleted pod is gone")
+        await eventually(gone, within=GRACE_SECONDS + 10, what="the deleted pod is gone", every=0.2)
         took = time.monotonic() - deleted
         assert took >= GRACE_SECONDS - 1.5, f"gone after {took:.1f} s, before its grace period"
     finally:

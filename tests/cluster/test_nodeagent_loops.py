@@ -13,6 +13,8 @@ from typing import Any
 
 import nodeagent
 
+from tests.waiting import eventually
+
 Obj = dict[str, Any]
 
 
@@ -70,8 +72,7 @@ async def test_the_informer_relists_on_gone_and_resumes_from_the_last_version() 
         seen.append(f"{kind}@{obj['metadata']['resourceVersion']}")
 
     task = asyncio.create_task(agent._informer("pods", "/api/v1/pods", {}, replace, apply))
-    for _ in range(100):
-        await asyncio.sleep(0)
+    await eventually(lambda: api.watches, ["10", "20"], what="the second watch")
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task

@@ -15,9 +15,9 @@ from typing import Any
 import grpc
 import pytest
 
-from tests.compat.conftest import HERE, USER_EMAIL, USER_TOKEN, client_env
-from tests.integration.support import wait_until
+from tests.compat.support import HERE, USER_EMAIL, USER_TOKEN, client_env
 from tests.stack import Stack
+from tests.waiting import eventually
 from xmc.model.states import LaunchState, WorkUnitState
 from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
 
@@ -79,7 +79,7 @@ async def test_every_rpc_of_the_published_stub_layer_answers_ok(
             return WorkUnitState(execution.status.state)
 
         # Stopped, then restarted by the batch calls: execution 2 runs to its end.
-        await wait_until(state, WorkUnitState.COMPLETED, within=60)
+        await eventually(state, WorkUnitState.COMPLETED, within=60)
 
 
 async def test_a_sweep_a_re_entry_a_stop_and_a_restart_through_xm_cloud(
@@ -106,17 +106,17 @@ async def test_a_sweep_a_re_entry_a_stop_and_a_restart_through_xm_cloud(
             return int(current.name.rsplit("/", 1)[1]), WorkUnitState(current.status.state)
 
         for wid in range(1, trials + 1):
-            await wait_until(
+            await eventually(
                 functools.partial(execution, wid), (1, WorkUnitState.COMPLETED), within=90
             )
-        await wait_until(lambda: execution(extra), (1, WorkUnitState.RUNNING), within=90)
+        await eventually(lambda: execution(extra), (1, WorkUnitState.RUNNING), within=90)
 
         await run_client(full_python, "client_sweep.py", compat_stack, "stop", str(xid), str(extra))
-        await wait_until(lambda: execution(extra), (1, WorkUnitState.STOPPED), within=90)
+        await eventually(lambda: execution(extra), (1, WorkUnitState.STOPPED), within=90)
         await run_client(
             full_python, "client_sweep.py", compat_stack, "restart", str(xid), str(extra)
         )
-        await wait_until(lambda: execution(extra), (2, WorkUnitState.RUNNING), within=90)
+        await eventually(lambda: execution(extra), (2, WorkUnitState.RUNNING), within=90)
 
         experiment = await api.GetExperiment(
             api_pb2.GetExperimentRequest(name=f"experiments/{xid}"), metadata=metadata

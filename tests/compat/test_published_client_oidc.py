@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import EssFactory, auth_settings
+from tests.integration.ess_harness import EssFactory, auth_settings
 from tests.integration.jwks_issuer import (
     AUDIENCE,
     ISSUER,

@@ -4,9 +4,8 @@ and :class:`xmc.kube_client.KubeClient`, and the Reconciler's finalizer-removal 
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
+import os
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -20,6 +19,7 @@ from actuator.manifest import build_base_jobset
 from kubesim.server import KubeSim
 from reconciler.observe import finalizer_removal_patch
 from tests.contract.setup import LOCAL_QUEUE
+from tests.waiting import eventually, holds_for
 from xmc import labels
 from xmc.kube import JOBSETS, PODS, WORKLOADS, KubeError, KubeFailure, Resource
 from xmc.kube_client import KubeClient
@@ -27,6 +27,8 @@ from xmc.timestamps import set_timestamp
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 from xmc_api.internal.v1.tasks_pb2 import Task, TaskPayload
 
+ON_REAL_CLUSTER: Final = bool(os.environ.get("KUBECONFIG"))
+"""The suite runs on the cluster of ``KUBECONFIG`` when that is set, else on kubesim."""
 Obj = dict[str, Any]
 T = TypeVar("T")
 JOBS: Final = Resource("batch", "v1", "jobs")
@@ -40,8 +42,6 @@ POLL_SECONDS: Final = 0.05
 def on_kubesim_xfail(point: int, what: str) -> pytest.MarkDecorator:
     """A scenario today's kubesim fails (another part of issue 13 fixes it): expected to
     fail on kubesim only; a real cluster must pass it."""
-    from tests.contract.conftest import ON_REAL_CLUSTER
-
     return pytest.mark.xfail(
         condition=not ON_REAL_CLUSTER,
         strict=True,
@@ -64,26 +64,26 @@ class Cluster:
         return JobSetClient(self.kube)
 
     async def wait(self, condition: Callable[[], Awaitable[T]], *, within: float, what: str) -> T:
-        """Poll ``condition`` until it returns something truthy (returned); fail after
-        ``within`` cluster seconds. ``condition`` may raise AssertionError to fail early."""
-        deadline = time.monotonic() + within / self.scale
-        while True:
-            value = await condition()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise AssertionError(f"not within {within} cluster seconds: {what}")
-            await asyncio.sleep(POLL_SECONDS)
+        """``eventually`` in cluster seconds: the first truthy value of ``condition``.
+        ``condition`` may raise AssertionError to fail early."""
+        return await eventually(
+            condition,
+            within=within / self.scale,
+            every=POLL_SECONDS,
+            what=f"{what} (within {within} cluster seconds)",
+        )
 
     async def holds(
         self, condition: Callable[[], Awaitable[bool]], *, during: float, what: str
     ) -> None:
-        """``condition`` stays true for ``during`` cluster seconds (checked at every poll):
-        an observation window for what must *not* happen, never a synchronisation."""
-        end = time.monotonic() + during / self.scale
-        while time.monotonic() < end:
-            assert await condition(), f"stopped holding: {what}"
-            await asyncio.sleep(POLL_SECONDS)
+        """``holds_for`` in cluster seconds: an observation window for what must *not*
+        happen, never a synchronisation."""
+        await holds_for(
+            condition,
+            during=during / self.scale,
+            every=POLL_SECONDS,
+            what=f"{what} (for {during} cluster seconds)",
+        )
 
     # --- reading --------------------------------------------------------------------
 

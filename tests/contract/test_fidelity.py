@@ -14,7 +14,8 @@ from typing import Final
 
 import pytest
 
-from tests.contract.conftest import ON_REAL_CLUSTER, connect
+from tests.contract.cluster import ON_REAL_CLUSTER
+from tests.contract.connect import connect
 from tests.contract.fidelity import SCENARIOS, Scenario, compare, record
 
 #: Scenario → the differences kubesim is known to have there (docs/kubesim.md, fidelity).

@@ -10,9 +10,9 @@ from pathlib import Path
 import grpc
 import pytest
 
-from tests.conftest import ADMIN_DSN
 from tests.integration.redis_server import RedisServer
 from tests.integration.support import minimal_work_unit
+from tests.servers import ADMIN_DSN
 from tests.stack import JobSetLedger, Stack, StackOptions, create_database, drop_database
 from xmc.model.states import WorkUnitState
 from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 import asyncpg
 
@@ -19,7 +17,6 @@ from xmc_api.cloud.xmanager.v1.work_unit_execution_pb2 import WorkUnitExecution
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 
 T0 = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
-T = TypeVar("T")
 
 
 class FakeClock:
@@ -147,23 +144,6 @@ def forever_work_unit(cpu_millicores: int = 0, *, grace_seconds: int = 1) -> Wor
         job.spec.resources.cpu_resources.cpu_millicores = cpu_millicores
     job.termination_grace_period_seconds = grace_seconds
     return work_unit
-
-
-async def wait_until(
-    probe: Callable[[], Awaitable[T]], want: T, *, within: float = 10.0, every: float = 0.02
-) -> None:
-    """Poll ``probe`` every ``every`` seconds until it returns ``want`` or ``within``
-    seconds pass (then fail with the last value): a condition with a deadline, never a bare
-    sleep. Probes that cost a round trip to a real cluster poll less often (``every``)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while True:
-        got = await probe()
-        if got == want:
-            return
-        if loop.time() > deadline:
-            raise AssertionError(f"waited {within}s for {want!r}, last saw {got!r}")
-        await asyncio.sleep(every)
 
 
 class BuggyReads(KubeClient):

@@ -20,8 +20,9 @@ from reconciler.app import Reconciler, ReconcilerOptions
 from reconciler.batcher import BatcherOptions
 from reconciler.ess_client import EssClient
 from reconciler.vanished import VanishedSettings
-from tests.integration.conftest import REDIS_URL, SIGNING_KEY, Ess, metadata
+from tests.integration.ess_harness import SIGNING_KEY, Ess, metadata
 from tests.integration.support import WallClock, fetch_all
+from tests.servers import REDIS_URL
 from xmc.kube_client import KubeClient
 from xmc.model.states import WorkUnitState
 from xmc.settings import Settings

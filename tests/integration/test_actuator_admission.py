@@ -20,8 +20,10 @@ from actuator.app import Actuator
 from actuator.consumer import ConsumerSettings
 from kubesim.resources import JOBSET
 from kubesim.server import KubeSim
-from tests.integration.conftest import REDIS_URL, SIGNING_KEY, Ess, metadata
-from tests.integration.support import WallClock, fetch_all, minimal_work_unit, wait_until
+from tests.integration.ess_harness import SIGNING_KEY, Ess, metadata
+from tests.integration.support import WallClock, fetch_all, minimal_work_unit
+from tests.servers import REDIS_URL
+from tests.waiting import eventually
 from xmc.model.states import Severity, WorkUnitState
 from xmc.retry import RetryPolicy
 from xmc.settings import Settings
@@ -127,7 +129,7 @@ async def loop(ess_factory: Any) -> AsyncIterator[Loop]:
 async def test_a_replayed_create_of_a_finished_unit_creates_nothing(loop: Loop) -> None:
     await loop.start_actuator()
     name, operation = await loop.create()
-    await wait_until(lambda: loop.done(operation), True)
+    await eventually(lambda: loop.done(operation), True)
     ((_id, original),) = await loop.ess.stream(loop.ess.names.tasks)
     # The unit ran and finished; its JobSet is gone.
     update = executions_pb2.WorkUnitExecutionUpdate(work_unit=name, execution_id=1)
@@ -145,7 +147,7 @@ async def test_a_replayed_create_of_a_finished_unit_creates_nothing(loop: Loop) 
 
     await loop.ess.redis.xadd(loop.ess.names.tasks, original)  # the replay: validly signed
 
-    await wait_until(loop.settled, True)
+    await eventually(loop.settled, True)
     assert loop.jobset(name) is None, "a replayed create must not run the unit again"
     assert await loop.state(name) == S.COMPLETED
     assert await loop.operation(operation) == closed_before, "its Operation is untouched"
@@ -159,9 +161,9 @@ async def test_a_create_overtaken_by_a_stop_never_reaches_the_cluster(loop: Loop
 
     await loop.start_actuator()
 
-    await wait_until(lambda: loop.state(name), S.STOPPED)
-    await wait_until(lambda: loop.done(create_op), True)
-    await wait_until(lambda: loop.done(stop.name), True)
+    await eventually(lambda: loop.state(name), S.STOPPED)
+    await eventually(lambda: loop.done(create_op), True)
+    await eventually(lambda: loop.done(stop.name), True)
     created = await loop.operation(create_op)
     assert not created.HasField("error"), "skipped: done, nothing to create"
     assert loop.jobset(name) is None
@@ -181,7 +183,7 @@ async def test_a_poison_create_fails_in_one_attempt_with_a_readable_reason(
     await loop.start_actuator()
     name, operation = await loop.create(work_unit)
 
-    await wait_until(lambda: loop.state(name), S.FAILED)
+    await eventually(lambda: loop.state(name), S.FAILED)
     status = (await loop.execution(name)).status
     assert Severity(status.system_message.severity) == Severity.FATAL
     assert "bad\\x00key" in status.system_message.user_facing_text
@@ -199,7 +201,7 @@ async def test_a_create_out_of_deliveries_fails_its_execution(loop: Loop) -> Non
     await loop.start_actuator(dataclasses.replace(FAST_RETRIES, max_deliveries=1))
     name, operation = await loop.create()
 
-    await wait_until(lambda: loop.state(name), S.FAILED, within=15)
+    await eventually(lambda: loop.state(name), S.FAILED, within=15)
     status = (await loop.execution(name)).status
     assert Severity(status.system_message.severity) == Severity.FATAL
     assert "not carried out after 1 deliveries" in status.system_message.user_facing_text

@@ -3,7 +3,7 @@
 Tasks come from a real ESS (CreateWorkUnit signs and enqueues a CREATE) or are signed with
 the same key by ``TaskPublisher``; the handler is a fake that records its calls and answers
 from a script, so every path of the consumer (ack, DLQ, retry, reclaim, pause) is driven
-deliberately. Waits are conditions with a deadline (``wait_until``), never bare sleeps.
+deliberately. Waits are conditions with a deadline (``eventually``), never bare sleeps.
 """
 
 from __future__ import annotations
@@ -30,10 +30,11 @@ from actuator.settlement import (
     Settlement,
     decide_settlement,
 )
-from tests.integration.conftest import SIGNING_KEY, Ess, EssFactory, metadata
+from tests.integration.ess_harness import SIGNING_KEY, Ess, EssFactory, metadata
 from tests.integration.redis_cluster import LocalRedisCluster
-from tests.integration.support import fetch_all, wait_until
+from tests.integration.support import fetch_all
 from tests.integration.test_ess_internal import experiment_with_work_units, stream_tasks
+from tests.waiting import eventually
 from xmc.model.states import WorkUnitState
 from xmc.retry import RetryPolicy
 from xmc.store.repository import Store
@@ -160,7 +161,7 @@ async def harness(ess: Ess) -> AsyncIterator[Harness]:
 
 @pytest.fixture
 async def cluster_harness(
-    ess_factory: EssFactory, redis_cluster: LocalRedisCluster
+    redis_cluster: LocalRedisCluster, ess_factory: EssFactory
 ) -> AsyncIterator[Harness]:
     """The harness with the ESS and the consumers on a 3-master Redis Cluster."""
     async with _harness(await ess_factory(redis_cluster_nodes=redis_cluster.nodes)) as started:
@@ -246,7 +247,7 @@ async def test_handled_task_is_acked(harness: Harness) -> None:
     await experiment_with_work_units(harness.ess, 1)
     handler = FakeHandler()
     harness.start(handler)
-    await wait_until(harness.settled, (0, 0))
+    await eventually(harness.settled, (0, 0))
     assert [(t.kind, t.wid) for t in handler.calls] == [(Task.CREATE, 1)]
     assert await harness.dlq() == []
 
@@ -261,8 +262,8 @@ async def test_permanent_failure_is_dead_lettered_and_acked(harness: Harness) ->
         )
 
     consumer = harness.start(FakeHandler(invalid))
-    await wait_until(harness.dlq_size, 1)
-    await wait_until(harness.settled, (0, 0))
+    await eventually(harness.dlq_size, 1)
+    await eventually(harness.settled, (0, 0))
     (dead,) = await harness.dlq()
     assert dead[b"reason"] == REASON_PERMANENT.encode()
     assert dead[b"code"] == b"INVALID_ARGUMENT"
@@ -291,8 +292,8 @@ async def test_the_dlq_keeps_its_newest_entries_only(harness: Harness) -> None:
     async def dead_lettered() -> float:
         return counter("xmc_actuator_dlq_total", reason=REASON_PERMANENT) - before
 
-    await wait_until(dead_lettered, 3.0)
-    await wait_until(harness.settled, (0, 0))
+    await eventually(dead_lettered, 3.0)
+    await eventually(harness.settled, (0, 0))
     kept = [dead[b"source_id"] for dead in await harness.dlq()]
     assert len(kept) == 2
     assert set(kept) < set(entry_ids)
@@ -330,8 +331,8 @@ async def test_untrusted_entry_is_dead_lettered_and_touches_nothing(
     handler = FakeHandler()
     harness.start(handler)
 
-    await wait_until(harness.dlq_size, 1)
-    await wait_until(harness.settled, (0, 0))
+    await eventually(harness.dlq_size, 1)
+    await eventually(harness.settled, (0, 0))
     (dead,) = await harness.dlq()
     assert dead[b"reason"] == reason.encode()
     assert handler.calls == [], "an untrusted task is never handled"
@@ -348,7 +349,7 @@ async def test_expired_task_is_dead_lettered(harness: Harness) -> None:
     await harness.publisher(lambda: two_days_ago).publish(task)
     handler = FakeHandler()
     harness.start(handler)
-    await wait_until(harness.dlq_size, 1)
+    await eventually(harness.dlq_size, 1)
     (dead,) = await harness.dlq()
     assert dead[b"reason"] == b"expired"
     assert dead[b"code"] == b"FAILED_PRECONDITION"
@@ -373,7 +374,7 @@ async def test_transient_failures_are_retried_with_growing_backoff(harness: Harn
 
     handler = FakeHandler(flaky)
     harness.start(handler, sleep=record)
-    await wait_until(harness.settled, (0, 0))
+    await eventually(harness.settled, (0, 0))
     assert len(handler.calls) == 3
     # Equal jitter at 0.5: half of 0.5 s plus a quarter, then the same for 1 s.
     assert delays == [0.375, 0.75]
@@ -389,7 +390,7 @@ async def test_exhausted_retries_wait_for_a_reclaim_then_go_to_the_dlq(harness: 
 
     first = FakeHandler(down)
     consumer = harness.start(first, max_deliveries=2, retry=RetryPolicy(max_attempts=2))
-    await wait_until(lambda: _calls_then_idle(first, consumer), (2, 0))
+    await eventually(lambda: _calls_then_idle(first, consumer), (2, 0))
     # Out of in-process attempts but not of deliveries: left pending, nothing closed.
     assert len(await harness.pending_ids()) == 1
     assert await harness.dlq() == []
@@ -401,8 +402,8 @@ async def test_exhausted_retries_wait_for_a_reclaim_then_go_to_the_dlq(harness: 
     rescuer = harness.start(
         second, max_deliveries=2, retry=RetryPolicy(max_attempts=2), claim_idle=0.2
     )
-    await wait_until(harness.dlq_size, 1, within=5)
-    await wait_until(harness.settled, (0, 0))
+    await eventually(harness.dlq_size, 1, within=5)
+    await eventually(harness.settled, (0, 0))
     assert len(second.calls) == 2
     (dead,) = await harness.dlq()
     assert dead[b"reason"] == REASON_MAX_DELIVERIES.encode()
@@ -429,8 +430,8 @@ async def test_entry_whose_consumers_keep_dying_goes_to_the_dlq_unhandled(
     handler = FakeHandler()
     harness.start(handler, max_deliveries=1, claim_idle=0.2)
 
-    await wait_until(harness.dlq_size, 1, within=5)
-    await wait_until(harness.settled, (0, 0))
+    await eventually(harness.dlq_size, 1, within=5)
+    await eventually(harness.settled, (0, 0))
     assert handler.calls == []
     (dead,) = await harness.dlq()
     assert dead[b"reason"] == REASON_MAX_DELIVERIES.encode()
@@ -452,8 +453,8 @@ async def test_on_a_redis_cluster_tasks_are_acked_and_a_dead_consumers_entry_rec
     handler = FakeHandler()
     harness.start(handler, max_deliveries=1, claim_idle=0.2)
 
-    await wait_until(harness.dlq_size, 1, within=10)
-    await wait_until(harness.settled, (0, 0))
+    await eventually(harness.dlq_size, 1, within=10)
+    await eventually(harness.settled, (0, 0))
     assert len(handler.calls) == 2, "the two unread tasks were handled and acked"
     (dead,) = await harness.dlq()
     assert dead[b"reason"] == REASON_MAX_DELIVERIES.encode()
@@ -477,7 +478,11 @@ async def test_tasks_of_one_work_unit_never_overlap_while_work_units_run_in_para
     active: set[int] = set()
     overlaps: list[str] = []
     started: dict[int, list[str]] = {1: [], 2: [], 3: []}
-    all_three_running = asyncio.Barrier(3)
+    # Task i of every work unit stays in flight until task i of the other two has started:
+    # this passes only if work units run in parallel, and while a task waits here the
+    # consumer already holds (concurrency 8) the next task of its work unit, which would
+    # start at once, overlapping, if the lanes did not serialize.
+    rounds = [asyncio.Barrier(3) for _ in range(5)]
 
     async def work(task: Task, _n: int) -> TaskResult:
         if task.wid in active:
@@ -485,17 +490,13 @@ async def test_tasks_of_one_work_unit_never_overlap_while_work_units_run_in_para
         active.add(task.wid)
         started[task.wid].append(task.task_id)
         try:
-            if task.task_id.endswith("-0"):
-                # Passes only if the first task of every work unit is in flight at once.
-                await asyncio.wait_for(all_three_running.wait(), 5)
-            for _ in range(3):
-                await asyncio.sleep(0)  # give a second task of this work unit a chance
+            await asyncio.wait_for(rounds[int(task.task_id.rsplit("-", 1)[1])].wait(), 5)
         finally:
             active.discard(task.wid)
         return DONE
 
     harness.start(FakeHandler(work), concurrency=8)
-    await wait_until(harness.settled, (0, 0))
+    await eventually(harness.settled, (0, 0))
     assert overlaps == []
     assert started == published, "each work unit's tasks run in stream order"
 
@@ -515,7 +516,7 @@ async def test_stop_lets_the_task_in_flight_finish_and_acks_it(harness: Harness)
 
     handler = FakeHandler(slow)
     consumer = harness.start(handler)
-    await wait_until(lambda: _count(handler), 1)
+    await eventually(lambda: _count(handler), 1)
     stopping = asyncio.create_task(consumer.stop())
     done, _ = await asyncio.wait({stopping}, timeout=0.1)
     assert not done, "stop waits for the task in flight"
@@ -539,7 +540,7 @@ async def test_stop_timeout_leaves_the_unfinished_task_pending(harness: Harness)
 
     handler = FakeHandler(stuck)
     consumer = harness.start(handler, stop_timeout=0.1)
-    await wait_until(lambda: _count(handler), 1)
+    await eventually(lambda: _count(handler), 1)
     await asyncio.wait_for(consumer.stop(), 5)
     assert len(cancelled) == 1
     assert len(await harness.pending_ids()) == 1, "unacked: another consumer reclaims it"
@@ -575,7 +576,7 @@ async def test_paused_scheduling_parks_creates_and_updates_and_lets_deletes_thro
     await harness.publisher().publish_many([create, update, delete])
     handler = FakeHandler()
     harness.start(handler, pause=_pause_handler(harness))
-    await wait_until(harness.settled, (0, 0))
+    await eventually(harness.settled, (0, 0))
 
     assert [t.task_id for t in handler.calls] == ["delete-3"]
     parked = await fetch_all(
@@ -628,7 +629,7 @@ async def test_a_paused_restart_parks_by_target_and_marks_the_new_execution(
     restart = [t for t in await stream_tasks(ess) if t.kind == Task.RESTART]
     assert [(t.target_eid, t.payload.eid) for t in restart] == [(1, 2)]
     harness.start(FakeHandler(), pause=_pause_handler(harness))
-    await wait_until(harness.settled, (0, 0))
+    await eventually(harness.settled, (0, 0))
 
     parked = await fetch_all(ess.database_url, "SELECT kind, eid FROM paused_tasks ORDER BY id")
     # The resume worker judges a parked task by its target eid (ShouldSkipTask).
@@ -644,7 +645,7 @@ async def test_a_redelivered_create_is_parked_once(harness: Harness) -> None:
     # The same signed task twice: as after a crash between parking and acking.
     await harness.publisher().publish_many([create, create])
     harness.start(FakeHandler(), pause=_pause_handler(harness))
-    await wait_until(harness.settled, (0, 0))
+    await eventually(harness.settled, (0, 0))
 
     parked = await fetch_all(ess.database_url, "SELECT task_id FROM paused_tasks")
     assert [r["task_id"] for r in parked] == [create.task_id]
@@ -663,7 +664,7 @@ async def test_pause_flag_change_is_seen_within_a_second(harness: Harness) -> No
     flag = PauseFlag(harness.store)
     assert not await flag.is_paused()
     await _pause(harness.ess)
-    await wait_until(flag.is_paused, True, within=1.0)
+    await eventually(flag.is_paused, True, within=1.0)
 
 
 async def test_pause_flag_rereads_postgres_only_after_the_refresh_interval(

@@ -25,8 +25,9 @@ from actuator.manifest import build_base_jobset
 from actuator.outcome import Outcome, TaskResult
 from kubesim.resources import JOBSET, WORKLOAD
 from kubesim.server import KubeSim
-from tests.integration.conftest import SIGNING_KEY, Ess, metadata
-from tests.integration.support import minimal_work_unit, wait_until
+from tests.integration.ess_harness import SIGNING_KEY, Ess, metadata
+from tests.integration.support import minimal_work_unit
+from tests.waiting import eventually
 from xmc import labels
 from xmc.model.states import Severity, WorkUnitState
 from xmc.retry import Backoffs
@@ -578,7 +579,7 @@ async def test_restart_deletes_the_old_jobset_waits_for_its_finalizer_then_creat
         jobset = env.jobset(xid, wid)
         return jobset is not None and "deletionTimestamp" in jobset["metadata"]
 
-    await wait_until(old_is_deleting, True)
+    await eventually(old_is_deleting, True)
     assert not handling.done(), "it waits for the finalizer"
     env.remove_finalizer(xid, wid)
     result = await asyncio.wait_for(handling, timeout=10)

@@ -21,11 +21,16 @@ from redis.exceptions import ResponseError
 
 from kubesim.resources import JOBSET
 from kubesim.server import KubeSim
-from tests.integration.conftest import REDIS_URL, SIGNING_KEY, Ess, metadata
-from tests.integration.support import minimal_work_unit, wait_until
+from tests.integration.ess_harness import SIGNING_KEY, Ess, metadata
+from tests.integration.support import minimal_work_unit
+from tests.servers import REDIS_URL
+from tests.waiting import eventually
 from xmc.streams import ACTUATOR_GROUP
 from xmc_api.cloud.xmanager.v1 import api_pb2
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
+
+# Actuators as OS processes, killed mid-create: `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
 
 ALICE = metadata("alice")
 
@@ -127,7 +132,7 @@ async def test_work_units_become_jobsets_and_operations_close(
     await actuators.start("a1")
     parent, operations = await create_work_units(ess, 20)
 
-    await wait_until(lambda: done_count(ess, operations), 20, within=30)
+    await eventually(lambda: done_count(ess, operations), 20, within=30)
 
     created = jobsets_of(sim, parent.split("/")[1])
     assert len(created) == 20
@@ -151,13 +156,13 @@ async def test_kill_9_holding_unacked_tasks_loses_nothing(
                 return False
             return bool(pending["pending"])
 
-        await wait_until(held, True, within=20)
+        await eventually(held, True, within=20)
         first.send_signal(signal.SIGKILL)
         await first.wait()
         sim.faults.clear()
 
         await actuators.start(f"rescuer-{round_}", claim_idle=1.0)
-        await wait_until(functools.partial(done_count, ess, operations), 8, within=30)
+        await eventually(functools.partial(done_count, ess, operations), 8, within=30)
 
         created = jobsets_of(sim, parent.split("/")[1])
         assert len(created) == 8, "every work unit has its JobSet"
@@ -166,7 +171,7 @@ async def test_kill_9_holding_unacked_tasks_loses_nothing(
         async def unacked() -> int:
             return int((await ess.redis.xpending(ess.names.tasks, ACTUATOR_GROUP))["pending"])
 
-        await wait_until(unacked, 0, within=10)  # the ack follows the Operation's close
+        await eventually(unacked, 0, within=10)  # the ack follows the Operation's close
         assert await ess.redis.xlen(ess.names.dlq) == 0
         for process in actuators.processes:
             if process.returncode is None:
@@ -187,7 +192,7 @@ async def test_transient_kubernetes_errors_are_retried(
     await actuators.start("patient")
     parent, operations = await create_work_units(ess, 1)
 
-    await wait_until(functools.partial(done_count, ess, operations), 1, within=30)
+    await eventually(functools.partial(done_count, ess, operations), 1, within=30)
     assert len(jobsets_of(sim, parent.split("/")[1])) == 1
     assert await ess.redis.xlen(ess.names.dlq) == 0
 
@@ -203,7 +208,7 @@ async def test_a_permanent_error_dead_letters_and_fails_the_execution(
         return bool((await operation(ess, name)).done)
 
     # The 403 is believed once it outlasts the Actuator's 7.5 s confirmation (actuator.kube).
-    await wait_until(closed, True, within=60)
+    await eventually(closed, True, within=60)
     failed = await operation(ess, name)
     assert failed.error.code == 7, "PERMISSION_DENIED"
     ((_id, entry),) = await ess.redis.xrange(ess.names.dlq)

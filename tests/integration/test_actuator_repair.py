@@ -21,7 +21,7 @@ from actuator.outcome import Outcome
 from actuator.repair import RepairAction, RepairSettings, RepairSweep
 from kubesim.resources import JOBSET
 from kubesim.server import KubeSim
-from tests.integration.conftest import SIGNING_KEY, Ess, metadata
+from tests.integration.ess_harness import SIGNING_KEY, Ess, metadata
 from tests.integration.support import fetch_all, minimal_work_unit
 from xmc import labels
 from xmc.model.states import Severity, WorkUnitState

@@ -10,7 +10,7 @@ from typing import Any
 
 from click.testing import CliRunner, Result
 
-from tests.integration.conftest import Ess, metadata
+from tests.integration.ess_harness import Ess, metadata
 from xmc.model.states import ActiveState, LaunchState
 from xmc_api.cloud.xmanager.v1 import api_pb2
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment

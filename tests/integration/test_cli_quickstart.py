@@ -18,13 +18,17 @@ import uuid
 from pathlib import Path
 
 import grpc
+import pytest
 import redis.asyncio as aioredis
 
-from tests.integration.conftest import REDIS_URL
 from tests.integration.test_local_run import free_ports, read_until
+from tests.servers import REDIS_URL
 from tests.stack import delete_prefixed_keys
 from xmc.model.states import ActiveState, LaunchState, WorkUnitState
 from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
+
+# make run's processes at real time: `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 QUICK_START = "## Your first sweep"

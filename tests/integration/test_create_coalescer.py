@@ -17,7 +17,8 @@ from prometheus_client import REGISTRY
 from ess.auth import Identity
 from ess.creates import CreateCoalescer
 from ess.intents import WRITER, Intents
-from tests.integration.support import FakeClock, minimal_work_unit, wait_until
+from tests.integration.support import FakeClock, minimal_work_unit
+from tests.waiting import eventually
 from xmc.names import parse_experiment_name, work_unit_name
 from xmc.store.repository import Store
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
@@ -91,13 +92,13 @@ async def test_callers_giving_up_while_queued_or_in_the_transaction_get_no_unit(
     xid = await _experiment(store)
     async with _experiment_locked(database_url, xid) as holder:
         in_transaction = _submit(coalescer, xid, 3)  # one group, waiting on the lock
-        await wait_until(lambda: _lock_waiters(holder), 1)
+        await eventually(lambda: _lock_waiters(holder), 1)
         queued = _submit(coalescer, xid, 2)  # the next group, waiting in the queue
 
         async def queue_length() -> int:
             return coalescer.queued
 
-        await wait_until(queue_length, 2)
+        await eventually(queue_length, 2)
         in_transaction[1].cancel()
         queued[0].cancel()
     survivors = [in_transaction[0], in_transaction[2], queued[1]]

@@ -15,7 +15,7 @@ import grpc
 import pytest
 from google.longrunning.operations_proto_pb2 import Operation
 
-from tests.integration.conftest import EssFactory, metadata
+from tests.integration.ess_harness import EssFactory, metadata
 from tests.integration.postgres_server import PostgresServer
 from tests.integration.support import minimal_work_unit
 from xmc.names import work_unit_name
@@ -23,6 +23,9 @@ from xmc.store.migrate import apply_migrations
 from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
 from xmc_api.cloud.xmanager.v1.operations_pb2 import OperationMetadata
+
+# A stalled Postgres at real time: `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
 
 ALICE = metadata("alice")
 #: The scenario of issue 24: Postgres stalled 8 s, 20 creates, half with 3 s deadlines.

@@ -17,9 +17,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from actuator.claiming import Delivery
 from actuator.settlement import EntrySettler
-from tests.integration.conftest import Ess
-from tests.integration.support import wait_until
+from tests.integration.ess_harness import Ess
 from tests.integration.test_actuator_consumer import FakeHandler, Harness, _harness, counter
+from tests.waiting import eventually
 from xmc.streams import ACTUATOR_GROUP, text
 
 #: The DLQ reason of an entry without a token, as the consumer's verification files it.
@@ -118,7 +118,7 @@ async def test_a_crash_between_the_dlq_and_the_ack_leaves_one_dead_letter(
     # A live consumer reclaims the entry, rejects it again, finds it dead-lettered, acks.
     handler = FakeHandler()
     harness.start(handler, claim_idle=0.2)
-    await wait_until(harness.settled, (0, 0), within=10)
+    await eventually(harness.settled, (0, 0), within=10)
     (dead,) = await harness.dlq()
     assert text(dead[b"source_id"]) == source
     assert dead[b"consumer"] == b"killed"

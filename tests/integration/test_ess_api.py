@@ -20,7 +20,7 @@ from google.longrunning.operations_proto_pb2 import (
 )
 from google.protobuf.field_mask_pb2 import FieldMask
 
-from tests.integration.conftest import Ess, metadata
+from tests.integration.ess_harness import Ess, metadata
 from tests.integration.support import message, minimal_work_unit, snapshot
 from xmc.model.states import ActiveState, LaunchState, Severity
 from xmc.store import operations

@@ -7,7 +7,7 @@ from datetime import datetime
 
 import grpc
 
-from tests.integration.conftest import Ess
+from tests.integration.ess_harness import Ess
 from tests.integration.test_ess_api import expect_error
 from tests.integration.test_ess_internal import (
     ALICE,

@@ -17,10 +17,11 @@ from typing import Any
 
 import asyncpg
 import grpc
+import pytest
 from google.protobuf import descriptor_pool, message_factory
 from google.protobuf.descriptor import MethodDescriptor
 
-from tests.integration.conftest import Ess, metadata
+from tests.integration.ess_harness import Ess, metadata
 from tests.integration.fuzz_requests import BUILDERS, Known
 from tests.integration.support import minimal_work_unit
 from xmc.model.rollups import compute_active_state
@@ -28,6 +29,9 @@ from xmc.model.states import EXECUTION_TERMINAL_STATES, LaunchState, WorkUnitSta
 from xmc.store.codec import EXECUTION_COLUMNS, stored_from_row
 from xmc.store.experiments import severity_counts_from_array, state_counts_from_array
 from xmc_api.cloud.xmanager.v1 import api_pb2
+
+# Thousands of fuzzed RPCs: `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
 
 SEED = int(os.environ.get("XMC_FUZZ_SEED", "20261211"))
 #: Requests built from templates, then raw (undecodable) payloads per method.

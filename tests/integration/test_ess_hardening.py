@@ -15,8 +15,9 @@ import grpc
 import pytest
 
 from ess.app import EssOptions, EssServer
-from tests.integration.conftest import REDIS_URL, SIGNING_KEY, Ess, auth_settings, metadata
+from tests.integration.ess_harness import SIGNING_KEY, Ess, auth_settings, metadata
 from tests.integration.support import fetch_all, minimal_work_unit, snapshot
+from tests.servers import REDIS_URL
 from xmc.names import MAX_CLIENT_WORK_UNIT_ID, MAX_ID
 from xmc.settings import Settings
 from xmc_api.cloud.xmanager.v1 import api_pb2
@@ -63,6 +64,7 @@ async def test_a_second_ess_on_a_taken_port_fails_to_start(ess: Ess) -> None:
     )).paused is False  # fmt: skip
 
 
+@pytest.mark.slow  # xmc-ess as a process
 async def test_xmc_ess_serve_on_a_taken_port_exits_non_zero(ess: Ess) -> None:
     taken = f"127.0.0.1:{ess.server.port}"
     env = {

@@ -11,7 +11,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from tests.integration.conftest import Ess
+from tests.integration.ess_harness import Ess
 from xmc.health import OpsServer
 from xmc.supervise import TaskEnded
 

@@ -13,10 +13,11 @@ from google.protobuf.field_mask_pb2 import FieldMask
 from redis.exceptions import ResponseError
 
 from ess.resume import ResumeWorker
-from tests.integration.conftest import SIGNING_KEY, Ess, metadata
+from tests.integration.ess_harness import SIGNING_KEY, Ess, metadata
 from tests.integration.redis_server import RedisServer
-from tests.integration.support import fetch_all, minimal_work_unit, wait_until
+from tests.integration.support import fetch_all, minimal_work_unit
 from tests.integration.test_ess_api import expect_error
+from tests.waiting import eventually
 from xmc.model.resume import SkipReason, TaskKind
 from xmc.model.states import WorkUnitState
 from xmc.store.transactions import park_task
@@ -212,7 +213,7 @@ async def test_pause_resume_skips_what_changed_and_enqueues_each_task_once(ess: 
     )
     await ess.redis.xadd(ess.names.resume, {"by": "second trigger"})
     await asyncio.gather(*(_resume_now(ess) for _ in range(2)))
-    await wait_until(lambda: _unprocessed(ess), 0)
+    await eventually(lambda: _unprocessed(ess), 0)
 
     resumed = await stream_tasks(ess)
     assert sorted((TaskKind(t.kind).name, t.wid) for t in resumed) == [("CREATE", 1), ("CREATE", 4)]
@@ -294,7 +295,7 @@ async def test_a_task_parked_again_after_a_resume_is_resumed_again(ess: Ess) -> 
     await ess.scheduling.ResumeScheduling(
         scheduling_pb2.ResumeSchedulingRequest(), metadata=SERVICE
     )
-    await wait_until(lambda: _unprocessed(ess), 0)
+    await eventually(lambda: _unprocessed(ess), 0)
     assert [t.task_id for t in await stream_tasks(ess)] == [task.task_id]
 
     await ess.scheduling.PauseScheduling(scheduling_pb2.PauseSchedulingRequest(), metadata=SERVICE)
@@ -306,7 +307,7 @@ async def test_a_task_parked_again_after_a_resume_is_resumed_again(ess: Ess) -> 
     await ess.scheduling.ResumeScheduling(
         scheduling_pb2.ResumeSchedulingRequest(), metadata=SERVICE
     )
-    await wait_until(lambda: _unprocessed(ess), 0)
+    await eventually(lambda: _unprocessed(ess), 0)
     assert [t.task_id for t in await stream_tasks(ess)] == [task.task_id] * 2
 
 
@@ -345,11 +346,11 @@ async def test_the_resume_worker_creates_its_group_once_and_again_when_it_is_gon
         return await calls("xreadgroup") >= 8  # at least four iterations of the loop
 
     try:
-        await wait_until(iterations_done, True)
+        await eventually(iterations_done, True)
         assert await calls("xgroup|create") == 1
         await client.delete(names.resume)  # the group goes with the stream
         trigger = await client.xadd(names.resume, {"by": "after the loss"})
-        await wait_until(lambda: group_after(trigger), True)
+        await eventually(lambda: group_after(trigger), True)
         assert await calls("xgroup|create") == 2
     finally:
         stop.set()

@@ -18,9 +18,10 @@ from google.longrunning.operations_proto_pb2 import GetOperationRequest
 
 from ess import relay as relay_module
 from ess.relay import OutboxRelay
-from tests.integration.conftest import SIGNING_KEY, Ess, metadata
+from tests.integration.ess_harness import SIGNING_KEY, Ess, metadata
 from tests.integration.redis_server import RedisServer
-from tests.integration.support import fetch_all, minimal_work_unit, wait_until
+from tests.integration.support import fetch_all, minimal_work_unit
+from tests.waiting import eventually
 from xmc.model.outbox import RelaySettings
 from xmc.model.states import Severity, WorkUnitState
 from xmc.store.transactions import mark_published
@@ -115,7 +116,7 @@ async def test_intents_made_while_redis_is_down_are_published_when_it_is_back(
     assert [r["status"] for r in await _rows(ess)] == ["pending"] * 4
 
     await private_redis.start()
-    await wait_until(ess.unpublished, 0, within=15)
+    await eventually(ess.unpublished, 0, within=15)
 
     kinds = [task.kind for _id, task in await _stream(ess, private_redis)]
     assert kinds == [Task.CREATE, Task.DELETE, Task.CREATE, Task.RESTART], "in commit order"
@@ -141,7 +142,7 @@ async def test_a_redis_restart_without_persistence_re_drives_what_it_lost(
     async def republished() -> set[str]:
         return {task.task_id for _id, task in await _stream(ess, private_redis)}
 
-    await wait_until(republished, before, within=15)
+    await eventually(republished, before, within=15)
     assert [r["publish_count"] for r in await _rows(ess)] == [2, 2, 2]
     assert len(names) == 3
 
@@ -161,7 +162,7 @@ async def test_after_a_redis_restart_even_a_task_checked_long_from_now_is_re_dri
         (row,) = await fetch_all(ess.database_url, "SELECT next_attempt FROM task_outbox")
         return bool(row["next_attempt"] > ess.clock.now)
 
-    await wait_until(next_check_in_the_future, True)  # checked: 7 s from now
+    await eventually(next_check_in_the_future, True)  # checked: 7 s from now
 
     await private_redis.restart()
     _relay(ess).wake()  # the test clock does not move
@@ -169,7 +170,7 @@ async def test_after_a_redis_restart_even_a_task_checked_long_from_now_is_re_dri
     async def entries() -> int:
         return len(await _stream(ess, private_redis))
 
-    await wait_until(entries, 1, within=15)
+    await eventually(entries, 1, within=15)
     (row,) = await _rows(ess)
     assert row["publish_count"] == 2
 
@@ -194,7 +195,7 @@ async def test_an_entry_refused_unfinished_is_re_driven_with_a_fresh_token(
     async def entries() -> int:
         return len(await _stream(ess, private_redis))
 
-    await wait_until(entries, 2, within=15)
+    await eventually(entries, 2, within=15)
     (row,) = await _rows(ess)
     assert (row["status"], row["publish_count"]) == ("published", 2)
 
@@ -219,7 +220,7 @@ async def test_a_backlog_and_a_task_in_flight_are_checked_again_not_re_driven(
     for _ in range(4):
         ess.clock.advance(RELAY.max_check_seconds)
         _relay(ess).wake()
-        await wait_until(both_checked_again, True)
+        await eventually(both_checked_again, True)
     assert len(await _stream(ess, private_redis)) == 2
     assert [r["publish_count"] for r in await _rows(ess)] == [1, 1]
 
@@ -241,7 +242,7 @@ async def test_a_task_that_can_never_arrive_is_abandoned_and_fails_its_execution
             (row,) = await _rows(ess)
             return bool(row["publish_count"] > published or row["status"] == "finished")
 
-        await wait_until(acted, True)
+        await eventually(acted, True)
 
     for published in range(1, RELAY.max_publishes + 1):
         await lost_once_more(published)
@@ -335,7 +336,7 @@ async def test_the_relay_trims_the_stream_of_entries_no_task_needs(
         return [entry_id for entry_id, _task in await _stream(ess, private_redis)]
 
     await finish(0, 1, 3)  # the third is still on its way
-    await wait_until(left, ids[2:])
+    await eventually(left, ids[2:])
 
     ess.clock.advance(RELAY.first_check_seconds)
     _relay(ess).wake()
@@ -346,9 +347,9 @@ async def test_the_relay_trims_the_stream_of_entries_no_task_needs(
         )
         return all(r["next_attempt"] > ess.clock.now for r in rows)
 
-    await wait_until(checked_again, True)
+    await eventually(checked_again, True)
     assert [r["publish_count"] for r in await _rows(ess)] == [1, 1, 1, 1], "none re-driven"
     assert await left() == ids[2:]
 
     await finish(2)
-    await wait_until(left, ids[3:])
+    await eventually(left, ids[3:])

@@ -12,10 +12,15 @@ import urllib.request
 from pathlib import Path
 
 import grpc
+import pytest
 
-from tests.integration.conftest import REDIS_URL, SIGNING_KEY
+from tests.integration.ess_harness import SIGNING_KEY
+from tests.servers import REDIS_URL
 from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
+
+# xmc-ess as an OS process: `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
 
 
 def free_port() -> int:

@@ -10,7 +10,7 @@ import pytest
 from google.longrunning.operations_proto_pb2 import Operation
 from google.protobuf.field_mask_pb2 import FieldMask
 
-from tests.integration.conftest import SIGNING_KEY, Ess, metadata
+from tests.integration.ess_harness import SIGNING_KEY, Ess, metadata
 from tests.integration.support import minimal_work_unit, state_update
 from xmc.model.states import WorkUnitState
 from xmc.store.operations import ActionType

@@ -6,7 +6,12 @@ import asyncio
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.stack import Stack
+
+# The four services as OS processes: `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -14,20 +14,25 @@ import json
 from datetime import timedelta
 from typing import Any
 
+import pytest
+
 from kubesim.resources import JOB, JOBSET, POD
 from kubesim.server import KubeSim
 from reconciler.failure import decide_failure_reason
-from tests.integration.support import minimal_work_unit, wait_until
+from tests.integration.support import minimal_work_unit
 from tests.integration.system import ALICE, System, running_system
 from tests.integration.test_cli import xmc
-from tests.kubesim.conftest import eventually
 from tests.kubesim.controller_support import condition_is, make_jobset, replicated_job
+from tests.waiting import eventually
 from xmc.kube import JOBSETS
 from xmc.model.states import WorkUnitState
 from xmc_api.cloud.xmanager.v1 import api_pb2
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
 from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
+
+# The whole loop at real time: `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
 
 S = WorkUnitState
 ERROR = StructuredMessage.ERROR
@@ -55,7 +60,7 @@ async def create(system: System, unit: WorkUnit) -> str:
 
 async def failed(system: System, name: str, *, within: float = 30) -> str:
     """Wait for FAILED; the stored reason (the ERROR system message's text)."""
-    await wait_until(lambda: system.state(name), S.FAILED, within=within)
+    await eventually(lambda: system.state(name), S.FAILED, within=within)
     message = await system.system_message(name)
     assert (message.severity, message.source) == (ERROR, StructuredMessage.KUBERNETES)
     return str(message.user_facing_text)
@@ -134,7 +139,7 @@ async def test_the_reason_is_stored_once_through_resyncs_and_the_finalizer(
         async def gone() -> bool:
             return system.jobset(name) is None
 
-        await wait_until(gone, True, within=30)
+        await eventually(gone, True, within=30)
         await system.reconciler.batcher.flush_now()
         assert await system.messages(name) == [(1, ERROR, reason)]
         assert await system.state(name) == S.FAILED
@@ -152,7 +157,7 @@ async def test_the_finalizer_path_writes_the_reason_when_it_writes_first(
             conditions = ((system.jobset(name) or {}).get("status") or {}).get("conditions")
             return any(c["type"] == "Failed" and c["status"] == "True" for c in conditions or [])
 
-        await wait_until(kubesim_failed, True, within=30)
+        await eventually(kubesim_failed, True, within=30)
         assert await system.state(name) != S.FAILED, "nothing was flushed"
         await system.kube.delete(JOBSETS, "default", jobset_name(name))
         reason = await failed(system, name)

@@ -9,15 +9,20 @@ import asyncio
 import functools
 from typing import Any
 
+import pytest
 import redis.asyncio as aioredis
 
 from tests.integration.processes import Client
 from tests.integration.redis_server import RedisServer
-from tests.integration.support import forever_work_unit, wait_until
+from tests.integration.support import forever_work_unit
 from tests.stack import JobSetLedger, Stack
+from tests.waiting import eventually
 from xmc.model.states import WorkUnitState
 from xmc.streams import StreamNames
 from xmc_api.cloud.xmanager.v1 import api_pb2
+
+# OS processes killed, Redis restarted: `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
 
 S = WorkUnitState
 
@@ -29,7 +34,7 @@ async def test_an_ess_killed_between_commit_and_publish_loses_no_intent(
     to_stop = await client.create(parent, forever_work_unit())
     to_restart = await client.create(parent, forever_work_unit())
     for name in (to_stop, to_restart):
-        await wait_until(functools.partial(client.state, name), S.RUNNING, within=30)
+        await eventually(functools.partial(client.state, name), S.RUNNING, within=30)
     redis = aioredis.Redis.from_url(private_redis.url)
     stream = StreamNames.with_prefix(stack.prefix).tasks
     entries_before = await redis.xlen(stream)
@@ -47,9 +52,9 @@ async def test_an_ess_killed_between_commit_and_publish_loses_no_intent(
 
     await stack.start_service("ess")
 
-    await wait_until(functools.partial(client.state, created), S.COMPLETED, within=60)
-    await wait_until(functools.partial(client.state, to_stop), S.STOPPED, within=60)
-    await wait_until(functools.partial(client.execution, to_restart), (2, S.RUNNING), within=60)
+    await eventually(functools.partial(client.state, created), S.COMPLETED, within=60)
+    await eventually(functools.partial(client.state, to_stop), S.STOPPED, within=60)
+    await eventually(functools.partial(client.execution, to_restart), (2, S.RUNNING), within=60)
     assert ledger.duplicated() == []
     await redis.aclose()
 
@@ -63,7 +68,7 @@ async def _backlog_sweep(stack: Stack, client: Client, outage: Any) -> tuple[str
     await outage()
     await stack.start_service("actuator")
 
-    await wait_until(functools.partial(client.count, parent, S.COMPLETED), 50, within=90)
+    await eventually(functools.partial(client.count, parent, S.COMPLETED), 50, within=90)
     return parent, await client.count(parent, S.COMPLETED)
 
 
@@ -95,6 +100,6 @@ async def test_redis_down_for_10_seconds_under_a_sweep_loses_nothing(
     _parent, completed = await _backlog_sweep(stack, client, down_for_10s)
     assert completed == 50
     for name in accepted_while_down:
-        await wait_until(functools.partial(client.state, name), S.COMPLETED, within=60)
+        await eventually(functools.partial(client.state, name), S.COMPLETED, within=60)
     assert ledger.duplicated() == []
     assert all(stack.alive().values()), stack.alive()

@@ -17,7 +17,7 @@ from aiohttp import web
 
 from kubesim.resources import CLUSTER_QUEUE, JOBSET, LOCAL_QUEUE
 from kubesim.server import KubeSim
-from tests.kubesim.conftest import jobset
+from tests.kubesim.support import jobset
 from xmc.kube import JOBSETS, LEASES, KubeError, KubeFailure
 from xmc.kube_client import KubeClient
 

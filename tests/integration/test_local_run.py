@@ -15,11 +15,16 @@ from pathlib import Path
 
 import aiohttp
 import grpc
+import pytest
 
-from tests.integration.support import minimal_work_unit, wait_until
+from tests.integration.support import minimal_work_unit
+from tests.waiting import eventually
 from xmc.model.states import WorkUnitState
 from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
+
+# make run's five processes: `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
 
 
 def _free(port: int) -> bool:
@@ -152,7 +157,7 @@ async def test_make_run_starts_everything_and_stops_cleanly(
                 work_unit = await api.GetWorkUnit(api_pb2.GetWorkUnitRequest(name=name))
                 return WorkUnitState(work_unit.current_work_unit_execution.status.state)
 
-            await wait_until(state, WorkUnitState.COMPLETED, within=60)
+            await eventually(state, WorkUnitState.COMPLETED, within=60)
 
         # The link the published client prints: {XMANAGER_UI_URL}/experiments/{XID}.
         async with (

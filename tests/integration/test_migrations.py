@@ -40,6 +40,7 @@ async def test_applies_every_migration_once(empty_database_url: str) -> None:
     }
 
 
+@pytest.mark.slow  # two processes migrating
 async def test_two_processes_migrating_at_once(empty_database_url: str) -> None:
     """Two ``xmc-ess migrate`` processes started together both succeed, and every
     migration is recorded exactly once."""

@@ -20,14 +20,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ADMIN_DSN
 from tests.integration.processes import Client, running_stack
 from tests.integration.redis_server import RedisServer
 from tests.integration.support import minimal_work_unit
+from tests.servers import ADMIN_DSN
 from tests.stack import Stack, StackOptions
 from xmc.model.states import EXECUTION_TERMINAL_STATES, WorkUnitState
 from xmc_api.cloud.xmanager.v1 import api_pb2
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
+
+# OS processes, kubesim killed and restarted: `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
 
 S = WorkUnitState
 UNITS = 16

@@ -17,9 +17,9 @@ from reconciler.app import Reconciler
 from reconciler.ess_client import EssClient, EssUnavailable
 from reconciler.leader import LeaseSettings
 from reconciler.observation import Observation
-from tests.integration.support import forever_work_unit, wait_until
+from tests.integration.support import forever_work_unit
 from tests.integration.system import ALICE, System, running_system
-from tests.kubesim.conftest import eventually
+from tests.waiting import eventually
 from xmc.model.states import WorkUnitState
 from xmc.timestamps import utc_now
 from xmc_api.cloud.xmanager.v1 import api_pb2
@@ -80,7 +80,7 @@ async def test_a_deposed_leader_drops_what_it_held(system: System) -> None:
             metadata=ALICE,
         )
         name = str(operation.name).split("/operations/")[0]
-        await wait_until(lambda: system.state(name), WorkUnitState.RUNNING, within=30)
+        await eventually(lambda: system.state(name), WorkUnitState.RUNNING, within=30)
 
         # A's ESS becomes unreachable; a change of the JobSet leaves A holding observations.
         ess_a.down = True

@@ -26,14 +26,10 @@ from reconciler import metrics
 from reconciler.app import Reconciler
 from reconciler.ess_client import EssClient, EssUnavailable, UpdateResult
 from reconciler.leader import LeaseSettings
-from tests.integration.support import (
-    BuggyReads,
-    forever_work_unit,
-    minimal_work_unit,
-    wait_until,
-)
+from tests.integration.support import BuggyReads, forever_work_unit, minimal_work_unit
 from tests.integration.system import ALICE, System, running_system
-from tests.kubesim.conftest import jobset
+from tests.kubesim.support import jobset
+from tests.waiting import eventually
 from xmc.kube import JOBSETS
 from xmc.kube_client import KubeClient
 from xmc.labels import (
@@ -48,6 +44,9 @@ from xmc.timestamps import utc_now
 from xmc_api.cloud.xmanager.v1 import api_pb2
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
+
+# The whole loop at real time, skewed clocks: `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
 
 S = WorkUnitState
 #: The cluster clock against the host's, for the flows where XMC's and the cluster's
@@ -117,14 +116,14 @@ async def gone(system: System, name: str) -> None:
     async def absent() -> bool:
         return system.jobset(name) is None
 
-    await wait_until(absent, True, within=30)
+    await eventually(absent, True, within=30)
 
 
 async def test_a_work_unit_runs_to_completed(skewed_system: System) -> None:
     system = skewed_system
     name = await create(system)
 
-    await wait_until(lambda: system.state(name), S.COMPLETED, within=30)
+    await eventually(lambda: system.state(name), S.COMPLETED, within=30)
 
     states = [state for eid, state in await system.history(name) if eid == 1]
     assert states[0] == S.INITIALIZING
@@ -138,11 +137,11 @@ async def test_stop_goes_through_the_finalizer_and_the_jobset_disappears(
 ) -> None:
     system = skewed_system
     name = await create(system, running_forever())
-    await wait_until(lambda: system.state(name), S.RUNNING, within=30)
+    await eventually(lambda: system.state(name), S.RUNNING, within=30)
 
     await system.ess.api.StopWorkUnit(api_pb2.StopWorkUnitRequest(name=name), metadata=ALICE)
 
-    await wait_until(lambda: system.state(name), S.STOPPED, within=30)
+    await eventually(lambda: system.state(name), S.STOPPED, within=30)
     await gone(system, name)
     history = await system.timed_history(name)
     assert [state for _eid, state, _at in history][-2:] == [S.STOPPING, S.STOPPED]
@@ -163,7 +162,7 @@ async def test_stop_right_after_create_lands(skewed_system: System) -> None:
         await system.ess.api.StopWorkUnit(api_pb2.StopWorkUnitRequest(name=name), metadata=ALICE)
 
     for name in names:
-        await wait_until(functools.partial(system.state, name), S.STOPPED, within=30)
+        await eventually(functools.partial(system.state, name), S.STOPPED, within=30)
         await gone(system, name)
 
 
@@ -172,11 +171,11 @@ async def test_restart_makes_a_new_jobset_and_the_old_execution_is_fenced(
 ) -> None:
     system = skewed_system
     name = await create(system, running_forever())
-    await wait_until(lambda: system.state(name), S.RUNNING, within=30)
+    await eventually(lambda: system.state(name), S.RUNNING, within=30)
 
     await system.ess.api.RestartWorkUnit(api_pb2.RestartWorkUnitRequest(name=name), metadata=ALICE)
 
-    await wait_until(lambda: system.state(name), S.RUNNING, within=30)
+    await eventually(lambda: system.state(name), S.RUNNING, within=30)
     history = await system.history(name)
     assert max(eid for eid, _ in history) == 2
     second = [state for eid, state in history if eid == 2]
@@ -192,7 +191,7 @@ async def test_restart_makes_a_new_jobset_and_the_old_execution_is_fenced(
     assert S(first.status.state) == S.RUNNING, "the old JobSet's finalizer write was fenced off"
 
     await system.ess.api.StopWorkUnit(api_pb2.StopWorkUnitRequest(name=name), metadata=ALICE)
-    await wait_until(lambda: system.state(name), S.STOPPED, within=30)
+    await eventually(lambda: system.state(name), S.STOPPED, within=30)
     await gone(system, name)
 
 
@@ -231,7 +230,7 @@ async def through_descheduling(system: System, name: str, *, then: WorkUnitState
             seen = True
         return seen, state
 
-    await wait_until(probe, (True, then), within=30)
+    await eventually(probe, (True, then), within=30)
     assert eviction_signals(system, name)[1] == 0, f"{then.name} only once the pods are gone"
 
 
@@ -243,11 +242,11 @@ async def test_preemption_goes_back_to_scheduling_on_the_same_execution(
     # batcher keeps only the latest observation of a work unit).
     evicted = forever_work_unit(cpu_millicores=60_000, grace_seconds=3)
     low = await create(system, evicted, priority=1)
-    await wait_until(lambda: system.state(low), S.RUNNING, within=30)
+    await eventually(lambda: system.state(low), S.RUNNING, within=30)
 
     high = await create(system, running_forever(cpu_millicores=10_000), priority=3)
     await through_descheduling(system, low, then=S.SCHEDULING)
-    await wait_until(lambda: system.state(high), S.RUNNING, within=30)
+    await eventually(lambda: system.state(high), S.RUNNING, within=30)
 
     states = [state for eid, state in await system.history(low) if eid == 1]
     after_running = states[states.index(S.RUNNING) :]
@@ -256,7 +255,7 @@ async def test_preemption_goes_back_to_scheduling_on_the_same_execution(
     )
 
     await system.ess.api.StopWorkUnit(api_pb2.StopWorkUnitRequest(name=high), metadata=ALICE)
-    await wait_until(lambda: system.state(low), S.RUNNING, within=30)
+    await eventually(lambda: system.state(low), S.RUNNING, within=30)
     again = [state for eid, state in await system.history(low) if eid == 1]
     assert again.count(S.RUNNING) >= 2, "re-admitted and running again on the same eid"
 
@@ -301,7 +300,7 @@ async def _image_pull_error_after(system: System, grace: timedelta) -> None:
             samples.append((elapsed, seen))
         return seen
 
-    await wait_until(reported, True, within=30)
+    await eventually(reported, True, within=30)
     assert any(not seen and elapsed < grace for elapsed, seen in samples), "checked before"
     assert all(elapsed >= grace for elapsed, seen in samples if seen), "never before the grace"
     assert f"xmc-{xid}-{wid}" in await message(), "the message names the pod"
@@ -331,7 +330,7 @@ async def test_jobsets_end_in_their_states(
         job.annotations["kubesim.xmc/behavior"] = json.dumps(behavior)
     name = await create(system, work_unit)
 
-    await wait_until(lambda: system.state(name), want, within=30)
+    await eventually(lambda: system.state(name), want, within=30)
     assert (1, want) in await system.history(name)
 
 
@@ -368,7 +367,7 @@ class SwitchableEss:
 
 async def test_the_finalizer_waits_for_the_ess(system: System) -> None:
     name = await create(system, running_forever())
-    await wait_until(lambda: system.state(name), S.RUNNING, within=30)
+    await eventually(lambda: system.state(name), S.RUNNING, within=30)
     switch = SwitchableEss(system.reconciler._ess)
     system.reconciler._ess = switch  # type: ignore[assignment]
     system.reconciler.finalizer.ess = switch  # type: ignore[assignment]
@@ -377,19 +376,19 @@ async def test_the_finalizer_waits_for_the_ess(system: System) -> None:
 
     switch.down = True
     system.sim.store.delete(JOBSET, "default", jobset_name)
-    await wait_until(lambda: _finalizer_retries(), True, within=10)
+    await eventually(lambda: _finalizer_retries(), True, within=10)
     held = system.sim.store.find(JOBSET, "default", jobset_name)
     assert held is not None, "the finalizer holds the JobSet while the ESS is down"
     assert held["metadata"]["deletionTimestamp"]
     assert await system.state(name) == S.RUNNING
 
     switch.down = False
-    await wait_until(lambda: system.state(name), S.STOPPED, within=30)
+    await eventually(lambda: system.state(name), S.STOPPED, within=30)
 
     async def gone() -> bool:
         return system.sim.store.find(JOBSET, "default", jobset_name) is None
 
-    await wait_until(gone, True, within=30)
+    await eventually(gone, True, within=30)
 
 
 async def test_a_refused_terminal_write_keeps_the_finalizer(system: System) -> None:
@@ -397,7 +396,7 @@ async def test_a_refused_terminal_write_keeps_the_finalizer(system: System) -> N
     removed the finalizer, so nothing ever retried. Now it keeps the JobSet, counts the
     refusal, and retries until the write lands."""
     name = await create(system, running_forever())
-    await wait_until(lambda: system.state(name), S.RUNNING, within=30)
+    await eventually(lambda: system.state(name), S.RUNNING, within=30)
     switch = SwitchableEss(system.reconciler._ess)
     # The batcher reports R1 too: refuse both paths.
     system.reconciler._ess = switch  # type: ignore[assignment]
@@ -411,14 +410,14 @@ async def test_a_refused_terminal_write_keeps_the_finalizer(system: System) -> N
     async def refused_twice() -> bool:
         return bool(refusals._value.get() >= before + 2)
 
-    await wait_until(refused_twice, True, within=30)
+    await eventually(refused_twice, True, within=30)
     held = system.jobset(name)
     assert held is not None, "the finalizer holds the JobSet while the write is refused"
     assert held["metadata"]["deletionTimestamp"]
     assert await system.state(name) == S.STOPPING
 
     switch.refusing = False
-    await wait_until(lambda: system.state(name), S.STOPPED, within=30)
+    await eventually(lambda: system.state(name), S.STOPPED, within=30)
     await gone(system, name)
 
 
@@ -426,7 +425,7 @@ async def test_the_finalizer_outlasts_kubernetes_errors(system: System) -> None:
     """A 500 on the finalizer path's read and on its removal patch ends nothing: each pass
     is retried with backoff until the JobSet is finalized."""
     name = await create(system, running_forever())
-    await wait_until(lambda: system.state(name), S.RUNNING, within=30)
+    await eventually(lambda: system.state(name), S.RUNNING, within=30)
     jobset_name = _jobset_name(name)
     faults = system.sim.faults
 
@@ -434,7 +433,7 @@ async def test_the_finalizer_outlasts_kubernetes_errors(system: System) -> None:
     faults.fail("patch", "jobsets", code=500, times=2)
     with capture_logs() as logs:
         system.sim.store.delete(JOBSET, "default", jobset_name)
-        await wait_until(lambda: system.state(name), S.STOPPED, within=30)
+        await eventually(lambda: system.state(name), S.STOPPED, within=30)
         await gone(system, name)
 
     assert not faults.pending, "every injected fault was served"
@@ -449,7 +448,7 @@ async def test_the_finalizer_outlasts_a_hanging_api_and_a_bug(system: System) ->
     and an unexpected exception is logged with its traceback: both are retried, and the
     JobSet is finalized."""
     name = await create(system, running_forever())
-    await wait_until(lambda: system.state(name), S.RUNNING, within=30)
+    await eventually(lambda: system.state(name), S.RUNNING, within=30)
     finalizer = system.reconciler.finalizer
     real = finalizer.kube
     flaky = await BuggyReads.for_url(system.sim.url, request_timeout=0.5)
@@ -459,7 +458,7 @@ async def test_the_finalizer_outlasts_a_hanging_api_and_a_bug(system: System) ->
     try:
         with capture_logs() as logs:
             system.sim.store.delete(JOBSET, "default", _jobset_name(name))
-            await wait_until(lambda: system.state(name), S.STOPPED, within=30)
+            await eventually(lambda: system.state(name), S.STOPPED, within=30)
             await gone(system, name)
     finally:
         finalizer.kube = real
@@ -486,9 +485,9 @@ async def _finalizer_retries() -> bool:
 async def test_preempted_work_units_show_why_they_wait(versioned_system: System) -> None:
     system = versioned_system
     low = await create(system, running_forever(cpu_millicores=60_000), priority=1)
-    await wait_until(lambda: system.state(low), S.RUNNING, within=30)
+    await eventually(lambda: system.state(low), S.RUNNING, within=30)
     await create(system, running_forever(cpu_millicores=10_000), priority=3)
-    await wait_until(lambda: system.state(low), S.SCHEDULING, within=30)
+    await eventually(lambda: system.state(low), S.SCHEDULING, within=30)
 
     async def waiting_message() -> bool:
         reply = await system.ess.api.GetWorkUnit(
@@ -497,7 +496,7 @@ async def test_preempted_work_units_show_why_they_wait(versioned_system: System)
         info = reply.current_work_unit_execution.status.scheduling_information
         return bool(info.user_facing_text) and info.auxiliary_info.queue_info.position_in_queue >= 1
 
-    await wait_until(waiting_message, True, within=30)
+    await eventually(waiting_message, True, within=30)
     workload = next(
         w
         for w in system.sim.store.list(WORKLOAD, "default")
@@ -525,12 +524,12 @@ async def test_an_unreadable_visibility_api_is_one_warning_per_queue(system: Sys
     with capture_logs() as logs:
         waiting = [await create(system, running_forever(100_000)) for _ in range(3)]
         for name in waiting:
-            await wait_until(functools.partial(shown, name), (True, 0), within=30)
+            await eventually(functools.partial(shown, name), (True, 0), within=30)
         system.sim.faults.clear()
         served = await create(system, running_forever(100_000))
-        await wait_until(functools.partial(shown, served), (True, 4), within=30)
+        await eventually(functools.partial(shown, served), (True, 4), within=30)
         for position, name in enumerate(waiting, start=1):
-            await wait_until(functools.partial(shown, name), (True, position), within=30)
+            await eventually(functools.partial(shown, name), (True, position), within=30)
     warned = [e for e in logs if e["log_level"] == "warning"]
     assert [(e["event"].split(":")[0], e["queue"]) for e in warned] == [
         ("queue positions unavailable", "cpu-queue")
@@ -556,16 +555,16 @@ async def test_the_standby_takes_over_when_the_leader_dies(system: System) -> No
     async def one_leader() -> bool:
         return sum(r.leading for r in replicas) == 1
 
-    await wait_until(one_leader, True, within=10)
+    await eventually(one_leader, True, within=10)
     leader = next(r for r in replicas if r.leading)
     standby = next(r for r in replicas if not r.leading)
     name = await create(system, running_forever())
-    await wait_until(lambda: system.state(name), S.RUNNING, within=30)
+    await eventually(lambda: system.state(name), S.RUNNING, within=30)
 
     await leader.abort()  # killed: no flush, no release
     await system.ess.api.StopWorkUnit(api_pb2.StopWorkUnitRequest(name=name), metadata=ALICE)
 
-    await wait_until(lambda: system.state(name), S.STOPPED, within=30)
+    await eventually(lambda: system.state(name), S.STOPPED, within=30)
     assert standby.leading
     await standby.stop()
 
@@ -593,10 +592,10 @@ async def test_a_preempted_jobset_with_a_finished_job_stays_running(
     async def quick_done() -> bool:
         return quick_succeeded()
 
-    await wait_until(quick_done, True, within=30)
+    await eventually(quick_done, True, within=30)
     high = await create(system, running_forever(cpu_millicores=10_000), priority=3)
     await through_descheduling(system, low, then=S.RUNNING)
-    await wait_until(lambda: system.state(high), S.RUNNING, within=30)
+    await eventually(lambda: system.state(high), S.RUNNING, within=30)
     states = [state for eid, state in await system.history(low) if eid == 1]
     evicted = states[states.index(S.DESCHEDULING) :]
     assert evicted == [S.DESCHEDULING, S.RUNNING], "R4 while draining, then R8b: RUNNING"
@@ -690,7 +689,7 @@ async def test_each_mapping_rule_ends_in_its_stored_state(
     async def created() -> bool:
         return system.sim.store.find(JOBSET, "default", jobset_name) is not None
 
-    await wait_until(created, True, within=30)
+    await eventually(created, True, within=30)
 
     def mutate_spec(obj: dict[str, Any]) -> None:
         obj["spec"]["suspend"] = suspend
@@ -706,7 +705,7 @@ async def test_each_mapping_rule_ends_in_its_stored_state(
     if delete is not None:
         system.sim.store.delete(JOBSET, "default", jobset_name)
 
-    await wait_until(lambda: system.state(name), want, within=30)
+    await eventually(lambda: system.state(name), want, within=30)
     assert (await system.history(name))[-1] == (1, want)
 
 
@@ -721,8 +720,8 @@ async def test_rapid_changes_of_one_jobset_coalesce_and_the_last_wins(
     async def created() -> bool:
         return system.sim.store.find(JOBSET, "default", jobset_name) is not None
 
-    await wait_until(created, True, within=30)
-    await wait_until(lambda: system.state(name), S.SCHEDULING, within=30)
+    await eventually(created, True, within=30)
+    await eventually(lambda: system.state(name), S.SCHEDULING, within=30)
     writes_before = metrics.WRITES_TOTAL.labels("jobset")._value.get()
 
     system.sim.store.update(
@@ -739,7 +738,7 @@ async def test_rapid_changes_of_one_jobset_coalesce_and_the_last_wins(
 
         system.sim.store.update(JOBSET, "default", jobset_name, mutate, subresource="status")
 
-    await wait_until(lambda: system.state(name), S.RUNNING, within=30)
+    await eventually(lambda: system.state(name), S.RUNNING, within=30)
     work_unit = await system.ess.api.GetWorkUnit(
         api_pb2.GetWorkUnitRequest(name=name), metadata=ALICE
     )
@@ -758,7 +757,7 @@ async def test_a_jobset_seen_before_its_conditions_advances_with_the_cluster_beh
     offset = timedelta(seconds=-5)
     async with running_system(ess_factory, controllers=False, clock_offset=offset) as system:
         name = await create(system)
-        await wait_until(lambda: system.state(name), S.SCHEDULING, within=30)
+        await eventually(lambda: system.state(name), S.SCHEDULING, within=30)
         xid, wid = name.split("/")[1::2]
 
         def admit(obj: dict[str, Any]) -> None:
@@ -776,7 +775,7 @@ async def test_a_jobset_seen_before_its_conditions_advances_with_the_cluster_beh
             JOBSET, "default", f"xmc-{xid}-{wid}", admitted, subresource="status"
         )
 
-        await wait_until(lambda: system.state(name), S.STARTING, within=30)
+        await eventually(lambda: system.state(name), S.STARTING, within=30)
 
 
 async def test_a_500_during_an_orphan_sweep_does_not_stop_the_next_sweep(ess_factory: Any) -> None:
@@ -792,5 +791,5 @@ async def test_a_500_during_an_orphan_sweep_does_not_stop_the_next_sweep(ess_fac
                 return system.sim.store.find(JOBSET, "default", "xmc-999-1") is not None
 
             # No such work unit: an orphan, deleted after two sweeps that got a 500.
-            await wait_until(present, False, within=30)
+            await eventually(present, False, within=30)
         assert not faults.pending, "both injected 500s were served"

@@ -12,7 +12,7 @@ import pytest
 from reconciler.ess_client import EssClient, EssRejected, EssUnavailable
 from reconciler.observation import Observation, Source
 from reconciler.observe import WorkUnitSnapshot
-from tests.integration.conftest import TOKENS, Ess, metadata
+from tests.integration.ess_harness import TOKENS, Ess, metadata
 from tests.integration.support import minimal_work_unit
 from xmc.model.states import WorkUnitState
 from xmc.names import parse_work_unit_name

@@ -17,10 +17,13 @@ from typing import Any
 import pytest
 
 from kubesim.resources import JOBSET
-from tests.integration.support import wait_until
 from tests.integration.system import System, running_system
 from tests.integration.test_reconciler_e2e import create
+from tests.waiting import eventually
 from xmc.model.states import WorkUnitState
+
+# A slow API server at real time: `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
 
 S = WorkUnitState
 #: Seconds kubesim takes to answer the slow JobSet's evidence reads (under their 5 s bound).
@@ -42,8 +45,8 @@ async def created(system: System, name: str) -> str:
     async def exists() -> bool:
         return system.sim.store.find(JOBSET, "default", jobset) is not None
 
-    await wait_until(exists, True, within=30)
-    await wait_until(lambda: system.state(name), S.SCHEDULING, within=30)
+    await eventually(exists, True, within=30)
+    await eventually(lambda: system.state(name), S.SCHEDULING, within=30)
     return jobset
 
 
@@ -75,7 +78,7 @@ async def test_one_jobsets_slow_reads_hold_up_no_other_jobset(quiet_system: Syst
     async def reading_slowly() -> bool:
         return job_read.times is not None and job_read.times < 10
 
-    await wait_until(reading_slowly, True, within=10)
+    await eventually(reading_slowly, True, within=10)
     changed = time.monotonic()
     for jobset in other_jobsets:
         set_status(system, jobset, "Completed")
@@ -83,8 +86,8 @@ async def test_one_jobsets_slow_reads_hold_up_no_other_jobset(quiet_system: Syst
     async def states() -> list[WorkUnitState]:
         return [await system.state(name) for name in others]
 
-    await wait_until(states, [S.COMPLETED] * len(others), within=PROMPT)
+    await eventually(states, [S.COMPLETED] * len(others), within=PROMPT)
     assert time.monotonic() - changed < SLOW, "the others landed while the slow read was out"
 
     # The slow JobSet still ends FAILED once its reads answer.
-    await wait_until(lambda: system.state(slow), S.FAILED, within=3 * SLOW)
+    await eventually(lambda: system.state(slow), S.FAILED, within=3 * SLOW)

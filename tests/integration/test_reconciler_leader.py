@@ -16,7 +16,7 @@ from kubesim.resources import LEASE
 from kubesim.server import KubeSim
 from reconciler.leader import LeaderElector, LeaseSettings, expired, format_micro_time
 from tests.integration.support import T0, BuggyReads, FakeClock
-from tests.kubesim.conftest import eventually
+from tests.waiting import eventually, holds_for
 from xmc.kube_client import KubeClient
 from xmc.timestamps import utc_now
 
@@ -97,10 +97,13 @@ def leaders(*candidates: Candidate) -> list[str]:
 
 async def exactly_one_leader_for(seconds: float, *candidates: Candidate) -> None:
     """Watch the pair for a while: never two leaders at once, and one at the end."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        assert len(leaders(*candidates)) <= 1, leaders(*candidates)
-        await asyncio.sleep(0.01)
+    await holds_for(
+        lambda: leaders(*candidates),
+        lambda found: len(found) <= 1,
+        during=seconds,
+        every=0.01,
+        what="at most one leader",
+    )
     assert len(leaders(*candidates)) == 1
 
 

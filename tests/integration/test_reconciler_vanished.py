@@ -15,15 +15,18 @@ import pytest
 
 from reconciler import metrics
 from reconciler.vanished import VanishedSettings
-from tests.integration.conftest import metadata
-from tests.integration.support import wait_until
+from tests.integration.ess_harness import metadata
 from tests.integration.system import System, running_system
 from tests.integration.test_reconciler_e2e import create, running_forever
+from tests.waiting import eventually
 from xmc.kube import JOBSETS
 from xmc.model.states import WorkUnitState
 from xmc_api.cloud.xmanager.v1 import api_pb2
 from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
 from xmc_api.internal.v1 import scheduling_pb2
+
+# A vanished JobSet's grace at real time: `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
 
 S = WorkUnitState
 ALICE, SERVICE = metadata("alice"), metadata("reconciler")
@@ -65,18 +68,18 @@ async def test_a_jobset_removed_behind_xmcs_back_ends_failed_and_nothing_else_do
     alive = await create(system, running_forever())
     stopped = await create(system, running_forever())
     for name in (ghost, alive, stopped):
-        await wait_until(functools.partial(system.state, name), S.RUNNING, within=30)
+        await eventually(functools.partial(system.state, name), S.RUNNING, within=30)
     await system.ess.scheduling.PauseScheduling(
         scheduling_pb2.PauseSchedulingRequest(reason="upgrade"), metadata=SERVICE
     )
     parked = await create(system, running_forever())
-    await wait_until(lambda: system.state(parked), S.SCHEDULING_PAUSED, within=30)
+    await eventually(lambda: system.state(parked), S.SCHEDULING_PAUSED, within=30)
     before = _ended()
 
     uid = await force_remove(system, ghost)
     await system.ess.api.StopWorkUnit(api_pb2.StopWorkUnitRequest(name=stopped), metadata=ALICE)
 
-    await wait_until(lambda: system.state(ghost), S.FAILED, within=30)
+    await eventually(lambda: system.state(ghost), S.FAILED, within=30)
     message = await system.system_message(ghost)
     assert message.severity == StructuredMessage.ERROR
     assert message.source == StructuredMessage.XMANAGER_BACKEND
@@ -86,7 +89,7 @@ async def test_a_jobset_removed_behind_xmcs_back_ends_failed_and_nothing_else_do
         "without XMC's finalizer"
     )
     assert _ended() == before + 1
-    await wait_until(lambda: system.state(stopped), S.STOPPED, within=30)
+    await eventually(lambda: system.state(stopped), S.STOPPED, within=30)
 
     # Several graces later the others are as they were: nothing else was failed.
     sweeps = _sweeps()
@@ -94,7 +97,7 @@ async def test_a_jobset_removed_behind_xmcs_back_ends_failed_and_nothing_else_do
     async def graces_later() -> bool:
         return _sweeps() >= sweeps + 3 * GRACE.total_seconds() / 0.2
 
-    await wait_until(graces_later, True, within=30)
+    await eventually(graces_later, True, within=30)
     assert await system.state(alive) == S.RUNNING
     assert await system.state(parked) == S.SCHEDULING_PAUSED
     assert await system.state(stopped) == S.STOPPED

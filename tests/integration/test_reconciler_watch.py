@@ -25,7 +25,8 @@ from reconciler.watch import (
     WatchSettings,
     diff,
 )
-from tests.kubesim.conftest import MakeKubeSim, eventually, jobset
+from tests.kubesim.support import MakeKubeSim, jobset
+from tests.waiting import eventually
 from xmc.kube import JOBSETS
 from xmc.kube_client import KubeClient
 from xmc.retry import Backoffs

@@ -19,13 +19,14 @@ from bench.scale_out import OPTIONS, sweep
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 
 from ess.relay import OutboxRelay
-from tests.conftest import ADMIN_DSN
-from tests.integration.conftest import SIGNING_KEY
+from tests.integration.ess_harness import SIGNING_KEY
 from tests.integration.processes import Client, running_stack
 from tests.integration.redis_cluster import LocalRedisCluster
 from tests.integration.redis_server import RedisServer
-from tests.integration.support import forever_work_unit, wait_until
+from tests.integration.support import forever_work_unit
+from tests.servers import ADMIN_DSN
 from tests.stack import JobSetLedger, StackOptions
+from tests.waiting import eventually
 from xmc.model.outbox import EntryState as E
 from xmc.model.states import WorkUnitState
 from xmc.redis_client import connect_redis, server_run_id
@@ -34,6 +35,9 @@ from xmc.streams import ACTUATOR_GROUP, StreamNames, TaskPublisher
 from xmc.timestamps import utc_now
 from xmc_api.cloud.xmanager.v1 import api_pb2
 from xmc_api.internal.v1.tasks_pb2 import Task
+
+# A Redis Cluster, two of each service as OS processes: `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
 
 S = WorkUnitState
 
@@ -55,12 +59,12 @@ async def test_a_sweep_runs_through_a_three_master_redis_cluster(
             )
             to_complete = await asyncio.gather(*(client.create(parent) for _ in range(50)))
             for name in to_stop:
-                await wait_until(functools.partial(client.state, name), S.RUNNING, within=60)
+                await eventually(functools.partial(client.state, name), S.RUNNING, within=60)
             for name in to_stop:
                 await client.api.StopWorkUnit(api_pb2.StopWorkUnitRequest(name=name))
 
-            await wait_until(functools.partial(client.count, parent, S.COMPLETED), 50, within=90)
-            await wait_until(functools.partial(client.count, parent, S.STOPPED), 10, within=60)
+            await eventually(functools.partial(client.count, parent, S.COMPLETED), 50, within=90)
+            await eventually(functools.partial(client.count, parent, S.STOPPED), 10, within=60)
             assert {await client.state(n) for n in to_complete} == {S.COMPLETED}
             assert ledger.duplicated() == []
             assert all(stack.alive().values()), stack.alive()

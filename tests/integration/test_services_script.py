@@ -19,10 +19,13 @@ from tests.stack import free_ports
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tools" / "services.sh"
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("pg_createcluster") is None,
-    reason="needs root and Debian's postgresql-common (pg_createcluster), as CI has",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        os.geteuid() != 0 or shutil.which("pg_createcluster") is None,
+        reason="needs root and Debian's postgresql-common (pg_createcluster), as CI has",
+    ),
+    pytest.mark.slow,  # private Postgres clusters and Redis set up and torn down
+]
 
 
 def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -11,7 +11,7 @@ import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
-from tests.integration.conftest import REDIS_URL
+from tests.servers import REDIS_URL
 from xmc.streams import ensure_group
 
 

@@ -15,12 +15,12 @@ from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
 
 from actuator.outcome import Outcome, TaskResult
-from tests.integration.conftest import Ess, EssFactory, metadata
+from tests.integration.ess_harness import Ess, EssFactory, metadata
 from tests.integration.redis_cluster import LocalRedisCluster
 from tests.integration.redis_server import RedisServer
-from tests.integration.support import wait_until
 from tests.integration.test_actuator_consumer import DONE, FakeHandler, Harness, _harness
 from tests.integration.test_ess_internal import experiment_with_work_units
+from tests.waiting import eventually
 from xmc.streams import StreamNames, text
 from xmc_api.cloud.xmanager.v1 import api_pb2
 from xmc_api.internal.v1 import scheduling_pb2
@@ -48,8 +48,8 @@ async def _create_stop_dead_letter_resume(ess: Ess, harness: Harness) -> None:
     )
     await ess.relayed()
     harness.start(FakeHandler(_refuse_stops))
-    await wait_until(harness.dlq_size, 1)
-    await wait_until(harness.settled, (0, 0))
+    await eventually(harness.dlq_size, 1)
+    await eventually(harness.settled, (0, 0))
 
 
 async def _assert_spec_names(
@@ -94,7 +94,7 @@ async def test_on_a_redis_the_streams_have_specs_exact_names(
 
 
 async def test_on_a_redis_cluster_the_streams_have_specs_exact_names(
-    ess_factory: EssFactory, redis_cluster: LocalRedisCluster
+    redis_cluster: LocalRedisCluster, ess_factory: EssFactory
 ) -> None:
     ess = await ess_factory(redis_cluster_nodes=redis_cluster.nodes, stream_prefix="")
     async with _harness(ess) as harness:

@@ -14,13 +14,17 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from tests.conftest import ADMIN_DSN
 from tests.integration.processes import Client, running_stack
 from tests.integration.redis_server import RedisServer
-from tests.integration.support import fetch_all, wait_until
+from tests.integration.support import fetch_all
+from tests.servers import ADMIN_DSN
 from tests.stack import JobSetLedger, StackOptions
+from tests.waiting import eventually
 from xmc.model.states import WorkUnitState
 from xmc.streams import ACTUATOR_GROUP, StreamNames, text
+
+# The four services as OS processes: `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
 
 S = WorkUnitState
 UNITS = 10
@@ -59,7 +63,7 @@ async def test_an_upgrade_from_the_hash_tagged_keys_carries_out_every_task_once(
             await stack.kill("actuator")
             parent = await client.experiment()
             units = [await client.create(parent) for _ in range(UNITS)]
-            await wait_until(functools.partial(_published, stack.database_url), UNITS)
+            await eventually(functools.partial(_published, stack.database_url), UNITS)
             assert await redis.xlen(names.tasks) == UNITS
             await _to_old_names(redis, names)
             assert not await redis.exists(names.tasks)
@@ -75,7 +79,7 @@ async def test_an_upgrade_from_the_hash_tagged_keys_carries_out_every_task_once(
             await stack.start_service("actuator")
 
             completed = functools.partial(client.count, parent, S.COMPLETED)
-            await wait_until(completed, UNITS, within=90)
+            await eventually(completed, UNITS, within=90)
             assert {await client.state(unit) for unit in units} == {S.COMPLETED}
             assert ledger.duplicated() == []
             assert len(ledger.created) == UNITS, "one JobSet per work unit, created once"

@@ -20,12 +20,16 @@ import redis.asyncio as aioredis
 from tests.integration.postgres_server import PostgresServer
 from tests.integration.processes import Client, running_stack
 from tests.integration.redis_server import RedisServer
-from tests.integration.support import forever_work_unit, wait_until
+from tests.integration.support import forever_work_unit
 from tests.stack import Stack
+from tests.waiting import eventually
 from xmc.model.states import WorkUnitState
 from xmc.store.repository import wait_for_postgres
 from xmc.streams import StreamNames
 from xmc_api.cloud.xmanager.v1 import api_pb2
+
+# OS processes killed and restarted: `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
 
 S = WorkUnitState
 XMC_SERVICES = ("ess", "actuator", "reconciler")
@@ -67,7 +71,7 @@ async def _fault(stack: Stack, **fault: Any) -> None:
 
 async def test_every_service_serves_healthz_readyz_and_metrics(stack: Stack) -> None:
     for name in XMC_SERVICES:
-        await wait_until(functools.partial(_ready_status, stack, name), 200, within=60)
+        await eventually(functools.partial(_ready_status, stack, name), 200, within=60)
         status, body = await _get(stack.ops_url(name, "/healthz"))
         assert (status, body) == (200, {"status": "alive"})
         status, body = await _get(stack.ops_url(name, "/readyz"))
@@ -93,28 +97,28 @@ async def test_every_service_serves_healthz_readyz_and_metrics(stack: Stack) -> 
 async def test_the_actuator_is_not_ready_while_redis_is_down(
     stack: Stack, private_redis: RedisServer
 ) -> None:
-    await wait_until(functools.partial(_ready_status, stack, "actuator"), 200, within=60)
+    await eventually(functools.partial(_ready_status, stack, "actuator"), 200, within=60)
     await private_redis.stop()
     try:
-        await wait_until(functools.partial(_ready_status, stack, "actuator"), 503, within=30)
+        await eventually(functools.partial(_ready_status, stack, "actuator"), 503, within=30)
         _, body = await _get(stack.ops_url("actuator", "/readyz"))
         assert body["checks"]["redis"]["ok"] is False
         assert (await _get(stack.ops_url("actuator", "/healthz")))[0] == 200
     finally:
         await private_redis.start()
-    await wait_until(functools.partial(_ready_status, stack, "actuator"), 200, within=30)
+    await eventually(functools.partial(_ready_status, stack, "actuator"), 200, within=30)
     assert all(stack.alive().values()), stack.alive()
 
 
 async def test_a_watcher_that_gives_up_ends_the_reconciler_non_zero(stack: Stack) -> None:
-    await wait_until(functools.partial(_ready_status, stack, "reconciler"), 200, within=60)
+    await eventually(functools.partial(_ready_status, stack, "reconciler"), 200, within=60)
     # A request the server will never accept: the watcher gives up on it (FATAL).
     await _fault(stack, verb="watch", resource="pods", code=400, times=None)
     await _fault(stack, verb="list", resource="pods", code=400, times=None)
     async with aiohttp.ClientSession() as http:
         await http.post(f"{stack.kube_url}/kubesim/close-watches")
 
-    await wait_until(functools.partial(_exit_code, stack, "reconciler"), 1, within=60)
+    await eventually(functools.partial(_exit_code, stack, "reconciler"), 1, within=60)
     log = _log(stack, "reconciler")
     assert "reconciler exiting" in log
     assert "watch pods" in log
@@ -125,7 +129,7 @@ async def test_the_actuator_survives_deleting_its_task_stream(
 ) -> None:
     parent = await client.experiment()
     first = await client.create(parent, forever_work_unit())
-    await wait_until(functools.partial(client.state, first), S.RUNNING, within=30)
+    await eventually(functools.partial(client.state, first), S.RUNNING, within=30)
     redis = aioredis.Redis.from_url(private_redis.url)
     try:
         # The Actuator blocks in XREADGROUP on this key; deleting it unblocks the read.
@@ -134,9 +138,9 @@ async def test_the_actuator_survives_deleting_its_task_stream(
         await redis.aclose()
 
     second = await client.create(parent, forever_work_unit())
-    await wait_until(functools.partial(client.state, second), S.RUNNING, within=60)
+    await eventually(functools.partial(client.state, second), S.RUNNING, within=60)
     await client.api.StopWorkUnit(api_pb2.StopWorkUnitRequest(name=first))
-    await wait_until(functools.partial(client.state, first), S.STOPPED, within=60)
+    await eventually(functools.partial(client.state, first), S.STOPPED, within=60)
     assert all(stack.alive().values()), stack.alive()
     assert "task stream read failed" in _log(stack, "actuator")
 
@@ -190,20 +194,20 @@ async def test_a_postgres_restart_under_a_sweep_gives_clients_unavailable_only(
 
     try:
         for name in XMC_SERVICES:  # a restart under a running stack, not under its start
-            await wait_until(functools.partial(_ready_status, pg_stack, name), 200, within=60)
+            await eventually(functools.partial(_ready_status, pg_stack, name), 200, within=60)
         parent = await client.experiment()
         sweeping = asyncio.create_task(sweep(parent))
-        await wait_until(lambda: _at_least(created, 10), True, within=60)
+        await eventually(lambda: _at_least(created, 10), True, within=60)
         await private_postgres.restart()
         mark = len(created)
-        await wait_until(lambda: _at_least(created, mark + 10), True, within=60)
+        await eventually(lambda: _at_least(created, mark + 10), True, within=60)
         stop.set()
         await sweeping
 
         print("answers during the sweep:", codes)
         assert set(codes) <= {"OK", "UNAVAILABLE"}, codes
         for name in created:
-            await wait_until(functools.partial(client.state, name), S.RUNNING, within=90)
+            await eventually(functools.partial(client.state, name), S.RUNNING, within=90)
         log = _log(pg_stack, "reconciler")
         assert "observations rejected" not in log
         assert all(pg_stack.alive().values()), pg_stack.alive()

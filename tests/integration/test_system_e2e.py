@@ -30,15 +30,18 @@ import pytest
 from google.longrunning import operations_grpc_pb2
 from google.longrunning.operations_proto_pb2 import GetOperationRequest
 
-from tests.conftest import ADMIN_DSN
-from tests.integration.conftest import REDIS_URL
-from tests.integration.support import forever_work_unit, minimal_work_unit, wait_until
+from tests.integration.support import forever_work_unit, minimal_work_unit
+from tests.servers import ADMIN_DSN, REDIS_URL
+from tests.waiting import eventually
 from xmc.model.states import ActiveState, WorkUnitState
 from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
 from xmc_api.cloud.xmanager.v1.status_pb2 import ExperimentStatus
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 from xmc_api.internal.v1 import scheduling_pb2, scheduling_pb2_grpc
+
+# The four services as OS processes: `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
 
 S = WorkUnitState
 TIME_SCALE = 1.0
@@ -198,7 +201,7 @@ async def test_create_runs_to_completed_and_the_experiment_finishes(client: Clie
             name=parent, launch_state=ExperimentStatus.COMPLETED
         )
     )
-    await wait_until(lambda: client.state(name), S.COMPLETED, within=60)
+    await eventually(lambda: client.state(name), S.COMPLETED, within=60)
     states = [state for _eid, state in await client.history(name)]
     assert states[0] == S.INITIALIZING
     assert S.RUNNING in states
@@ -213,20 +216,20 @@ async def test_create_runs_to_completed_and_the_experiment_finishes(client: Clie
 
 async def test_stop_ends_stopped_and_the_jobset_is_gone(client: Client) -> None:
     name = await client.work_unit(await client.experiment(), forever())
-    await wait_until(lambda: client.state(name), S.RUNNING, within=60)
+    await eventually(lambda: client.state(name), S.RUNNING, within=60)
     await client.api.StopWorkUnit(api_pb2.StopWorkUnitRequest(name=name))
-    await wait_until(lambda: client.state(name), S.STOPPED, within=60)
+    await eventually(lambda: client.state(name), S.STOPPED, within=60)
 
     async def gone() -> bool:
         return client.jobset(name) is None
 
-    await wait_until(gone, True, within=60)
+    await eventually(gone, True, within=60)
     assert [s for _e, s in await client.history(name)][-2:] == [S.STOPPING, S.STOPPED]
 
 
 async def test_restart_makes_execution_2(client: Client) -> None:
     name = await client.work_unit(await client.experiment(), forever())
-    await wait_until(lambda: client.state(name), S.RUNNING, within=60)
+    await eventually(lambda: client.state(name), S.RUNNING, within=60)
     await client.api.RestartWorkUnit(api_pb2.RestartWorkUnitRequest(name=name))
 
     async def second_running() -> bool:
@@ -237,7 +240,7 @@ async def test_restart_makes_execution_2(client: Client) -> None:
             and await client.state(name) == S.RUNNING
         )
 
-    await wait_until(second_running, True, within=90)
+    await eventually(second_running, True, within=90)
     executions = await client.api.ListWorkUnitExecutions(
         api_pb2.ListWorkUnitExecutionsRequest(parent=name)
     )
@@ -270,7 +273,7 @@ async def test_preemption_and_readmission_on_the_same_execution(client: Client) 
     # Its pods take 3 s to go, so DESCHEDULING outlives the batcher's coalescing.
     evicted = forever_work_unit(60_000, grace_seconds=3)
     low = await client.work_unit(await client.experiment(priority=1), evicted)
-    await wait_until(lambda: client.state(low), S.RUNNING, within=60)
+    await eventually(lambda: client.state(low), S.RUNNING, within=60)
     high = await client.work_unit(await client.experiment(priority=3), forever(10_000))
     seen = False
 
@@ -282,11 +285,11 @@ async def test_preemption_and_readmission_on_the_same_execution(client: Client) 
         seen = seen or (state is S.DESCHEDULING and idle and terminating > 0)
         return seen, state
 
-    await wait_until(descheduled_then_scheduling, (True, S.SCHEDULING), within=90)
+    await eventually(descheduled_then_scheduling, (True, S.SCHEDULING), within=90)
     assert _eviction_signals(client, low)[1] == 0, "SCHEDULING once the evicted pods are gone"
-    await wait_until(lambda: client.state(high), S.RUNNING, within=60)
+    await eventually(lambda: client.state(high), S.RUNNING, within=60)
     await client.api.StopWorkUnit(api_pb2.StopWorkUnitRequest(name=high))
-    await wait_until(lambda: client.state(low), S.RUNNING, within=90)
+    await eventually(lambda: client.state(low), S.RUNNING, within=90)
     states = [state for eid, state in await client.history(low) if eid == 1]
     first_run = states.index(S.RUNNING)
     assert states[first_run : first_run + 3] == [S.RUNNING, S.DESCHEDULING, S.SCHEDULING]
@@ -307,19 +310,19 @@ async def test_pause_and_resume(client: Client) -> None:
             async def decided() -> bool:
                 return await client.state(canary) != S.INITIALIZING
 
-            await wait_until(decided, True, within=30)
+            await eventually(decided, True, within=30)
             return await client.state(canary) == S.SCHEDULING_PAUSED
 
-        await wait_until(actuator_sees_the_pause, True, within=30)
+        await eventually(actuator_sees_the_pause, True, within=30)
         keep = await client.work_unit(parent)
         drop = await client.work_unit(parent)
         for name in (keep, drop):
-            await wait_until(functools.partial(client.state, name), S.SCHEDULING_PAUSED, within=60)
+            await eventually(functools.partial(client.state, name), S.SCHEDULING_PAUSED, within=60)
         await client.api.StopWorkUnit(api_pb2.StopWorkUnitRequest(name=drop))
         assert await client.state(drop) == S.STOPPED
     finally:
         await client.scheduling.ResumeScheduling(scheduling_pb2.ResumeSchedulingRequest())
-    await wait_until(lambda: client.state(keep), S.COMPLETED, within=90)
+    await eventually(lambda: client.state(keep), S.COMPLETED, within=90)
     assert await client.state(drop) == S.STOPPED
     conn = await asyncpg.connect(client.system.database_url)
     try:
@@ -352,7 +355,7 @@ async def test_a_sweep_of_200_completes_with_exact_rollups(client: Client) -> No
         )
         return len(listed.work_units)
 
-    await wait_until(completed, 200, within=180)
+    await eventually(completed, 200, within=180)
     experiment = await client.api.GetExperiment(api_pb2.GetExperimentRequest(name=parent))
     counts = {S(c.state): c.count for c in experiment.status.child_state_counts}
     assert counts == {S.COMPLETED: 200}
@@ -406,13 +409,13 @@ def _jobsets_of(client: Client, parent: str) -> list[str]:
 
 async def _stopped_for_good(client: Client, parent: str, count: int) -> None:
     """Every work unit STOPPED within 30 s, no JobSet left, the experiment INACTIVE."""
-    await wait_until(functools.partial(_all, client, parent, S.STOPPED, count), True, within=30)
+    await eventually(functools.partial(_all, client, parent, S.STOPPED, count), True, within=30)
 
     async def no_jobsets() -> list[str]:
         return _jobsets_of(client, parent)
 
     none: list[str] = []
-    await wait_until(no_jobsets, none, within=30)
+    await eventually(no_jobsets, none, within=30)
     experiment = await client.api.GetExperiment(api_pb2.GetExperimentRequest(name=parent))
     assert ActiveState(experiment.status.active_state) == ActiveState.INACTIVE
     counts = {S(c.state): c.count for c in experiment.status.child_state_counts}
@@ -443,14 +446,14 @@ async def _stopped_right_after_create(client: Client) -> None:
 
 async def _stopped_while_running(client: Client) -> None:
     parent, names = await _launched(client, 20)
-    await wait_until(functools.partial(_all, client, parent, S.RUNNING, 20), True, within=60)
+    await eventually(functools.partial(_all, client, parent, S.RUNNING, 20), True, within=60)
     await _stop_each(client, names)
     await _stopped_for_good(client, parent, 20)
 
 
 async def _restarted_then_stopped(client: Client) -> None:
     parent, names = await _launched(client, 10)
-    await wait_until(functools.partial(_all, client, parent, S.RUNNING, 10), True, within=60)
+    await eventually(functools.partial(_all, client, parent, S.RUNNING, 10), True, within=60)
     await asyncio.gather(
         *(client.api.RestartWorkUnit(api_pb2.RestartWorkUnitRequest(name=n)) for n in names)
     )
@@ -464,7 +467,7 @@ async def _restarted_then_stopped(client: Client) -> None:
 
 async def _batch_stopped(client: Client) -> None:
     parent, _names = await _launched(client, 50)
-    await wait_until(functools.partial(_all, client, parent, S.RUNNING, 50), True, within=60)
+    await eventually(functools.partial(_all, client, parent, S.RUNNING, 50), True, within=60)
     operation = await client.api.BatchStopWorkUnits(
         api_pb2.BatchStopWorkUnitsRequest(parent=parent)
     )
@@ -475,7 +478,7 @@ async def _batch_stopped(client: Client) -> None:
         closed = await operations.GetOperation(GetOperationRequest(name=operation.name))
         return bool(closed.done) and not closed.HasField("error")
 
-    await wait_until(batch_done, True, within=30)
+    await eventually(batch_done, True, within=30)
 
 
 async def test_every_stop_lands_at_real_time(client: Client) -> None:

@@ -28,6 +28,9 @@ from xmc_api.cloud.xmanager.v1 import api_pb2
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 
+# Headless Chromium against the whole stack: `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
+
 #: Where the screenshots go ('' = a temporary directory); ``make screenshots`` sets it.
 SCREENSHOTS = os.environ.get("XMC_UI_SCREENSHOTS", "")
 #: Milliseconds a page condition may take: scheduling + start + run in kubesim at scale 1.

@@ -22,7 +22,7 @@ import pytest
 from aiohttp import web
 from playwright.async_api import Browser, Page, expect
 
-from tests.integration.conftest import Ess, EssFactory, metadata
+from tests.integration.ess_harness import Ess, EssFactory, metadata
 from tests.integration.support import minimal_work_unit
 from tests.integration.ui_support import running_ui
 from ui.main import start_site
@@ -30,6 +30,9 @@ from xmc.auth_settings import AuthSettings
 from xmc.model.states import WorkUnitState
 from xmc_api.cloud.xmanager.v1 import api_pb2
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
+
+# Headless Chromium: `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
 
 ALICE = metadata("alice")
 #: The attacker's pages: ``{ui}`` and ``{xid}`` are filled in per request.

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import aiohttp
 import pytest
 
-from tests.integration.conftest import Ess, metadata
+from tests.integration.ess_harness import Ess, metadata
 from tests.integration.support import minimal_work_unit
 from tests.integration.ui_support import running_ui
 from xmc.model.states import WorkUnitState

@@ -10,8 +10,12 @@ import sys
 from pathlib import Path
 
 import aiohttp
+import pytest
 
-from tests.integration.conftest import Ess
+from tests.integration.ess_harness import Ess
+
+# The dashboard as an OS process: `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
 
 XMC_UI = str(Path(sys.executable).with_name("xmc-ui"))
 

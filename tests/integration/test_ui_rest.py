@@ -14,7 +14,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from google.protobuf import json_format
 
-from tests.integration.conftest import Ess
+from tests.integration.ess_harness import Ess
 from tests.integration.support import minimal_work_unit
 from tests.integration.ui_support import running_ui
 from tests.stack import free_port

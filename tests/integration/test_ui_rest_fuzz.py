@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from tests.integration.conftest import Ess
+from tests.integration.ess_harness import Ess
 from tests.integration.test_ui_rest import (
     JSON_ALICE,
     WORK_UNIT,

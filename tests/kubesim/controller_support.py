@@ -4,22 +4,22 @@ events (never on sleeps) until a condition holds or a deadline passes."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
-import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from kubesim.clock import SimClock
 from kubesim.controllers import Controllers, ControllerSettings
 from kubesim.defaults import install_defaults
 from kubesim.resources import JOBSET, POD, WORKLOAD, Resource
 from kubesim.store import ObjectStore
+from tests.builders import JobSetBuilder
+from tests.waiting import eventually
 
 Obj = dict[str, Any]
+T = TypeVar("T")
 
 SCALE = 100.0
 """Simulated seconds per real second: a default pod (1 s start, 3 s run) takes 40 ms."""
@@ -104,6 +104,18 @@ def make_jobset(
     }
 
 
+def plain_jobset(name: str = "js") -> JobSetBuilder:
+    """A JobSet as the pure controller steps are given it (namespace ``default``, uid
+    ``<name>-uid``): not queued, since a queue label changes how a plan records a resume,
+    and not held by XMC's finalizer."""
+    return (
+        JobSetBuilder(name, "default")
+        .uid(f"{name}-uid")
+        .label("kueue.x-k8s.io/queue-name", None)
+        .finalizers()
+    )
+
+
 def cluster_queue(name: str, *, cpu: str, preemption: str | None = "LowerPriority") -> Obj:
     spec: Obj = {
         "namespaceSelector": {},
@@ -171,25 +183,24 @@ class Sim:
 
     async def wait_for(self, probe: Callable[[], object], what: str) -> None:
         """Re-check ``probe`` after every store event until it is truthy (or time is up)."""
-        subscription = self.store.subscribe(None)
-        try:
-            end = time.monotonic() + DEADLINE
-            while not probe():
-                remaining = end - time.monotonic()
-                if remaining <= 0:
-                    raise AssertionError(f"timed out waiting for {what}")
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(subscription.queue.get(), remaining)
-        finally:
-            self.store.unsubscribe(subscription)
+        await self.until(probe, bool, what)
 
     async def until(
-        self, fetch: Callable[[], Obj | None], check: Callable[[Obj], object], what: str
-    ) -> Obj:
-        """Wait until ``fetch()`` returns an object that passes ``check``; return it."""
-        await self.wait_for(lambda: (obj := fetch()) is not None and check(obj), what)
-        found = fetch()
-        assert found is not None
+        self, fetch: Callable[[], T | None], check: Callable[[T], object], what: str
+    ) -> T:
+        """The first value of ``fetch()`` that is not None and passes ``check``, re-read
+        after every store event (no polling), within ``DEADLINE`` real seconds."""
+        subscription = self.store.subscribe(None)
+        try:
+            found: T = await eventually(
+                fetch,
+                lambda value: value is not None and check(value),
+                within=DEADLINE,
+                what=what,
+                changed=subscription.queue.get,
+            )
+        finally:
+            self.store.unsubscribe(subscription)
         return found
 
 

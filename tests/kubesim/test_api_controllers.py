@@ -11,7 +11,7 @@ import pytest
 from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi
 from kubernetes_asyncio.watch import Watch
 
-from tests.kubesim.conftest import JOBSET_API, MakeKubeSim, client_for
+from tests.kubesim.support import JOBSET_API, MakeKubeSim, client_for
 
 G, V = JOBSET_API
 

@@ -18,7 +18,7 @@ from kubernetes_asyncio.client import (
     V1Preconditions,
 )
 
-from tests.kubesim.conftest import JOBSET_API, MERGE_PATCH, failure, jobset
+from tests.kubesim.support import JOBSET_API, MERGE_PATCH, failure, jobset
 
 G, V = JOBSET_API
 

@@ -12,7 +12,7 @@ from kubernetes_asyncio.dynamic import DynamicClient
 
 from kubesim.resources import CLUSTER_QUEUE, JOBSET, LOCAL_QUEUE, WORKLOAD
 from kubesim.server import KubeSim
-from tests.kubesim.conftest import jobset
+from tests.kubesim.support import jobset
 
 
 async def test_healthz(kubesim: KubeSim) -> None:

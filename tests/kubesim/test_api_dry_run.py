@@ -23,15 +23,8 @@ from kubernetes_asyncio.client import (
 
 from kubesim.resources import JOB, JOBSET, POD, WORKLOAD
 from kubesim.server import KubeSim
-from tests.kubesim.conftest import (
-    JOBSET_API,
-    MERGE_PATCH,
-    MakeKubeSim,
-    client_for,
-    eventually,
-    failure,
-    jobset,
-)
+from tests.kubesim.support import JOBSET_API, MERGE_PATCH, MakeKubeSim, client_for, failure, jobset
+from tests.waiting import eventually
 
 G, V = JOBSET_API
 Obj = dict[str, Any]

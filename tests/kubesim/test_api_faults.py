@@ -18,7 +18,8 @@ from kubesim.errors import ApiError
 from kubesim.faults import Fault, Faults
 from kubesim.resources import JOBSET
 from kubesim.server import KubeSim
-from tests.kubesim.conftest import JOBSET_API, MERGE_PATCH, eventually, failure, jobset
+from tests.kubesim.support import JOBSET_API, MERGE_PATCH, failure, jobset
+from tests.waiting import eventually
 
 G, V = JOBSET_API
 Call = Callable[[CustomObjectsApi], Awaitable[Any]]

@@ -18,7 +18,7 @@ from kubernetes_asyncio.client import ApiException, CustomObjectsApi
 from kubesim.freshness import WAIT_SECONDS, too_large
 from kubesim.resources import JOBSET
 from kubesim.server import KubeSim
-from tests.kubesim.conftest import JOBSET_API, MakeKubeSim, client_for, jobset
+from tests.kubesim.support import JOBSET_API, MakeKubeSim, client_for, jobset
 
 G, V = JOBSET_API
 JOBSETS = f"/apis/{G}/{V}/namespaces/default/jobsets"

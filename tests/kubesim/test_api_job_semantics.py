@@ -17,8 +17,6 @@ import pytest
 from kubernetes_asyncio.client import ApiClient, BatchV1Api, CoreV1Api, CustomObjectsApi
 from kubernetes_asyncio.watch import Watch
 
-from tests.kubesim.conftest import JOBSET_API, MakeKubeSim, client_for, eventually
-
 pytest.importorskip("kubesim.controllers", reason="the simulated controllers are not built")
 
 from tests.kubesim.controller_support import (
@@ -26,6 +24,8 @@ from tests.kubesim.controller_support import (
     make_jobset,
     replicated_job,
 )
+from tests.kubesim.support import JOBSET_API, MakeKubeSim, client_for
+from tests.waiting import eventually
 
 G, V = JOBSET_API
 SCALE = 100.0
@@ -71,20 +71,15 @@ class Cluster:
         )
 
     async def until_jobset(self, name: str, condition: str, status: str = "True") -> dict[str, Any]:
-        """Poll over HTTP until the JobSet has ``condition`` at ``status``."""
-        latest: dict[str, Any] = {}
+        """The JobSet, read over HTTP, once it has ``condition`` at ``status``."""
 
-        async def check() -> bool:
-            nonlocal latest
-            latest = await self.jobset(name)
-            found = conditions(latest).get(condition)
+        def has(jobset: dict[str, Any]) -> bool:
+            found = conditions(jobset).get(condition)
             return found is not None and found.get("status") == status
 
-        deadline = asyncio.get_running_loop().time() + WITHIN
-        while not await check():
-            if asyncio.get_running_loop().time() > deadline:
-                raise AssertionError(f"timed out waiting for {name} {condition}={status}")
-            await asyncio.sleep(0.01)
+        latest: dict[str, Any] = await eventually(
+            lambda: self.jobset(name), has, within=WITHIN, what=f"{name} {condition}={status}"
+        )
         return latest
 
 
@@ -179,7 +174,7 @@ async def test_an_ignore_rule_keeps_failures_off_the_backoff_limit(
         async def three_attempts() -> bool:
             return len(await kube.pods("flaky")) >= 3
 
-        await _until(three_attempts, "two replacements of ignored failures")
+        await eventually(three_attempts, what="two replacements of ignored failures", within=WITHIN)
         job = await kube.job("flaky-main-0")
         jobset = await kube.jobset("flaky")
 
@@ -202,7 +197,7 @@ async def test_xmcs_disruption_target_rule_spares_the_retry_limit(
             pods = await kube.pods("evicted")
             return bool(pods) and pods[0]["status"].get("phase") == "Running"
 
-        await _until(running, "the pod to run")
+        await eventually(running, what="the pod to run", within=WITHIN)
         (pod,) = await kube.pods("evicted")
         await kube.core.patch_namespaced_pod_status(
             pod["metadata"]["name"], "default", _evicted(pod)
@@ -211,7 +206,7 @@ async def test_xmcs_disruption_target_rule_spares_the_retry_limit(
         async def replaced() -> bool:
             return len(await kube.pods("evicted")) == 2
 
-        await _until(replaced, "the evicted pod's replacement")
+        await eventually(replaced, what="the evicted pod's replacement", within=WITHIN)
         job = await kube.job("evicted-main-0")
         first, second = await kube.pods("evicted")
 
@@ -255,14 +250,6 @@ def _evicted(pod: dict[str, Any]) -> dict[str, Any]:
             ],
         }
     }
-
-
-async def _until(probe: Any, what: str) -> None:
-    deadline = asyncio.get_running_loop().time() + WITHIN
-    while not await probe():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 # --- the replacement backoff ---------------------------------------------------------------

@@ -16,7 +16,7 @@ from kubernetes_asyncio.client import ApiClient
 from kubesim.openapi import PROTOBUF_V2
 from kubesim.resources import CLUSTER_QUEUE, JOB, JOBSET, POD, WORKLOAD
 from kubesim.server import KubeSim
-from tests.kubesim.conftest import JOBSET_API, client_for, jobset
+from tests.kubesim.support import JOBSET_API, client_for, jobset
 
 G, V = JOBSET_API
 Obj = dict[str, Any]

@@ -16,8 +16,6 @@ import pytest
 from kubernetes_asyncio.client import ApiException
 from kubernetes_asyncio.watch import Watch
 
-from tests.kubesim.conftest import MERGE_PATCH, MakeKubeSim, client_for, failure
-
 pytest.importorskip("kubesim.controllers", reason="the simulated controllers are not built")
 
 from tests.kubesim.controller_support import (
@@ -28,7 +26,9 @@ from tests.kubesim.controller_support import (
     make_jobset,
     replicated_job,
 )
-from tests.kubesim.test_api_scenarios import KUEUE, Cluster, until
+from tests.kubesim.support import MERGE_PATCH, MakeKubeSim, client_for, failure
+from tests.kubesim.test_api_scenarios import KUEUE, Cluster
+from tests.waiting import eventually
 
 Obj = dict[str, Any]
 LOW = "xmc-priority-low-low"
@@ -152,7 +152,7 @@ async def test_eviction_is_two_phase_and_the_preemptor_waits_for_the_victim_to_s
     await cluster.create_jobset(
         make_jobset("low", slow_to_stop(victim), queue="two", priority_class=LOW)
     )
-    await until(lambda: _running(cluster, "low"), what="low to run")
+    await eventually(lambda: _running(cluster, "low"), what="low to run")
     async with (
         recording(cluster, *KUEUE, "workloads") as workloads,
         recording(cluster, "jobset.x-k8s.io", "v1alpha2", "jobsets") as jobsets,
@@ -162,7 +162,7 @@ async def test_eviction_is_two_phase_and_the_preemptor_waits_for_the_victim_to_s
                 "high", replicated_job(cpu="2", behavior=FOREVER), queue="two", priority_class=HIGH
             )
         )
-        high = await until(
+        high = await eventually(
             lambda: _admitted(cluster, "high"), what="high to be admitted after the victim stopped"
         )
 
@@ -172,7 +172,7 @@ async def test_eviction_is_two_phase_and_the_preemptor_waits_for_the_victim_to_s
         async def recorded() -> bool:
             return bool(admitted_seen())
 
-        await until(recorded, what="the watch to deliver the admission")
+        await eventually(recorded, what="the watch to deliver the admission")
     pods = await cluster.pods("low")
     assert pods, "Kueue does not wait for the victim's Terminating pods to be gone"
     assert all(pod.metadata.deletion_timestamp is not None for pod in pods)
@@ -226,7 +226,7 @@ async def test_a_cluster_queue_without_preemption_never_preempts(cluster: Cluste
     await add_queue(cluster, "plain", cpu="2", preemption=None)
     forever = replicated_job(cpu="2", behavior=FOREVER)
     await cluster.create_jobset(make_jobset("low", forever, queue="plain", priority_class=LOW))
-    await until(lambda: _admitted(cluster, "low"), what="low to be admitted")
+    await eventually(lambda: _admitted(cluster, "low"), what="low to be admitted")
     await cluster.create_jobset(
         make_jobset("high", replicated_job(cpu="2"), queue="plain", priority_class=HIGH)
     )
@@ -235,7 +235,7 @@ async def test_a_cluster_queue_without_preemption_never_preempts(cluster: Cluste
         found = reserved(await cluster.workload_of("high"))
         return found if found.get("status") == "False" else {}
 
-    waiting = await until(high_waits, what="high to wait")
+    waiting = await eventually(high_waits, what="high to wait")
     assert waiting["reason"] == "Pending"
     assert "Pending the preemption" not in waiting["message"]
     low = await cluster.workload_of("low")
@@ -249,7 +249,7 @@ async def test_changing_the_priority_class_of_an_admitted_jobset_updates_its_wor
     await cluster.create_jobset(
         make_jobset("job", replicated_job(behavior=FOREVER), priority_class=LOW)
     )
-    await until(lambda: _admitted(cluster, "job"), what="the JobSet to be admitted")
+    await eventually(lambda: _admitted(cluster, "job"), what="the JobSet to be admitted")
 
     await patch_labels(cluster, "job", {"kueue.x-k8s.io/priority-class": HIGH})
 
@@ -257,7 +257,7 @@ async def test_changing_the_priority_class_of_an_admitted_jobset_updates_its_wor
         workload = await cluster.workload_of("job")
         return workload if (workload or {})["spec"].get("priority") == 900 else None
 
-    workload = await until(raised, what="the Workload's priority to follow the label")
+    workload = await eventually(raised, what="the Workload's priority to follow the label")
     assert workload["spec"]["priorityClassName"] == HIGH
     assert workload["spec"]["priorityClassRef"]["name"] == HIGH
     assert condition_is(workload, "Admitted"), "a priority change does not evict"
@@ -274,7 +274,7 @@ async def test_a_missing_workload_priority_class_creates_no_workload(cluster: Cl
             if e.involved_object.name == "orphan" and e.reason == "WorkloadPriorityClassNotFound"
         ]
 
-    (event,) = await until(warned, what="the WorkloadPriorityClassNotFound event")
+    (event,) = await eventually(warned, what="the WorkloadPriorityClassNotFound event")
     assert event.type == "Warning"
     assert event.message == 'WorkloadPriorityClass "no-such" not found'
     assert await cluster.workload_of("orphan") is None
@@ -291,7 +291,7 @@ async def test_a_missing_workload_priority_class_creates_no_workload(cluster: Cl
             "value": 42,
         },
     )
-    workload = await until(
+    workload = await eventually(
         lambda: _admitted(cluster, "orphan"), what="a Workload once the class exists"
     )
     assert workload["spec"]["priority"] == 42
@@ -299,8 +299,8 @@ async def test_a_missing_workload_priority_class_creates_no_workload(cluster: Cl
 
 async def test_the_queue_name_cannot_change_on_a_running_jobset(cluster: Cluster) -> None:
     await cluster.create_jobset(make_jobset("job", replicated_job(behavior=FOREVER)))
-    await until(lambda: _admitted(cluster, "job"), what="the JobSet to be admitted")
-    await until(lambda: _unsuspended(cluster, "job"), what="the JobSet to run")
+    await eventually(lambda: _admitted(cluster, "job"), what="the JobSet to be admitted")
+    await eventually(lambda: _unsuspended(cluster, "job"), what="the JobSet to run")
 
     with pytest.raises(ApiException) as raised:
         await patch_labels(cluster, "job", {"kueue.x-k8s.io/queue-name": "gpu-queue"})
@@ -317,7 +317,7 @@ async def test_the_queue_name_cannot_change_on_a_running_jobset(cluster: Cluster
         workload = await cluster.workload_of("queued")
         return workload if (workload or {})["spec"]["queueName"] == "gpu-queue" else None
 
-    await until(requeued, what="a suspended JobSet's queue change to reach its Workload")
+    await eventually(requeued, what="a suspended JobSet's queue change to reach its Workload")
 
 
 async def test_waiting_reasons_and_messages_follow_the_kueue_version(
@@ -330,7 +330,7 @@ async def test_waiting_reasons_and_messages_follow_the_kueue_version(
     await cluster.create_jobset(
         make_jobset("first", replicated_job(cpu="2", behavior=FOREVER), queue="small")
     )
-    await until(lambda: _admitted(cluster, "first"), what="first to be admitted")
+    await eventually(lambda: _admitted(cluster, "first"), what="first to be admitted")
     await cluster.create_jobset(make_jobset("second", replicated_job(cpu="1"), queue="small"))
 
     async def waiting(name: str) -> dict[str, str]:
@@ -338,19 +338,19 @@ async def test_waiting_reasons_and_messages_follow_the_kueue_version(
         return found if found.get("status") == "False" else {}
 
     expected = REASONS[version]
-    lost = await until(lambda: waiting("lost"), what="lost to wait")
+    lost = await eventually(lambda: waiting("lost"), what="lost to wait")
     assert (lost["reason"], lost["message"]) == (
         expected["misconfigured"],
         "LocalQueue nope doesn't exist",
     )
-    big = await until(lambda: waiting("big"), what="big to wait")
+    big = await eventually(lambda: waiting("big"), what="big to wait")
     assert (big["reason"], big["message"]) == (
         expected["exceeds"],
         "couldn't assign flavors to pod set main: insufficient quota for cpu in flavor "
         "default-flavor, previously considered podsets requests (0) + current podset request "
         "(6) > maximum capacity (2)",
     )
-    second = await until(lambda: waiting("second"), what="second to wait")
+    second = await eventually(lambda: waiting("second"), what="second to wait")
     assert (second["reason"], second["message"]) == (
         expected["quota"],
         "couldn't assign flavors to pod set main: insufficient unused quota for cpu in flavor "

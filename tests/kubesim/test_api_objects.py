@@ -21,7 +21,7 @@ from kubernetes_asyncio.client import (
 )
 
 from kubesim.server import KubeSim
-from tests.kubesim.conftest import JOBSET_API, MERGE_PATCH, MakeKubeSim, client_for, failure, jobset
+from tests.kubesim.support import JOBSET_API, MERGE_PATCH, MakeKubeSim, client_for, failure, jobset
 
 G, V = JOBSET_API
 MERGE = MERGE_PATCH["_content_type"]

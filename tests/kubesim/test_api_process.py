@@ -28,7 +28,11 @@ from kubernetes_asyncio.client import (
 from kubernetes_asyncio.watch import Watch
 
 from kubesim.clock import parse_offset
-from tests.kubesim.conftest import JOBSET_API, MERGE_PATCH, failure, jobset
+from tests.kubesim.support import JOBSET_API, MERGE_PATCH, failure, jobset
+from tests.waiting import eventually
+
+# xmc-kubesim as an OS process: `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
 
 G, V = JOBSET_API
 SCRIPT = Path(sys.executable).parent / "xmc-kubesim"
@@ -215,8 +219,6 @@ def test_parse_offset_refuses_garbage(text: str) -> None:
 )
 async def test_kueue_version_picks_the_waiting_reasons(version: str, reason: str) -> None:
     """``--kueue-version``: v0.19's reasons or current upstream's granular ones."""
-    from tests.kubesim.test_api_scenarios import until  # needs the controllers
-
     async with (
         _running(f"--kueue-version={version}", "--time-scale", "100") as (url, _process),
         ApiClient(Configuration(host=url)) as api,
@@ -236,7 +238,7 @@ async def test_kueue_version_picks_the_waiting_reasons(version: str, reason: str
                         return dict(found)
             return {}
 
-        found = await until(waiting, what="the Workload's QuotaReserved condition")
+        found = await eventually(waiting, what="the Workload's QuotaReserved condition")
     assert (found["status"], found["reason"], found["message"]) == (
         "False",
         reason,

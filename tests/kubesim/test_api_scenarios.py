@@ -4,16 +4,14 @@ positions, preemption with requeue, success and failure policies, image-pull err
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import aiohttp
 import pytest
 from kubernetes_asyncio.client import ApiClient, CoreV1Api, CustomObjectsApi
 
-from tests.kubesim.conftest import JOBSET_API, MakeKubeSim, client_for
+from tests.waiting import eventually
 
 pytest.importorskip("kubesim.controllers", reason="the simulated controllers are not built")
 
@@ -25,23 +23,11 @@ from tests.kubesim.controller_support import (
     make_jobset,
     replicated_job,
 )
+from tests.kubesim.support import JOBSET_API, MakeKubeSim, client_for
 
 G, V = JOBSET_API
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 Obj = dict[str, Any]
-
-
-async def until(probe: Callable[[], Awaitable[Any]], *, within: float = 10.0, what: str) -> Any:
-    """Poll ``probe`` over the API until it returns something truthy (a deadline, no sleeps
-    as synchronization)."""
-    deadline = time.monotonic() + within
-    while True:
-        result = await probe()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 class Cluster:
@@ -116,12 +102,12 @@ async def cluster(make_kubesim: MakeKubeSim) -> Any:
 
 async def test_admission_unsuspends_and_the_jobset_completes(cluster: Cluster) -> None:
     await cluster.create_jobset(make_jobset("ok"))
-    workload = await until(
+    workload = await eventually(
         lambda: _admitted_workload(cluster, "ok"), what="the workload to be admitted"
     )
     assignment = workload["status"]["admission"]["podSetAssignments"][0]
     assert assignment["flavors"]["cpu"] == "default-flavor"
-    await until(lambda: _condition(cluster, "ok", "Completed"), what="the JobSet to complete")
+    await eventually(lambda: _condition(cluster, "ok", "Completed"), what="the JobSet to complete")
     jobset = await cluster.jobset("ok")
     assert jobset["spec"]["suspend"] is False
     assert condition_is(jobset, "Suspended", "False")
@@ -136,7 +122,7 @@ async def test_a_missing_queue_is_inadmissible_with_a_message(cluster: Cluster) 
         reserved = conditions(workload).get("QuotaReserved")
         return reserved if reserved and reserved["reason"] == "Inadmissible" else None
 
-    reserved = await until(inadmissible, what="an Inadmissible workload")
+    reserved = await eventually(inadmissible, what="an Inadmissible workload")
     assert reserved["status"] == "False"
     assert "no-such-queue" in reserved["message"]
     assert (await cluster.jobset("lost"))["spec"]["suspend"] is True
@@ -148,7 +134,7 @@ async def test_pending_workloads_get_a_quota_message_and_queue_positions(
     await cluster.add_queue("small", cpu="1")
     forever = replicated_job(behavior={"run_seconds": None})
     await cluster.create_jobset(make_jobset("first", forever, queue="small"))
-    await until(lambda: _admitted_workload(cluster, "first"), what="the first admission")
+    await eventually(lambda: _admitted_workload(cluster, "first"), what="the first admission")
     for name in ("second", "third"):
         await cluster.create_jobset(make_jobset(name, forever, queue="small"))
 
@@ -156,7 +142,7 @@ async def test_pending_workloads_get_a_quota_message_and_queue_positions(
         items = await cluster.pending("small")
         return items if len(items) == 2 else []
 
-    items = await until(both_pending, what="two pending workloads")
+    items = await eventually(both_pending, what="two pending workloads")
     positions = {
         item["metadata"]["ownerReferences"][0]["name"]: item["positionInClusterQueue"]
         for item in items
@@ -179,7 +165,7 @@ async def test_preemption_suspends_the_lower_priority_jobset_and_requeues_it(
         priority_class="xmc-priority-low-low",
     )
     await cluster.create_jobset(low)
-    await until(lambda: _running_pods(cluster, "low"), what="the low-priority pods to run")
+    await eventually(lambda: _running_pods(cluster, "low"), what="the low-priority pods to run")
 
     # high outlasts low's 30 s termination grace, so low is pod-less before it is re-admitted
     high = make_jobset(
@@ -195,12 +181,12 @@ async def test_preemption_suspends_the_lower_priority_jobset_and_requeues_it(
         evicted = conditions(workload).get("Evicted")
         return workload if evicted and evicted["status"] == "True" else None
 
-    workload = await until(evicted, what="the low-priority workload to be evicted")
+    workload = await eventually(evicted, what="the low-priority workload to be evicted")
     assert conditions(workload)["Evicted"]["reason"] == "Preempted"
     assert (await cluster.jobset("low"))["spec"]["suspend"] is True
-    await until(lambda: _no_pods(cluster, "low"), what="the preempted pods to go")
-    await until(lambda: _condition(cluster, "high", "Completed"), what="high to complete")
-    await until(lambda: _admitted_workload(cluster, "low"), what="low to be re-admitted")
+    await eventually(lambda: _no_pods(cluster, "low"), what="the preempted pods to go")
+    await eventually(lambda: _condition(cluster, "high", "Completed"), what="high to complete")
+    await eventually(lambda: _admitted_workload(cluster, "low"), what="low to be re-admitted")
     assert (await cluster.jobset("low"))["spec"]["suspend"] is False
 
 
@@ -212,7 +198,7 @@ async def test_success_policy_any_completes_when_a_target_succeeds(cluster: Clus
         success_policy={"operator": "Any", "targetReplicatedJobs": ["leader"]},
     )
     await cluster.create_jobset(manifest)
-    await until(lambda: _condition(cluster, "any", "Completed"), what="Any to complete")
+    await eventually(lambda: _condition(cluster, "any", "Completed"), what="Any to complete")
     assert (await cluster.jobset("any"))["status"]["terminalState"] == "Completed"
 
 
@@ -223,7 +209,7 @@ async def test_failure_policy_restarts_then_fails(cluster: Cluster) -> None:
         failure_policy={"maxRestarts": 2},
     )
     await cluster.create_jobset(manifest)
-    await until(lambda: _condition(cluster, "flaky", "Failed"), what="the JobSet to fail")
+    await eventually(lambda: _condition(cluster, "flaky", "Failed"), what="the JobSet to fail")
     jobset = await cluster.jobset("flaky")
     assert jobset["status"]["restarts"] == 2
     assert conditions(jobset)["Failed"]["reason"] == "ReachedMaxRestarts"
@@ -250,7 +236,7 @@ async def test_an_image_pull_error_shows_on_the_right_container(cluster: Cluster
         }
         return reasons if reasons.get("trainer") in {"ErrImagePull", "ImagePullBackOff"} else {}
 
-    reasons = await until(pull_failed, what="the image-pull waiting reason")
+    reasons = await eventually(pull_failed, what="the image-pull waiting reason")
     assert "logger" not in reasons, "the other container starts normally"
     assert (await cluster.pods("badimage"))[0].status.phase == "Pending"
 

@@ -5,15 +5,12 @@ Terminating pods are not ``active`` in their Job but ``terminating`` (batch/v1).
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from kubernetes_asyncio.client import BatchV1Api, CoreV1Api, CustomObjectsApi
 
-from tests.kubesim.conftest import JOBSET_API, MERGE_PATCH, MakeKubeSim, client_for
+from tests.waiting import eventually
 
 pytest.importorskip("kubesim.controllers", reason="the simulated controllers are not built")
 
@@ -24,25 +21,12 @@ from tests.kubesim.controller_support import (
     make_jobset,
     replicated_job,
 )
+from tests.kubesim.support import JOBSET_API, MERGE_PATCH, MakeKubeSim, client_for
 
 G, V = JOBSET_API
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 SCALE = 100.0
-DEADLINE = 10.0
 FOREVER = {"run_seconds": None}
-_T = TypeVar("_T")
-
-
-async def until(fetch: Callable[[], Awaitable[_T]], check: Callable[[_T], bool], what: str) -> _T:
-    """Poll ``fetch`` over the API until ``check`` holds; fail after DEADLINE real seconds."""
-    end = time.monotonic() + DEADLINE
-    while True:
-        value = await fetch()
-        if check(value):
-            return value
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}: {value!r}")
-        await asyncio.sleep(0.01)
 
 
 def with_grace(rjob: dict[str, Any], seconds: int) -> dict[str, Any]:
@@ -77,25 +61,25 @@ async def test_a_jobset_held_by_a_finalizer_is_left_alone_until_the_finalizer_go
             return list(found["items"])
 
         await custom.create_namespaced_custom_object(G, V, "default", "jobsets", body)
-        running = await until(
+        running = await eventually(
             get_jobset,
             lambda js: (
                 rjob_counts(js).get("forever", {}).get("ready") == 2
                 and rjob_counts(js).get("quick", {}).get("ready") == 1
             ),
-            "every job ready",
+            what="every job ready",
         )
 
         await custom.delete_namespaced_custom_object(
             G, V, "default", "jobsets", "held", propagation_policy="Background"
         )
         # The Job controller keeps running the Jobs: the quick one completes ...
-        await until(
+        await eventually(
             lambda: batch.read_namespaced_job("held-quick-0", "default"),
             lambda job: any(
                 c.type == "Complete" and c.status == "True" for c in job.status.conditions or []
             ),
-            "the quick Job to complete while the JobSet is held",
+            what="the quick Job to complete while the JobSet is held",
         )
         # ... but the JobSet is not reconciled: its status is the one it had.
         held = await get_jobset()
@@ -128,10 +112,10 @@ async def test_a_jobset_held_by_a_finalizer_is_left_alone_until_the_finalizer_go
         assert len(unfinished) == 2
         assert all(p.metadata.deletion_timestamp is not None for p in unfinished)
         assert all(p.metadata.deletion_grace_period_seconds == 60 for p in unfinished)
-        await until(
+        await eventually(
             lambda: core.list_namespaced_pod("default", label_selector=selector),
             lambda pods: not pods.items,
-            "the pods to go after their grace",
+            what="the pods to go after their grace",
         )
 
 
@@ -156,26 +140,26 @@ async def test_a_suspended_jobset_s_terminating_pods_are_not_active(
             return result
 
         await custom.create_namespaced_custom_object(G, V, "default", "jobsets", body)
-        await until(
-            get_jobset, lambda js: rjob_counts(js).get("main", {}).get("ready") == 2, "ready"
+        await eventually(
+            get_jobset, lambda js: rjob_counts(js).get("main", {}).get("ready") == 2, what="ready"
         )
         await custom.patch_namespaced_custom_object(
             G, V, "default", "jobsets", "evicted", {"spec": {"suspend": True}}, **MERGE_PATCH
         )
 
-        jobs = await until(
+        jobs = await eventually(
             lambda: batch.list_namespaced_job("default", label_selector=selector),
             lambda jobs: all(
                 j.spec.suspend and j.status.terminating == 1 and j.status.active == 0
                 for j in jobs.items
             ),
-            "both Jobs suspended, their pods terminating and not active",
+            what="both Jobs suspended, their pods terminating and not active",
         )
         assert all(j.status.ready == 0 for j in jobs.items)
-        suspended = await until(
+        suspended = await eventually(
             get_jobset,
             lambda js: condition_is(js, "Suspended") and rjob_counts(js)["main"]["suspended"] == 2,
-            "the JobSet to report its Jobs suspended",
+            what="the JobSet to report its Jobs suspended",
         )
         # upstream counts Jobs with active pods: a Job whose pods all terminate has none
         counts = rjob_counts(suspended)["main"]
@@ -184,10 +168,10 @@ async def test_a_suspended_jobset_s_terminating_pods_are_not_active(
         assert len(pods.items) == 2, "the pods are still there, Terminating"
         assert all(p.metadata.deletion_timestamp is not None for p in pods.items)
 
-        await until(
+        await eventually(
             lambda: batch.list_namespaced_job("default", label_selector=selector),
             lambda jobs: all(j.status.terminating == 0 for j in jobs.items),
-            "the pods to be gone",
+            what="the pods to be gone",
         )
         pods = await core.list_namespaced_pod("default", label_selector=selector)
         assert pods.items == []
@@ -209,26 +193,26 @@ async def test_a_terminating_pod_is_replaced_at_once_by_default(
     async with client_for(sim) as api:
         custom, batch, core = CustomObjectsApi(api), BatchV1Api(api), CoreV1Api(api)
         await custom.create_namespaced_custom_object(G, V, "default", "jobsets", body)
-        first = await until(
+        first = await eventually(
             lambda: core.list_namespaced_pod("default", label_selector=selector),
             lambda pods: len(pods.items) == 1,
-            "a pod",
+            what="a pod",
         )
         old = first.items[0].metadata.name
         await core.delete_namespaced_pod(old, "default")
 
-        pods = await until(
+        pods = await eventually(
             lambda: core.list_namespaced_pod("default", label_selector=selector),
             lambda pods: len(pods.items) == 2,
-            "a replacement beside the Terminating pod",
+            what="a replacement beside the Terminating pod",
         )
         by_name = {p.metadata.name: p for p in pods.items}
         assert by_name[old].metadata.deletion_timestamp is not None
         (new,) = (p for name, p in by_name.items() if name != old)
         assert new.metadata.deletion_timestamp is None
         assert new.metadata.annotations["batch.kubernetes.io/job-completion-index"] == "0"
-        await until(
+        await eventually(
             lambda: batch.read_namespaced_job("direct-main-0", "default"),
             lambda job: job.status.terminating == 1 and job.status.active == 1,
-            "the Job to count one terminating and one active pod",
+            what="the Job to count one terminating and one active pod",
         )

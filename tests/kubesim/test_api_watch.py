@@ -24,14 +24,8 @@ from kubernetes_asyncio.watch import Watch
 
 from kubesim.resources import JOBSET
 from kubesim.server import KubeSim
-from tests.kubesim.conftest import (
-    JOBSET_API,
-    MERGE_PATCH,
-    MakeKubeSim,
-    client_for,
-    eventually,
-    jobset,
-)
+from tests.kubesim.support import JOBSET_API, MERGE_PATCH, MakeKubeSim, client_for, jobset
+from tests.waiting import eventually
 
 G, V = JOBSET_API
 Seen = tuple[str, str]

@@ -21,6 +21,7 @@ from kubesim.controllers.job_failure import (
 )
 from kubesim.controllers.jobset_failure import FailureDecision, decide_failure
 from kubesim.controllers.jobset_plan import JobSetStep, plan_jobset
+from tests.kubesim.controller_support import plain_jobset
 
 T0 = datetime(2026, 1, 2, 3, 0, 0, tzinfo=UTC)
 
@@ -336,10 +337,10 @@ def _failed_job(
 
 
 def _policy_jobset(policy: dict[str, Any] | None, **status: Any) -> dict[str, Any]:
-    spec: dict[str, Any] = {"replicatedJobs": [{"name": "main", "replicas": 2}]}
+    jobset = plain_jobset().replicated_job("main", replicas=2).status(**status)
     if policy is not None:
-        spec["failurePolicy"] = policy
-    return {"metadata": {"name": "js"}, "spec": spec, "status": status}
+        jobset.failure_policy(policy)
+    return jobset.obj()
 
 
 RESTART = "applying RestartJobSet failure policy action"
@@ -460,29 +461,20 @@ def _restarted_jobset(strategy: str | None = None) -> dict[str, Any]:
     policy: dict[str, Any] = {"maxRestarts": 3}
     if strategy:
         policy["restartStrategy"] = strategy
-    return {
-        "apiVersion": "jobset.x-k8s.io/v1alpha2",
-        "kind": "JobSet",
-        "metadata": {"name": "js", "namespace": "default", "uid": "js-uid"},
-        "spec": {
-            "failurePolicy": policy,
-            "replicatedJobs": [
-                {"name": "main", "replicas": 2, "template": {"spec": {"template": {}}}}
-            ],
-        },
-        "status": {
-            "restarts": 1,
-            "conditions": [
-                {
-                    "type": "RestartingJobSet",
-                    "status": "True",
-                    "reason": "DefaultFailurePolicy",
-                    "message": f"{RESTART} (first failed job: js-main-0)",
-                    "lastTransitionTime": _at(0),
-                }
-            ],
-        },
-    }
+    return (
+        plain_jobset()
+        .replicated_job("main", replicas=2)
+        .failure_policy(policy)
+        .restarts(1)
+        .condition(
+            "RestartingJobSet",
+            "True",
+            _at(0),
+            reason="DefaultFailurePolicy",
+            message=f"{RESTART} (first failed job: js-main-0)",
+        )
+        .obj()
+    )
 
 
 def _old_pod(job: str) -> dict[str, Any]:

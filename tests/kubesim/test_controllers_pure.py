@@ -36,6 +36,7 @@ from kubesim.controllers.kueue.parse import pod_requests
 from kubesim.controllers.kueue.preemption import choose_victims
 from kubesim.controllers.kueue.workload import workload_name
 from kubesim.controllers.pod_status import pod_status_at
+from tests.kubesim.controller_support import plain_jobset
 
 NOW = "2026-01-02T03:04:05Z"
 T0 = datetime(2026, 1, 2, 3, 0, 0, tzinfo=UTC)
@@ -615,36 +616,16 @@ def _jobset(
     failure: dict[str, Any] | None = None,
     deleting: bool = False,
 ) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "suspend": suspend,
-        "replicatedJobs": [
-            {
-                "name": n,
-                "replicas": r,
-                "template": {
-                    "spec": {
-                        "parallelism": 1,
-                        "template": {"spec": {"containers": [{"name": "c"}]}},
-                    }
-                },
-            }
-            for n, r in rjobs
-        ],
-    }
+    jobset = plain_jobset().suspend(suspend).status(**(status or {}))
+    for name, replicas in rjobs:
+        jobset.replicated_job(name, replicas=replicas)
     if success:
-        spec["successPolicy"] = success
+        jobset.success_policy(success)
     if failure:
-        spec["failurePolicy"] = failure
-    meta: dict[str, Any] = {"name": "js", "namespace": "default", "uid": "js-uid", "labels": {}}
+        jobset.failure_policy(failure)
     if deleting:
-        meta["deletionTimestamp"] = NOW
-    return {
-        "apiVersion": "jobset.x-k8s.io/v1alpha2",
-        "kind": "JobSet",
-        "metadata": meta,
-        "spec": spec,
-        "status": status or {},
-    }
+        jobset.deleting(NOW)
+    return jobset.obj()
 
 
 def _child(

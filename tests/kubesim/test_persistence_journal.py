@@ -5,7 +5,6 @@ it (plus later lines) is exact."""
 
 from __future__ import annotations
 
-import asyncio
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from kubesim.resources import JOBSET, NAMESPACE, POD
 from kubesim.server import KubeSim
 from kubesim.snapshot import STATE_FILE, Snapshot, SnapshotError
 from kubesim.store import ObjectStore
+from tests.waiting import eventually
 
 T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 T1 = T0 + timedelta(seconds=1)
@@ -311,9 +311,7 @@ async def test_the_flush_loop_survives_failures_and_keeps_the_buffer(
 
     monkeypatch.setattr(journal, "append", flaky)
     store.create(JOBSET, {"metadata": {"name": "a"}})
-    async with asyncio.timeout(5):
-        while persister.flushes < 2:  # noqa: ASYNC110 - the loop's own interval
-            await asyncio.sleep(0.01)
+    await eventually(lambda: persister.flushes >= 2, within=20, every=0.01, what="a second flush")
     assert failures == 0
     _restored_equals(tmp_path, store)
     await persister.stop()

@@ -23,9 +23,13 @@ from kubesim import journal
 from kubesim.main import parse_args
 from kubesim.persist import RESOURCE_VERSION_BUMP
 from kubesim.snapshot import STATE_FILE, read_snapshot
-from tests.kubesim.conftest import JOBSET_API, jobset
 from tests.kubesim.controller_support import make_jobset, replicated_job
+from tests.kubesim.support import JOBSET_API, jobset
 from tests.kubesim.test_api_process import SCRIPT, _free_port, _until_healthy
+from tests.waiting import eventually
+
+# kubesim as a process, killed and restarted: `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
 
 G, V = JOBSET_API
 JOBSETS = f"/apis/{G}/{V}/namespaces/default/jobsets"
@@ -63,10 +67,9 @@ class _Sim:
 
     async def until(self, path: str, test: Any, what: str) -> Any:
         """GET ``path`` until ``test(body)`` holds; the body then."""
-        async with asyncio.timeout(DEADLINE):
-            while not test(body := await self.call("GET", path)):  # noqa: ASYNC110
-                await asyncio.sleep(0.05)  # polling a separate process's API
-        return body
+        return await eventually(
+            lambda: self.call("GET", path), test, within=DEADLINE, every=0.05, what=what
+        )
 
     async def kill(self) -> None:
         self.process.kill()
@@ -90,9 +93,11 @@ async def _journal_reaches(state_dir: Path, resource_version: int) -> float:
     """Wait until the journal holds ``resource_version``; the seconds that took."""
     loop = asyncio.get_running_loop()
     started = loop.time()
-    async with asyncio.timeout(DEADLINE):
-        while _journalled(state_dir) < resource_version:  # noqa: ASYNC110
-            await asyncio.sleep(0.02)  # polling a separate process's files
+    await eventually(
+        lambda: _journalled(state_dir) >= resource_version,
+        within=DEADLINE,
+        what=f"resourceVersion {resource_version} in the journal",
+    )
     return loop.time() - started
 
 

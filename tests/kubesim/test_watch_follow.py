@@ -10,7 +10,7 @@ import json
 from kubesim.resources import JOBSET, NAMESPACE
 from kubesim.store import ObjectStore
 from kubesim.watch import WatchHub, WatchSpec, _Cursor, _follow
-from tests.kubesim.conftest import jobset
+from tests.kubesim.support import jobset
 
 
 class Collected:

@@ -20,9 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.compat.conftest import SERVICE_EMAIL, SERVICE_TOKEN, USER_EMAIL, USER_TOKEN
-from tests.conftest import ADMIN_DSN
-from tests.integration.conftest import REDIS_URL
+from tests.compat.support import SERVICE_EMAIL, SERVICE_TOKEN, USER_EMAIL, USER_TOKEN
 from tests.integration.processes import Client, running_stack
 from tests.real.support import (
     ADMIN_KUBECONFIG,
@@ -31,6 +29,7 @@ from tests.real.support import (
     clean_namespace,
     client_for,
 )
+from tests.servers import ADMIN_DSN, REDIS_URL
 from tests.stack import RealCluster, Stack, StackOptions
 from xmc.kube import KubeError
 from xmc.kube_client import KubeClient

@@ -11,8 +11,9 @@ from typing import Final
 from kubernetes_asyncio import config
 from kubernetes_asyncio.client import Configuration
 
-from tests.integration.support import fetch_all, wait_until
+from tests.integration.support import fetch_all
 from tests.stack import Stack
+from tests.waiting import eventually
 from xmc import labels
 from xmc.kube import JOBSETS, LEASES, KubeError, KubeFailure, api_client
 from xmc.kube_client import KubeClient
@@ -76,7 +77,7 @@ async def clean_namespace(kube: KubeClient, namespace: str) -> None:
     async def jobsets_left() -> int:
         return len((await kube.list_page(JOBSETS, namespace))["items"])
 
-    await wait_until(jobsets_left, 0, within=20, every=0.1)
+    await eventually(jobsets_left, 0, within=20, every=0.1)
     try:
         await kube.delete(LEASES, namespace, LEASE)
     except KubeError as error:

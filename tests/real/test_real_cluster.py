@@ -16,10 +16,8 @@ from google.longrunning import operations_grpc_pb2
 from google.longrunning.operations_proto_pb2 import GetOperationRequest, Operation
 from kubernetes_asyncio.config import incluster_config
 
-from tests.conftest import ADMIN_DSN
-from tests.integration.conftest import REDIS_URL
 from tests.integration.processes import Client, running_stack
-from tests.integration.support import forever_work_unit, minimal_work_unit, wait_until
+from tests.integration.support import forever_work_unit, minimal_work_unit
 from tests.real.support import (
     KUBECONFIGS,
     NAMESPACE,
@@ -28,7 +26,9 @@ from tests.real.support import (
     client_for,
     kubectl,
 )
+from tests.servers import ADMIN_DSN, REDIS_URL
 from tests.stack import RealCluster, Stack, StackOptions
+from tests.waiting import eventually
 from xmc import labels
 from xmc.kube import JOBSETS, KubeError, KubeFailure, api_client, load_configuration
 from xmc.kube_client import KubeClient
@@ -111,11 +111,11 @@ async def test_create_runs_to_completed(admin: KubeClient, client: Client) -> No
     its Lease) reports COMPLETED and removes the finished JobSet."""
     parent = await client.experiment()
     name = await client.create(parent, minimal_work_unit())
-    await wait_until(lambda: client.state(name), S.COMPLETED, within=90)
+    await eventually(lambda: client.state(name), S.COMPLETED, within=90)
     xid, wid = name.split("/")[1::2]
     # Released and deleted by the orphan sweep, whose first pass is 30 s after the
     # Reconciler starts: up to ~25 s after COMPLETED, so 30 s left no room for a slow pass.
-    await wait_until(lambda: _exists(admin, f"xmc-{xid}-{wid}"), False, within=60)
+    await eventually(lambda: _exists(admin, f"xmc-{xid}-{wid}"), False, within=60)
 
 
 async def test_create_runs_then_completes_observed_running(client: Client) -> None:
@@ -125,8 +125,8 @@ async def test_create_runs_then_completes_observed_running(client: Client) -> No
         '{"start_seconds": 1, "run_seconds": 5}'
     )
     name = await client.create(parent, work_unit)
-    await wait_until(lambda: client.state(name), S.RUNNING, within=60)
-    await wait_until(lambda: client.state(name), S.COMPLETED, within=60)
+    await eventually(lambda: client.state(name), S.RUNNING, within=60)
+    await eventually(lambda: client.state(name), S.COMPLETED, within=60)
 
 
 async def test_stop_of_a_running_unit_goes_through_the_finalizer(
@@ -134,11 +134,11 @@ async def test_stop_of_a_running_unit_goes_through_the_finalizer(
 ) -> None:
     parent = await client.experiment()
     name = await client.create(parent, forever_work_unit())
-    await wait_until(lambda: client.state(name), S.RUNNING, within=60)
+    await eventually(lambda: client.state(name), S.RUNNING, within=60)
     await client.api.StopWorkUnit(api_pb2.StopWorkUnitRequest(name=name))
-    await wait_until(lambda: client.state(name), S.STOPPED, within=60)
+    await eventually(lambda: client.state(name), S.STOPPED, within=60)
     xid, wid = name.split("/")[1::2]
-    await wait_until(lambda: _exists(admin, f"xmc-{xid}-{wid}"), False, within=30)
+    await eventually(lambda: _exists(admin, f"xmc-{xid}-{wid}"), False, within=30)
 
 
 async def test_stop_of_a_queued_unit_goes_through_the_finalizer(
@@ -150,15 +150,15 @@ async def test_stop_of_a_queued_unit_goes_through_the_finalizer(
     The finalizer path as a RUNNING stop takes it, without needing a running pod."""
     parent = await client.experiment()
     name = await client.create(parent, forever_work_unit(cpu_millicores=100_000))
-    await wait_until(lambda: client.state(name), S.SCHEDULING, within=60)
+    await eventually(lambda: client.state(name), S.SCHEDULING, within=60)
     xid, wid = name.split("/")[1::2]
     jobset = await admin.get(JOBSETS, NAMESPACE, f"xmc-{xid}-{wid}")
     assert jobset is not None
     assert jobset["spec"]["suspend"] is True
     assert labels.FINALIZER in jobset["metadata"].get("finalizers", [])
     await client.api.StopWorkUnit(api_pb2.StopWorkUnitRequest(name=name))
-    await wait_until(lambda: client.state(name), S.STOPPED, within=60)
-    await wait_until(lambda: _exists(admin, f"xmc-{xid}-{wid}"), False, within=30)
+    await eventually(lambda: client.state(name), S.STOPPED, within=60)
+    await eventually(lambda: _exists(admin, f"xmc-{xid}-{wid}"), False, within=30)
 
 
 async def test_an_actuator_without_create_fails_the_unit_naming_the_permission(
@@ -247,7 +247,7 @@ async def _finished(stack: Stack, name: str, within: float = 60) -> Operation:
         async def done() -> bool:
             return bool((await stub.GetOperation(GetOperationRequest(name=name))).done)
 
-        await wait_until(done, True, within=within)
+        await eventually(done, True, within=within)
         reply: Operation = await stub.GetOperation(GetOperationRequest(name=name))
         return reply
     finally:

@@ -28,11 +28,11 @@ import grpc
 import pytest
 import yaml
 
-from tests.compat.conftest import USER_TOKEN, client_venv
+from tests.compat.support import USER_TOKEN, client_venv
 from tests.compat.test_published_client import run_client
-from tests.integration.support import wait_until
 from tests.real.support import KUBECONFIGS, NAMESPACE, POLL, ROOT, client_for, kubectl
 from tests.stack import Stack
+from tests.waiting import eventually
 from xmc.kube import WORKLOADS
 from xmc.kube_client import KubeClient
 from xmc.model.states import WorkUnitState
@@ -98,8 +98,8 @@ async def test_the_documented_overlay_admits_a_unit_of_the_published_client(
                 )
                 return WorkUnitState(current.current_work_unit_execution.status.state)
 
-            await wait_until(state, WorkUnitState.COMPLETED, within=180, every=POLL)
-        await wait_until(functools.partial(admitted.has, jobset), True, within=30, every=POLL)
+            await eventually(state, WorkUnitState.COMPLETED, within=180, every=POLL)
+        await eventually(functools.partial(admitted.has, jobset), True, within=30, every=POLL)
 
     workload = admitted.seen[jobset]
     assert workload["spec"]["queueName"] == "cpu-queue"

@@ -25,16 +25,13 @@ from typing import Any, TypeVar
 import grpc
 import pytest
 
-from tests.compat.conftest import (
-    USER_EMAIL,
-    USER_TOKEN,
-    client_venv,
-)
+from tests.compat.support import USER_EMAIL, USER_TOKEN, client_venv
 from tests.compat.test_published_client import run_client
 from tests.integration.processes import Client
-from tests.integration.support import fetch_all, forever_work_unit, minimal_work_unit, wait_until
+from tests.integration.support import fetch_all, forever_work_unit, minimal_work_unit
 from tests.real.support import NAMESPACE, POLL, jobset_name, state_history
 from tests.stack import Stack
+from tests.waiting import eventually
 from xmc.kube import JOBSETS, KubeError, KubeFailure
 from xmc.kube_client import KubeClient
 from xmc.model.states import LaunchState, WorkUnitState
@@ -67,7 +64,7 @@ async def test_restart_of_a_running_unit_runs_execution_2(
     name = await client.create(
         await client.experiment(), forever_work_unit(grace_seconds=grace_seconds)
     )
-    await wait_until(lambda: client.execution(name), (1, S.RUNNING), within=90, every=POLL)
+    await eventually(lambda: client.execution(name), (1, S.RUNNING), within=90, every=POLL)
     first = await admin.get(JOBSETS, NAMESPACE, jobset_name(name))
     assert first is not None
     assert first["metadata"]["labels"][EXECUTION_ID] == "1"
@@ -79,7 +76,7 @@ async def test_restart_of_a_running_unit_runs_execution_2(
         meta = jobset.get("metadata") or {}
         return (meta.get("labels") or {}).get(EXECUTION_ID), meta.get("uid")
 
-    await wait_until(lambda: client.execution(name), (2, S.RUNNING), within=120, every=POLL)
+    await eventually(lambda: client.execution(name), (2, S.RUNNING), within=120, every=POLL)
     execution_id, uid = await second()
     assert execution_id == "2"
     assert uid != first["metadata"]["uid"], "a new JobSet, not execution 1's relabelled"
@@ -120,7 +117,7 @@ async def test_a_container_exiting_3_fails_the_unit_naming_exit_code_and_reason(
     job.annotations["kubesim.xmc/behavior"] = json.dumps({"run_seconds": 2, "exit_code": 3})
     job.termination_grace_period_seconds = 1
     name = await client.create(await client.experiment(), unit)
-    await wait_until(lambda: client.state(name), S.FAILED, within=120, every=POLL)
+    await eventually(lambda: client.state(name), S.FAILED, within=120, every=POLL)
 
     got = await client.api.GetWorkUnit(api_pb2.GetWorkUnitRequest(name=name))
     message = got.current_work_unit_execution.status.system_message
@@ -133,7 +130,7 @@ async def test_a_container_exiting_3_fails_the_unit_naming_exit_code_and_reason(
     assert f'of pod "{job_name}-0-' in reason, reason
     assert reason.endswith("exited with code 3 (Error)"), reason
     assert await _messages(client, name) == [(1, ERROR, reason)]
-    await wait_until(lambda: _exists(admin, jobset_name(name)), False, within=60, every=POLL)
+    await eventually(lambda: _exists(admin, jobset_name(name)), False, within=60, every=POLL)
     assert await _messages(client, name) == [(1, ERROR, reason)], "stored once"
 
 
@@ -212,7 +209,7 @@ async def test_priority_preemption_goes_back_to_scheduling_on_the_same_execution
         await _experiment(client, priority=1),
         _on_queue(forever_work_unit(3_000, grace_seconds=5), small_queue),
     )
-    await wait_until(lambda: client.state(low), S.RUNNING, within=90, every=POLL)
+    await eventually(lambda: client.state(low), S.RUNNING, within=90, every=POLL)
     high = await client.create(
         await _experiment(client, priority=3), _on_queue(forever_work_unit(2_000), small_queue)
     )
@@ -225,9 +222,9 @@ async def test_priority_preemption_goes_back_to_scheduling_on_the_same_execution
         seen = seen or (state is S.DESCHEDULING and idle and terminating > 0)
         return seen, state
 
-    await wait_until(descheduled_then_scheduling, (True, S.SCHEDULING), within=120, every=POLL)
+    await eventually(descheduled_then_scheduling, (True, S.SCHEDULING), within=120, every=POLL)
     assert (await _eviction_signals(admin, low))[1] == 0, "SCHEDULING once its pods are gone"
-    await wait_until(lambda: client.execution(high), (1, S.RUNNING), within=90, every=POLL)
+    await eventually(lambda: client.execution(high), (1, S.RUNNING), within=90, every=POLL)
     assert (await client.execution(low))[0] == 1
 
     states = [state for eid, state in await state_history(stack, low) if eid == 1]
@@ -235,7 +232,7 @@ async def test_priority_preemption_goes_back_to_scheduling_on_the_same_execution
     assert states[first_run : first_run + 3] == [S.RUNNING, S.DESCHEDULING, S.SCHEDULING], states
 
     await client.api.StopWorkUnit(api_pb2.StopWorkUnitRequest(name=high))
-    await wait_until(lambda: client.execution(low), (1, S.RUNNING), within=120, every=POLL)
+    await eventually(lambda: client.execution(low), (1, S.RUNNING), within=120, every=POLL)
     again = [state for eid, state in await state_history(stack, low)]
     assert again.count(S.RUNNING) >= 2, again
     assert {eid for eid, _ in await state_history(stack, low)} == {1}
@@ -261,14 +258,14 @@ async def test_pause_parks_creates_and_resume_runs_them(client: Client, stack: S
             async def decided() -> bool:
                 return await client.state(canary) != S.INITIALIZING
 
-            await wait_until(decided, True, within=60, every=POLL)
+            await eventually(decided, True, within=60, every=POLL)
             return await client.state(canary) == S.SCHEDULING_PAUSED
 
-        await wait_until(actuator_sees_the_pause, True, within=90, every=POLL)
+        await eventually(actuator_sees_the_pause, True, within=90, every=POLL)
         keep = await client.create(parent)
         drop = await client.create(parent)
         for name in (keep, drop):
-            await wait_until(
+            await eventually(
                 functools.partial(client.state, name), S.SCHEDULING_PAUSED, within=60, every=POLL
             )
         state = await scheduling.GetSchedulingState(scheduling_pb2.GetSchedulingStateRequest())
@@ -278,7 +275,7 @@ async def test_pause_parks_creates_and_resume_runs_them(client: Client, stack: S
         assert await client.state(drop) == S.STOPPED
     finally:
         await scheduling.ResumeScheduling(scheduling_pb2.ResumeSchedulingRequest())
-    await wait_until(lambda: client.state(keep), S.COMPLETED, within=120, every=POLL)
+    await eventually(lambda: client.state(keep), S.COMPLETED, within=120, every=POLL)
     assert await client.state(drop) == S.STOPPED
     states = [state for _eid, state in await state_history(stack, keep)]
     assert S.SCHEDULING_PAUSED in states, states
@@ -327,16 +324,16 @@ async def test_a_sweep_launched_by_the_published_client_runs_on_the_cluster(
             return int(current.name.rsplit("/", 1)[1]), S(current.status.state)
 
         for wid in range(1, trials + 1):
-            await wait_until(
+            await eventually(
                 functools.partial(execution, wid), (1, S.COMPLETED), within=180, every=POLL
             )
-        await wait_until(functools.partial(execution, extra), (1, S.RUNNING), within=90, every=POLL)
+        await eventually(functools.partial(execution, extra), (1, S.RUNNING), within=90, every=POLL)
         assert await _exists(admin, f"xmc-{xid}-{extra}")
 
         await run_client(python, "client_sweep.py", auth_stack, "stop", str(xid), str(extra))
-        await wait_until(functools.partial(execution, extra), (1, S.STOPPED), within=90, every=POLL)
+        await eventually(functools.partial(execution, extra), (1, S.STOPPED), within=90, every=POLL)
         await run_client(python, "client_sweep.py", auth_stack, "restart", str(xid), str(extra))
-        await wait_until(
+        await eventually(
             functools.partial(execution, extra), (2, S.RUNNING), within=120, every=POLL
         )
 
@@ -352,7 +349,7 @@ async def test_a_sweep_launched_by_the_published_client_runs_on_the_cluster(
         assert len(rates) == trials + 1
     for wid in range(1, trials + 1):  # finished JobSets are released and deleted
         gone = functools.partial(_exists, admin, f"xmc-{xid}-{wid}")
-        await wait_until(gone, False, within=60, every=POLL)
+        await eventually(gone, False, within=60, every=POLL)
 
 
 # --- helpers -------------------------------------------------------------------------------

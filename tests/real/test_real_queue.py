@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 
 from tests.integration.processes import Client
-from tests.integration.support import forever_work_unit, wait_until
+from tests.integration.support import forever_work_unit
 from tests.real.support import NAMESPACE, POLL, jobset_name
 from tests.stack import Stack
+from tests.waiting import eventually
 from xmc.kube import KubeError, KubeFailure
 from xmc.kube_client import KubeClient
 from xmc.model.states import WorkUnitState
@@ -46,9 +47,9 @@ async def test_units_that_do_not_fit_show_kueues_reason_and_their_positions(
     )
     experiment = await client.experiment()
     first = await client.create(experiment, forever_work_unit(TOO_BIG))
-    await wait_until(lambda: client.state(first), S.SCHEDULING, within=90, every=POLL)
+    await eventually(lambda: client.state(first), S.SCHEDULING, within=90, every=POLL)
     second = await client.create(experiment, forever_work_unit(TOO_BIG))
-    await wait_until(lambda: client.state(second), S.SCHEDULING, within=90, every=POLL)
+    await eventually(lambda: client.state(second), S.SCHEDULING, within=90, every=POLL)
 
     workloads = {n: (await _workload_of(admin, jobset_name(n)))["metadata"]["name"]
                  for n in (first, second)}  # fmt: skip
@@ -56,13 +57,13 @@ async def test_units_that_do_not_fit_show_kueues_reason_and_their_positions(
     async def both_pending() -> set[str]:
         return set(await _kueue_positions(admin, "cpu-queue"))
 
-    await wait_until(both_pending, set(workloads.values()), within=60, every=POLL)
+    await eventually(both_pending, set(workloads.values()), within=60, every=POLL)
     kueue_says = await _kueue_positions(admin, "cpu-queue")  # Kueue's order, not ours to pick
     assert sorted(kueue_says.values()) == [0, 1], kueue_says
     for name, workload in workloads.items():
         want = (kueue_says[workload] + 1, 2)
         probe = functools.partial(_queue_info, client, name)
-        await wait_until(probe, want, within=60, every=POLL)
+        await eventually(probe, want, within=60, every=POLL)
 
     for name in (first, second):
         workload = await _workload_of(admin, jobset_name(name))
@@ -81,13 +82,13 @@ async def without_visibility(admin: KubeClient) -> AsyncIterator[None]:
     saved = [await admin.request("GET", f"{APISERVICES}/{name}") for name in VISIBILITY_APISERVICES]
     for name in VISIBILITY_APISERVICES:
         await admin.request("DELETE", f"{APISERVICES}/{name}")
-    await wait_until(lambda: _served(admin, VISIBILITY), False, within=60, every=POLL)
+    await eventually(lambda: _served(admin, VISIBILITY), False, within=60, every=POLL)
     try:
         yield
     finally:
         for apiservice in saved:
             await admin.request("POST", APISERVICES, body=_recreatable(apiservice))
-        await wait_until(lambda: _served(admin, VISIBILITY), True, within=60, every=POLL)
+        await eventually(lambda: _served(admin, VISIBILITY), True, within=60, every=POLL)
 
 
 @pytest.mark.usefixtures("without_visibility")
@@ -99,12 +100,12 @@ async def test_without_the_visibility_api_a_waiting_unit_has_no_position_and_no_
     in one warning naming the queue (the API server's 404), nothing else above info: no
     error, no traceback, no warning per event."""
     name = await client.create(await client.experiment(), forever_work_unit(TOO_BIG))
-    await wait_until(lambda: client.state(name), S.SCHEDULING, within=90, every=POLL)
+    await eventually(lambda: client.state(name), S.SCHEDULING, within=90, every=POLL)
 
     async def text() -> str:
         return str((await _scheduling_information(client, name)).user_facing_text)
 
-    await wait_until(lambda: _nonempty(text), True, within=60, every=POLL)
+    await eventually(lambda: _nonempty(text), True, within=60, every=POLL)
     workload = await _workload_of(admin, jobset_name(name))
     reserved = next(c for c in workload["status"]["conditions"] if c["type"] == "QuotaReserved")
     assert reserved["status"] == "False"

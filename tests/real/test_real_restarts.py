@@ -36,9 +36,10 @@ from google.longrunning import operations_grpc_pb2
 from google.longrunning.operations_proto_pb2 import GetOperationRequest
 
 from tests.integration.processes import Client
-from tests.integration.support import fetch_all, minimal_work_unit, wait_until
+from tests.integration.support import fetch_all, minimal_work_unit
 from tests.real.support import NAMESPACE, POLL, ROOT, jobset_name, state_history
 from tests.stack import Stack
+from tests.waiting import eventually
 from xmc.kube import JOBSETS, KubeError, KubeFailure
 from xmc.kube_client import KubeClient
 from xmc.model.states import EXECUTION_TERMINAL_STATES as TERMINAL
@@ -166,7 +167,7 @@ async def test_a_restart_in_the_middle_of_a_sweep_loses_duplicates_and_strands_n
         states = await asyncio.gather(*(client.state(name) for name in before))
         return states.count(S.RUNNING) >= 2
 
-    await wait_until(some_running, True, within=120, every=POLL)
+    await eventually(some_running, True, within=120, every=POLL)
     t0 = time.monotonic()
     restart = await asyncio.create_subprocess_exec(
         sys.executable, str(RESTART), component, *(["--kill"] if kill else []),
@@ -174,7 +175,7 @@ async def test_a_restart_in_the_middle_of_a_sweep_loses_duplicates_and_strands_n
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     try:
-        await wait_until(lambda: _serving(admin), False, within=60, every=0.1)
+        await eventually(lambda: _serving(admin), False, within=60, every=0.1)
         down_at = time.monotonic()
         during = dict(await asyncio.gather(*(_create(client, parent) for _ in range(DURING))))
         units.update(during)
@@ -193,7 +194,7 @@ async def test_a_restart_in_the_middle_of_a_sweep_loses_duplicates_and_strands_n
         return {n: s for n, s in zip(units, states, strict=True) if s not in TERMINAL}
 
     none: dict[str, WorkUnitState] = {}
-    await wait_until(unfinished, none, within=300, every=POLL)
+    await eventually(unfinished, none, within=300, every=POLL)
     done_at = time.monotonic()
     resumed = await _first_running(stack, [_wid(name) for name in during])
     print(
@@ -236,7 +237,7 @@ async def test_a_restart_in_the_middle_of_a_sweep_loses_duplicates_and_strands_n
     finally:
         await redis.aclose()
     assert all(stack.alive().values()), stack.alive()
-    await wait_until(lambda: _ready(stack, "reconciler"), 200, within=60, every=POLL)
+    await eventually(lambda: _ready(stack, "reconciler"), 200, within=60, every=POLL)
     retried = _count(stack.log_dir / "actuator.log", "will retry")
     refused = _count(stack.log_dir / "actuator.log", "refused; asking again")
     print(f"Actuator: {retried} retries, {refused} refusals asked again; one uid per JobSet")

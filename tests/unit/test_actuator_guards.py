@@ -23,7 +23,8 @@ from actuator.guards import (
     is_execution_id_aligned,
     verify_duplicate_jobset,
 )
-from xmc.labels import last_edit_label
+from tests.builders import JobSetBuilder
+from xmc.labels import EXECUTION_ID, EXPERIMENT_ID, LAST_EDIT, WORK_UNIT_ID, last_edit_label
 from xmc.timestamps import set_timestamp
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import (
     Executable,
@@ -41,7 +42,6 @@ LATER_ISO = "2026-03-04T05:06:07.890124+00:00"
 UID = "uid-1"
 NO_LABEL = "no xmc.google.com/execution-id label: treated as execution 0"
 GARBAGE = "xmc.google.com/execution-id label 'three' is not a number: treated as execution 0"
-_ABSENT = object()
 
 
 def task(
@@ -80,40 +80,31 @@ def task(
 
 
 def live(
-    eid: object = "3",
+    eid: str | None = "3",
     *,
-    last_edit: object = EARLIER,
+    last_edit: datetime | str | None = EARLIER,
     uid: str | None = UID,
     deleting: bool = False,
-    suspend: object = True,
+    suspend: bool | None = True,
     xid: str = "42",
     wid: str = "7",
 ) -> dict[str, Any]:
-    """A JobSet as the API server returns it; ``_ABSENT`` leaves a label or field out."""
-    jobset_labels: dict[str, Any] = {
-        "xmc.google.com/experiment-id": xid,
-        "xmc.google.com/work-unit-id": wid,
-    }
-    if eid is not _ABSENT:
-        jobset_labels["xmc.google.com/execution-id"] = eid
+    """A JobSet as the API server returns it; ``None`` leaves a label or field out."""
     if isinstance(last_edit, datetime):
-        jobset_labels["xmc.google.com/last-edit"] = last_edit_label(last_edit)
-    elif last_edit is not _ABSENT:
-        jobset_labels["xmc.google.com/last-edit"] = last_edit
-    metadata: dict[str, Any] = {"name": "xmc-42-7", "namespace": "ns", "labels": jobset_labels}
-    if uid is not None:
-        metadata["uid"] = uid
+        last_edit = last_edit_label(last_edit)
+    jobset = (
+        JobSetBuilder("xmc-42-7", "ns")
+        .uid(uid)
+        .label(EXPERIMENT_ID, xid)
+        .label(WORK_UNIT_ID, wid)
+        .label(EXECUTION_ID, eid)
+        .label(LAST_EDIT, last_edit)
+    )
     if deleting:
-        metadata["deletionTimestamp"] = "2026-03-04T05:06:08Z"
-    spec: dict[str, Any] = {"replicatedJobs": []}
-    if suspend is not _ABSENT:
-        spec["suspend"] = suspend
-    return {
-        "apiVersion": "jobset.x-k8s.io/v1alpha2",
-        "kind": "JobSet",
-        "metadata": metadata,
-        "spec": spec,
-    }
+        jobset.deleting("2026-03-04T05:06:08Z")
+    if suspend is not None:
+        jobset.suspend(suspend)
+    return jobset.obj()
 
 
 # --- the two predicates ----------------------------------------------------------------
@@ -239,7 +230,7 @@ STALE_REASON = f"task operation time {T_ISO} is older than the JobSet's last edi
             id="already being deleted wins over staleness",
         ),
         pytest.param(
-            live(_ABSENT),
+            live(None),
             DeleteDecision(
                 DeleteAction.DELETE,
                 f"JobSet runs execution 0, not newer than the target 3 ({NO_LABEL})",
@@ -274,7 +265,7 @@ STALE_REASON = f"task operation time {T_ISO} is older than the JobSet's last edi
             id="unreadable last edit does not block",
         ),
         pytest.param(
-            live("3", last_edit=_ABSENT),
+            live("3", last_edit=None),
             DeleteDecision(
                 DeleteAction.DELETE,
                 "JobSet runs execution 3, not newer than the target 3",
@@ -364,7 +355,7 @@ def test_decide_delete(jobset: dict[str, Any] | None, expected: DeleteDecision) 
             id="task older than the last edit is rejected",
         ),
         pytest.param(
-            live(_ABSENT),
+            live(None),
             RestartDecision(
                 RestartAction.DELETE_THEN_CREATE,
                 f"JobSet runs execution 0: delete it, then create execution 4 ({NO_LABEL})",
@@ -419,7 +410,7 @@ def test_decide_restart(jobset: dict[str, Any] | None, expected: RestartDecision
             id="another experiment's JobSet",
         ),
         pytest.param(
-            live(_ABSENT, wid="8"),
+            live(None, wid="8"),
             task(Task.CREATE, target_eid=1, eid=1),
             DuplicateDecision(
                 DuplicateAction.CONFLICT,
@@ -485,7 +476,7 @@ def patch(*, queue: str | None = None, priority: str = "xmc-priority-high-low") 
             id="admitted: queue left alone",
         ),
         pytest.param(
-            live("3", suspend=_ABSENT),
+            live("3", suspend=None),
             task(Task.UPDATE),
             UpdateDecision(UpdateAction.PATCH, PATCH_REASON, patch(), UID),
             id="suspend unset means running",

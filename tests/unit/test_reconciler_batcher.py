@@ -4,13 +4,14 @@ explicitly (``flush_now``, ``FakeTime.advance``), and waits are conditions with 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import pytest
 from prometheus_client import REGISTRY
 
 from reconciler.batcher import BatcherOptions, FlushResult, UpdateBatcher, split_batches
 from reconciler.observation import Observation, Source
+from tests.waiting import eventually, holds_for
 from xmc.model.states import WorkUnitState
 from xmc_api.cloud.xmanager.v1.work_unit_execution_pb2 import WorkUnitExecution
 
@@ -83,16 +84,6 @@ class FakeEss:
     @property
     def sent(self) -> list[str]:
         return [t for batch in self.batches for t in tags(batch)]
-
-
-async def until(condition: Callable[[], bool], *, within: float = 2.0) -> None:
-    """Yield to the loop until ``condition`` holds; fail after ``within`` seconds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while not condition():
-        if loop.time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0)
 
 
 def make(ess: FakeEss, time: FakeTime | None = None, **options: float) -> UpdateBatcher:
@@ -171,14 +162,13 @@ async def test_size_threshold_starts_a_flush_without_the_interval() -> None:
     ess, time = FakeEss(), FakeTime()
     batcher = make(ess, time, flush_size=3)
     loop = asyncio.create_task(batcher.run())
-    await until(lambda: time.sleeping == 1)
+    await eventually(lambda: time.sleeping == 1, every=0)
     batcher.add(obs(1, 1, tag="a"))
     batcher.add(obs(1, 2, tag="b"))
-    for _ in range(10):
-        await asyncio.sleep(0)
-    assert ess.calls == 0
+    # The fake clock stands still: only a flush below the size threshold could send.
+    await holds_for(lambda: ess.calls, 0, during=0.05, what="no flush below flush_size")
     batcher.add(obs(1, 3, tag="c"))
-    await until(lambda: ess.sent == ["a", "b", "c"])
+    await eventually(lambda: ess.sent == ["a", "b", "c"], every=0)
     assert time.now == 0.0
     await batcher.stop()
     await loop
@@ -188,14 +178,12 @@ async def test_interval_flush_follows_the_injected_clock() -> None:
     ess, time = FakeEss(), FakeTime()
     batcher = make(ess, time, flush_interval=0.2)
     loop = asyncio.create_task(batcher.run())
-    await until(lambda: time.sleeping == 1)
+    await eventually(lambda: time.sleeping == 1, every=0)
     batcher.add(obs(1, 1, tag="a"))
     time.advance(0.1)
-    for _ in range(10):
-        await asyncio.sleep(0)
-    assert ess.calls == 0
+    await holds_for(lambda: ess.calls, 0, during=0.05, what="no flush before the interval")
     time.advance(0.1)
-    await until(lambda: ess.sent == ["a"])
+    await eventually(lambda: ess.sent == ["a"], every=0)
     await batcher.stop()
     await loop
 
@@ -206,15 +194,13 @@ async def test_at_most_max_in_flight_flushes_run_at_once() -> None:
     batcher = make(ess, max_in_flight=2)
     batcher.add(obs(1, 1, tag="w1"))
     flushes = [asyncio.create_task(batcher.flush_now())]
-    await until(lambda: ess.active == 1)
+    await eventually(lambda: ess.active == 1, every=0)
     batcher.add(obs(1, 2, tag="w2"))
     flushes.append(asyncio.create_task(batcher.flush_now()))
-    await until(lambda: ess.active == 2)
+    await eventually(lambda: ess.active == 2, every=0)
     batcher.add(obs(1, 3, tag="w3"))
     flushes.append(asyncio.create_task(batcher.flush_now()))
-    for _ in range(10):
-        await asyncio.sleep(0)
-    assert ess.active == 2
+    await holds_for(lambda: ess.active, 2, during=0.05, what="the third flush waiting for a slot")
     assert batcher.pending == 1  # the third waits for a slot, still coalescing
     batcher.add(obs(1, 3, tag="w3-newer"))
     ess.gate.set()
@@ -229,7 +215,7 @@ async def test_work_unit_in_flight_is_left_for_a_later_flush() -> None:
     batcher = make(ess, max_in_flight=2)
     batcher.add(obs(1, 1, tag="old"))
     first = asyncio.create_task(batcher.flush_now())
-    await until(lambda: ess.active == 1)
+    await eventually(lambda: ess.active == 1, every=0)
     batcher.add(obs(1, 1, tag="new"))
     batcher.add(obs(1, 2, tag="other"))
     ess.gate.set()
@@ -276,7 +262,7 @@ async def test_failed_flush_does_not_overwrite_a_newer_observation() -> None:
     batcher.add(obs(1, 1, Source.JOBSET, "jobset-old"))
     batcher.add(obs(1, 1, Source.POD, "pod-old"))
     flush = asyncio.create_task(batcher.flush_now())
-    await until(lambda: ess.active == 1)
+    await eventually(lambda: ess.active == 1, every=0)
     batcher.add(obs(1, 1, Source.JOBSET, "jobset-new"))
     ess.gate.set()
     assert await flush == FlushResult(put_back=1, batches=1, failed=True)
@@ -288,7 +274,7 @@ async def test_stop_flushes_what_is_pending() -> None:
     ess, time = FakeEss(), FakeTime()
     batcher = make(ess, time)
     loop = asyncio.create_task(batcher.run())
-    await until(lambda: time.sleeping == 1)
+    await eventually(lambda: time.sleeping == 1, every=0)
     batcher.add(obs(1, 1, tag="a"))
     batcher.add(obs(2, 1, tag="b"))
     await batcher.stop()

@@ -16,7 +16,7 @@ from structlog.testing import capture_logs
 
 from reconciler import metrics
 from reconciler.workqueue import WorkQueue
-from tests.kubesim.conftest import eventually
+from tests.waiting import eventually, holds_for
 from xmc.retry import Backoffs
 from xmc.supervise import TaskEnded
 
@@ -38,12 +38,8 @@ async def running(
         await runner
 
 
-async def until(condition: Callable[[], bool], within: float = 2.0) -> None:
-    await eventually(condition, within=within)
-
-
 async def settle(queue: WorkQueue[str]) -> None:
-    await until(lambda: not len(queue) and not queue._processing and not queue._retrying)
+    await eventually(lambda: not len(queue) and not queue._processing and not queue._retrying)
 
 
 async def test_a_key_added_while_queued_runs_once() -> None:
@@ -57,7 +53,7 @@ async def test_a_key_added_while_queued_runs_once() -> None:
         queue.add("a")
     assert len(queue) == 1
     runner = asyncio.create_task(queue.run())
-    await until(lambda: runs == ["a"])
+    await eventually(lambda: runs == ["a"])
     await queue.stop(within=1)
     await runner
     assert runs == ["a"]
@@ -74,13 +70,12 @@ async def test_a_key_added_while_it_runs_runs_exactly_once_more_after() -> None:
 
     async with running(process, workers=4) as queue:
         queue.add("a")
-        await until(lambda: runs == ["a"])
+        await eventually(lambda: runs == ["a"])
         for _ in range(3):
             queue.add("a")  # dirty, not queued: no other worker may take it
-        await asyncio.sleep(0.05)
-        assert runs == ["a"]
+        await holds_for(lambda: runs, ["a"], during=0.05, what="no second run of a running key")
         release.set()
-        await until(lambda: len(runs) == 2)
+        await eventually(lambda: len(runs) == 2)
         await settle(queue)
         assert runs == ["a", "a"]
 
@@ -118,7 +113,7 @@ async def test_distinct_keys_run_in_the_order_they_were_queued() -> None:
     for key in ["c", "a", "c", "b", "a", "d"]:
         queue.add(key)
     runner = asyncio.create_task(queue.run())
-    await until(lambda: len(runs) == 4)
+    await eventually(lambda: len(runs) == 4)
     await queue.stop(within=1)
     await runner
     assert runs == ["c", "a", "b", "d"]
@@ -136,7 +131,7 @@ async def test_a_failing_key_is_retried_with_backoff_then_dropped_loudly() -> No
             dropped = metrics.WORKQUEUE_DROPPED_TOTAL.labels(queue.name)
             retried = metrics.WORKQUEUE_RETRIES_TOTAL.labels(queue.name)
             queue.add("a")
-            await until(lambda: dropped._value.get() == 1)
+            await eventually(lambda: dropped._value.get() == 1)
             await asyncio.sleep(0.2)
             assert len(attempts) == 3, "the first run and two retries, no more"
             assert retried._value.get() == 2
@@ -166,9 +161,9 @@ async def test_a_success_forgets_the_failures_and_the_worker_goes_on() -> None:
         async with running(process, workers=1, retries=Backoffs((0.01, 5.0))) as queue:
             queue.add("a")
             queue.add("b")  # the one worker goes on after a's failure
-            await until(lambda: runs.count("a") == 2)
+            await eventually(lambda: runs.count("a") == 2)
             queue.add("a")
-            await until(lambda: runs.count("a") == 4, within=1)  # 0.01 s again, not 5
+            await eventually(lambda: runs.count("a") == 4, within=1)  # 0.01 s again, not 5
     assert runs[:2] == ["a", "b"]
     assert [e["failures"] for e in logs if e["event"].endswith("processing failed")] == [1, 1]
 
@@ -186,7 +181,7 @@ async def test_a_slow_key_holds_only_its_own_worker() -> None:
         queue.add("slow")
         for key in "abc":
             queue.add(key)
-        await until(lambda: done == ["a", "b", "c"], within=0.5)
+        await eventually(lambda: done == ["a", "b", "c"], within=0.5)
         stuck.set()
 
 
@@ -215,7 +210,7 @@ async def test_stop_abandons_what_outlasts_it_and_says_so() -> None:
     runner = asyncio.create_task(queue.run())
     for key in "abc":
         queue.add(key)
-    await until(lambda: bool(queue._processing))
+    await eventually(lambda: bool(queue._processing))
     with capture_logs() as logs:
         async with asyncio.timeout(1):
             await queue.stop(within=0.05)

@@ -1,4 +1,4 @@
-"""Fluent builders of JobSets, Kueue Workloads and Pods as the API server returns them.
+"""Fluent builders of JobSets and Kueue Workloads as the API server returns them.
 
 One home for the objects the Reconciler's and the model's unit tests feed in, after
 JobSet's own ``pkg/util/testing/wrappers.go``: start from a small valid object, chain
@@ -8,6 +8,7 @@ what a case needs, and take a fresh copy with ``obj()``::
 
 Defaults are what XMC's Actuator and kubesim write (namespace ``xmc-jobs``, the XMC
 finalizer, queue ``default``); set explicitly what a test asserts on. Times are RFC 3339.
+Pods and container states are in :mod:`tests.pod_builders`.
 """
 
 from __future__ import annotations
@@ -35,12 +36,6 @@ QUEUE = "default"
 CREATED = "2026-01-02T03:00:00Z"
 #: When a JobSet was admitted; the default time of a JobSet condition.
 ADMITTED = "2026-01-02T03:04:05Z"
-
-JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
-JOBSET_UID_LABEL = "jobset.sigs.k8s.io/jobset-uid"
-RESTART_ATTEMPT_LABEL = "jobset.sigs.k8s.io/restart-attempt"
-JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
-JOB_UID_LABEL = "batch.kubernetes.io/controller-uid"
 
 #: (type, status) → (reason, message) of the JobSet controller's conditions.
 JOBSET_CONDITION_REASONS = {
@@ -323,105 +318,3 @@ class WorkloadBuilder:
 
     def obj(self) -> Obj:
         return copy.deepcopy(self._obj)
-
-
-def waiting(reason: str, message: str | None = None) -> Obj:
-    """A container state: waiting for ``reason``."""
-    state: Obj = {"reason": reason}
-    if message is not None:
-        state["message"] = message
-    return {"waiting": state}
-
-
-def running(started_at: str = ADMITTED) -> Obj:
-    """A container state: running since ``started_at``."""
-    return {"running": {"startedAt": started_at}}
-
-
-def terminated(
-    code: int,
-    reason: str = "Error",
-    *,
-    started_at: str,
-    finished_at: str,
-    message: str | None = None,
-) -> Obj:
-    """A container state: exited with ``code``."""
-    state: Obj = {
-        "exitCode": code,
-        "reason": reason,
-        "startedAt": started_at,
-        "finishedAt": finished_at,
-    }
-    if message is not None:
-        state["message"] = message
-    return {"terminated": state}
-
-
-class PodBuilder:
-    """A ``v1`` Pod; add it to a JobSet and a Job with :meth:`of_jobset` / :meth:`of_job`."""
-
-    def __init__(self, name: str, namespace: str = NAMESPACE) -> None:
-        self._obj: Obj = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name, "namespace": namespace, "labels": {}},
-            "status": {"phase": "Pending"},
-        }
-
-    def of_jobset(
-        self, name: str, uid: str | None = None, *, restart_attempt: int | None = None
-    ) -> Self:
-        """The JobSet controller's labels; without ``uid`` only the name (older JobSets)."""
-        labels = self._obj["metadata"]["labels"]
-        labels[JOBSET_NAME_LABEL] = name
-        if uid is not None:
-            labels[JOBSET_UID_LABEL] = uid
-        if restart_attempt is not None:
-            labels[RESTART_ATTEMPT_LABEL] = str(restart_attempt)
-        return self
-
-    def of_job(self, name: str) -> Self:
-        """The Job controller's labels (the Job's uid is ``uid-<name>``)."""
-        self._obj["metadata"]["labels"].update({JOB_NAME_LABEL: name, JOB_UID_LABEL: f"uid-{name}"})
-        return self
-
-    def label(self, key: str, value: str) -> Self:
-        self._obj["metadata"]["labels"][key] = value
-        return self
-
-    def phase(self, phase: str) -> Self:
-        self._obj["status"]["phase"] = phase
-        return self
-
-    def deleting(self, at: str = ADMITTED) -> Self:
-        self._obj["metadata"]["deletionTimestamp"] = at
-        return self
-
-    def container(self, name: str, state: Obj, *, last: Obj | None = None) -> Self:
-        """Add a ``containerStatuses`` entry in ``state`` (see :func:`waiting`,
-        :func:`running`, :func:`terminated`); ready when running."""
-        return self._add("containerStatuses", name, state, last)
-
-    def init_container(self, name: str, state: Obj) -> Self:
-        return self._add("initContainerStatuses", name, state, None)
-
-    def reason(self, reason: str, message: str) -> Self:
-        """The pod-level ``status.reason`` and ``message`` (eviction, deadline)."""
-        self._obj["status"].update(reason=reason, message=message)
-        return self
-
-    def obj(self) -> Obj:
-        return copy.deepcopy(self._obj)
-
-    def _add(self, key: str, name: str, state: Obj, last: Obj | None) -> Self:
-        self._obj["status"].setdefault(key, []).append(
-            {
-                "name": name,
-                "ready": "running" in state,
-                "state": state,
-                "lastState": last or {},
-                "restartCount": 0,
-            }
-        )
-        return self

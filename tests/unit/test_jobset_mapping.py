@@ -5,7 +5,8 @@ from typing import Any
 
 import pytest
 
-from tests.builders import JobSetBuilder, PodBuilder
+from tests.builders import JobSetBuilder
+from tests.pod_builders import PodBuilder
 from xmc.model.jobset import (
     NO_PODS,
     JobTotals,

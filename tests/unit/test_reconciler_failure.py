@@ -25,8 +25,9 @@ from reconciler.observe import (
     decide_finalizer,
     observe_jobset,
 )
-from tests import builders
-from tests.builders import JobSetBuilder, PodBuilder, waiting
+from tests import builders, pod_builders
+from tests.builders import JobSetBuilder
+from tests.pod_builders import PodBuilder, waiting
 from xmc.model.merge import MessageField, merge_work_unit_execution
 from xmc.model.states import WorkUnitState
 from xmc.model.stored import StoredExecution
@@ -91,7 +92,9 @@ def job(
 def terminated(
     code: int, reason: str = "Error", *, at: str = T_FAIL, message: str | None = None
 ) -> dict[str, Any]:
-    return builders.terminated(code, reason, started_at=T_START, finished_at=at, message=message)
+    return pod_builders.terminated(
+        code, reason, started_at=T_START, finished_at=at, message=message
+    )
 
 
 def pod(name: str = POD, *, job: str = JOB, phase: str = "Failed") -> PodBuilder:

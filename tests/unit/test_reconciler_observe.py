@@ -28,7 +28,8 @@ from reconciler.observe import (
     work_unit_ids,
     workload_owner,
 )
-from tests.builders import JobSetBuilder, PodBuilder, WorkloadBuilder, running, waiting
+from tests.builders import JobSetBuilder, WorkloadBuilder
+from tests.pod_builders import PodBuilder, running, waiting
 from xmc.labels import EXECUTION_ID, EXPERIMENT_ID, FINALIZER, WORK_UNIT_ID
 from xmc.model.jobset import NO_PODS, MappingRule, PodSummary
 from xmc.model.states import WorkUnitState

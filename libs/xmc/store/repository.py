@@ -22,7 +22,7 @@ import structlog
 from xmc.errors import AlreadyExistsError, XmcError
 from xmc.model.merge import ExecutionUpdate
 from xmc.model.states import LaunchState
-from xmc.store import executions, experiments, work_units
+from xmc.store import executions, experiments, status_messages, work_units
 from xmc.store.connection import Connection
 from xmc.store.creation import CreateOutcome, NewWorkUnit, create_work_units
 from xmc.store.executions import ItemResult
@@ -178,7 +178,9 @@ class Store:
         self, xid: int, wid: int | None = None, request: ListRequest | None = None
     ) -> tuple[list[StatusMessage], str]:
         async with self._pool.acquire() as conn:
-            return await work_units.list_status_messages(conn, xid, wid, request or ListRequest())
+            return await status_messages.list_status_messages(
+                conn, xid, wid, request or ListRequest()
+            )
 
     # The masked observation path (SPEC §5).
 

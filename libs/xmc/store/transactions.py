@@ -103,10 +103,10 @@ from xmc.store.scheduling import (
     mark_processed,
     set_paused,
 )
+from xmc.store.status_messages import list_status_messages
 from xmc.store.work_units import (
     WORK_UNIT_UPDATABLE,
     fetch_work_unit,
-    list_status_messages,
     list_work_units,
     restart_work_unit,
     select_work_unit_ids,

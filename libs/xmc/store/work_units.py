@@ -13,9 +13,9 @@ from typing import Any
 
 from xmc.errors import InvalidArgumentError, NotFoundError
 from xmc.masks import apply_update_mask
-from xmc.model.states import Priority, Severity, WorkUnitState
+from xmc.model.states import Priority, WorkUnitState
 from xmc.model.stored import StoredExecution
-from xmc.names import execution_name, status_message_name, work_unit_name
+from xmc.names import execution_name, work_unit_name
 from xmc.query import FieldKind, FieldSpec, OrderKey, compile_filter
 from xmc.store.codec import (
     EXECUTION_COLUMNS,
@@ -32,8 +32,6 @@ from xmc.store.wire import (
     list_response_from_parts,
 )
 from xmc.timestamps import set_timestamp
-from xmc_api.cloud.xmanager.v1.status_message_pb2 import StatusMessage
-from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
 from xmc_api.cloud.xmanager.v1.work_unit_execution_pb2 import WorkUnitExecution
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 
@@ -364,41 +362,3 @@ async def update_work_unit(
         head_wire(changed),
     )
     return work_unit_from_row(row)
-
-
-STATUS_MESSAGE_LISTING = ListResource(
-    source="status_messages m",
-    columns="m.id, m.xid, m.wid, m.eid, m.content",
-    fields={
-        "severity": FieldSpec("m.severity", FieldKind.ENUM, enum=Severity),
-        "content.severity": FieldSpec("m.severity", FieldKind.ENUM, enum=Severity),
-        "execution_id": FieldSpec("m.eid", FieldKind.INT),
-        "create_time": FieldSpec("m.create_time", FieldKind.TIMESTAMP),
-        "content.create_time": FieldSpec("m.create_time", FieldKind.TIMESTAMP),
-        "wid": FieldSpec("m.wid", FieldKind.INT),
-    },
-    default_order=(),
-    tiebreak=("m.id",),
-)
-
-
-def _status_message_from_row(row: Mapping[str, Any]) -> StatusMessage:
-    return StatusMessage(
-        name=status_message_name(row["xid"], row["wid"], row["id"]),
-        content=StructuredMessage.FromString(row["content"]),
-        execution_id=row["eid"],
-    )
-
-
-async def list_status_messages(
-    conn: Connection, xid: int, wid: int | None, request: ListRequest
-) -> tuple[list[StatusMessage], str]:
-    """One page of an experiment's (all work units) or one work unit's message history."""
-    if wid is None:
-        where, params = "m.xid = $1", [xid]
-    else:
-        where, params = "m.xid = $1 AND m.wid = $2", [xid, wid]
-    rows, token = await fetch_page(
-        conn, STATUS_MESSAGE_LISTING, request, where=where, params=params, scope=str(params)
-    )
-    return [_status_message_from_row(r) for r in rows], token

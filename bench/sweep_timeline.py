@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from xmc.kjson import condition_of
 from xmc.kube import JOBSETS, PODS, WORKLOADS, KubeError, KubeFailure, Resource
 from xmc.kube_client import KubeClient
 
@@ -109,14 +110,14 @@ class Timeline:
         statuses = (obj.get("status") or {}).get("replicatedJobsStatus") or []
         if any(s.get("ready") for s in statuses):
             self.mark("ready", name)
-        if _condition(obj, "Completed"):
+        if condition_of(obj, "Completed", status="True"):
             self.mark("completed", name)
 
     def on_workload(self, event: Event) -> None:
         obj = event.get("object") or {}
         owners = (obj.get("metadata") or {}).get("ownerReferences") or []
         jobsets = [o["name"] for o in owners if o.get("kind") == "JobSet"]
-        if jobsets and _condition(obj, "Admitted"):
+        if jobsets and condition_of(obj, "Admitted", status="True"):
             self.mark("admitted", jobsets[0])
 
     def on_pod(self, event: Event) -> None:
@@ -132,11 +133,6 @@ class Timeline:
             self.mark("running", name)
         if phase in ("Succeeded", "Failed"):
             self.mark("finished", name)
-
-
-def _condition(obj: dict[str, Any], kind: str) -> bool:
-    conditions = (obj.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == kind and c.get("status") == "True" for c in conditions)
 
 
 class Watches:

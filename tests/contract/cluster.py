@@ -21,6 +21,7 @@ from reconciler.observe import finalizer_removal_patch
 from tests.contract.setup import LOCAL_QUEUE
 from tests.waiting import eventually, holds_for
 from xmc import labels
+from xmc.kjson import condition_of
 from xmc.kube import JOBSETS, PODS, WORKLOADS, KubeError, KubeFailure, Resource
 from xmc.kube_client import KubeClient
 from xmc.timestamps import set_timestamp
@@ -108,7 +109,7 @@ class Cluster:
 
     async def admitted(self, jobset: Obj) -> bool:
         workloads = await self.owned(WORKLOADS, jobset)
-        return any(_condition(w, "Admitted") for w in workloads)
+        return any(condition_true(w, "Admitted") for w in workloads)
 
     async def running_pods(self, jobset: Obj) -> list[Obj]:
         pods = await self.owned(PODS, jobset)
@@ -164,15 +165,8 @@ class Cluster:
         )
 
 
-def _condition(obj: Obj, kind: str) -> bool:
-    return any(
-        c.get("type") == kind and c.get("status") == "True"
-        for c in (obj.get("status") or {}).get("conditions") or []
-    )
-
-
 def condition_true(obj: Obj, kind: str) -> bool:
-    return _condition(obj, kind)
+    return condition_of(obj, kind, status="True") is not None
 
 
 def xmc_jobset(

@@ -33,6 +33,7 @@ from tests.compat.test_published_client import run_client
 from tests.real.support import KUBECONFIGS, NAMESPACE, POLL, ROOT, client_for, kubectl
 from tests.stack import Stack
 from tests.waiting import eventually
+from xmc.kjson import condition_of
 from xmc.kube import WORKLOADS
 from xmc.kube_client import KubeClient
 from xmc.model.states import WorkUnitState
@@ -130,13 +131,13 @@ def _check_deployment(objects: dict[tuple[str, str], Obj]) -> None:
     assert classes == dict(PRIORITY_CLASS_VALUES)
     assert ("ResourceFlavor", "default-flavor") in objects
     cluster_queue = objects[("ClusterQueue", "cluster-queue")]
-    assert _condition(cluster_queue, "Active") == "True", cluster_queue.get("status")
+    assert condition_of(cluster_queue, "Active", status="True"), cluster_queue.get("status")
     groups = cluster_queue["spec"]["resourceGroups"]
     assert [f["name"] for g in groups for f in g["flavors"]] == ["default-flavor"]
     local_queue = objects[("LocalQueue", "cpu-queue")]
     assert local_queue["metadata"]["namespace"] == NAMESPACE
     assert local_queue["spec"]["clusterQueue"] == "cluster-queue"
-    assert _condition(local_queue, "Active") == "True", local_queue.get("status")
+    assert condition_of(local_queue, "Active", status="True"), local_queue.get("status")
     accounts = {n for (k, n) in objects if k == "ServiceAccount"}
     assert accounts == {"xmc-ess", "xmc-actuator", "xmc-reconciler", "xmc-ui"}
     bindings = {
@@ -147,13 +148,6 @@ def _check_deployment(objects: dict[tuple[str, str], Obj]) -> None:
         "xmc-reconciler": ["xmc-reconciler"],
         "xmc-reconciler-leader": ["xmc-reconciler"],
     }
-
-
-def _condition(obj: Obj, kind: str) -> str | None:
-    for condition in (obj.get("status") or {}).get("conditions") or []:
-        if condition["type"] == kind:
-            return str(condition["status"])
-    return None
 
 
 async def _whoami(kubeconfig: Path) -> Obj:

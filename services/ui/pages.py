@@ -10,6 +10,7 @@ from aiohttp import web
 from ui import views
 from ui.context import ess, render
 from ui.gateway import UiError
+from xmc.model.work_unit_spec import spec_view
 
 #: Experiments per page of ``/``.
 EXPERIMENTS_PAGE = 50
@@ -96,6 +97,7 @@ async def _work_unit_context(request: web.Request) -> dict[str, Any]:
         "messages": [views.message_row(m) for m in messages],
         "jobset": views.jobset_detail(current.status),
         "scheduling": views.scheduling_info(current),
+        "spec": spec_view(unit),
     }
 
 

@@ -16,6 +16,7 @@ from xmc.model.states import (
     EXECUTION_TERMINAL_STATES,
     ActiveState,
     LaunchState,
+    Priority,
     Severity,
     WorkUnitState,
 )
@@ -167,6 +168,7 @@ def work_unit_row(unit: WorkUnit) -> Row:
         "message": text,
         "severity": severity,
         "can_stop": can_stop(state),
+        "priority": enum_name(Priority, unit.priority).removeprefix("PRIORITY_"),
     }
 
 

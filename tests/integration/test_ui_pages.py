@@ -192,6 +192,37 @@ async def test_work_unit_page_and_stop_restart(
         assert response.status == 403
 
 
+async def test_work_unit_page_shows_the_spec_with_credentials_masked(
+    ess: Ess, ui: str, http: aiohttp.ClientSession
+) -> None:
+    unit = minimal_work_unit(queue="team-a", image="python:3.11")
+    job = unit.executable.jobset.jobs[0]
+    job.retry_limit = 3
+    job.active_deadline_seconds = 7200
+    job.spec.args["lr"] = "0.01"
+    job.spec.args["note"] = "<script>alert(1)</script>"
+    job.spec.env_vars["SEED"] = "7"
+    job.spec.env_vars["HF_TOKEN"] = "hf_very_secret"
+    job.spec.resources.gpu_resources.type = "nvidia-a100"
+    job.spec.resources.gpu_resources.count = 2
+    xid = await experiment(ess, "spec")
+    await ess.api.CreateWorkUnit(
+        api_pb2.CreateWorkUnitRequest(parent=f"experiments/{xid}", work_unit=unit),
+        metadata=ALICE,
+    )
+
+    status, page = await get(http, f"{ui}/experiments/{xid}/workUnits/1")
+
+    assert status == 200
+    spec = page[page.index('<section id="spec">') :]
+    for shown in ("team-a", "python:3.11", "python -c", "--lr=0.01", "2 × nvidia-a100", "7200 s"):
+        assert shown in spec, shown
+    assert "<code>SEED</code> = <code>7</code>" in spec
+    assert "hf_very_secret" not in page
+    assert "<script>alert(1)</script>" not in page  # args are text, never markup
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in spec
+
+
 async def test_callers_token_is_passed_through(
     ess: Ess, ui: str, http: aiohttp.ClientSession
 ) -> None:

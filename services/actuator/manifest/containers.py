@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from actuator.manifest.resources import resources_spec
+from xmc.model.work_unit_spec import rendered_args
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import (
     ConfigMapVolumeSource,
     ContainerPort,
@@ -29,7 +30,7 @@ def container_spec(spec: ExecutableSpec, *, default_name: str) -> dict[str, Any]
     out: dict[str, Any] = {"name": spec.name or default_name, "image": spec.docker_image}
     if spec.command:
         out["command"] = list(spec.command)
-    args = [*spec.args_list, *(f"--{key}={spec.args[key]}" for key in sorted(spec.args))]
+    args = list(rendered_args(spec))
     if args:
         out["args"] = args
     env = [{"name": key, "value": spec.env_vars[key]} for key in sorted(spec.env_vars)]

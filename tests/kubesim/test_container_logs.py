@@ -1,5 +1,5 @@
-"""The pure log model of simulated containers (``kubesim.controllers.container_logs``)
-and the ``logs`` / ``log_every_seconds`` behaviour keys."""
+"""The pure log model of simulated containers (``kubesim.container_logs``) and the
+``logs`` / ``log_every_seconds`` behaviour keys."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from kubesim.controllers.behavior import ContainerBehavior, parse_behaviors
-from kubesim.controllers.container_logs import (
+from kubesim.container_logs import (
     ContainerRun,
     LogLine,
+    LogScript,
     NoLog,
     next_line_at,
     pick_run,
@@ -21,6 +21,7 @@ from kubesim.controllers.container_logs import (
     since_moment,
     written_lines,
 )
+from kubesim.controllers.behavior import parse_behaviors
 
 T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 
@@ -29,10 +30,8 @@ def at(seconds: float) -> datetime:
     return T0 + timedelta(seconds=seconds)
 
 
-def behaving(
-    logs: tuple[str, ...] = ("a", "b", "c"), every: float = 1.0, run: float | None = None
-) -> ContainerBehavior:
-    return ContainerBehavior(0.0, run, logs=logs, log_every_seconds=every)
+def behaving(run: float | None = None, every: float = 1.0) -> LogScript:
+    return LogScript(("a", "b", "c"), every, run)
 
 
 # --- the annotation -------------------------------------------------------------------
@@ -51,7 +50,7 @@ def test_logs_are_read_from_the_behavior(
 ) -> None:
     raw = {"kubesim.xmc/behavior": json.dumps(spec)}
     behavior = parse_behaviors(raw, ["main"], start_seconds=1.0, run_seconds=3.0)["main"]
-    assert (behavior.logs, behavior.log_every_seconds) == (logs, every)
+    assert behavior.log_script == LogScript(logs, every, 3.0)
 
 
 @pytest.mark.parametrize(
@@ -128,7 +127,7 @@ def test_bad_log_keys_are_a_config_error(spec: dict[str, Any], fragment: str) ->
     ],
 )
 def test_written_lines(
-    behavior: ContainerBehavior,
+    behavior: LogScript,
     run: ContainerRun,
     now: datetime,
     expected: list[tuple[float, str]],
@@ -146,7 +145,7 @@ def test_written_lines(
     ],
 )
 def test_next_line_at(
-    behavior: ContainerBehavior, run: ContainerRun, now: datetime, expected: datetime | None
+    behavior: LogScript, run: ContainerRun, now: datetime, expected: datetime | None
 ) -> None:
     assert next_line_at(behavior, run, now) == expected
 

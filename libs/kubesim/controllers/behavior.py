@@ -32,6 +32,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kubesim.container_logs import LogScript
+
 BEHAVIOR_ANNOTATION = "kubesim.xmc/behavior"
 CONTAINER_BEHAVIOR_PREFIX = "kubesim.xmc/behavior."
 
@@ -73,6 +75,11 @@ class ContainerBehavior:
     logs: tuple[str, ...] = ()
     """Lines the container prints, one every ``log_every_seconds`` from its start."""
     log_every_seconds: float = 1.0
+
+    @property
+    def log_script(self) -> LogScript:
+        """What the container prints, for the log model (``kubesim.container_logs``)."""
+        return LogScript(self.logs, self.log_every_seconds, self.run_seconds)
 
 
 def _number(spec: Mapping[str, Any], key: str, default: float) -> float:

@@ -1,6 +1,6 @@
 """What a simulated container has written to its log (pure), for ``pods/{name}/log``.
 
-A container prints its behaviour's ``logs`` (``behavior.py``) one line every
+A container prints its behaviour's ``logs`` (``controllers/behavior.py``) one line every
 ``log_every_seconds``: line ``i`` at ``startedAt + i × log_every_seconds`` of the run,
 on the simulated clock. Every run starts the script over (a restart is a new run with a
 new log), and a run prints only what falls before it exits. When the list is exhausted
@@ -13,7 +13,9 @@ error.
 The run is read from the container's status — ``state`` for the current run,
 ``lastState.terminated`` for the previous one — so the same function serves kubesim's
 API and the node agent of ``make cluster`` (``tools/cluster/nodeagent.py``), which keep
-statuses the same way. Which run a request reads, and the errors when there is none,
+statuses the same way; the behaviour comes in as a ``LogScript`` so that this module
+needs neither the store nor the controllers (the API serves logs without importing
+them). Which run a request reads, and the errors when there is none,
 follow the kubelet's ``validateContainerLogStatus`` (``pkg/kubelet/kubelet_pods.go``,
 v1.36.3); tail, since, timestamps and byte limits follow the CRI log reader
 (``k8s.io/cri-client/pkg/logs/logs.go`` v0.36.3, ``ReadLogs``/``logWriter.write``) and
@@ -28,7 +30,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from .behavior import ContainerBehavior
+
+@dataclass(frozen=True)
+class LogScript:
+    """What a container prints: ``lines``, one every ``every_seconds`` from its start;
+    ``run_seconds`` is how long a run lasts (None: until stopped)."""
+
+    lines: tuple[str, ...] = ()
+    every_seconds: float = 1.0
+    run_seconds: float | None = None
 
 
 class NoLog(Exception):
@@ -117,34 +127,34 @@ def pick_run(pod: Mapping[str, Any], container: str, *, previous: bool) -> Conta
     raise NoLog(f'container "{container}" in pod "{name}" is waiting to start - no logs yet')
 
 
-def _end(behavior: ContainerBehavior, run: ContainerRun) -> datetime | None:
+def _end(script: LogScript, run: ContainerRun) -> datetime | None:
     """When the run stops printing: its exit, or for a running container the exit its
-    behaviour plans (the status may say ``running`` a moment past it)."""
+    script plans (the status may say ``running`` a moment past it)."""
     if run.finished_at is not None:
         return run.finished_at
-    if behavior.run_seconds is None:
+    if script.run_seconds is None:
         return None
-    return run.started_at + timedelta(seconds=behavior.run_seconds)
+    return run.started_at + timedelta(seconds=script.run_seconds)
 
 
-def _schedule(behavior: ContainerBehavior, run: ContainerRun) -> list[LogLine]:
-    end = _end(behavior, run)
-    every = timedelta(seconds=behavior.log_every_seconds)
-    lines = [LogLine(run.started_at + i * every, text) for i, text in enumerate(behavior.logs)]
+def _schedule(script: LogScript, run: ContainerRun) -> list[LogLine]:
+    end = _end(script, run)
+    every = timedelta(seconds=script.every_seconds)
+    lines = [LogLine(run.started_at + i * every, text) for i, text in enumerate(script.lines)]
     return [line for line in lines if end is None or line.at < end]
 
 
-def written_lines(behavior: ContainerBehavior, run: ContainerRun, now: datetime) -> list[LogLine]:
+def written_lines(script: LogScript, run: ContainerRun, now: datetime) -> list[LogLine]:
     """Every line the run has written by ``now``, oldest first."""
-    lines = [line for line in _schedule(behavior, run) if line.at <= now]
+    lines = [line for line in _schedule(script, run) if line.at <= now]
     if run.failure and run.finished_at is not None and run.finished_at <= now:
         lines.append(LogLine(run.finished_at, run.failure))
     return lines
 
 
-def next_line_at(behavior: ContainerBehavior, run: ContainerRun, now: datetime) -> datetime | None:
+def next_line_at(script: LogScript, run: ContainerRun, now: datetime) -> datetime | None:
     """When the run writes its next line after ``now`` (None: not before it exits)."""
-    return next((line.at for line in _schedule(behavior, run) if line.at > now), None)
+    return next((line.at for line in _schedule(script, run) if line.at > now), None)
 
 
 def since_moment(

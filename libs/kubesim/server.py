@@ -146,12 +146,13 @@ class KubeSim:
         if settings.kueue:  # Kueue's JobSet webhook comes with Kueue
             self._context.update_checks[JOBSET.key] = validate_jobset_update
             self._context.create_defaults[JOBSET.key] = default_jobset_create
-        if settings.kubelet:  # what its containers print, for pods/{name}/log
-            self._context.log_scripts = functools.partial(
-                log_scripts,
-                start_seconds=settings.pod_start_seconds,
-                run_seconds=settings.pod_run_seconds,
-            )
+        # What containers print, for pods/{name}/log (kept without the kubelet too, for
+        # statuses written by hand).
+        self._context.log_scripts = functools.partial(
+            log_scripts,
+            start_seconds=settings.pod_start_seconds,
+            run_seconds=settings.pod_run_seconds,
+        )
         install_defaults(self._store)
         self._controllers = Controllers(self._store, self.clock, settings)
         await self._controllers.start()

@@ -43,8 +43,9 @@ class ApiContext:
     clock: SimClock = field(default_factory=SimClock)
     """The cluster's clock (the one the store stamps with): logs are written on it."""
     log_scripts: Callable[[Obj], Mapping[str, LogScript]] | None = None
-    """What each container of a pod prints, by name (from the simulated kubelet, which
-    installs it; None without one: nothing runs the scripts, so logs are empty)."""
+    """What each container of a pod prints, by name: its behaviour's script, installed
+    with the simulated controllers (None without them: the API alone never imports them,
+    and its containers print nothing)."""
 
 
 CONTEXT = web.AppKey("kubesim", ApiContext)

@@ -200,58 +200,51 @@ def test_pick_run(pod: dict[str, Any], previous: bool, expected: ContainerRun) -
     assert pick_run(pod, "main", previous=previous) == expected
 
 
+def refusal(
+    state: dict[str, Any], message: str, name: str, container: str = "main", previous: bool = False
+) -> Any:
+    return pytest.param(pod_with(state), container, previous, message, id=name)
+
+
+WAITING_TO_START = 'container "main" in pod "p" is waiting to start'
+
+
 @pytest.mark.parametrize(
     ("pod", "container", "previous", "message"),
     [
-        pytest.param(
-            pod_with(RUNNING),
-            "main",
-            True,
+        refusal(
+            RUNNING,
             'previous terminated container "main" in pod "p" not found',
-            id="no previous run",
+            "no previous run",
+            previous=True,
         ),
-        pytest.param(
-            pod_with({"waiting": {"reason": "ContainerCreating"}}),
-            "main",
-            False,
-            'container "main" in pod "p" is waiting to start: ContainerCreating',
-            id="not started",
+        refusal(
+            {"waiting": {"reason": "ContainerCreating"}},
+            f"{WAITING_TO_START}: ContainerCreating",
+            "not started",
         ),
-        pytest.param(
-            pod_with({"waiting": {"reason": "ImagePullBackOff"}}),
-            "main",
-            False,
-            'container "main" in pod "p" is waiting to start: trying and failing to pull image',
-            id="image pull back-off",
+        refusal(
+            {"waiting": {"reason": "ImagePullBackOff"}},
+            f"{WAITING_TO_START}: trying and failing to pull image",
+            "image pull back-off",
         ),
-        pytest.param(
-            pod_with({"waiting": {"reason": "ErrImagePull"}}),
-            "main",
-            False,
-            'container "main" in pod "p" is waiting to start: image can\'t be pulled',
-            id="image pull error",
+        refusal(
+            {"waiting": {"reason": "ErrImagePull"}},
+            f"{WAITING_TO_START}: image can't be pulled",
+            "image pull error",
         ),
-        pytest.param(
-            pod_with({"terminated": {"exitCode": 137, "reason": "ContainerStatusUnknown"}}),
-            "main",
-            False,
+        refusal(
+            {"terminated": {"exitCode": 137, "reason": "ContainerStatusUnknown"}},
             'container "main" in pod "p" is terminated',
-            id="terminated before it ever ran",
+            "terminated before it ever ran",
         ),
-        pytest.param(
-            pod_with(RUNNING),
-            "other",
-            False,
+        refusal(
+            RUNNING,
             'container "other" in pod "p" is not available',
-            id="no status for it",
+            "no status for it",
+            container="other",
         ),
-        pytest.param(
-            pod_with({}),
-            "main",
-            False,
-            'container "main" in pod "p" is waiting to start - no logs yet',
-            id="no state",
-        ),
+        refusal({}, f"{WAITING_TO_START} - no logs yet", "no state"),
     ],
 )
 def test_pick_run_refuses(

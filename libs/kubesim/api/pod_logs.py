@@ -23,19 +23,8 @@ from typing import Any
 
 from aiohttp import web
 
+from kubesim import container_logs as model
 from kubesim.api.context import CONTEXT, ApiContext
-from kubesim.container_logs import (
-    ContainerRun,
-    LogLine,
-    LogScript,
-    NoLog,
-    next_line_at,
-    pick_run,
-    render,
-    select,
-    since_moment,
-    written_lines,
-)
 from kubesim.errors import bad_request, invalid
 from kubesim.events import Subscription
 from kubesim.resources import POD
@@ -160,8 +149,8 @@ class _Writer:
         self.remaining = options.limit_bytes
         self.since = since
 
-    async def write(self, lines: list[LogLine]) -> None:
-        data = b"".join(render(line, timestamps=self._timestamps) for line in lines)
+    async def write(self, lines: list[model.LogLine]) -> None:
+        data = b"".join(model.render(line, timestamps=self._timestamps) for line in lines)
         if self.remaining is not None:
             data = data[: self.remaining]
             self.remaining -= len(data)
@@ -182,20 +171,20 @@ async def pod_log(request: web.Request) -> web.StreamResponse:
     pod = context.store.get(POD, namespace, name)
     container = container_of(pod, options.container)
     try:
-        run = pick_run(pod, container, previous=options.previous)
-    except NoLog as error:
+        run = model.pick_run(pod, container, previous=options.previous)
+    except model.NoLog as error:
         raise bad_request(str(error)) from None
     scripts = context.log_scripts(pod) if context.log_scripts is not None else {}
-    script = scripts.get(container, LogScript())
+    script = scripts.get(container, model.LogScript())
     now = context.clock.now()
-    lines = written_lines(script, run, now)
-    since = since_moment(options.since_seconds, options.since_time, now)
+    lines = model.written_lines(script, run, now)
+    since = model.since_moment(options.since_seconds, options.since_time, now)
     response = web.StreamResponse(headers={"Content-Type": "text/plain"})
     response.enable_chunked_encoding()
     await response.prepare(request)
     writer = _Writer(response, options, since)
     with contextlib.suppress(ConnectionResetError):  # the client went away
-        await writer.write(select(lines, tail_lines=options.tail_lines, since=since))
+        await writer.write(model.select(lines, tail_lines=options.tail_lines, since=since))
         if options.follow and run.finished_at is None and not writer.full:
             await _follow(context, pod, container, script, run, len(lines), writer)
         await response.write_eof()
@@ -206,8 +195,8 @@ async def _follow(
     context: ApiContext,
     pod: Obj,
     container: str,
-    script: LogScript,
-    run: ContainerRun,
+    script: model.LogScript,
+    run: model.ContainerRun,
     sent: int,
     writer: _Writer,
 ) -> None:
@@ -218,12 +207,12 @@ async def _follow(
     try:
         while True:
             now = context.clock.now()
-            lines = written_lines(script, run, now)
-            await writer.write(select(lines[sent:], tail_lines=None, since=writer.since))
+            lines = model.written_lines(script, run, now)
+            await writer.write(model.select(lines[sent:], tail_lines=None, since=writer.since))
             sent = len(lines)
             if run.finished_at is not None or writer.full:
                 return
-            due = next_line_at(script, run, now)
+            due = model.next_line_at(script, run, now)
             wait = None if due is None else (due - now).total_seconds() / context.clock.scale
             if await _stream_ended(subscription, wait):
                 return
@@ -231,8 +220,8 @@ async def _follow(
             if current is None or current["metadata"]["uid"] != meta["uid"]:
                 return
             try:
-                latest = pick_run(current, container, previous=False)
-            except NoLog:
+                latest = model.pick_run(current, container, previous=False)
+            except model.NoLog:
                 return
             if latest.started_at != run.started_at:
                 return  # a new run: its log is a new file

@@ -76,11 +76,12 @@ async def test_a_failed_container_prints_its_lines_then_its_failure(
                 assert await response.text() == "three\nboom\n"
 
 
-async def test_follow_streams_lines_as_they_are_written_and_ends_with_the_container(
+async def test_follow_streams_lines_as_written_and_ends_with_the_containers_failure(
     make_kubesim: MakeKubeSim,
 ) -> None:
     sim = await make_kubesim(controllers=True, time_scale=5.0)
-    sim.store.create(POD, pod("p", {"logs": LINES, "run_seconds": 6}), "default")
+    failing = {"logs": LINES, "run_seconds": 6, "exit_code": 2, "message": "bad"}
+    sim.store.create(POD, pod("p", failing), "default")
     await eventually(lambda: "running" in state_of(sim, "p"), what="running")
     url = f"{sim.url}/api/v1/namespaces/default/pods/p/log?follow=true"
     async with aiohttp.ClientSession() as http, http.get(url) as response:
@@ -89,7 +90,7 @@ async def test_follow_streams_lines_as_they_are_written_and_ends_with_the_contai
         assert first == b"one\n"
         assert "running" in state_of(sim, "p"), "the first line came only after the exit"
         rest = await response.content.read()
-    assert rest == b"two\nthree\n"
+    assert rest == b"two\nthree\nbad\n"
     assert "terminated" in state_of(sim, "p")
 
 

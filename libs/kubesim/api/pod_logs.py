@@ -201,21 +201,12 @@ async def _follow(
     writer: _Writer,
 ) -> None:
     """Write each line as the run writes it; return once it has stopped (or the pod is
-    gone, or kubesim is stopping)."""
+    gone, or kubesim is stopping). The pod is read again after the feed is open, so a
+    change made while the first lines were being sent is not missed."""
     meta = pod["metadata"]
     subscription = context.watches.open(POD)
     try:
         while True:
-            now = context.clock.now()
-            lines = model.written_lines(script, run, now)
-            await writer.write(model.select(lines[sent:], tail_lines=None, since=writer.since))
-            sent = len(lines)
-            if run.finished_at is not None or writer.full:
-                return
-            due = model.next_line_at(script, run, now)
-            wait = None if due is None else (due - now).total_seconds() / context.clock.scale
-            if await _stream_ended(subscription, wait):
-                return
             current = context.store.find(POD, meta["namespace"], meta["name"])
             if current is None or current["metadata"]["uid"] != meta["uid"]:
                 return
@@ -226,6 +217,16 @@ async def _follow(
             if latest.started_at != run.started_at:
                 return  # a new run: its log is a new file
             run = latest
+            now = context.clock.now()
+            lines = model.written_lines(script, run, now)
+            await writer.write(model.select(lines[sent:], tail_lines=None, since=writer.since))
+            sent = len(lines)
+            if run.finished_at is not None or writer.full:
+                return
+            due = model.next_line_at(script, run, now)
+            wait = None if due is None else (due - now).total_seconds() / context.clock.scale
+            if await _stream_ended(subscription, wait):
+                return
     finally:
         context.watches.close(subscription)
 

@@ -102,6 +102,10 @@ def _paths(resource: Resource, version: str) -> dict[str, Obj]:
             "put": _with_body(op(resource, version, "put", "replaceStatus"), json_type),
             "patch": _with_body(op(resource, version, "patch", "patchStatus"), patch_types),
         }
+    if resource.log_subresource:
+        read_log = op(resource, version, "get", "readLog")
+        read_log["responses"] = {"200": {"content": {"text/plain": {"schema": {"type": "string"}}}}}
+        paths[f"{item}/log"] = {"get": read_log}
     if resource.namespaced:
         paths[f"{prefix}/{resource.plural}"] = {"get": op(resource, version, "list", "listAll")}
     return paths

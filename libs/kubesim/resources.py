@@ -22,6 +22,8 @@ class Resource:
     """As upstream's discovery lists them (kubectl resolves ``kubectl get cq`` with them):
     kubernetes' built-in REST storage ``ShortNames()`` and the CRDs' ``names.shortNames``
     (kueue v0.19 and main; JobSet's CRD declares none)."""
+    log_subresource: bool = False
+    """Whether ``/log`` exists (pods: ``api/pod_logs.py``)."""
 
     @property
     def key(self) -> str:
@@ -41,7 +43,16 @@ class Resource:
         return f"{self.kind}List"
 
 
-POD = Resource("", "v1", "pods", "Pod", True, status_subresource=True, short_names=("po",))
+POD = Resource(
+    "",
+    "v1",
+    "pods",
+    "Pod",
+    True,
+    status_subresource=True,
+    log_subresource=True,
+    short_names=("po",),
+)
 NAMESPACE = Resource(
     "", "v1", "namespaces", "Namespace", False, status_subresource=True, short_names=("ns",)
 )

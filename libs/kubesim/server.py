@@ -8,6 +8,7 @@ The controllers are imported only when enabled, so the API alone never depends o
 from __future__ import annotations
 
 import dataclasses
+import functools
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import TracebackType
@@ -80,7 +81,9 @@ class KubeSim:
         (None: a new, empty cluster)."""
         self._watches = WatchHub(self._store)
         self._faults = Faults(self._watches.close_all)
-        self._context = ApiContext(self._store, self._faults, self._watches, bookmark_interval)
+        self._context = ApiContext(
+            self._store, self._faults, self._watches, bookmark_interval, clock=self.clock
+        )
         self._runner: web.AppRunner | None = None
         self._controllers: Controllers | None = None
         self._url: str | None = None
@@ -131,6 +134,7 @@ class KubeSim:
 
     async def _start_controllers(self) -> None:
         from kubesim.controllers import Controllers, ControllerSettings, KueueVersion
+        from kubesim.controllers.kubelet import log_scripts
         from kubesim.controllers.kueue.webhooks import default_jobset_create, validate_jobset_update
         from kubesim.defaults import install_defaults
 
@@ -142,6 +146,13 @@ class KubeSim:
         if settings.kueue:  # Kueue's JobSet webhook comes with Kueue
             self._context.update_checks[JOBSET.key] = validate_jobset_update
             self._context.create_defaults[JOBSET.key] = default_jobset_create
+        # What containers print, for pods/{name}/log (kept without the kubelet too, for
+        # statuses written by hand).
+        self._context.log_scripts = functools.partial(
+            log_scripts,
+            start_seconds=settings.pod_start_seconds,
+            run_seconds=settings.pod_run_seconds,
+        )
         install_defaults(self._store)
         self._controllers = Controllers(self._store, self.clock, settings)
         await self._controllers.start()

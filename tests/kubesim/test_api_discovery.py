@@ -37,6 +37,7 @@ async def test_core_and_group_discovery(kube_api: ApiClient) -> None:
     assert pods["pods"].namespaced
     assert pods["pods"].kind == "Pod"
     assert "pods/status" in pods
+    assert pods["pods/log"].verbs == ["get"]
     assert not pods["namespaces"].namespaced
     assert "jobs/status" in {r.name for r in batch.resources}
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ from kubernetes_asyncio.client import ApiClient
 from kubesim.openapi import PROTOBUF_V2
 from kubesim.resources import CLUSTER_QUEUE, JOB, JOBSET, POD, WORKLOAD
 from kubesim.server import KubeSim
-from tests.kubesim.support import JOBSET_API, client_for, jobset
+from tests.kubesim.support import JOBSET_API, client_for, jobset, kubectl, needs_kubectl
 
 G, V = JOBSET_API
 Obj = dict[str, Any]
@@ -216,9 +215,6 @@ async def test_openapi_v2_in_json_and_protobuf(kubesim: KubeSim) -> None:
 
 # --- the real kubectl ------------------------------------------------------------------
 
-KUBECTL = shutil.which("kubectl")
-needs_kubectl = pytest.mark.skipif(KUBECTL is None, reason="no kubectl binary on the PATH")
-
 JOBSET_YAML = """
 apiVersion: jobset.x-k8s.io/v1alpha2
 kind: JobSet
@@ -252,41 +248,6 @@ spec:
   - name: c
     image: busybox
 """
-
-
-async def kubectl(sim: KubeSim, tmp_path: Path, *args: str, stdin: str = "") -> str:
-    """Run kubectl against ``sim`` (the event loop keeps serving while it runs)."""
-    config = tmp_path / "kubeconfig"
-    config.write_text(
-        json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "sim", "cluster": {"server": sim.url}}],
-                "users": [{"name": "u", "user": {}}],
-                "contexts": [
-                    {
-                        "name": "sim",
-                        "context": {"cluster": "sim", "user": "u", "namespace": "default"},
-                    }
-                ],
-                "current-context": "sim",
-            }
-        )
-    )
-    assert KUBECTL is not None
-    process = await asyncio.create_subprocess_exec(
-        KUBECTL,
-        f"--kubeconfig={config}",
-        f"--cache-dir={tmp_path / 'cache'}",
-        *args,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(process.communicate(stdin.encode()), 60)
-    assert process.returncode == 0, f"kubectl {' '.join(args)}: {err.decode()}"
-    return out.decode()
 
 
 @needs_kubectl

@@ -23,6 +23,7 @@ from kubesim.api.discovery import (
     openapi_v3_root,
     server_version,
 )
+from kubesim.api.pod_logs import pod_log
 from kubesim.api.verbs import core_resource, group_resource
 from kubesim.api.visibility import (
     VISIBILITY_GROUP,
@@ -62,6 +63,7 @@ def build_app(context: ApiContext) -> web.Application:
         visibility + "/namespaces/{namespace}/localqueues/{name}/pendingworkloads",
         local_queue_pending,
     )
+    add("GET", "/api/v1/namespaces/{namespace}/pods/{name}/log", pod_log)
     add("*", "/api/v1/{tail:.+}", core_resource)
     add("*", "/apis/{group}/{version}/{tail:.+}", group_resource)
     return app

@@ -5,12 +5,14 @@ steps) on the app, JSON answers, and the errors of a path or method not served.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 
+from kubesim.clock import SimClock
+from kubesim.container_logs import LogScript
 from kubesim.errors import ApiError
 from kubesim.faults import Faults
 from kubesim.freshness import WAIT_SECONDS
@@ -38,6 +40,12 @@ class ApiContext:
     create_defaults: dict[str, Callable[[Obj], Obj]] = field(default_factory=dict)
     """Per resource key, a mutating admission step applied to a create's body before it is
     stored (stands in for mutating webhooks)."""
+    clock: SimClock = field(default_factory=SimClock)
+    """The cluster's clock (the one the store stamps with): logs are written on it."""
+    log_scripts: Callable[[Obj], Mapping[str, LogScript]] | None = None
+    """What each container of a pod prints, by name: its behaviour's script, installed
+    with the simulated controllers (None without them: the API alone never imports them,
+    and its containers print nothing)."""
 
 
 CONTEXT = web.AppKey("kubesim", ApiContext)

@@ -123,12 +123,17 @@ def _resource_entries(resource: Resource) -> list[Obj]:
     main["singularName"] = resource.kind.lower()
     if resource.short_names:
         main["shortNames"] = list(resource.short_names)
-    if not resource.status_subresource:
-        return [main]
-    status = _entry(
-        f"{resource.plural}/status", resource.kind, resource.namespaced, ["get", "patch", "update"]
-    )
-    return [main, status]
+    entries = [main]
+    if resource.log_subresource:
+        entries.append(
+            _entry(f"{resource.plural}/log", resource.kind, resource.namespaced, ["get"])
+        )
+    if resource.status_subresource:
+        status_verbs = ["get", "patch", "update"]
+        entries.append(
+            _entry(f"{resource.plural}/status", resource.kind, resource.namespaced, status_verbs)
+        )
+    return entries
 
 
 def _entry(name: str, kind: str, namespaced: bool, verbs: list[str]) -> Obj:

@@ -12,12 +12,17 @@ the pod-wide ones). Both hold a JSON object::
     {"config_error": true}          # CreateContainerConfigError; never runs
     {"waiting_reason": "InvalidImageName", "message": "..."}   # any waiting reason
     {"run_seconds": null}           # runs until the pod is deleted
+    {"logs": ["epoch 1", "epoch 2"], "log_every_seconds": 5}   # what it prints
 
 Times are simulated seconds. Without annotations a regular container starts after the
 kubelet's ``pod_start_seconds`` and exits 0 after ``pod_run_seconds``; an init container
 completes at once. A malformed annotation is not an exception: the container reports
 ``CreateContainerConfigError`` naming the problem, the way a broken pod spec shows up
 on a real cluster, so a typo in a test is visible in the pod instead of in a log.
+
+``logs`` are the lines the container prints, one every ``log_every_seconds`` (default 1)
+from the start of each run; ``container_logs.py`` turns them into the log the
+``pods/{name}/log`` subresource serves.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from kubesim.container_logs import LogScript
 
 BEHAVIOR_ANNOTATION = "kubesim.xmc/behavior"
 CONTAINER_BEHAVIOR_PREFIX = "kubesim.xmc/behavior."
@@ -45,6 +52,8 @@ _KEYS = frozenset(
         "config_error",
         "waiting_reason",
         "message",
+        "logs",
+        "log_every_seconds",
     }
 )
 
@@ -63,6 +72,14 @@ class ContainerBehavior:
     terminated_reason: str | None = None
     """``state.terminated.reason`` when it exits; None: ``Completed`` or ``Error`` by the
     exit code, as a container runtime reports a plain exit."""
+    logs: tuple[str, ...] = ()
+    """Lines the container prints, one every ``log_every_seconds`` from its start."""
+    log_every_seconds: float = 1.0
+
+    @property
+    def log_script(self) -> LogScript:
+        """What the container prints, for the log model (``kubesim.container_logs``)."""
+        return LogScript(self.logs, self.log_every_seconds, self.run_seconds)
 
 
 def _number(spec: Mapping[str, Any], key: str, default: float) -> float:
@@ -70,6 +87,16 @@ def _number(spec: Mapping[str, Any], key: str, default: float) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
         raise ValueError(f"{key} must be a non-negative number")
     return float(value)
+
+
+def _logs(spec: Mapping[str, Any]) -> tuple[tuple[str, ...], float]:
+    lines = spec.get("logs", [])
+    if not isinstance(lines, list) or not all(isinstance(line, str) for line in lines):
+        raise ValueError("logs must be a list of strings")
+    every = _number(spec, "log_every_seconds", 1.0)
+    if every == 0:
+        raise ValueError("log_every_seconds must be a positive number")
+    return tuple(lines), every
 
 
 def behavior_from_spec(
@@ -103,7 +130,10 @@ def behavior_from_spec(
         # The kernel's OOM killer sends SIGKILL: 128 + 9, and the kubelet says why.
         terminated_reason, exit_code = "OOMKilled", exit_code or 137
         run = 0.0 if run is None else run
-    return ContainerBehavior(start, run, exit_code, waiting, message, terminated_reason)
+    logs, every = _logs(spec)
+    return ContainerBehavior(
+        start, run, exit_code, waiting, message, terminated_reason, logs, every
+    )
 
 
 def _load(annotations: Mapping[str, str], key: str) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from kubesim.clock import SimClock, rfc3339
+from kubesim.container_logs import LogScript
 from kubesim.controllers.mutate import set_status
 from kubesim.errors import ApiError
 from kubesim.events import Event
@@ -110,6 +111,15 @@ def pod_behaviors(
         start_seconds=start_seconds,
         run_seconds=run_seconds,
     )
+
+
+def log_scripts(
+    pod: Mapping[str, Any], *, start_seconds: float, run_seconds: float
+) -> dict[str, LogScript]:
+    """What each of the pod's containers prints (the API's ``pods/{name}/log`` reads it;
+    a malformed behaviour prints nothing)."""
+    behaviors = pod_behaviors(pod, start_seconds=start_seconds, run_seconds=run_seconds)
+    return {name: behavior.log_script for name, behavior in behaviors.items()}
 
 
 @dataclass

@@ -111,11 +111,15 @@ class StateSegment(_message.Message):
     def start_time(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
     def end_time(self) -> _timestamp_pb2.Timestamp:
-        """The next change's time; unset while the execution is still in this state."""
+        """The next change's time (for the last state of a superseded execution, the next
+        execution's creation); unset while ongoing and for a terminal state, which never ends.
+        """
 
     @_builtins.property
     def duration(self) -> _duration_pb2.Duration:
-        """end_time - start_time (or now - start_time while ongoing), never negative."""
+        """end_time - start_time (now - start_time while ongoing, zero for a terminal state),
+        never negative.
+        """
 
     def __init__(
         self,
@@ -208,6 +212,7 @@ class ExecutionTimeline(_message.Message):
     EXECUTION_ID_FIELD_NUMBER: _builtins.int
     STATE_FIELD_NUMBER: _builtins.int
     TERMINAL_FIELD_NUMBER: _builtins.int
+    SUPERSEDED_FIELD_NUMBER: _builtins.int
     CHANGES_FIELD_NUMBER: _builtins.int
     SEGMENTS_FIELD_NUMBER: _builtins.int
     PHASES_FIELD_NUMBER: _builtins.int
@@ -216,6 +221,10 @@ class ExecutionTimeline(_message.Message):
     """The state the execution is in now (or ended in)."""
     terminal: _builtins.bool
     """The execution is in a terminal state (STOPPED, COMPLETED, FAILED)."""
+    superseded: _builtins.bool
+    """A restart replaced it before it reached a terminal state (its history ends there):
+    its last state ends at the next execution's creation, and nothing of it is ongoing.
+    """
     @_builtins.property
     def changes(self) -> _containers.RepeatedCompositeFieldContainer[Global___StateChange]:
         """Its state changes, in the order the ESS committed them; the first is its creation
@@ -234,13 +243,14 @@ class ExecutionTimeline(_message.Message):
         execution_id: _builtins.int = ...,
         state: _status_pb2.WorkUnitStatus.WorkUnitState.ValueType = ...,
         terminal: _builtins.bool = ...,
+        superseded: _builtins.bool = ...,
         changes: _abc.Iterable[Global___StateChange] | None = ...,
         segments: _abc.Iterable[Global___StateSegment] | None = ...,
         phases: Global___PhaseDurations | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["phases", b"phases"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["changes", b"changes", "execution_id", b"execution_id", "phases", b"phases", "segments", b"segments", "state", b"state", "terminal", b"terminal"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["changes", b"changes", "execution_id", b"execution_id", "phases", b"phases", "segments", b"segments", "state", b"state", "superseded", b"superseded", "terminal", b"terminal"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -6,12 +6,14 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from xmc.errors import InvalidArgumentError
 from xmc.model.states import WorkUnitState as S
 from xmc.model.timeline import (
     Change,
     Phase,
     elapsed,
     execution_timeline,
+    stuck_limit,
     work_unit_timeline,
 )
 
@@ -239,3 +241,14 @@ def test_no_changes_is_refused() -> None:
 )
 def test_elapsed_never_negative(start: float, end: float, expected: timedelta) -> None:
     assert elapsed(at(start), at(end)) == expected
+
+
+@pytest.mark.parametrize(
+    ("requested", "expected"), [(0, 10), (1, 1), (100, 100), (-1, None), (101, None)]
+)
+def test_stuck_limit(requested: int, expected: int | None) -> None:
+    if expected is None:
+        with pytest.raises(InvalidArgumentError, match="stuck_limit"):
+            stuck_limit(requested)
+    else:
+        assert stuck_limit(requested) == expected

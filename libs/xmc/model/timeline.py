@@ -17,9 +17,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from xmc.errors import InvalidArgumentError
 from xmc.model.states import EXECUTION_TERMINAL_STATES, WorkUnitState
 
 _ZERO = timedelta(0)
+
+#: The most stuck units one GetExperimentTimings lists, and how many when asked for 0.
+MAX_STUCK = 100
+DEFAULT_STUCK = 10
 
 ADMITTED_STATES: frozenset[WorkUnitState] = frozenset(
     {WorkUnitState.STARTING, WorkUnitState.RUNNING, WorkUnitState.PARTIALLY_FAILED}
@@ -199,3 +204,11 @@ def work_unit_timeline(
         )
         for i, eid in enumerate(eids)
     ]
+
+
+def stuck_limit(requested: int) -> int:
+    """How many stuck units to list: 0 means the default; out of range is refused, not
+    silently changed, so a caller asking for 1,000 learns it gets at most 100."""
+    if not 0 <= requested <= MAX_STUCK:
+        raise InvalidArgumentError(f"stuck_limit: must be between 0 and {MAX_STUCK}")
+    return requested or DEFAULT_STUCK

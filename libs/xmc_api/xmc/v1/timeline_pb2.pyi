@@ -67,7 +67,9 @@ class StateChange(_message.Message):
     from_state: _status_pb2.WorkUnitStatus.WorkUnitState.ValueType
     to_state: _status_pb2.WorkUnitStatus.WorkUnitState.ValueType
     writer: _builtins.str
-    """Who wrote it, e.g. "ess", "reconciler/jobset"."""
+    """Who wrote it: "ess" for intents, "ess/relay", an Actuator label, or for observations
+    the service identity and its label, e.g. "reconciler@xmc.internal/reconciler/jobset".
+    """
     @_builtins.property
     def time(self) -> _timestamp_pb2.Timestamp:
         """When the change happened, on its writer's clock."""

@@ -206,50 +206,69 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
-async def test_refusals(ess: Ess) -> None:
+async def test_a_cluster_clock_behind_the_ess_gives_zero_not_negative(ess: Ess) -> None:
+    """Created at T0 on the ESS's clock, observed RUNNING at T0 - 1 s on the cluster's:
+    the queue wait is clamped to zero, in the timeline (Python) and the timings (SQL)."""
+    experiment: Experiment = await ess.api.CreateExperiment(
+        api_pb2.CreateExperimentRequest(experiment=Experiment()), metadata=ALICE
+    )
+    operation = await ess.api.CreateWorkUnit(
+        api_pb2.CreateWorkUnitRequest(parent=experiment.name, work_unit=minimal_work_unit()),
+        metadata=ALICE,
+    )
+    unit = operation.name.split("/operations/")[0]
+    await observe(ess, unit, 1, S.RUNNING, -1)
+    await observe(ess, unit, 1, S.COMPLETED, 20)
     api = stub(ess)
-    await expect_error(
-        api.GetWorkUnitTimeline(
-            timeline_pb2.GetWorkUnitTimelineRequest(name="experiments/1/workUnits/1")
-        ),
-        grpc.StatusCode.UNAUTHENTICATED,
-        "missing bearer token",
+    timeline = await api.GetWorkUnitTimeline(
+        timeline_pb2.GetWorkUnitTimelineRequest(name=unit), metadata=ALICE
     )
-    await expect_error(
-        api.GetExperimentTimings(
-            timeline_pb2.GetExperimentTimingsRequest(name="experiments/1"),
-            metadata=(("authorization", "Bearer nope"),),
-        ),
-        grpc.StatusCode.UNAUTHENTICATED,
-        "",
+    (execution,) = timeline.executions
+    assert [seconds(g.duration) for g in execution.segments] == [0, 21, 0]
+    assert (seconds(execution.phases.queue_wait), seconds(execution.phases.run)) == (0, 21)
+    timings = await api.GetExperimentTimings(
+        timeline_pb2.GetExperimentTimingsRequest(name=experiment.name), metadata=ALICE
     )
-    await expect_error(
-        api.GetWorkUnitTimeline(
-            timeline_pb2.GetWorkUnitTimelineRequest(name="experiments/x"), metadata=ALICE
-        ),
-        grpc.StatusCode.INVALID_ARGUMENT,
-        "name",
-    )
-    await expect_error(
-        api.GetWorkUnitTimeline(
-            timeline_pb2.GetWorkUnitTimelineRequest(name="experiments/999999/workUnits/1"),
-            metadata=ALICE,
-        ),
-        grpc.StatusCode.NOT_FOUND,
-        "experiments/999999/workUnits/1",
-    )
-    await expect_error(
-        api.GetExperimentTimings(
-            timeline_pb2.GetExperimentTimingsRequest(name="experiments/999999"), metadata=ALICE
-        ),
-        grpc.StatusCode.NOT_FOUND,
-        "experiments/999999",
-    )
-    await expect_error(
-        api.GetExperimentTimings(
-            timeline_pb2.GetExperimentTimingsRequest(name="experiments/1", stuck_limit=101),
-            metadata=ALICE,
-        ),
-        grpc.StatusCode.INVALID_ARGUMENT,
-        "stuck_limit",
-    )
+    assert (seconds(timings.queue_wait.median), timings.queue_wait.count) == (0, 1)
+    assert seconds(timings.run.median) == 21
+
+
+NOBODY: tuple[tuple[str, str], ...] = ()
+NOPE = (("authorization", "Bearer nope"),)
+Timeline = timeline_pb2.GetWorkUnitTimelineRequest
+Timings = timeline_pb2.GetExperimentTimingsRequest
+
+
+@pytest.mark.parametrize(
+    ("request_", "caller", "code", "fragment"),
+    [
+        (Timeline(name="experiments/1/workUnits/1"), NOBODY, "UNAUTHENTICATED", "bearer token"),
+        (Timings(name="experiments/1"), NOPE, "UNAUTHENTICATED", ""),
+        (Timeline(name="experiments/x"), ALICE, "INVALID_ARGUMENT", "name"),
+        (Timings(name="experiments/1/workUnits/1"), ALICE, "INVALID_ARGUMENT", "name"),
+        (Timeline(name="experiments/999999/workUnits/1"), ALICE, "NOT_FOUND", "workUnits/1"),
+        (Timings(name="experiments/999999"), ALICE, "NOT_FOUND", "experiments/999999"),
+        (Timings(name="experiments/1", stuck_limit=101), ALICE, "INVALID_ARGUMENT", "stuck_limit"),
+        (Timings(name="experiments/1", stuck_limit=-1), ALICE, "INVALID_ARGUMENT", "stuck_limit"),
+    ],
+    ids=[
+        "no-token",
+        "bad-token",
+        "bad-unit-name",
+        "bad-experiment-name",
+        "no-unit",
+        "no-experiment",
+        "limit-too-high",
+        "limit-negative",
+    ],
+)
+async def test_refusals(
+    ess: Ess,
+    request_: Timeline | Timings,
+    caller: tuple[tuple[str, str], ...],
+    code: str,
+    fragment: str,
+) -> None:
+    api = stub(ess)
+    method = api.GetWorkUnitTimeline if isinstance(request_, Timeline) else api.GetExperimentTimings
+    await expect_error(method(request_, metadata=caller), grpc.StatusCode[code], fragment)

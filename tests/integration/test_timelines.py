@@ -233,6 +233,19 @@ async def test_a_cluster_clock_behind_the_ess_gives_zero_not_negative(ess: Ess) 
     assert seconds(timings.run.median) == 21
 
 
+async def test_timings_of_an_experiment_without_units(ess: Ess) -> None:
+    experiment: Experiment = await ess.api.CreateExperiment(
+        api_pb2.CreateExperimentRequest(experiment=Experiment()), metadata=ALICE
+    )
+    timings = await stub(ess).GetExperimentTimings(
+        timeline_pb2.GetExperimentTimingsRequest(name=experiment.name), metadata=ALICE
+    )
+    assert timings.work_units == 0
+    assert [timings.HasField(p) for p in ("queue_wait", "startup", "run")] == [True] * 3
+    assert timings.queue_wait == timeline_pb2.PhaseStatistics()  # count 0, no median
+    assert not timings.stuck
+
+
 NOBODY: tuple[tuple[str, str], ...] = ()
 NOPE = (("authorization", "Bearer nope"),)
 Timeline = timeline_pb2.GetWorkUnitTimelineRequest

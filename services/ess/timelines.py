@@ -54,6 +54,8 @@ def execution_message(execution: timeline.ExecutionTimeline) -> timeline_pb2.Exe
             preemptions=execution.phases.preemptions,
         ),
     )
+    for state, total in execution.state_totals().items():
+        message.state_totals.add(state=_state(state), duration=_duration(total))
     for change in execution.changes:
         item = message.changes.add(
             from_state=_state(change.old_state),

@@ -60,6 +60,11 @@ def _print_timeline(timeline: timeline_pb2.WorkUnitTimeline) -> None:
             for change, segment in zip(execution.changes, execution.segments, strict=True)
         ]
         click.echo(execution_summary(execution))
+        totals = (
+            f"{state_name(t.state)} {fmt_duration(t.duration.ToTimedelta())}"
+            for t in execution.state_totals
+        )
+        click.echo("  in each state: " + " · ".join(totals))
         print_table(None, ["time", "from", "to", "in state", "writer"], rows)
 
 

@@ -18,7 +18,11 @@ async def test_wu_timeline_prints_each_change_and_time_in_state(ess: Ess) -> Non
         "requeued 30s, 1 preemption(s)"
     ) in out
     assert "execution 2: RUNNING (live) · queue wait 10s · start-up 0s · run 1m30s (ongoing)" in out
-    lines = [line for line in out.splitlines() if "DESCHEDULING" in line]
+    assert (
+        "in each state: INITIALIZING 2s · SCHEDULING 33s · RUNNING 1m00s · DESCHEDULING 5s · "
+        "COMPLETED 0s"
+    ) in out
+    lines = [line for line in out.splitlines() if "│" in line and "DESCHEDULING" in line]
     # Into DESCHEDULING (5 s there), then out of it to SCHEDULING (25 s there).
     assert len(lines) == 2, out
     assert "RUNNING" in lines[0]

@@ -121,6 +121,13 @@ async def test_the_timeline_of_a_preempted_completed_and_restarted_unit(ess: Ess
         (S.RUNNING, 30, False),
         (S.COMPLETED, 0, False),
     ]
+    assert [(t.state, seconds(t.duration)) for t in first.state_totals] == [
+        (S.INITIALIZING, 2),
+        (S.SCHEDULING, 33),
+        (S.RUNNING, 60),
+        (S.DESCHEDULING, 5),
+        (S.COMPLETED, 0),
+    ]
     phases = first.phases
     assert (seconds(phases.queue_wait), seconds(phases.startup), seconds(phases.run)) == (
         10,

@@ -252,3 +252,14 @@ def test_stuck_limit(requested: int, expected: int | None) -> None:
             stuck_limit(requested)
     else:
         assert stuck_limit(requested) == expected
+
+
+def test_state_totals_sum_repeated_visits_in_order_of_first_visit() -> None:
+    timeline = execution_timeline(1, changes(*PREEMPTED), superseded_at=None, now=NOW)
+    assert list(timeline.state_totals().items()) == [
+        (S.INITIALIZING, s(1)),
+        (S.SCHEDULING, s(9 + 25)),
+        (S.RUNNING, s(30 + 30)),
+        (S.DESCHEDULING, s(5)),
+        (S.COMPLETED, s(0)),
+    ]

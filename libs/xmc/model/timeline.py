@@ -94,6 +94,13 @@ class ExecutionTimeline:
     def state(self) -> WorkUnitState:
         return self.changes[-1].new_state
 
+    def state_totals(self) -> dict[WorkUnitState, timedelta]:
+        """Time in each visited state, summed over its segments, in order of first visit."""
+        totals: dict[WorkUnitState, timedelta] = {}
+        for segment in self.segments:
+            totals[segment.state] = totals.get(segment.state, _ZERO) + segment.duration
+        return totals
+
 
 def elapsed(start: datetime, end: datetime) -> timedelta:
     """``end - start``, or zero when the two clocks behind them put ``end`` first."""

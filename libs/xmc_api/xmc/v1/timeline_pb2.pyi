@@ -218,6 +218,7 @@ class ExecutionTimeline(_message.Message):
     CHANGES_FIELD_NUMBER: _builtins.int
     SEGMENTS_FIELD_NUMBER: _builtins.int
     PHASES_FIELD_NUMBER: _builtins.int
+    STATE_TOTALS_FIELD_NUMBER: _builtins.int
     execution_id: _builtins.int
     state: _status_pb2.WorkUnitStatus.WorkUnitState.ValueType
     """The state the execution is in now (or ended in)."""
@@ -239,6 +240,12 @@ class ExecutionTimeline(_message.Message):
 
     @_builtins.property
     def phases(self) -> Global___PhaseDurations: ...
+    @_builtins.property
+    def state_totals(self) -> _containers.RepeatedCompositeFieldContainer[Global___StateTotal]:
+        """The time spent in each state the execution visited, summed over its segments, in the
+        order of first visit (a preempted execution is in SCHEDULING twice, counted once here).
+        """
+
     def __init__(
         self,
         *,
@@ -249,14 +256,38 @@ class ExecutionTimeline(_message.Message):
         changes: _abc.Iterable[Global___StateChange] | None = ...,
         segments: _abc.Iterable[Global___StateSegment] | None = ...,
         phases: Global___PhaseDurations | None = ...,
+        state_totals: _abc.Iterable[Global___StateTotal] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["phases", b"phases"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["changes", b"changes", "execution_id", b"execution_id", "phases", b"phases", "segments", b"segments", "state", b"state", "superseded", b"superseded", "terminal", b"terminal"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["changes", b"changes", "execution_id", b"execution_id", "phases", b"phases", "segments", b"segments", "state", b"state", "state_totals", b"state_totals", "superseded", b"superseded", "terminal", b"terminal"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ExecutionTimeline: _TypeAlias = ExecutionTimeline  # noqa: Y015
+
+@_typing.final
+class StateTotal(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATE_FIELD_NUMBER: _builtins.int
+    DURATION_FIELD_NUMBER: _builtins.int
+    state: _status_pb2.WorkUnitStatus.WorkUnitState.ValueType
+    @_builtins.property
+    def duration(self) -> _duration_pb2.Duration: ...
+    def __init__(
+        self,
+        *,
+        state: _status_pb2.WorkUnitStatus.WorkUnitState.ValueType = ...,
+        duration: _duration_pb2.Duration | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["duration", b"duration"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["duration", b"duration", "state", b"state"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StateTotal: _TypeAlias = StateTotal  # noqa: Y015
 
 @_typing.final
 class WorkUnitTimeline(_message.Message):

@@ -31,6 +31,7 @@ from ess.operations_service import OperationsService
 from ess.relay import OutboxRelay
 from ess.resume import ResumeWorker
 from ess.service import ExperimentStateService
+from ess.timelines import TimelineService
 from xmc.auth_settings import AuthSettings
 from xmc.errors import InvalidArgumentError
 from xmc.health import Check, probe
@@ -55,6 +56,7 @@ from xmc_api.internal.v1 import (
     scheduling_pb2,
     scheduling_pb2_grpc,
 )
+from xmc_api.xmc.v1 import timeline_pb2, timeline_pb2_grpc
 
 log = structlog.get_logger()
 
@@ -64,6 +66,7 @@ SERVICE_NAMES = (
     "google.longrunning.Operations",
     executions_pb2.DESCRIPTOR.services_by_name["WorkUnitExecutionService"].full_name,
     scheduling_pb2.DESCRIPTOR.services_by_name["SchedulingService"].full_name,
+    timeline_pb2.DESCRIPTOR.services_by_name["TimelineService"].full_name,
 )
 
 
@@ -190,6 +193,9 @@ class EssServer:
         )
         scheduling_pb2_grpc.add_SchedulingServiceServicer_to_server(
             SchedulingService(self.store, self.redis, names, clock=self.clock), server
+        )
+        timeline_pb2_grpc.add_TimelineServiceServicer_to_server(
+            TimelineService(self.store, clock=self.clock), server
         )
         health_servicer = self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

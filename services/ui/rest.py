@@ -1,7 +1,8 @@
 """The REST/JSON face of the ESS: every RPC with a ``google.api.http`` rule, at its path and
 verb, transcoded to gRPC on the dashboard's channel (docs/rest.md).
 
-Nothing here is written per RPC: the routes come from the service descriptor
+Nothing here is written per RPC: the routes come from the service descriptors (the
+published API and XMC's own services beside it, :data:`SERVICES`)
 (:mod:`ui.http_rules`), requests and responses go through the proto3 JSON mapping
 (:mod:`ui.transcode`), and the RPC is called by its method path with the descriptor's
 message classes. This module is the thin async shell: read the request, call, answer.
@@ -45,13 +46,21 @@ from ui.transcode import (
 # Imported for their descriptors: Operation.metadata and .response are Any values that
 # name these types, and MessageToDict resolves them in the default pool.
 from xmc_api.cloud.xmanager.v1 import api_pb2, operations_pb2, work_unit_pb2  # noqa: F401
+from xmc_api.xmc.v1 import timeline_pb2
 
 log = structlog.get_logger()
 
-#: The public API every REST route calls.
+#: The published API.
 ESS_SERVICE: Final[ServiceDescriptor] = api_pb2.DESCRIPTOR.services_by_name[
     "ExperimentStateService"
 ]
+#: XMC's own read API beside it (docs/timelines.md).
+TIMELINE_SERVICE: Final[ServiceDescriptor] = timeline_pb2.DESCRIPTOR.services_by_name[
+    "TimelineService"
+]
+#: Every service the REST face mounts; a path goes to the first route that matches, in
+#: this order, so the published API's routes come first.
+SERVICES: Final[tuple[ServiceDescriptor, ...]] = (ESS_SERVICE, TIMELINE_SERVICE)
 #: Seconds one transcoded RPC may take before the caller gets 504.
 DEFAULT_TIMEOUT: Final = 30.0
 #: Statuses of errors raised here rather than by the ESS (google.rpc names).
@@ -160,15 +169,20 @@ def _rpc_error(error: grpc.aio.AioRpcError) -> web.Response:
     )
 
 
+def routes_of(services: Sequence[ServiceDescriptor]) -> tuple[HttpRoute, ...]:
+    """The routes of every service, in service order."""
+    return tuple(route for service in services for route in routes_from_service(service))
+
+
 def rest_routes(
     channel: ChannelSource,
     *,
-    service: ServiceDescriptor = ESS_SERVICE,
+    services: Sequence[ServiceDescriptor] = SERVICES,
     timeout: float = DEFAULT_TIMEOUT,
 ) -> list[web.RouteDef]:
     """aiohttp routes that send every path under the rules' prefixes (``/v1/...``) here.
     ``channel`` may be a callable, for an app that opens its channel at startup."""
-    face = RestFace(routes_from_service(service), channel, timeout=timeout)
+    face = RestFace(routes_of(services), channel, timeout=timeout)
     return [
         web.route("*", f"{prefix}/{{tail:.*}}", face.handle)
         for prefix in path_prefixes(face.routes)
@@ -181,4 +195,4 @@ def add_rest_routes(app: web.Application, channel: grpc.aio.Channel) -> None:
 
 
 if __name__ == "__main__":  # the route table of docs/rest.md
-    print(rules_table(routes_from_service(ESS_SERVICE)), end="")
+    print(rules_table(routes_of(SERVICES)), end="")

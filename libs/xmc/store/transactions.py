@@ -104,6 +104,7 @@ from xmc.store.scheduling import (
     set_paused,
 )
 from xmc.store.status_messages import list_status_messages
+from xmc.store.timelines import PhaseStatistics, Timings, fetch_timings, fetch_unit_history
 from xmc.store.work_units import (
     WORK_UNIT_UPDATABLE,
     fetch_work_unit,
@@ -133,11 +134,13 @@ __all__ = [
     "OutboxStatus",
     "OutboxTask",
     "ParkedTask",
+    "PhaseStatistics",
     "Resolution",
     "SchedulingControl",
     "StateWrite",
     "Store",
     "TaskFacts",
+    "Timings",
     "UpdateOutcome",
     "check_every_published_now",
     "check_later",
@@ -159,6 +162,8 @@ __all__ = [
     "fetch_operation",
     "fetch_scheduling_control",
     "fetch_task_facts",
+    "fetch_timings",
+    "fetch_unit_history",
     "fetch_work_unit",
     "finish_task",
     "insert_artifact",

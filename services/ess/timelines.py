@@ -1,0 +1,131 @@
+"""``xmc.v1.TimelineService``: work unit timelines and experiment timings, read from the
+status history (docs/timelines.md). Behind the same interceptor as the public API: any
+authenticated caller may read, as with every other read of the ESS."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from google.protobuf.duration_pb2 import Duration
+
+from xmc.model import timeline
+from xmc.model.states import WorkUnitState
+from xmc.names import (
+    experiment_name,
+    parse_experiment_name,
+    parse_work_unit_name,
+    work_unit_name,
+)
+from xmc.store.transactions import PhaseStatistics, Store, fetch_timings, fetch_unit_history
+from xmc.timestamps import set_timestamp
+from xmc_api.cloud.xmanager.v1.status_pb2 import WorkUnitStatus
+from xmc_api.xmc.v1 import timeline_pb2, timeline_pb2_grpc
+
+
+def _state(state: WorkUnitState) -> WorkUnitStatus.WorkUnitState.ValueType:
+    return WorkUnitStatus.WorkUnitState.ValueType(state)
+
+
+def _duration(value: timedelta) -> Duration:
+    duration = Duration()
+    duration.FromTimedelta(value)
+    return duration
+
+
+def _phase_fields(name: str, phase: timeline.Phase | None) -> dict[str, Any]:
+    if phase is None:
+        return {}
+    return {name: _duration(phase.duration), f"{name}_ongoing": phase.ongoing}
+
+
+def execution_message(execution: timeline.ExecutionTimeline) -> timeline_pb2.ExecutionTimeline:
+    message = timeline_pb2.ExecutionTimeline(
+        execution_id=execution.eid,
+        state=_state(execution.state),
+        terminal=execution.terminal,
+        superseded=execution.superseded,
+        phases=timeline_pb2.PhaseDurations(
+            **_phase_fields("queue_wait", execution.phases.queue_wait),
+            **_phase_fields("startup", execution.phases.startup),
+            **_phase_fields("run", execution.phases.run),
+            requeue=_duration(execution.phases.requeue),
+            preemptions=execution.phases.preemptions,
+        ),
+    )
+    for state, total in execution.state_totals().items():
+        message.state_totals.add(state=_state(state), duration=_duration(total))
+    for change in execution.changes:
+        item = message.changes.add(
+            from_state=_state(change.old_state),
+            to_state=_state(change.new_state),
+            writer=change.writer,
+        )
+        set_timestamp(item.time, change.time)
+        set_timestamp(item.record_time, change.record_time)
+    for segment in execution.segments:
+        part = message.segments.add(
+            state=_state(segment.state),
+            duration=_duration(segment.duration),
+            ongoing=segment.ongoing,
+        )
+        set_timestamp(part.start_time, segment.start)
+        set_timestamp(part.end_time, segment.end)
+    return message
+
+
+def _statistics(stats: PhaseStatistics) -> timeline_pb2.PhaseStatistics:
+    message = timeline_pb2.PhaseStatistics(count=stats.count, ongoing=stats.ongoing)
+    if stats.median is not None and stats.p90 is not None:
+        message.median.CopyFrom(_duration(stats.median))
+        message.p90.CopyFrom(_duration(stats.p90))
+    return message
+
+
+class TimelineService(timeline_pb2_grpc.TimelineServiceServicer):
+    def __init__(self, store: Store, *, clock: Callable[[], datetime]) -> None:
+        self._store = store
+        self._clock = clock
+
+    async def GetWorkUnitTimeline(
+        self, request: timeline_pb2.GetWorkUnitTimelineRequest, context: Any
+    ) -> timeline_pb2.WorkUnitTimeline:
+        xid, wid = parse_work_unit_name(request.name)
+        async with self._store.connection() as conn:
+            history = await fetch_unit_history(conn, xid, wid)
+        now = self._clock()
+        response = timeline_pb2.WorkUnitTimeline(
+            name=work_unit_name(xid, wid),
+            executions=[
+                execution_message(e) for e in timeline.work_unit_timeline(history, now=now)
+            ],
+        )
+        set_timestamp(response.now, now)
+        return response
+
+    async def GetExperimentTimings(
+        self, request: timeline_pb2.GetExperimentTimingsRequest, context: Any
+    ) -> timeline_pb2.ExperimentTimings:
+        xid = parse_experiment_name(request.name)
+        limit = timeline.stuck_limit(request.stuck_limit)
+        now = self._clock()
+        async with self._store.connection() as conn:
+            timings = await fetch_timings(conn, xid, now=now, stuck=limit)
+        response = timeline_pb2.ExperimentTimings(
+            name=experiment_name(xid),
+            work_units=timings.work_units,
+            queue_wait=_statistics(timings.queue_wait),
+            startup=_statistics(timings.startup),
+            run=_statistics(timings.run),
+        )
+        for unit in timings.stuck:
+            item = response.stuck.add(
+                name=work_unit_name(xid, unit.wid),
+                execution_id=unit.eid,
+                state=_state(unit.state),
+                duration=_duration(timeline.elapsed(unit.since, now)),
+            )
+            set_timestamp(item.since, unit.since)
+        set_timestamp(response.now, now)
+        return response

@@ -47,7 +47,7 @@ _CASTS: dict[FieldKind, str] = {
 """Integers are bound as bigint so a large value is compared, not an asyncpg overflow on a
 smallint column."""
 
-NUMBER = re.compile(r"[+-]?(?:\d{1,60}(?:\.\d{0,60})?|\.\d{1,60})(?:[eE][+-]?\d{1,3})?")
+NUMBER = re.compile(r"[+-]?(?:[0-9]{1,60}(?:\.[0-9]{0,60})?|\.[0-9]{1,60})(?:[eE][+-]?[0-9]{1,3})?")
 """The text an arg value or a filter literal must be to count as a number. Migration 0005's
 ``xmc_arg_number`` tests the same pattern in SQL before it casts, so the cast never fails:
 bounded digits and exponent keep every match inside ``numeric``'s range, and ``NaN`` and

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from xmc.errors import InvalidArgumentError
@@ -64,17 +64,12 @@ into SQL as a string literal (so an index or plan can see it), which this charac
 makes safe: it cannot hold a quote or a backslash."""
 
 
-def arg_key_error(name: str, key: str) -> InvalidArgumentError:
-    return InvalidArgumentError(
-        f"field '{name}': key {key!r} is not allowed; keys are letters, digits and '_' "
-        f"(not leading with a digit), joined by '.', at most {MAX_ARG_KEY_LENGTH} characters"
-    )
-
-
-def resolve_field(name: str, fields: Mapping[str, FieldSpec]) -> FieldSpec | None:
+def resolve_field(
+    name: str, fields: Mapping[str, FieldSpec], error: Callable[[str], InvalidArgumentError]
+) -> FieldSpec | None:
     """The spec of ``name``: a catalogue entry, or ``map.key`` of an ``ARGS`` field (an
     ``ARG`` whose column reads that key); None when it names nothing. A key outside the
-    safe character set is ``INVALID_ARGUMENT`` naming it."""
+    safe character set is ``error(message)`` (the request field's prefix) naming it."""
     spec = fields.get(name)
     if spec is not None:
         return None if spec.kind is FieldKind.ARGS else spec
@@ -83,7 +78,10 @@ def resolve_field(name: str, fields: Mapping[str, FieldSpec]) -> FieldSpec | Non
     if not dot or parent is None or parent.kind is not FieldKind.ARGS:
         return None
     if len(key) > MAX_ARG_KEY_LENGTH or not _ARG_KEY.fullmatch(key):
-        raise arg_key_error(name, key)
+        raise error(
+            f"field '{name}': key {key!r} is not allowed; keys are letters, digits and '_' "
+            f"(not leading with a digit) joined by '.', at most {MAX_ARG_KEY_LENGTH} characters"
+        )
     return FieldSpec(f"({parent.column} ->> '{key}')", FieldKind.ARG, nullable=True)
 
 

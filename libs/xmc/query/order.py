@@ -38,7 +38,7 @@ def _parse_order_item(item: str, fields: Mapping[str, FieldSpec]) -> OrderKey:
         raise _order_error(f"expected 'field' or 'field desc', got {item.strip()!r}")
     name = words[0]
     sortable = describe_fields(fields, sortable_only=True)
-    spec = resolve_field(name, fields)
+    spec = resolve_field(name, fields, _order_error)
     if spec is None:
         raise _order_error(f"unknown field '{name}'; sortable: {sortable}")
     if not spec.sortable:
@@ -48,7 +48,7 @@ def _parse_order_item(item: str, fields: Mapping[str, FieldSpec]) -> OrderKey:
 
 def _spec(key: OrderKey, fields: Mapping[str, FieldSpec]) -> FieldSpec:
     """The spec of a key ``_parse_order_item`` accepted."""
-    spec = resolve_field(key.field, fields)
+    spec = resolve_field(key.field, fields, _order_error)
     assert spec is not None, f"order key {key.field!r} was validated"
     return spec
 

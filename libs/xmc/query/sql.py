@@ -181,7 +181,7 @@ def _compile_comparison(node: Comparison, spec: FieldSpec, params: Params) -> st
 
 
 def _lookup(name: str, fields: Mapping[str, FieldSpec]) -> FieldSpec:
-    spec = resolve_field(name, fields)
+    spec = resolve_field(name, fields, filter_error)
     if spec is None:
         raise filter_error(f"unknown field '{name}'; known: {describe_fields(fields)}")
     return spec

@@ -62,4 +62,5 @@ async def test_a_bad_arg_filter_is_reported_with_the_key(ess: Ess) -> None:
     parent = await sweep(ess, SWEEP[:1])
     result = await xmc(ess, "wu", "list", parent.rsplit("/", 1)[1], "--filter", "args.1x = 2")
     assert result.exit_code != 0
-    assert "INVALID_ARGUMENT" in result.output and "args.1x" in result.output
+    assert "INVALID_ARGUMENT" in result.output
+    assert "args.1x" in result.output

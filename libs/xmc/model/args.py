@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from xmc.model.states import WorkUnitState
-from xmc.query.sql import NUMBER
+from xmc.query.sql import is_number
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import ExecutableSpec, WorkUnit
 
 
@@ -118,8 +118,8 @@ def _sort_key(value: str | None) -> tuple[int, Decimal, str]:
 
 
 def arg_number(value: str) -> Decimal | None:
-    """The numeric reading of an arg value, as List reads it (``xmc.query.sql.NUMBER``)."""
-    return Decimal(value) if NUMBER.fullmatch(value) else None
+    """The numeric reading of an arg value, as List reads it (``xmc.query.sql.is_number``)."""
+    return Decimal(value) if is_number(value) else None
 
 
 def state_summary(states: Mapping[WorkUnitState, int], order: Sequence[WorkUnitState]) -> str:

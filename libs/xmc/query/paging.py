@@ -111,7 +111,7 @@ def _decode_number(text: str) -> Decimal:
         value = Decimal(text)
     except InvalidOperation:
         raise _token_error("malformed") from None
-    if not value.is_finite() or not -1100 < value.adjusted() < 1100:
+    if not value.is_finite() or not -1200 < value.adjusted() < 1200:
         raise _token_error("malformed")
     return value
 

@@ -6,13 +6,14 @@
 ALTER TABLE work_units ADD COLUMN args jsonb;
 
 -- The numeric reading of an arg value: NULL unless the text is a plain decimal number of
--- bounded size (xmc.query.sql.NUMBER, the same pattern), so the cast can never fail and a
+-- bounded size (xmc.query.sql.is_number, the same test), so the cast can never fail and a
 -- filter on a value that is not a number is false, never an error. A SQL function the
--- planner inlines: it costs what the expression costs.
+-- planner inlines (not STRICT, which would stop that): it costs what the expression costs.
 CREATE FUNCTION xmc_arg_number(value text) RETURNS numeric
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     RETURN CASE
-        WHEN value ~ '^[+-]?([0-9]{1,60}(\.[0-9]{0,60})?|\.[0-9]{1,60})([eE][+-]?[0-9]{1,3})?$'
+        WHEN length(value) <= 120
+             AND value ~ '^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]{1,3})?$'
         THEN value::numeric
     END;
 

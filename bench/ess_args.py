@@ -44,13 +44,13 @@ from bench.ess_rpc import (
     T0,
     Recorder,
     free_port,
+    page_requests,
     start_ess,
     timed,
 )
 from bench.workloads import work_unit
 
 from tests.stack import create_database, drop_database
-from xmc.names import experiment_name
 from xmc.store.arg_stats import arg_spreads
 from xmc.store.backfill import backfill_args, backfill_wire
 from xmc.store.experiments import insert_experiment
@@ -112,24 +112,6 @@ async def record_walk(conn: Any, xid: int, filter_text: str, order_by: str) -> l
             return selects
 
 
-async def requests_of(
-    channel: grpc.aio.Channel, xid: int, filter_text: str, order_by: str
-) -> list[bytes]:
-    """Every page's request, tokens included, so a timed walk sends prepared bytes."""
-    call = channel.unary_unary(LIST_METHOD)
-    requests, token = [], ""
-    while True:
-        request = api_pb2.ListWorkUnitsRequest(
-            parent=experiment_name(xid), page_size=PAGE, page_token=token,
-            filter=filter_text, order_by=order_by,
-        ).SerializeToString()  # fmt: skip
-        requests.append(request)
-        response = api_pb2.ListWorkUnitsResponse.FromString(await call(request, metadata=METADATA))
-        token = response.next_page_token
-        if not token:
-            return requests
-
-
 async def walk(
     conn: Any, channel: grpc.aio.Channel, selects: list[Any], requests: list[bytes]
 ) -> tuple[float, float, int]:
@@ -164,7 +146,7 @@ async def main() -> None:
         prepared = {
             name: (
                 await record_walk(conn, xid, *listing),
-                await requests_of(channel, xid, *listing),
+                await page_requests(channel, xid, *listing),
             )
             for name, listing in LISTINGS.items()
         }

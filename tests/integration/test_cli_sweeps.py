@@ -4,8 +4,9 @@ and ``--group-by``, against a real ESS over gRPC."""
 from __future__ import annotations
 
 from tests.integration.ess_harness import Ess
+from tests.integration.sweep_args import SWEEP
 from tests.integration.test_cli import xmc, xmc_json
-from tests.integration.test_ess_args import SWEEP, sweep
+from tests.integration.test_ess_args import sweep
 
 
 def table_lines(output: str) -> list[str]:

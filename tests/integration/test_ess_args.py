@@ -9,19 +9,11 @@ import grpc
 import pytest
 
 from tests.integration.ess_harness import Ess, metadata
-from tests.integration.support import minimal_work_unit
+from tests.integration.sweep_args import SWEEP, unit_with_args
 from xmc_api.cloud.xmanager.v1 import api_pb2
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
 
 ALICE = metadata("alice")
-SWEEP = [
-    {"lr": "0.1", "opt": "adam", "layers": "4"},
-    {"lr": "0.01", "opt": "sgd", "layers": "12"},
-    {"lr": "0.001", "opt": "adam", "layers": "4"},
-    {"lr": "1e-1", "opt": "adam", "layers": "8"},
-    {"lr": "auto", "opt": "sgd", "layers": "2"},
-    {"opt": "adam", "layers": "4"},
-]
 Listing = Callable[[api_pb2.ListWorkUnitsRequest], Awaitable[api_pb2.ListWorkUnitsResponse]]
 
 
@@ -30,10 +22,8 @@ async def sweep(ess: Ess, units: list[dict[str, str]]) -> str:
         api_pb2.CreateExperimentRequest(experiment=Experiment(title="sweep")), metadata=ALICE
     )
     for args in units:
-        work_unit = minimal_work_unit()
-        work_unit.executable.jobset.jobs[0].spec.args.update(args)
         await ess.api.CreateWorkUnit(
-            api_pb2.CreateWorkUnitRequest(parent=experiment.name, work_unit=work_unit),
+            api_pb2.CreateWorkUnitRequest(parent=experiment.name, work_unit=unit_with_args(args)),
             metadata=ALICE,
         )
     return str(experiment.name)

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from tests.integration.support import minimal_work_unit
+from tests.integration.sweep_args import SWEEP, unit_with_args
 from xmc.errors import InvalidArgumentError
 from xmc.model.args import KeySpread
 from xmc.query.sql import is_number
@@ -20,18 +21,8 @@ from xmc.store.transactions import arg_key_order, arg_spreads
 from xmc.store.work_units import list_work_units, select_work_unit_ids
 from xmc_api.cloud.xmanager.v1 import api_pb2
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
-from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 
 WRITER = "test"
-
-
-def unit_with_args(args: dict[str, str], sidecar: dict[str, str] | None = None) -> WorkUnit:
-    work_unit = minimal_work_unit()
-    job = work_unit.executable.jobset.jobs[0]
-    job.spec.args.update(args)
-    if sidecar is not None:
-        job.sidecars.add(name="side").args.update(sidecar)
-    return work_unit
 
 
 async def new_experiment(store: Store) -> int:
@@ -95,16 +86,6 @@ async def test_postgres_reads_numbers_exactly_as_the_compiler_does(store: Store)
         )
     got = {r["v"]: r["n"] is not None for r in rows}
     assert got == {v: is_number(v) for v in NUMBER_CASES}
-
-
-SWEEP = [
-    {"lr": "0.1", "opt": "adam", "layers": "4"},
-    {"lr": "0.01", "opt": "sgd", "layers": "12"},
-    {"lr": "0.001", "opt": "adam", "layers": "4"},
-    {"lr": "1e-1", "opt": "adam", "layers": "8"},
-    {"lr": "auto", "opt": "sgd", "layers": "2"},
-    {"opt": "adam", "layers": "4"},
-]
 
 
 @pytest.mark.parametrize(

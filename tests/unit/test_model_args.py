@@ -9,6 +9,7 @@ import pytest
 from xmc.model.args import (
     ArgGroup,
     KeySpread,
+    arg_numbers_json,
     group_by_arg,
     key_spreads,
     state_summary,
@@ -59,6 +60,20 @@ def unit(
 )  # fmt: skip
 def test_work_unit_args(work_unit: WorkUnit, expected: Args) -> None:
     assert work_unit_args(work_unit) == expected
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        ({}, "{}"),
+        ({"opt": "adam", "lr": "0.01"}, '{"lr": 0.01}'),
+        ({"a": "+4", "b": ".5", "c": "007", "d": "5.", "e": "1e999", "f": "-0", "g": "1E-3"},
+         '{"a": 4, "b": 0.5, "c": 7, "d": 5, "e": 1E+999, "f": -0, "g": 0.001}'),
+        ({"x": "NaN", "y": "inf", "z": "1e1000", 'q"': "1"}, '{"q\\"": 1}'),
+    ],
+)  # fmt: skip
+def test_arg_numbers_json(args: Args, expected: str) -> None:
+    assert arg_numbers_json(args) == expected
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ keys tell a sweep's units apart (docs/decisions/0035-args-are-filterable.md).
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,6 +41,15 @@ def work_unit_args(work_unit: WorkUnit) -> dict[str, str]:
         for key, value in spec.args.items():
             merged.setdefault(key, value)
     return dict(sorted(merged.items()))
+
+
+def arg_numbers_json(args: Mapping[str, str]) -> str:
+    """The ``arg_numbers`` column (migration 0005): the values that are numbers, as JSON
+    numbers. ``Decimal`` spells each one as JSON accepts it (``+4`` → ``4``, ``.5`` →
+    ``0.5``, ``007`` → ``7``, ``1e999`` → ``1E+999``); Postgres keeps it as ``numeric``."""
+    numbers = ((key, arg_number(value)) for key, value in args.items())
+    members = ", ".join(f"{json.dumps(k)}: {n}" for k, n in numbers if n is not None)
+    return f"{{{members}}}"
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,9 @@ class FieldSpec:
     enum: type[enum.IntEnum] | None = None
     sortable: bool = True
     nullable: bool = False
+    #: ``ARGS``: the ``jsonb`` column of the map's numeric readings (``{"lr": 0.01}``);
+    #: ``ARG``: the SQL of its key's numeric reading (NULL when the value is no number).
+    numbers: str = ""
 
 
 MAX_ARG_KEY_LENGTH = 64
@@ -82,7 +85,12 @@ def resolve_field(
             f"field '{name}': key {key!r} is not allowed; keys are letters, digits and '_' "
             f"(not leading with a digit) joined by '.', at most {MAX_ARG_KEY_LENGTH} characters"
         )
-    return FieldSpec(f"({parent.column} ->> '{key}')", FieldKind.ARG, nullable=True)
+    return FieldSpec(
+        f"({parent.column} ->> '{key}')",
+        FieldKind.ARG,
+        nullable=True,
+        numbers=f"(({parent.numbers} ->> '{key}')::numeric)",
+    )
 
 
 def describe_fields(fields: Mapping[str, FieldSpec], *, sortable_only: bool = False) -> str:

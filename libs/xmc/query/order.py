@@ -17,7 +17,6 @@ from xmc.query.fields import (
     describe_fields,
     resolve_field,
 )
-from xmc.query.sql import ARG_NUMBER_SQL
 
 
 @dataclass(frozen=True)
@@ -102,9 +101,8 @@ def key_columns(spec: FieldSpec, descending: bool) -> tuple[SortColumn, ...]:
     its text, so numbers come in numeric order (2 before 10), then the values that are not
     numbers in text order, then units without the key (NULL is greatest in both)."""
     if spec.kind is FieldKind.ARG:
-        number = ARG_NUMBER_SQL.format(c=spec.column)
         return (
-            SortColumn(number, descending, FieldKind.NUMBER, nullable=True),
+            SortColumn(spec.numbers, descending, FieldKind.NUMBER, nullable=True),
             SortColumn(spec.column, descending, FieldKind.STRING, nullable=True),
         )
     return (SortColumn(spec.column, descending, spec.kind, spec.nullable),)

@@ -102,7 +102,7 @@ def _decode_value(raw: Any, column: SortColumn) -> Any:
 
 
 def _decode_number(text: str) -> Decimal:
-    """A token's numeric sort value: only what ``xmc_arg_number`` can return (a finite
+    """A token's numeric sort value: only what an arg's numeric reading can be (a finite
     ``numeric`` of the arg pattern's size), so Postgres is never handed NaN or a huge
     exponent."""
     if len(text) > 200:

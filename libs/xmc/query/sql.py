@@ -50,18 +50,14 @@ smallint column."""
 MAX_NUMBER_LENGTH = 120
 NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]{1,3})?")
 """With ``MAX_NUMBER_LENGTH``, the text an arg value or a filter literal must be to count as
-a number (``is_number``). Migration 0005's ``xmc_arg_number`` tests the same in SQL before
-it casts, so the cast never fails: the length and exponent bounds keep every match far
-inside ``numeric``'s range, and ``NaN`` and ``Infinity`` are text. (Bounded repetitions
-such as ``[0-9]{1,60}`` would say the same but make Postgres' regex engine ~3x slower.)"""
+a number (``is_number``); such values are also stored as numbers (``arg_numbers``,
+migration 0005). The length and exponent bounds keep every one far inside ``numeric``'s
+range, and ``NaN`` and ``Infinity`` are text."""
 
 
 def is_number(text: str) -> bool:
     return len(text) <= MAX_NUMBER_LENGTH and NUMBER.fullmatch(text) is not None
 
-
-ARG_NUMBER_SQL = "xmc_arg_number({c})"
-"""An arg's numeric reading: NULL when ``is_number`` is false for its text."""
 
 _RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:[Zz]|[+-]\d{2}:\d{2})")
 _INTEGER = re.compile(r"[+-]?\d{1,19}")
@@ -136,12 +132,12 @@ def _like_escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
-def _compile_arg(node: Comparison, column: str, params: Params) -> str:
+def _compile_arg(node: Comparison, spec: FieldSpec, params: Params) -> str:
     """One key of an args map: a number literal (unquoted, ``is_number``) compares with the
     values that read as numbers, numerically; any other literal compares as text. A unit
     without the key, or with a value that is not a number under a numeric comparison,
     matches neither ``args.k > x`` nor ``NOT args.k > x`` (SQL NULL). ``:`` is equality."""
-    op = node.op
+    column, op = spec.column, node.op
     if node.wildcard and op is Op.HAS and node.value == "":
         return f"{column} IS NOT NULL"
     if node.wildcard:
@@ -155,14 +151,14 @@ def _compile_arg(node: Comparison, column: str, params: Params) -> str:
     sql_op = "=" if op is Op.HAS else op.value
     if not node.quoted and is_number(node.value):
         number = params.add(Decimal(node.value), FieldKind.NUMBER)
-        return f"{ARG_NUMBER_SQL.format(c=column)} {sql_op} {number}"
+        return f"{spec.numbers} {sql_op} {number}"
     return f"{column} {sql_op} {params.add(node.value, FieldKind.STRING)}"
 
 
 def _compile_comparison(node: Comparison, spec: FieldSpec, params: Params) -> str:
     column, kind, op = spec.column, spec.kind, node.op
     if kind is FieldKind.ARG:
-        return _compile_arg(node, column, params)
+        return _compile_arg(node, spec, params)
     if node.wildcard and op is Op.HAS and node.value == "":
         return _PRESENCE_SQL.get(kind, "{c} IS NOT NULL").format(c=column)
     if op not in _ALLOWED_OPS[kind]:

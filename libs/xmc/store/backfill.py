@@ -22,7 +22,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from xmc.model.args import work_unit_args
+from xmc.model.args import arg_numbers_json, work_unit_args
 from xmc.store.connection import Connection, Record
 from xmc.store.work_units import WORK_UNIT_COLUMNS, wire_parts
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
@@ -50,8 +50,8 @@ _SELECT_ARGS = """
     FOR UPDATE"""
 
 _UPDATE_ARGS = """
-    UPDATE work_units AS w SET args = u.args
-    FROM unnest($1::bigint[], $2::bigint[], $3::jsonb[]) AS u(xid, wid, args)
+    UPDATE work_units AS w SET args = u.args, arg_numbers = u.numbers
+    FROM unnest($1::bigint[], $2::bigint[], $3::jsonb[], $4::jsonb[]) AS u(xid, wid, args, numbers)
     WHERE w.xid = u.xid AND w.wid = u.wid"""
 
 
@@ -82,8 +82,8 @@ def _wire_columns(rows: Sequence[Record]) -> list[list[Any]]:
 
 
 def _args_columns(rows: Sequence[Record]) -> list[list[Any]]:
-    docs = [WorkUnit.FromString(row["doc"] or b"") for row in rows]
-    return [[json.dumps(work_unit_args(doc)) for doc in docs]]
+    args = [work_unit_args(WorkUnit.FromString(row["doc"] or b"")) for row in rows]
+    return [[json.dumps(a) for a in args], [arg_numbers_json(a) for a in args]]
 
 
 async def backfill_wire(conn: Connection, *, batch: int = BATCH) -> int:
@@ -92,5 +92,5 @@ async def backfill_wire(conn: Connection, *, batch: int = BATCH) -> int:
 
 
 async def backfill_args(conn: Connection, *, batch: int = BATCH) -> int:
-    """Store ``args`` where it is missing, from the stored executable (``doc``)."""
+    """Store ``args`` and ``arg_numbers`` where missing, from the stored executable."""
     return await _walk(conn, _SELECT_ARGS, _UPDATE_ARGS, _args_columns, batch)

@@ -87,16 +87,13 @@ async def test_values_that_are_numbers_are_stored_as_numbers(store: Store) -> No
     args = {f"k{i}": value for i, value in enumerate(NUMBER_CASES)}
     await create_units(store, xid, [args])
     async with store.connection() as conn:
-        row = await conn.fetchrow(
-            "SELECT arg_numbers FROM work_units WHERE xid = $1 AND wid = 1", xid
+        rows = await conn.fetch(
+            """SELECT n.key, (n.value #>> '{}')::numeric AS n
+               FROM work_units w, jsonb_each(w.arg_numbers) AS n
+               WHERE w.xid = $1 AND w.wid = 1""",
+            xid,
         )
-        numbers = {
-            r["key"]: r["n"]
-            for r in await conn.fetch(
-                "SELECT key, (value #>> '{}')::numeric AS n FROM jsonb_each($1::jsonb)",
-                row["arg_numbers"],
-            )
-        }
+    numbers = {r["key"]: r["n"] for r in rows}
     assert numbers == {k: Decimal(v) for k, v in args.items() if is_number(v)}
 
 

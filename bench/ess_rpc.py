@@ -242,13 +242,19 @@ async def measure_updates(
     return items / clocks.ess, items / clocks.raw, items / floor
 
 
-async def page_requests(channel: grpc.aio.Channel, xid: int) -> list[bytes]:
+async def page_requests(
+    channel: grpc.aio.Channel, xid: int, filter_text: str = "", order_by: str = ""
+) -> list[bytes]:
     """Every page's request, tokens included, so the timed walk sends prepared bytes."""
     call = channel.unary_unary(LIST_METHOD)
     requests, token = [], ""
     while True:
         request = api_pb2.ListWorkUnitsRequest(
-            parent=experiment_name(xid), page_size=PAGE, page_token=token
+            parent=experiment_name(xid),
+            page_size=PAGE,
+            page_token=token,
+            filter=filter_text,
+            order_by=order_by,
         ).SerializeToString()
         requests.append(request)
         response = api_pb2.ListWorkUnitsResponse.FromString(await call(request, metadata=METADATA))

@@ -187,10 +187,12 @@ def list_all(client: Client, method: Any, request: Any, field: str) -> list[Any]
             return found
 
 
-def list_work_units(client: Client, parent: str, filter_: str = "") -> list[WorkUnit]:
+def list_work_units(
+    client: Client, parent: str, filter_: str = "", order_by: str = ""
+) -> list[WorkUnit]:
     return list_all(
         client,
         client.api.ListWorkUnits,
-        api_pb2.ListWorkUnitsRequest(parent=parent, filter=filter_),
+        api_pb2.ListWorkUnitsRequest(parent=parent, filter=filter_, order_by=order_by),
         "work_units",
     )

@@ -11,6 +11,7 @@ import grpc
 from google.longrunning import operations_proto_pb2
 from rich.table import Table
 
+from xmc.model.args import work_unit_args
 from xmc_api.cloud.xmanager.v1 import api_pb2
 from xmc_api.cloud.xmanager.v1.operations_pb2 import OperationMetadata
 from xmc_api.cloud.xmanager.v1.status_message_pb2 import StatusMessage
@@ -39,6 +40,14 @@ from .specs import (
     UnitOptions,
     build_work_unit,
     read_document,
+)
+from .sweeps import (
+    DEFAULT_ARG_COLUMNS,
+    arg_columns,
+    group_dicts,
+    group_rows,
+    groups_of,
+    parse_arg_list,
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -164,15 +173,40 @@ def work_units_table(title: str, units: list[WorkUnit]) -> Table:
 
 @wu.command("list")
 @click.argument("experiment")
-@click.option("--filter", "filter_", default="", help="AIP-160 filter.")
+@click.option("--filter", "filter_", default="", help='AIP-160 filter, e.g. "args.lr > 0.01".')
+@click.option("--order-by", default="", help='AIP-132 order, e.g. "args.lr desc, wid".')
+@click.option(
+    "--args",
+    "arg_keys",
+    help="Arg columns to show, e.g. lr,batch_size [default: the args that vary, up to "
+    f"{DEFAULT_ARG_COLUMNS}, most distinct values first].",
+)
+@click.option("--group-by", help="Count the units per value of this arg, by state.")
 @pass_client
-def wu_list(client: Client, experiment: str, filter_: str) -> None:
-    """List the work units of EXPERIMENT."""
-    units = list_work_units(client, experiment_name(experiment), filter_)
-    client.show(
-        [to_dict(w) for w in units],
-        lambda: print_table(None, WU_COLUMNS, [work_unit_row(w) for w in units]),
-    )
+def wu_list(
+    client: Client,
+    experiment: str,
+    filter_: str,
+    order_by: str,
+    arg_keys: str | None,
+    group_by: str | None,
+) -> None:
+    """List the work units of EXPERIMENT, with the args that tell them apart."""
+    units = list_work_units(client, experiment_name(experiment), filter_, order_by)
+    if group_by is not None:
+        groups = groups_of(units, group_by)
+        client.show(
+            group_dicts(group_by, groups),
+            lambda: print_table(None, [group_by, "units", "states"], group_rows(groups)),
+        )
+        return
+    units_args = [work_unit_args(w) for w in units]
+    keys = arg_columns(units_args, parse_arg_list(arg_keys))
+    rows = [
+        work_unit_row(w) + [args.get(k, "") for k in keys]
+        for w, args in zip(units, units_args, strict=True)
+    ]
+    client.show([to_dict(w) for w in units], lambda: print_table(None, WU_COLUMNS + keys, rows))
 
 
 @wu.command("get")

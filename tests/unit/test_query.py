@@ -55,8 +55,8 @@ DEFAULT_ORDER = (OrderKey("create_time", descending=True),)
 T0 = datetime(2024, 1, 2, 3, 4, 5, tzinfo=UTC)
 
 
-def c(field: str, op: str, value: str, wildcard: bool = False) -> Comparison:
-    return Comparison(field, Op(op), value, wildcard)
+def c(field: str, op: str, value: str, wildcard: bool = False, quoted: bool = False) -> Comparison:
+    return Comparison(field, Op(op), value, wildcard, quoted)
 
 
 def build(
@@ -153,17 +153,27 @@ def raw_token(payload: Any) -> str:
             id="NOT applies to one term only",
         ),
         pytest.param("NOT(a=1)", Not(c("a", "=", "1")), id="NOT directly before a parenthesis"),
-        pytest.param('t = "a b"', c("t", "=", "a b"), id="double-quoted value keeps spaces"),
-        pytest.param("t = 'a b'", c("t", "=", "a b"), id="single-quoted value"),
-        pytest.param('t = "it\'s"', c("t", "=", "it's"), id="other quote inside a string"),
         pytest.param(
-            r't = "say \"hi\"\n\t\\"', c("t", "=", 'say "hi"\n\t\\'), id="backslash escapes"
+            't = "a b"', c("t", "=", "a b", quoted=True), id="double-quoted value keeps spaces"
         ),
-        pytest.param(r"t = 'it\'s'", c("t", "=", "it's"), id="escaped single quote"),
-        pytest.param('t = ""', c("t", "=", ""), id="empty string"),
-        pytest.param('t = "AND"', c("t", "=", "AND"), id="keyword inside quotes is a value"),
+        pytest.param("t = 'a b'", c("t", "=", "a b", quoted=True), id="single-quoted value"),
+        pytest.param(
+            't = "it\'s"', c("t", "=", "it's", quoted=True), id="other quote inside a string"
+        ),
+        pytest.param(
+            r't = "say \"hi\"\n\t\\"',
+            c("t", "=", 'say "hi"\n\t\\', quoted=True),
+            id="backslash escapes",
+        ),
+        pytest.param(r"t = 'it\'s'", c("t", "=", "it's", quoted=True), id="escaped single quote"),
+        pytest.param('t = ""', c("t", "=", "", quoted=True), id="empty string"),
+        pytest.param(
+            't = "AND"', c("t", "=", "AND", quoted=True), id="keyword inside quotes is a value"
+        ),
         pytest.param("t = AND", c("t", "=", "AND"), id="a keyword after a comparator is a value"),
-        pytest.param('t="héllo wörld"', c("t", "=", "héllo wörld"), id="non-ascii value"),
+        pytest.param(
+            't="héllo wörld"', c("t", "=", "héllo wörld", quoted=True), id="non-ascii value"
+        ),
         pytest.param("p > -3", c("p", ">", "-3"), id="negative number"),
         pytest.param(
             "create_time > 2024-01-02T03:04:05+02:00",
@@ -176,8 +186,12 @@ def raw_token(payload: Any) -> str:
             id="bare value stops at a closing parenthesis",
         ),
         pytest.param("t = foo*", c("t", "=", "foo", wildcard=True), id="bare trailing star"),
-        pytest.param('t = "foo*"', c("t", "=", "foo", wildcard=True), id="quoted trailing star"),
-        pytest.param(r't = "foo\*"', c("t", "=", "foo*"), id="escaped star is literal"),
+        pytest.param(
+            't = "foo*"', c("t", "=", "foo", wildcard=True, quoted=True), id="quoted trailing star"
+        ),
+        pytest.param(
+            r't = "foo\*"', c("t", "=", "foo*", quoted=True), id="escaped star is literal"
+        ),
         pytest.param("t = a*b", c("t", "=", "a*b"), id="inner star is literal"),
         pytest.param("tags:*", c("tags", ":", "", wildcard=True), id="presence test"),
     ],

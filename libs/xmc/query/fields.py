@@ -2,12 +2,20 @@
 
 A resource's ``Mapping[str, FieldSpec]`` says which names a filter or order_by may use and
 how each one's values are written and compared; every other module of the package reads it.
+
+A field of kind ``ARGS`` is a map (a ``jsonb`` object of text values): it is not named
+itself but through its keys, ``args.lr``, which ``resolve_field`` turns into a field of
+kind ``ARG`` (docs/decisions/0035-args-are-filterable.md).
 """
 
 from __future__ import annotations
 
 import enum
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+
+from xmc.errors import InvalidArgumentError
 
 MAX_FILTER_LENGTH = 2000
 MAX_FILTER_DEPTH = 32
@@ -25,6 +33,12 @@ class FieldKind(enum.Enum):
     TIMESTAMP = "timestamp"
     STRING_LIST = "string_list"
     BOOL = "bool"
+    #: A map of text values (``jsonb``), named by its keys only: ``args.lr``.
+    ARGS = "args"
+    #: One key of an ``ARGS`` map: text, compared as a number against a number literal.
+    ARG = "arg"
+    #: A ``numeric`` sort column (the numeric reading of an ``ARG``); never a field itself.
+    NUMBER = "number"
 
 
 @dataclass(frozen=True)
@@ -41,3 +55,49 @@ class FieldSpec:
     enum: type[enum.IntEnum] | None = None
     sortable: bool = True
     nullable: bool = False
+    #: ``ARGS``: the ``jsonb`` column of the map's numeric readings (``{"lr": 0.01}``);
+    #: ``ARG``: the SQL of its key's numeric reading (NULL when the value is no number).
+    numbers: str = ""
+
+
+MAX_ARG_KEY_LENGTH = 64
+_ARG_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+"""The keys a filter or order_by may name: identifiers joined by dots. The key is spliced
+into SQL as a string literal (so an index or plan can see it), which this character set
+makes safe: it cannot hold a quote or a backslash."""
+
+
+def resolve_field(
+    name: str, fields: Mapping[str, FieldSpec], error: Callable[[str], InvalidArgumentError]
+) -> FieldSpec | None:
+    """The spec of ``name``: a catalogue entry, or ``map.key`` of an ``ARGS`` field (an
+    ``ARG`` whose column reads that key); None when it names nothing. A key outside the
+    safe character set is ``error(message)`` (the request field's prefix) naming it."""
+    spec = fields.get(name)
+    if spec is not None:
+        return None if spec.kind is FieldKind.ARGS else spec
+    prefix, dot, key = name.partition(".")
+    parent = fields.get(prefix)
+    if not dot or parent is None or parent.kind is not FieldKind.ARGS:
+        return None
+    if len(key) > MAX_ARG_KEY_LENGTH or not _ARG_KEY.fullmatch(key):
+        raise error(
+            f"field '{name}': key {key!r} is not allowed; keys are letters, digits and '_' "
+            f"(not leading with a digit) joined by '.', at most {MAX_ARG_KEY_LENGTH} characters"
+        )
+    return FieldSpec(
+        f"({parent.column} ->> '{key}')",
+        FieldKind.ARG,
+        nullable=True,
+        numbers=f"(({parent.numbers} ->> '{key}')::numeric)",
+    )
+
+
+def describe_fields(fields: Mapping[str, FieldSpec], *, sortable_only: bool = False) -> str:
+    """The names a request may use, for error messages (``args.<key>`` for a map)."""
+    names = (
+        f"{name}.<key>" if spec.kind is FieldKind.ARGS else name
+        for name, spec in fields.items()
+        if spec.sortable or not sortable_only
+    )
+    return ", ".join(sorted(names))

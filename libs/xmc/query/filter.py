@@ -29,12 +29,14 @@ class Op(enum.Enum):
 @dataclass(frozen=True)
 class Comparison:
     """``field op value``; ``wildcard`` is True when the value ended in an unescaped ``*``
-    (which is then not part of ``value``)."""
+    (which is then not part of ``value``); ``quoted`` when the value was a string literal,
+    which makes ``args.seed = "7"`` a text comparison where ``args.seed = 7`` is numeric."""
 
     field: str
     op: Op
     value: str
     wildcard: bool = False
+    quoted: bool = False
 
 
 @dataclass(frozen=True)
@@ -274,7 +276,8 @@ class _Parser:
                 f"expected a comparison operator after {name.text!r} at position {comparator.pos}"
             )
         value = self._next()  # the tokenizer guarantees a VALUE after a CMP
-        return Comparison(name.text, Op(comparator.value), value.value, value.wildcard)
+        quoted = value.text[:1] in ("'", '"')
+        return Comparison(name.text, Op(comparator.value), value.value, value.wildcard, quoted)
 
 
 def parse_filter(text: str) -> Node | None:

@@ -10,7 +10,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from xmc.errors import InvalidArgumentError
-from xmc.query.fields import MAX_ORDER_BY_LENGTH, FieldKind, FieldSpec
+from xmc.query.fields import (
+    MAX_ORDER_BY_LENGTH,
+    FieldKind,
+    FieldSpec,
+    describe_fields,
+    resolve_field,
+)
 
 
 @dataclass(frozen=True)
@@ -30,12 +36,20 @@ def _parse_order_item(item: str, fields: Mapping[str, FieldSpec]) -> OrderKey:
     if len(words) > 2 or (len(words) == 2 and words[1].lower() not in ("asc", "desc")):
         raise _order_error(f"expected 'field' or 'field desc', got {item.strip()!r}")
     name = words[0]
-    sortable = ", ".join(sorted(n for n, s in fields.items() if s.sortable))
-    if name not in fields:
+    sortable = describe_fields(fields, sortable_only=True)
+    spec = resolve_field(name, fields, _order_error)
+    if spec is None:
         raise _order_error(f"unknown field '{name}'; sortable: {sortable}")
-    if not fields[name].sortable:
+    if not spec.sortable:
         raise _order_error(f"field '{name}' cannot be sorted on; sortable: {sortable}")
     return OrderKey(name, descending=len(words) == 2 and words[1].lower() == "desc")
+
+
+def _spec(key: OrderKey, fields: Mapping[str, FieldSpec]) -> FieldSpec:
+    """The spec of a key ``_parse_order_item`` accepted."""
+    spec = resolve_field(key.field, fields, _order_error)
+    assert spec is not None, f"order key {key.field!r} was validated"
+    return spec
 
 
 def parse_order_by(
@@ -49,7 +63,7 @@ def parse_order_by(
     keys = tuple(_parse_order_item(item, fields) for item in text.split(","))
     seen: set[str] = set()
     for key in keys:
-        column = fields[key.field].column
+        column = _spec(key, fields).column
         if column in seen:
             raise _order_error(f"field '{key.field}' repeats an earlier sort key")
         seen.add(column)
@@ -72,12 +86,7 @@ def total_order(
     tiebreak: Sequence[str | FieldSpec],
 ) -> tuple[SortColumn, ...]:
     """Order keys then tiebreaks (ascending, skipping columns already ordered on)."""
-    columns = [
-        SortColumn(
-            fields[k.field].column, k.descending, fields[k.field].kind, fields[k.field].nullable
-        )
-        for k in order
-    ]
+    columns = [column for k in order for column in key_columns(_spec(k, fields), k.descending)]
     seen = {c.sql for c in columns}
     for tb in tiebreak:
         column = SortColumn(tb) if isinstance(tb, str) else SortColumn(tb.column, False, tb.kind)
@@ -85,6 +94,18 @@ def total_order(
             columns.append(column)
             seen.add(column.sql)
     return tuple(columns)
+
+
+def key_columns(spec: FieldSpec, descending: bool) -> tuple[SortColumn, ...]:
+    """The sort columns of one order key. An arg sorts by two: its numeric reading, then
+    its text, so numbers come in numeric order (2 before 10), then the values that are not
+    numbers in text order, then units without the key (NULL is greatest in both)."""
+    if spec.kind is FieldKind.ARG:
+        return (
+            SortColumn(spec.numbers, descending, FieldKind.NUMBER, nullable=True),
+            SortColumn(spec.column, descending, FieldKind.STRING, nullable=True),
+        )
+    return (SortColumn(spec.column, descending, spec.kind, spec.nullable),)
 
 
 def order_by_sql(columns: Sequence[SortColumn]) -> str:

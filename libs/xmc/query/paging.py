@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal, InvalidOperation
 from typing import Any, TypeVar
 
 from xmc.errors import InvalidArgumentError
@@ -66,6 +67,8 @@ def _encode_value(value: Any) -> Any:
         if value.tzinfo is None:
             raise TypeError("page token timestamps must be timezone-aware")
         return {"t": value.isoformat()}
+    if isinstance(value, Decimal):
+        return {"n": str(value)}
     raise TypeError(f"cannot put {type(value).__name__} in a page token")
 
 
@@ -81,6 +84,9 @@ def _decode_value(raw: Any, column: SortColumn) -> Any:
         case FieldKind.STRING | FieldKind.STRING_LIST:
             if isinstance(raw, str) and "\x00" not in raw:
                 return raw
+        case FieldKind.NUMBER:
+            if isinstance(raw, dict) and isinstance(raw.get("n"), str):
+                return _decode_number(raw["n"])
         case FieldKind.BOOL:
             if isinstance(raw, bool):
                 return raw
@@ -93,6 +99,21 @@ def _decode_value(raw: Any, column: SortColumn) -> Any:
                 if value.tzinfo is not None:
                     return value
     raise _token_error("malformed")
+
+
+def _decode_number(text: str) -> Decimal:
+    """A token's numeric sort value: only what an arg's numeric reading can be (a finite
+    ``numeric`` of the arg pattern's size), so Postgres is never handed NaN or a huge
+    exponent."""
+    if len(text) > 200:
+        raise _token_error("malformed")
+    try:
+        value = Decimal(text)
+    except InvalidOperation:
+        raise _token_error("malformed") from None
+    if not value.is_finite() or not -1200 < value.adjusted() < 1200:
+        raise _token_error("malformed")
+    return value
 
 
 def _encode_token(fingerprint: str, values: Sequence[Any]) -> str:

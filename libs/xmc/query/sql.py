@@ -9,9 +9,17 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
-from xmc.query.fields import INT64_MAX, INT64_MIN, FieldKind, FieldSpec
+from xmc.query.fields import (
+    INT64_MAX,
+    INT64_MIN,
+    FieldKind,
+    FieldSpec,
+    describe_fields,
+    resolve_field,
+)
 from xmc.query.filter import And, Comparison, Node, Not, Op, Or, filter_error, parse_filter
 
 _ORDERING = frozenset({Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE})
@@ -31,9 +39,25 @@ _PRESENCE_SQL: dict[FieldKind, str] = {
 }
 """``field:*`` (AIP-160 "has a value"); kinds not listed test ``IS NOT NULL``."""
 
-_CASTS: dict[FieldKind, str] = {FieldKind.INT: "::bigint", FieldKind.ENUM: "::bigint"}
+_CASTS: dict[FieldKind, str] = {
+    FieldKind.INT: "::bigint",
+    FieldKind.ENUM: "::bigint",
+    FieldKind.NUMBER: "::numeric",
+}
 """Integers are bound as bigint so a large value is compared, not an asyncpg overflow on a
 smallint column."""
+
+MAX_NUMBER_LENGTH = 120
+NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]{1,3})?")
+"""With ``MAX_NUMBER_LENGTH``, the text an arg value or a filter literal must be to count as
+a number (``is_number``); such values are also stored as numbers (``arg_numbers``,
+migration 0005). The length and exponent bounds keep every one far inside ``numeric``'s
+range, and ``NaN`` and ``Infinity`` are text."""
+
+
+def is_number(text: str) -> bool:
+    return len(text) <= MAX_NUMBER_LENGTH and NUMBER.fullmatch(text) is not None
+
 
 _RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:[Zz]|[+-]\d{2}:\d{2})")
 _INTEGER = re.compile(r"[+-]?\d{1,19}")
@@ -108,8 +132,33 @@ def _like_escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
+def _compile_arg(node: Comparison, spec: FieldSpec, params: Params) -> str:
+    """One key of an args map: a number literal (unquoted, ``is_number``) compares with the
+    values that read as numbers, numerically; any other literal compares as text. A unit
+    without the key, or with a value that is not a number under a numeric comparison,
+    matches neither ``args.k > x`` nor ``NOT args.k > x`` (SQL NULL). ``:`` is equality."""
+    column, op = spec.column, node.op
+    if node.wildcard and op is Op.HAS and node.value == "":
+        return f"{column} IS NOT NULL"
+    if node.wildcard:
+        if op not in (Op.EQ, Op.NE):
+            raise filter_error(
+                f"field '{node.field}': a trailing '*' is only a wildcard in '=' or '!=' "
+                "(write \\* in quotes for a literal star)"
+            )
+        like = "LIKE" if op is Op.EQ else "NOT LIKE"
+        return f"{column} {like} {params.add(_like_escape(node.value) + '%', FieldKind.STRING)}"
+    sql_op = "=" if op is Op.HAS else op.value
+    if not node.quoted and is_number(node.value):
+        number = params.add(Decimal(node.value), FieldKind.NUMBER)
+        return f"{spec.numbers} {sql_op} {number}"
+    return f"{column} {sql_op} {params.add(node.value, FieldKind.STRING)}"
+
+
 def _compile_comparison(node: Comparison, spec: FieldSpec, params: Params) -> str:
     column, kind, op = spec.column, spec.kind, node.op
+    if kind is FieldKind.ARG:
+        return _compile_arg(node, spec, params)
     if node.wildcard and op is Op.HAS and node.value == "":
         return _PRESENCE_SQL.get(kind, "{c} IS NOT NULL").format(c=column)
     if op not in _ALLOWED_OPS[kind]:
@@ -135,9 +184,10 @@ def _compile_comparison(node: Comparison, spec: FieldSpec, params: Params) -> st
 
 
 def _lookup(name: str, fields: Mapping[str, FieldSpec]) -> FieldSpec:
-    if name not in fields:
-        raise filter_error(f"unknown field '{name}'; known: {', '.join(sorted(fields))}")
-    return fields[name]
+    spec = resolve_field(name, fields, filter_error)
+    if spec is None:
+        raise filter_error(f"unknown field '{name}'; known: {describe_fields(fields)}")
+    return spec
 
 
 def _compile(node: Node, fields: Mapping[str, FieldSpec], params: Params) -> str:

@@ -21,6 +21,7 @@ from typing import Any
 from google.longrunning.operations_proto_pb2 import Operation
 
 from xmc.errors import AlreadyExistsError, XmcError
+from xmc.model.args import arg_numbers_json, work_unit_args
 from xmc.model.states import WorkUnitState
 from xmc.model.work_unit_ids import IdRequest, Key, plan_work_unit_ids
 from xmc.names import experiment_name, work_unit_name
@@ -42,13 +43,14 @@ _INITIALIZING = int(WorkUnitState.INITIALIZING)
 _INSERT = f"""
     INSERT INTO work_units (xid, wid, work_unit_type, priority, tags, notes, doc,
         create_time, update_time, eid, exec_create_time, exec_update_time, state,
-        state_update_time, status_update_time, head, exec_wire)
+        state_update_time, status_update_time, head, exec_wire, args, arg_numbers)
     SELECT u.xid, u.wid, u.work_unit_type, u.priority,
            ARRAY(SELECT jsonb_array_elements_text(u.tags)), u.notes, u.doc,
-           $8, $8, 1, $8, $8, {_INITIALIZING}, $8, $8, u.head, u.exec_wire
+           $8, $8, 1, $8, $8, {_INITIALIZING}, $8, $8, u.head, u.exec_wire, u.args, u.numbers
     FROM unnest($1::bigint[], $2::bigint[], $3::smallint[], $4::smallint[], $5::jsonb[],
-                $6::text[], $7::bytea[], $9::bytea[], $10::bytea[])
-         AS u(xid, wid, work_unit_type, priority, tags, notes, doc, head, exec_wire)
+                $6::text[], $7::bytea[], $9::bytea[], $10::bytea[], $11::jsonb[], $12::jsonb[])
+         AS u(xid, wid, work_unit_type, priority, tags, notes, doc, head, exec_wire, args,
+              numbers)
     ON CONFLICT (xid, wid) DO NOTHING
     RETURNING xid, wid"""
 
@@ -189,6 +191,7 @@ async def _insert(
     keys = list(planned)
     rows = [_new_row(key, planned[key], now) for key in keys]
     parts = [wire_parts(row) for row in rows]
+    args = [work_unit_args(planned[key]) for key in keys]
     inserted = await conn.fetch(
         _INSERT,
         [k[0] for k in keys],
@@ -201,6 +204,8 @@ async def _insert(
         now,
         [head for head, _ in parts],
         [exec_wire for _, exec_wire in parts],
+        [json.dumps(a) for a in args],
+        [arg_numbers_json(a) for a in args],
     )
     # The answer is parsed from the stored bytes (upb) rather than built a second time.
     taken = {(r["xid"], r["wid"]) for r in inserted}

@@ -32,6 +32,7 @@ from xmc.messages import backend_message
 from xmc.model.merge import ExecutionUpdate
 from xmc.model.states import Severity, WorkUnitState
 from xmc.store import operations, outbox, scheduling
+from xmc.store.arg_stats import arg_key_order, arg_spreads
 from xmc.store.artifacts import (
     ARTIFACT_UPDATABLE,
     delete_artifact,
@@ -142,6 +143,8 @@ __all__ = [
     "TaskFacts",
     "Timings",
     "UpdateOutcome",
+    "arg_key_order",
+    "arg_spreads",
     "check_every_published_now",
     "check_later",
     "claim_due",

@@ -251,6 +251,7 @@ def _work_unit_listing(alias: str, columns: str) -> ListResource:
             "create_time": FieldSpec(f"{a}.create_time", FieldKind.TIMESTAMP),
             "update_time": FieldSpec(f"{a}.update_time", FieldKind.TIMESTAMP),
             "state_update_time": FieldSpec(f"{a}.state_update_time", FieldKind.TIMESTAMP),
+            "args": FieldSpec(f"{a}.args", FieldKind.ARGS, numbers=f"{a}.arg_numbers"),
         },
         default_order=(OrderKey("wid"),),
         tiebreak=(f"{a}.xid", f"{a}.wid"),

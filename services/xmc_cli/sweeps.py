@@ -1,0 +1,76 @@
+"""A sweep's work units by their args: the arg columns of ``xmc wu list`` and its
+``--group-by`` table.
+
+Which args vary is computed here from the units listed (every page of the filter), since
+the published API has no call for it: the CLI already holds those units, and the answer is
+the one ``xmc.store.arg_stats`` gives in SQL for a whole experiment when the filter is empty.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from xmc.model.args import (
+    ArgGroup,
+    group_by_arg,
+    key_spreads,
+    state_summary,
+    varying_keys,
+    work_unit_args,
+)
+from xmc.model.states import WorkUnitState
+from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
+
+#: Arg columns shown when ``--args`` does not choose them: the first varying keys.
+DEFAULT_ARG_COLUMNS = 4
+
+
+def parse_arg_list(text: str | None) -> list[str] | None:
+    """``--args lr,bs`` → ``["lr", "bs"]``; None when not given (the varying keys then)."""
+    if text is None:
+        return None
+    return [key.strip() for key in text.split(",") if key.strip()]
+
+
+def arg_columns(
+    units_args: Sequence[dict[str, str]],
+    chosen: list[str] | None,
+    limit: int = DEFAULT_ARG_COLUMNS,
+) -> list[str]:
+    """The chosen keys, else the first ``limit`` keys that vary, most distinct first."""
+    if chosen is not None:
+        return chosen
+    spreads, total = key_spreads(units_args)
+    return varying_keys(spreads, total)[:limit]
+
+
+def _state(w: WorkUnit) -> WorkUnitState:
+    return WorkUnitState(w.current_work_unit_execution.status.state)
+
+
+def groups_of(units: Sequence[WorkUnit], key: str) -> list[ArgGroup]:
+    return group_by_arg(((work_unit_args(w), _state(w)) for w in units), key)
+
+
+def group_rows(groups: Sequence[ArgGroup]) -> list[list[str]]:
+    """One table row per group: the value (``-`` for units without the key), the count
+    and the state counts."""
+    order = list(WorkUnitState)
+    return [
+        ["-" if g.value is None else g.value, str(g.count), state_summary(g.states, order)]
+        for g in groups
+    ]
+
+
+def group_dicts(key: str, groups: Sequence[ArgGroup]) -> list[dict[str, Any]]:
+    """``--output json`` of ``--group-by``."""
+    return [
+        {
+            "key": key,
+            "value": g.value,
+            "count": g.count,
+            "states": {s.name: n for s, n in sorted(g.states.items())},
+        }
+        for g in groups
+    ]

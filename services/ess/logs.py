@@ -59,7 +59,8 @@ def stored_chunks(row: StoredLog) -> list[logs_pb2.LogChunk]:
         chunks.append(logs_pb2.LogChunk(log=log, notice="evicted: the experiment reached its "
                                         "log storage cap (XMC_LOG_EXPERIMENT_BYTES)"))  # fmt: skip
     elif row.unavailable:
-        chunks.append(logs_pb2.LogChunk(log=log, notice=f"not kept: {row.unavailable}"))
+        note = row.unavailable if row.text else f"not kept: {row.unavailable}"
+        chunks.append(logs_pb2.LogChunk(log=log, notice=note))
     return chunks
 
 

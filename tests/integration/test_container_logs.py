@@ -19,6 +19,7 @@ import pytest
 from kubesim.resources import JOBSET, POD
 from tests.integration.support import minimal_work_unit
 from tests.integration.system import ALICE, System, running_system
+from tests.integration.test_cli import xmc
 from tests.integration.test_failure_reasons import create, failed, jobset_name
 from tests.waiting import eventually
 from xmc.model.states import WorkUnitState
@@ -92,6 +93,18 @@ async def test_a_failed_units_output_is_read_after_its_pods_are_gone(ess_factory
         lines = text_of(chunks).decode().splitlines()
         assert lines[:3] == LINES, "every line, control characters and markup as written"
         assert lines[3:] == ["ValueError: loss is NaN"], "the failure text ends the log"
+
+        xid, wid = name.split("/")[1::2]
+        printed = await xmc(system.ess, "logs", xid, wid)
+        assert printed.exit_code == 0, printed.output
+        assert f"==> {log.pod}/main (execution 1, exit code 3 (Error)) <==" in printed.stdout
+        assert "<b>bold</b> & \u241b[31mred\u241b[0m" in printed.stdout, "escapes shown"
+        raw = await xmc(system.ess, "logs", xid, wid, "--raw", "-q")
+        assert "\x1b[31mred" in raw.stdout
+        refused = await xmc(system.ess, "logs", xid, wid, "--container", "nope")
+        assert refused.exit_code == 1
+        assert "NOT_FOUND" in refused.output
+        assert "container" in refused.output
 
 
 async def test_a_stopped_units_output_is_kept_from_the_finalizer_path(ess_factory: Any) -> None:

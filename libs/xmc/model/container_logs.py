@@ -92,6 +92,13 @@ def merge(stored_terminated: bool, stored_unavailable: bool, new: Capture) -> Me
     return Merge.END_ONLY
 
 
+def partial_note(why: str) -> str:
+    """What an END_ONLY row says of its text: it was read while the container ran, and
+    its end could not be read. Set as the row's ``unavailable``, so a later read of the
+    whole log still replaces it (:func:`merge`)."""
+    return f"only the output read before the container ended is kept; its end: {why}"[:1024]
+
+
 @dataclass(frozen=True)
 class Evictable:
     id: int

@@ -17,7 +17,15 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from xmc.errors import NotFoundError
-from xmc.model.container_logs import Capture, Evictable, Merge, keep_tail, merge, pick_evictions
+from xmc.model.container_logs import (
+    Capture,
+    Evictable,
+    Merge,
+    keep_tail,
+    merge,
+    partial_note,
+    pick_evictions,
+)
 from xmc.names import work_unit_name
 from xmc.store.connection import Connection, fetch_one
 
@@ -89,10 +97,10 @@ async def _write_one(conn: Connection, capture: Capture, tail_limit: int, now: d
     if decision is Merge.END_ONLY:
         await conn.execute(
             """UPDATE container_logs SET terminated = $2, exit_code = $3, reason = $4,
-                   finished_at = $5, capture_time = $6
+                   finished_at = $5, capture_time = $6, unavailable = $7
                WHERE id = $1""",
             stored["id"], capture.terminated, capture.exit_code, capture.reason,
-            capture.finished_at, now,
+            capture.finished_at, now, partial_note(capture.unavailable),
         )  # fmt: skip
         return 0
     await conn.execute(

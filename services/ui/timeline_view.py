@@ -25,6 +25,8 @@ from xmc_api.xmc.v1 import timeline_pb2
 #: run of hours (or a terminal state, which lasts no time) must still be seen and hovered.
 MIN_WIDTH = 2.0
 
+PREEMPTED, REQUEUED = "preempted", "re-queued"
+
 #: The experiment page's phases, in the order a unit goes through them.
 PHASES: tuple[tuple[str, str], ...] = (
     ("queue_wait", "queue wait"),
@@ -74,21 +76,24 @@ def bar_widths(durations: Sequence[float], minimum: float = MIN_WIDTH) -> list[f
         small |= grown
 
 
-def segment_note(segment: Segment, *, after_admission: bool, superseded: bool) -> str:
-    """What the segment's colour and pattern say, in words ('' for a plain one)."""
-    if segment.ongoing:
-        return "ongoing"
-    if segment.end is not None and segment.end < segment.start:
-        return "clocks disagree: counted as 0s"
+def segment_notes(segment: Segment, *, after_admission: bool, superseded: bool) -> list[str]:
+    """What the segment's colour and pattern say, in words: what kind of stretch it is
+    (preempted, re-queued, the end, cut short by a restart), whether it is still going,
+    and whether its writers' clocks ran backwards across it."""
+    notes = []
     if after_admission and segment.state is WorkUnitState.DESCHEDULING:
-        return "preempted"
-    if after_admission and segment.state in REQUEUE_STATES:
-        return "re-queued"
-    if segment.state in EXECUTION_TERMINAL_STATES:
-        return "end"
-    if superseded and segment.end is not None:
-        return "replaced by a restart"
-    return ""
+        notes.append(PREEMPTED)
+    elif after_admission and segment.state in REQUEUE_STATES:
+        notes.append(REQUEUED)
+    elif segment.state in EXECUTION_TERMINAL_STATES:
+        notes.append("end")
+    if superseded:
+        notes.append("replaced by a restart")
+    if segment.ongoing:
+        notes.append("ongoing")
+    if segment.end is not None and segment.end < segment.start:
+        notes.append("clocks disagree: counted as 0s")
+    return notes
 
 
 def segments_view(
@@ -101,7 +106,7 @@ def segments_view(
     last = len(segments) - 1
     for i, (segment, change, width) in enumerate(zip(segments, changes, widths, strict=True)):
         duration = fmt_duration(segment.duration)
-        note = segment_note(
+        notes = segment_notes(
             segment,
             after_admission=admitted is not None and i > admitted,
             superseded=superseded and i == last,
@@ -114,9 +119,9 @@ def segments_view(
                 "width": round(width, 3),
                 "duration": duration,
                 "label": f"{segment.state.name} {duration}" + (" …" if segment.ongoing else ""),
-                "note": note,
+                "note": "; ".join(notes),
                 "ongoing": segment.ongoing,
-                "requeue": note in ("preempted", "re-queued"),
+                "requeue": PREEMPTED in notes or REQUEUED in notes,
                 "start": fmt_time(change.time),
                 "from": known_state(change.from_state).name if change.from_state else "",
                 "writer": change.writer,

@@ -12,7 +12,7 @@ from ui.timeline_view import (
     bar_widths,
     execution_view,
     fmt_duration,
-    segment_note,
+    segment_notes,
     segments_view,
     timeline_view,
     timings_view,
@@ -81,19 +81,38 @@ def segment(
 @pytest.mark.parametrize(
     ("seg", "after_admission", "superseded", "want"),
     [
-        (segment(S.SCHEDULING, 0, 5, duration=5), False, False, ""),
-        (segment(S.RUNNING, 0, None, duration=9, ongoing=True), True, False, "ongoing"),
-        (segment(S.SCHEDULING, 5, 4), False, False, "clocks disagree: counted as 0s"),
-        (segment(S.DESCHEDULING, 0, 5, duration=5), True, False, "preempted"),
-        (segment(S.SCHEDULING, 0, 5, duration=5), True, False, "re-queued"),
-        (segment(S.SCHEDULING_PAUSED, 0, 5, duration=5), True, False, "re-queued"),
-        (segment(S.COMPLETED, 9, None), True, False, "end"),
-        (segment(S.RUNNING, 0, 5, duration=5), True, True, "replaced by a restart"),
-        (segment(S.DESCHEDULING, 0, 5, duration=5), False, False, ""),  # a stop, not preempted
+        (segment(S.SCHEDULING, 0, 5, duration=5), False, False, []),
+        (segment(S.RUNNING, 0, None, duration=9, ongoing=True), True, False, ["ongoing"]),
+        (segment(S.SCHEDULING, 5, 4), False, False, ["clocks disagree: counted as 0s"]),
+        (segment(S.DESCHEDULING, 0, 5, duration=5), True, False, ["preempted"]),
+        (segment(S.SCHEDULING, 0, 5, duration=5), True, False, ["re-queued"]),
+        (segment(S.SCHEDULING_PAUSED, 0, 5, duration=5), True, False, ["re-queued"]),
+        (
+            segment(S.SCHEDULING, 0, None, duration=5, ongoing=True),
+            True,
+            False,
+            ["re-queued", "ongoing"],  # waiting again right now
+        ),
+        (
+            segment(S.DESCHEDULING, 5, 4),
+            True,
+            False,
+            ["preempted", "clocks disagree: counted as 0s"],
+        ),
+        (segment(S.COMPLETED, 9, None), True, False, ["end"]),
+        (segment(S.RUNNING, 0, 5, duration=5), True, True, ["replaced by a restart"]),
+        (
+            segment(S.DESCHEDULING, 0, 5, duration=5),
+            False,
+            False,
+            [],
+        ),  # not admitted: no preemption
     ],
 )
-def test_segment_note(seg: Segment, after_admission: bool, superseded: bool, want: str) -> None:
-    assert segment_note(seg, after_admission=after_admission, superseded=superseded) == want
+def test_segment_notes(
+    seg: Segment, after_admission: bool, superseded: bool, want: list[str]
+) -> None:
+    assert segment_notes(seg, after_admission=after_admission, superseded=superseded) == want
 
 
 def change(old: S, new: S, seconds: float, writer: str = "reconciler") -> timeline_pb2.StateChange:

@@ -27,6 +27,9 @@ MIN_WIDTH = 2.0
 
 PREEMPTED, REQUEUED = "preempted", "re-queued"
 
+#: A duration's units, largest first.
+DURATION_UNITS: tuple[tuple[str, int], ...] = (("d", 86_400), ("h", 3600), ("m", 60), ("s", 1))
+
 #: The experiment page's phases, in the order a unit goes through them.
 PHASES: tuple[tuple[str, str], ...] = (
     ("queue_wait", "queue wait"),
@@ -37,22 +40,17 @@ PHASES: tuple[tuple[str, str], ...] = (
 
 def fmt_duration(value: timedelta) -> str:
     """Short and exact enough for a glance: tenths below 10 s (an ESS intent can last
-    0.3 s), then whole seconds, largest unit first: ``0s``, ``0.7s``, ``42s``, ``3m04s``,
-    ``2h00m05s``, ``3d04h05m``."""
+    0.3 s), then whole seconds, at most three units, largest first: ``0s``, ``0.7s``,
+    ``42s``, ``3m04s``, ``2h00m05s``, ``3d04h05m``."""
     tenths = round(value.total_seconds() * 10)
     if tenths < 100 and tenths % 10:
         return f"{tenths / 10:.1f}s"
-    seconds = round(value.total_seconds())
-    days, rest = divmod(seconds, 86_400)
-    hours, rest = divmod(rest, 3600)
-    minutes, seconds = divmod(rest, 60)
-    if days:
-        return f"{days}d{hours:02d}h{minutes:02d}m"
-    if hours:
-        return f"{hours}h{minutes:02d}m{seconds:02d}s"
-    if minutes:
-        return f"{minutes}m{seconds:02d}s"
-    return f"{seconds}s"
+    rest, parts = round(value.total_seconds()), []
+    for suffix, size in DURATION_UNITS:
+        count, rest = divmod(rest, size)
+        if count or parts:  # from the largest unit present on, zero-padded after it
+            parts.append(f"{count:02d}{suffix}" if parts else f"{count}{suffix}")
+    return "".join(parts[:3]) or "0s"
 
 
 def bar_widths(durations: Sequence[float], minimum: float = MIN_WIDTH) -> list[float]:

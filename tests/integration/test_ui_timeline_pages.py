@@ -105,7 +105,7 @@ async def test_experiment_page_shows_timings_and_stuck_units(
         timings,
     ), timings
     stuck = re.findall(
-        r'<tr data-wid="(\d+)"><td><a href="([^"]+)">.*?data-state="(\w+)".*?'
+        r'<tr data-stuck-wid="(\d+)"><td><a href="([^"]+)">.*?class="badge [\w-]+">(\w+)<.*?'
         r'<td class="duration">([\w.]+)</td>',
         timings,
     )

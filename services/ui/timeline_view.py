@@ -45,7 +45,8 @@ def fmt_duration(value: timedelta) -> str:
     tenths = round(value.total_seconds() * 10)
     if tenths < 100 and tenths % 10:
         return f"{tenths / 10:.1f}s"
-    rest, parts = round(value.total_seconds()), []
+    rest = round(value.total_seconds())
+    parts: list[str] = []
     for suffix, size in DURATION_UNITS:
         count, rest = divmod(rest, size)
         if count or parts:  # from the largest unit present on, zero-padded after it

@@ -3,6 +3,7 @@ the HTML fragments their live regions poll."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -91,13 +92,14 @@ async def _experiment_context(request: web.Request) -> dict[str, Any]:
 
 
 async def experiment(request: web.Request) -> web.Response:
-    """The page, and below its live table the timings block, read once per page load:
-    the aggregation over every unit costs more than a poll should (docs/ui.md)."""
-    context = await _experiment_context(request)
+    """The page, and below its live table the timings block, read once per page load
+    (the aggregation over every unit costs more than a poll should, docs/ui.md) and
+    beside the table's reads rather than after them."""
     xid, _ = _ids(request)
-    context["timings"], context["timings_error"] = await _part(
-        ess(request).timings(xid), timings_view
+    context, (timings, error) = await asyncio.gather(
+        _experiment_context(request), _part(ess(request).timings(xid), timings_view)
     )
+    context["timings"], context["timings_error"] = timings, error
     return render(request, "experiment.html", context)
 
 

@@ -49,9 +49,9 @@ async def drawn_widths(execution: Locator) -> tuple[list[float], float]:
 
 
 async def redrawn(page: Page) -> None:
-    """Wait for the live region's first poll: it redraws the timeline once (the server's
-    HTML is never byte-equal to the browser's serialization), and after that only when the
-    history changes, which it does not here (the ESS's clock stands still)."""
+    """Wait for the live region's first poll, which may redraw the timeline (when the
+    server's HTML differs from the browser's serialization of it); after that it redraws
+    only when the history changes, which it does not here (the ESS's clock stands still)."""
     await expect(page.locator("#live")).to_have_attribute("data-live-updated", re.compile(r"\d"))
 
 
@@ -95,10 +95,9 @@ async def test_timelines_in_a_browser(ess: Ess, browser: Browser, shots: Path) -
         for i, (state, label) in enumerate(PREEMPTED):
             await expect(segments.nth(i)).to_have_attribute("data-state", state)
             await expect(segments.nth(i).locator("text")).to_have_text(label)
-        for i in (3, 4):  # DESCHEDULING and SCHEDULING after admission: the re-queue
-            await expect(segments.nth(i)).to_have_class(
-                f"tl-seg {'st-stopping' if i == 3 else 'st-pending'} requeue"
-            )
+        # DESCHEDULING and SCHEDULING after the first admission: the re-queue.
+        await expect(segments.nth(3)).to_have_class("tl-seg st-stopping requeue")
+        await expect(segments.nth(4)).to_have_class("tl-seg st-pending requeue")
         widths, bar = await drawn_widths(first)
         assert sum(widths) == pytest.approx(bar, abs=2), (widths, bar)
         assert widths[2] == pytest.approx(6 * widths[3], rel=0.03)  # 30 s against 5 s

@@ -21,6 +21,7 @@ from xmc_api.cloud.xmanager.v1.status_message_pb2 import StatusMessage
 from xmc_api.cloud.xmanager.v1.work_unit_execution_pb2 import WorkUnitExecution
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 from xmc_api.internal.v1 import scheduling_pb2, scheduling_pb2_grpc
+from xmc_api.xmc.v1 import timeline_pb2, timeline_pb2_grpc
 
 #: Seconds one RPC may take before the page says the ESS is slow.
 RPC_TIMEOUT = 10.0
@@ -66,6 +67,7 @@ class Ess:
     def __init__(self, channel: grpc.aio.Channel, metadata: tuple[tuple[str, str], ...]) -> None:
         self._api = api_pb2_grpc.ExperimentStateServiceStub(channel)
         self._scheduling = scheduling_pb2_grpc.SchedulingServiceStub(channel)
+        self._timelines = timeline_pb2_grpc.TimelineServiceStub(channel)
         self._metadata = metadata
 
     async def _call(self, method: Any, request: Any) -> Any:
@@ -111,6 +113,21 @@ class Ess:
         )  # fmt: skip
         found = await self._call(self._api.ListStatusMessages, request)
         return list(reversed(found.status_messages))
+
+    async def timeline(self, xid: int, wid: int) -> timeline_pb2.WorkUnitTimeline:
+        request = timeline_pb2.GetWorkUnitTimelineRequest(name=f"experiments/{xid}/workUnits/{wid}")
+        found: timeline_pb2.WorkUnitTimeline = await self._call(
+            self._timelines.GetWorkUnitTimeline, request
+        )
+        return found
+
+    async def timings(self, xid: int) -> timeline_pb2.ExperimentTimings:
+        """The phase statistics and the default number of stuck units (10)."""
+        request = timeline_pb2.GetExperimentTimingsRequest(name=f"experiments/{xid}")
+        found: timeline_pb2.ExperimentTimings = await self._call(
+            self._timelines.GetExperimentTimings, request
+        )
+        return found
 
     async def stop(self, xid: int, wid: int) -> None:
         request = api_pb2.StopWorkUnitRequest(name=f"experiments/{xid}/workUnits/{wid}")

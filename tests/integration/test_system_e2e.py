@@ -52,6 +52,7 @@ class LocalSystem:
     endpoint: str
     kube_url: str
     database_url: str
+    ui_url: str
 
 
 def _free_base(count: int) -> int:
@@ -101,7 +102,9 @@ def _local_run(
             process.kill()
             raise AssertionError(f"the local run did not start:\n{log.read_text()[-4000:]}")
         time.sleep(0.2)
-    yield LocalSystem(f"127.0.0.1:{base + 1}", f"http://127.0.0.1:{base}", dsn)
+    yield LocalSystem(
+        f"127.0.0.1:{base + 1}", f"http://127.0.0.1:{base}", dsn, f"http://127.0.0.1:{base + 6}"
+    )
     process.send_signal(signal.SIGINT)
     try:
         process.wait(timeout=60)
@@ -168,6 +171,11 @@ class Client:
         finally:
             await conn.close()
         return [(r["eid"], S(r["new_state"])) for r in rows]
+
+    def ui(self, path: str) -> str:
+        """A page or REST answer of the local run's dashboard (``xmc-ui``)."""
+        with urlopen(self.system.ui_url + path, timeout=10) as response:
+            return str(response.read().decode())
 
     def jobset(self, name: str) -> Any:
         xid, wid = name.split("/")[1::2]
@@ -294,7 +302,25 @@ async def test_preemption_and_readmission_on_the_same_execution(client: Client) 
     first_run = states.index(S.RUNNING)
     assert states[first_run : first_run + 3] == [S.RUNNING, S.DESCHEDULING, S.SCHEDULING]
     assert states[-1] == S.RUNNING
+    _assert_the_timeline_shows_the_preemption(client, low)
     await client.api.StopWorkUnit(api_pb2.StopWorkUnitRequest(name=low))
+
+
+def _assert_the_timeline_shows_the_preemption(client: Client, name: str) -> None:
+    """The timeline the dashboard serves (REST) and draws (its page), from the history
+    the Reconciler's observations wrote: one execution, preempted once, running again."""
+    (execution,) = json.loads(client.ui(f"/v1/{name}/timeline"))["executions"]
+    to = [change["toState"] for change in execution["changes"]]
+    first_run = to.index("RUNNING")
+    assert to[first_run : first_run + 3] == ["RUNNING", "DESCHEDULING", "SCHEDULING"], to
+    assert execution["phases"]["preemptions"] == 1
+    assert float(execution["phases"]["requeue"].removesuffix("s")) > 0
+    assert execution["segments"][-1]["state"] == "RUNNING"
+    assert execution["segments"][-1]["ongoing"] is True
+    page = client.ui("/" + name)
+    assert 'data-state="DESCHEDULING" data-note="preempted' in page  # maybe more notes
+    assert 'data-state="SCHEDULING" data-note="re-queued' in page
+    assert 'class="tl-seg st-running ongoing"' in page
 
 
 async def test_pause_and_resume(client: Client) -> None:

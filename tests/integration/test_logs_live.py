@@ -57,11 +57,6 @@ def printing(seconds: float) -> WorkUnit:
     return unit
 
 
-def ui_url(system: LocalSystem) -> str:
-    host, port = system.endpoint.rsplit(":", 1)
-    return f"http://{host}:{int(port) + 5}"
-
-
 async def test_xmc_logs_follow_prints_lines_as_written_and_ends_with_the_unit(
     client: Client,
 ) -> None:
@@ -89,7 +84,7 @@ async def test_the_rest_stream_follows_and_the_kept_log_outlives_the_jobset(
 ) -> None:
     name = await client.work_unit(await client.experiment(), printing(4.5))
     await eventually(lambda: client.state(name), S.RUNNING, within=30)
-    url = f"{ui_url(client.system)}/v1/{name}/logs?follow=true"
+    url = f"{client.system.ui_url}/v1/{name}/logs?follow=true"
     text = b""
     async with aiohttp.ClientSession() as http, http.get(url) as answer:
         assert answer.status == 200
@@ -114,7 +109,7 @@ async def test_the_rest_stream_follows_and_the_kept_log_outlives_the_jobset(
 
 async def test_a_missing_unit_is_a_404_over_rest_and_not_found_over_grpc(client: Client) -> None:
     parent = await client.experiment()
-    url = f"{ui_url(client.system)}/v1/{parent}/workUnits/99/logs"
+    url = f"{client.system.ui_url}/v1/{parent}/workUnits/99/logs"
     async with aiohttp.ClientSession() as http, http.get(url) as answer:
         assert answer.status == 404
         body = await answer.json()

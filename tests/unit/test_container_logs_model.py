@@ -10,6 +10,7 @@ import pytest
 
 from ess.live_logs import split_lines
 from ess.logs import live_runs
+from xmc.log_text import LogPrinter
 from xmc.model.container_logs import (
     Capture,
     CaptureKey,
@@ -24,7 +25,6 @@ from xmc.model.container_logs import (
 from xmc.model.pod_containers import ContainerRun, container_runs
 from xmc.store.transactions import StoredLog
 from xmc_api.xmc.v1 import logs_pb2
-from xmc_cli.logs import LogPrinter
 
 T0 = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 T1 = datetime(2026, 12, 2, 12, 1, tzinfo=UTC)

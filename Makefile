@@ -71,6 +71,8 @@ bench: services $(STAMP) ## benchmarks (print figures; not tests)
 	$(PY) bench/reconciler_bench.py
 	$(PY) bench/e2e_sweep.py
 	$(PY) bench/ui_bench.py
+	$(PY) bench/ess_args.py
+	$(PY) bench/log_follow.py
 
 compat: services $(STAMP) ## the published xmanager client against a real stack, in its own virtualenvs
 	$(VENV)/bin/pytest -m compat tests/compat $(PYTEST_ARGS)

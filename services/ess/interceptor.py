@@ -151,6 +151,8 @@ class EssInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         handler = await continuation(details)
         if handler is None:
             return handler
+        if handler.unary_stream is not None and method.startswith(PUBLIC_PREFIXES):
+            return handler  # health's Watch: no token, like the rest of health
         if handler.unary_stream is not None:
             wrapped = self._wrap_stream(method, handler)
         elif handler.unary_unary is not None:

@@ -143,3 +143,8 @@ async def test_bad_reads_are_refused_with_the_field_named(ess_factory: Any) -> N
                 await read_all(system, str(fields.pop("name", name)), **fields)
             assert refused.value.code() == code, fields
             assert named in str(refused.value.details()), fields
+        anonymous = stub(system).ReadWorkUnitLogs(logs_pb2.ReadWorkUnitLogsRequest(name=name))
+        with pytest.raises(grpc.aio.AioRpcError) as unauthenticated:
+            async for _ in anonymous:
+                pass
+        assert unauthenticated.value.code() == grpc.StatusCode.UNAUTHENTICATED, "streams too"

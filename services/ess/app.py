@@ -27,6 +27,7 @@ from ess.intents import Intents
 from ess.interceptor import EssInterceptor
 from ess.internal import SchedulingService, WorkUnitExecutionService
 from ess.jwks import JwksKeys
+from ess.manifests import SpecService
 from ess.operations_service import OperationsService
 from ess.relay import OutboxRelay
 from ess.resume import ResumeWorker
@@ -56,7 +57,7 @@ from xmc_api.internal.v1 import (
     scheduling_pb2,
     scheduling_pb2_grpc,
 )
-from xmc_api.xmc.v1 import timeline_pb2, timeline_pb2_grpc
+from xmc_api.xmc.v1 import spec_pb2, spec_pb2_grpc, timeline_pb2, timeline_pb2_grpc
 
 log = structlog.get_logger()
 
@@ -67,6 +68,7 @@ SERVICE_NAMES = (
     executions_pb2.DESCRIPTOR.services_by_name["WorkUnitExecutionService"].full_name,
     scheduling_pb2.DESCRIPTOR.services_by_name["SchedulingService"].full_name,
     timeline_pb2.DESCRIPTOR.services_by_name["TimelineService"].full_name,
+    spec_pb2.DESCRIPTOR.services_by_name["SpecService"].full_name,
 )
 
 
@@ -197,6 +199,7 @@ class EssServer:
         timeline_pb2_grpc.add_TimelineServiceServicer_to_server(
             TimelineService(self.store, clock=self.clock), server
         )
+        spec_pb2_grpc.add_SpecServiceServicer_to_server(SpecService(self.store), server)
         health_servicer = self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         reflection.enable_server_reflection(

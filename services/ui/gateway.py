@@ -21,6 +21,7 @@ from xmc_api.cloud.xmanager.v1.status_message_pb2 import StatusMessage
 from xmc_api.cloud.xmanager.v1.work_unit_execution_pb2 import WorkUnitExecution
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 from xmc_api.internal.v1 import scheduling_pb2, scheduling_pb2_grpc
+from xmc_api.xmc.v1 import spec_pb2, spec_pb2_grpc
 
 #: Seconds one RPC may take before the page says the ESS is slow.
 RPC_TIMEOUT = 10.0
@@ -66,6 +67,7 @@ class Ess:
     def __init__(self, channel: grpc.aio.Channel, metadata: tuple[tuple[str, str], ...]) -> None:
         self._api = api_pb2_grpc.ExperimentStateServiceStub(channel)
         self._scheduling = scheduling_pb2_grpc.SchedulingServiceStub(channel)
+        self._spec = spec_pb2_grpc.SpecServiceStub(channel)
         self._metadata = metadata
 
     async def _call(self, method: Any, request: Any) -> Any:
@@ -111,6 +113,20 @@ class Ess:
         )  # fmt: skip
         found = await self._call(self._api.ListStatusMessages, request)
         return list(reversed(found.status_messages))
+
+    async def manifest(self, name: str) -> spec_pb2.ExecutionManifest | None:
+        """The JobSet manifest of execution ``name``; None when it has none (its JobSet
+        is not created yet, or was created before XMC kept manifests)."""
+        request = spec_pb2.GetExecutionManifestRequest(name=name)
+        try:
+            found: spec_pb2.ExecutionManifest = await self._spec.GetExecutionManifest(
+                request, metadata=self._metadata, timeout=RPC_TIMEOUT
+            )
+        except grpc.aio.AioRpcError as error:
+            if error.code() == grpc.StatusCode.NOT_FOUND:
+                return None
+            raise rpc_error(error) from None
+        return found
 
     async def stop(self, xid: int, wid: int) -> None:
         request = api_pb2.StopWorkUnitRequest(name=f"experiments/{xid}/workUnits/{wid}")

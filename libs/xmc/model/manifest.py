@@ -81,4 +81,3 @@ def manifest_yaml(manifest_json: str) -> str:
         default_flow_style=False,
         width=120,
     )
-

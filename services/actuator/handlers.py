@@ -17,6 +17,9 @@ Decisions recorded here rather than in the guards:
   write, Operation in one transaction): a Create or Restart that ends PERMANENT moves its
   execution to FAILED with a FATAL system message, since nothing else would ever move it
   out of INITIALIZING or RESTARTING. The storage EID fence keeps it off newer executions.
+* The settle of a task that created a JobSet stores its manifest (decision 0039); one
+  that meets its own execution's JobSet already there (a settle lost to a crash) stores
+  the manifest rebuilt from the task, which is what was sent: the build is pure.
 * A Delete that removes (or finds being deleted) the JobSet of an *older* execution than
   its target writes STOPPED for the target itself: the old JobSet's finalizer write is
   fenced off, and nothing else would end the target (a stop that overtook a restart).

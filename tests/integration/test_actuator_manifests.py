@@ -60,6 +60,16 @@ def sent(task: Task) -> dict[str, Any]:
     return build_base_jobset(task, namespace=NAMESPACE)
 
 
+async def recorded(env: Env, xid: int, wid: int, eid: int, task: Task) -> dict[str, Any]:
+    """The manifest stored for ``eid``, checked to be what ``task`` sent, by ``task``."""
+    record = await stored(env, xid, wid, eid)
+    assert record.task_id == task.task_id
+    assert record.kept.text is not None
+    manifest: dict[str, Any] = json.loads(record.kept.text)
+    assert manifest == sent(task)
+    return manifest
+
+
 def as_created(jobset: Mapping[str, Any]) -> dict[str, Any]:
     """The object without what the API server set on it."""
     metadata = {k: v for k, v in jobset["metadata"].items() if k not in SERVER_FIELDS}
@@ -79,13 +89,11 @@ async def dying_handlers(env: Env) -> tuple[JobSetHandlers, JobSetClient]:
 async def test_create_stores_what_it_sent_and_a_redelivery_keeps_it(env: Env) -> None:
     xid, wid, create = await env.created()
 
-    first = await stored(env, xid, wid, 1)
-    assert first.kept.text is not None
-    assert json.loads(first.kept.text) == sent(create)
-    assert first.task_id == create.task_id
+    manifest = await recorded(env, xid, wid, 1, create)
     live = env.jobset(xid, wid)
     assert live is not None
-    assert as_created(live) == json.loads(first.kept.text), "what kubesim holds, as created"
+    assert as_created(live) == manifest, "what kubesim holds, as created"
+    first = await stored(env, xid, wid, 1)
 
     assert (await env.handlers.handle(create)).outcome is Outcome.DONE
     assert await stored(env, xid, wid, 1) == first, "the first record stays"
@@ -116,11 +124,8 @@ async def test_a_create_killed_before_its_settle_still_records_what_it_sent(env:
 
     assert again.outcome is Outcome.DONE, again
     assert "redelivery" in again.reason
-    record = await stored(env, xid, wid, 1)
-    assert record.kept.text is not None
-    assert json.loads(record.kept.text) == sent(create)
-    assert json.loads(record.kept.text)["spec"]["suspend"] is True, "as sent, not as it is now"
-    assert record.task_id == create.task_id
+    manifest = await recorded(env, xid, wid, 1, create)
+    assert manifest["spec"]["suspend"] is True, "as sent, not as it is now"
 
 
 async def test_a_restart_killed_before_its_settle_records_the_new_execution(env: Env) -> None:
@@ -145,12 +150,8 @@ async def test_a_restart_killed_before_its_settle_records_the_new_execution(env:
 
     assert again.outcome is Outcome.SKIPPED, again
     assert "redelivery" in again.reason
-    second = await stored(env, xid, wid, 2)
-    assert second.kept.text is not None
-    assert json.loads(second.kept.text) == sent(restart)
-    assert second.task_id == restart.task_id
-    first = await stored(env, xid, wid, 1)
-    assert first.task_id == create.task_id, "execution 1 keeps its own"
+    await recorded(env, xid, wid, 2, restart)
+    await recorded(env, xid, wid, 1, create)  # execution 1 keeps its own
 
 
 async def test_another_task_of_the_execution_replaces_the_record(env: Env) -> None:

@@ -43,6 +43,13 @@ from xmc.store.artifacts import (
     update_artifact,
 )
 from xmc.store.connection import Connection, try_transaction_lock
+from xmc.store.container_logs import (
+    StoredLog,
+    experiment_log_bytes,
+    fetch_current_execution,
+    fetch_logs,
+    record_captures,
+)
 from xmc.store.creation import (
     Created,
     CreateOutcome,
@@ -143,6 +150,7 @@ __all__ = [
     "SchedulingControl",
     "StateWrite",
     "Store",
+    "StoredLog",
     "StoredManifest",
     "TaskFacts",
     "Timings",
@@ -162,10 +170,13 @@ __all__ = [
     "deployed_page_size",
     "encode_deployed_page_token",
     "enqueue_tasks",
+    "experiment_log_bytes",
     "failed_execution_write",
     "fetch_artifact",
+    "fetch_current_execution",
     "fetch_experiment",
     "fetch_experiment_priority",
+    "fetch_logs",
     "fetch_manifest",
     "fetch_operation",
     "fetch_scheduling_control",
@@ -189,6 +200,7 @@ __all__ = [
     "oldest_unfinished_entry",
     "park_task",
     "rearm_task",
+    "record_captures",
     "restart_work_unit",
     "scan_intent_states",
     "select_work_unit_ids",

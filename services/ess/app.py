@@ -30,6 +30,7 @@ from ess.jwks import JwksKeys
 from ess.live_logs import LiveLogs
 from ess.log_capture import ContainerLogService
 from ess.logs import LogService
+from ess.manifests import SpecService
 from ess.operations_service import OperationsService
 from ess.relay import OutboxRelay
 from ess.resume import ResumeWorker
@@ -61,7 +62,14 @@ from xmc_api.internal.v1 import (
 )
 from xmc_api.internal.v1 import logs_pb2 as internal_logs_pb2
 from xmc_api.internal.v1 import logs_pb2_grpc as internal_logs_pb2_grpc
-from xmc_api.xmc.v1 import logs_pb2, logs_pb2_grpc, timeline_pb2, timeline_pb2_grpc
+from xmc_api.xmc.v1 import (
+    logs_pb2,
+    logs_pb2_grpc,
+    spec_pb2,
+    spec_pb2_grpc,
+    timeline_pb2,
+    timeline_pb2_grpc,
+)
 
 log = structlog.get_logger()
 
@@ -74,6 +82,7 @@ SERVICE_NAMES = (
     timeline_pb2.DESCRIPTOR.services_by_name["TimelineService"].full_name,
     logs_pb2.DESCRIPTOR.services_by_name["LogService"].full_name,
     internal_logs_pb2.DESCRIPTOR.services_by_name["ContainerLogService"].full_name,
+    spec_pb2.DESCRIPTOR.services_by_name["SpecService"].full_name,
 )
 
 
@@ -215,6 +224,7 @@ class EssServer:
         internal_logs_pb2_grpc.add_ContainerLogServiceServicer_to_server(
             ContainerLogService(self.store, options.logs, clock=self.clock), server
         )
+        spec_pb2_grpc.add_SpecServiceServicer_to_server(SpecService(self.store), server)
         health_servicer = self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         reflection.enable_server_reflection(

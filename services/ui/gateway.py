@@ -22,7 +22,14 @@ from xmc_api.cloud.xmanager.v1.status_message_pb2 import StatusMessage
 from xmc_api.cloud.xmanager.v1.work_unit_execution_pb2 import WorkUnitExecution
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 from xmc_api.internal.v1 import scheduling_pb2, scheduling_pb2_grpc
-from xmc_api.xmc.v1 import logs_pb2, logs_pb2_grpc, timeline_pb2, timeline_pb2_grpc
+from xmc_api.xmc.v1 import (
+    logs_pb2,
+    logs_pb2_grpc,
+    spec_pb2,
+    spec_pb2_grpc,
+    timeline_pb2,
+    timeline_pb2_grpc,
+)
 
 #: Seconds one RPC may take before the page says the ESS is slow.
 RPC_TIMEOUT = 10.0
@@ -70,6 +77,7 @@ class Ess:
         self._scheduling = scheduling_pb2_grpc.SchedulingServiceStub(channel)
         self._timelines = timeline_pb2_grpc.TimelineServiceStub(channel)
         self._logs = logs_pb2_grpc.LogServiceStub(channel)
+        self._spec = spec_pb2_grpc.SpecServiceStub(channel)
         self._metadata = metadata
 
     async def _call(self, method: Any, request: Any) -> Any:
@@ -157,6 +165,20 @@ class Ess:
         found: timeline_pb2.ExperimentTimings = await self._call(
             self._timelines.GetExperimentTimings, request
         )
+        return found
+
+    async def manifest(self, name: str) -> spec_pb2.ExecutionManifest | None:
+        """The JobSet manifest of execution ``name``; None when it has none (its JobSet
+        is not created yet, or was created before XMC kept manifests)."""
+        request = spec_pb2.GetExecutionManifestRequest(name=name)
+        try:
+            found: spec_pb2.ExecutionManifest = await self._spec.GetExecutionManifest(
+                request, metadata=self._metadata, timeout=RPC_TIMEOUT
+            )
+        except grpc.aio.AioRpcError as error:
+            if error.code() == grpc.StatusCode.NOT_FOUND:
+                return None
+            raise rpc_error(error) from None
         return found
 
     async def stop(self, xid: int, wid: int) -> None:

@@ -12,6 +12,7 @@ from aiohttp import web
 from ui import views
 from ui.context import ess, render
 from ui.gateway import UiError
+from ui.manifest_view import manifest_view
 from ui.timeline_view import timeline_view, timings_view
 from xmc.model.work_unit_spec import spec_view
 
@@ -130,7 +131,13 @@ async def _work_unit_context(request: web.Request) -> dict[str, Any]:
 
 
 async def work_unit(request: web.Request) -> web.Response:
-    return render(request, "work_unit.html", await _work_unit_context(request))
+    """The page; the manifest is read once here, not in the live region: it never changes
+    once stored."""
+    context = await _work_unit_context(request)
+    unit = context["unit"]
+    eid = unit["execution"]
+    found = await ess(request).manifest(f"{unit['name']}/executions/{eid}") if eid else None
+    return render(request, "work_unit.html", {**context, "manifest": manifest_view(eid, found)})
 
 
 async def work_unit_live(request: web.Request) -> web.Response:

@@ -22,8 +22,9 @@ import aiohttp
 import grpc
 import pytest
 
+from tests.integration.local_run import LocalSystem, local_run
 from tests.integration.support import minimal_work_unit
-from tests.integration.test_system_e2e import Client, LocalSystem, _local_run
+from tests.integration.test_system_e2e import Client
 from tests.waiting import eventually
 from xmc.model.states import WorkUnitState
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
@@ -37,7 +38,7 @@ LINES = [f"step {i}" for i in range(1, 9)]
 
 @pytest.fixture(scope="module")
 def live_system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSystem]:
-    with _local_run(tmp_path_factory) as system:
+    with local_run(tmp_path_factory) as system:
         yield system
 
 

@@ -29,6 +29,7 @@ from google.protobuf.message import Message
 
 from xmc.errors import NotFoundError
 from xmc.messages import backend_message
+from xmc.model.manifest import KeptManifest
 from xmc.model.merge import ExecutionUpdate
 from xmc.model.states import Severity, WorkUnitState
 from xmc.store import operations, outbox, scheduling
@@ -74,6 +75,7 @@ from xmc.store.experiments import (
     update_experiment,
 )
 from xmc.store.listing import ListRequest
+from xmc.store.manifests import StoredManifest, fetch_manifest, record_manifest
 from xmc.store.migrate import migrate
 from xmc.store.operations import (
     ActionType,
@@ -136,6 +138,7 @@ __all__ = [
     "ExecutionTasks",
     "ExperimentAccess",
     "ItemResult",
+    "KeptManifest",
     "ListRequest",
     "NewOperation",
     "NewWorkUnit",
@@ -148,6 +151,7 @@ __all__ = [
     "StateWrite",
     "Store",
     "StoredLog",
+    "StoredManifest",
     "TaskFacts",
     "Timings",
     "UpdateOutcome",
@@ -173,6 +177,7 @@ __all__ = [
     "fetch_experiment",
     "fetch_experiment_priority",
     "fetch_logs",
+    "fetch_manifest",
     "fetch_operation",
     "fetch_scheduling_control",
     "fetch_task_facts",
@@ -231,6 +236,7 @@ async def finish_task(
     state: StateWrite | None = None,
     response: Message | None = None,
     error: tuple[int, str] | None = None,
+    manifest: KeptManifest | None = None,
 ) -> ItemResult | None:
     """Finish ``task`` for good, in the caller's transaction, so it never half-finishes:
 
@@ -240,7 +246,9 @@ async def finish_task(
        (``write_decided_state``); its result is returned (None without a write);
     3. the task's Operation, if it has one, counts it done, with ``error`` (code,
        message) or ``response``. An Operation that no longer exists (expired after 90
-       days, or never made) is logged and skipped: the task's effect still stands.
+       days, or never made) is logged and skipped: the task's effect still stands;
+    4. ``manifest``, if any — the JobSet the task created — is recorded for its execution,
+       so it is stored exactly when the outcome "created" is (decision 0039).
     """
     await outbox.finish(conn, task, outcome=outcome, now=now)
     written = None
@@ -257,6 +265,11 @@ async def finish_task(
             )  # fmt: skip
         except NotFoundError:
             log.warning("the task's operation does not exist", operation=task.operation)
+    if manifest is not None:
+        await record_manifest(
+            conn, task.xid, task.wid, task_execution_id(task), manifest,
+            task_id=task.task_id, now=now,
+        )  # fmt: skip
     return written
 
 

@@ -136,8 +136,13 @@ async def work_unit(request: web.Request) -> web.Response:
     context = await _work_unit_context(request)
     unit = context["unit"]
     eid = unit["execution"]
-    found = await ess(request).manifest(f"{unit['name']}/executions/{eid}") if eid else None
-    return render(request, "work_unit.html", {**context, "manifest": manifest_view(eid, found)})
+    manifest: dict[str, Any] = {"eid": eid, "yaml": "", "recorded": "", "task": "",
+                                "note": f"No manifest stored for execution {eid}."}  # fmt: skip
+    if eid:
+        read = ess(request).manifest(f"{unit['name']}/executions/{eid}")
+        view, error = await _part(read, lambda found: manifest_view(eid, found))
+        manifest = view or {**manifest, "note": f"Manifest unavailable: {error}"}
+    return render(request, "work_unit.html", {**context, "manifest": manifest})
 
 
 async def work_unit_live(request: web.Request) -> web.Response:

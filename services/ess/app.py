@@ -31,6 +31,7 @@ from ess.operations_service import OperationsService
 from ess.relay import OutboxRelay
 from ess.resume import ResumeWorker
 from ess.service import ExperimentStateService
+from ess.sweeps import SweepService
 from ess.timelines import TimelineService
 from xmc.auth_settings import AuthSettings
 from xmc.errors import InvalidArgumentError
@@ -56,7 +57,7 @@ from xmc_api.internal.v1 import (
     scheduling_pb2,
     scheduling_pb2_grpc,
 )
-from xmc_api.xmc.v1 import timeline_pb2, timeline_pb2_grpc
+from xmc_api.xmc.v1 import sweep_pb2, sweep_pb2_grpc, timeline_pb2, timeline_pb2_grpc
 
 log = structlog.get_logger()
 
@@ -67,6 +68,7 @@ SERVICE_NAMES = (
     executions_pb2.DESCRIPTOR.services_by_name["WorkUnitExecutionService"].full_name,
     scheduling_pb2.DESCRIPTOR.services_by_name["SchedulingService"].full_name,
     timeline_pb2.DESCRIPTOR.services_by_name["TimelineService"].full_name,
+    sweep_pb2.DESCRIPTOR.services_by_name["SweepService"].full_name,
 )
 
 
@@ -197,6 +199,7 @@ class EssServer:
         timeline_pb2_grpc.add_TimelineServiceServicer_to_server(
             TimelineService(self.store, clock=self.clock), server
         )
+        sweep_pb2_grpc.add_SweepServiceServicer_to_server(SweepService(self.store), server)
         health_servicer = self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         reflection.enable_server_reflection(

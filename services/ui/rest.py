@@ -46,7 +46,7 @@ from ui.transcode import (
 # Imported for their descriptors: Operation.metadata and .response are Any values that
 # name these types, and MessageToDict resolves them in the default pool.
 from xmc_api.cloud.xmanager.v1 import api_pb2, operations_pb2, work_unit_pb2  # noqa: F401
-from xmc_api.xmc.v1 import timeline_pb2
+from xmc_api.xmc.v1 import sweep_pb2, timeline_pb2
 
 log = structlog.get_logger()
 
@@ -58,9 +58,11 @@ ESS_SERVICE: Final[ServiceDescriptor] = api_pb2.DESCRIPTOR.services_by_name[
 TIMELINE_SERVICE: Final[ServiceDescriptor] = timeline_pb2.DESCRIPTOR.services_by_name[
     "TimelineService"
 ]
+#: XMC's sweep reads (docs/decisions/0037-the-sweep-table.md).
+SWEEP_SERVICE: Final[ServiceDescriptor] = sweep_pb2.DESCRIPTOR.services_by_name["SweepService"]
 #: Every service the REST face mounts; a path goes to the first route that matches, in
 #: this order, so the published API's routes come first.
-SERVICES: Final[tuple[ServiceDescriptor, ...]] = (ESS_SERVICE, TIMELINE_SERVICE)
+SERVICES: Final[tuple[ServiceDescriptor, ...]] = (ESS_SERVICE, TIMELINE_SERVICE, SWEEP_SERVICE)
 #: Seconds one transcoded RPC may take before the caller gets 504.
 DEFAULT_TIMEOUT: Final = 30.0
 #: Statuses of errors raised here rather than by the ESS (google.rpc names).

@@ -3,14 +3,19 @@ the HTML fragments their live regions poll."""
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 from aiohttp import web
 
-from ui import views
+from ui import sweep_table, views
 from ui.context import ess, render
-from ui.gateway import UiError
+from ui.gateway import Ess, Page, UiError
 from xmc.model.work_unit_spec import spec_view
+from xmc.timestamps import utc_now
+
+T = TypeVar("T")
 
 #: Experiments per page of ``/``.
 EXPERIMENTS_PAGE = 50
@@ -47,31 +52,82 @@ async def experiments(request: web.Request) -> web.Response:
     )
 
 
+async def _arg_columns(
+    request: web.Request, client: Ess, xid: int
+) -> tuple[list[str], list[tuple[str, str]]]:
+    """The arg columns and the constant args. A live poll names its page's columns
+    (``cols``), so polling costs no aggregate over the experiment's args."""
+    if "cols" in request.query:
+        return [k for k in request.query["cols"].split(",") if k], []
+    return sweep_table.split_keys((await client.arg_keys(xid)).keys)
+
+
+async def _refused(call: Awaitable[T], empty: T) -> tuple[T, str]:
+    """The answer, or ``empty`` and the ESS's message when it refused the request (a bad
+    filter, order or group key): the page shows it as a notice above an empty table."""
+    try:
+        return await call, ""
+    except UiError as error:
+        if error.status != 400:
+            raise
+        return empty, error.message
+
+
 async def _experiment_context(request: web.Request) -> dict[str, Any]:
     xid, _ = _ids(request)
-    state = request.query.get("state", "")
-    try:
-        filter_ = views.state_filter(state)
-    except ValueError as error:
-        raise UiError(400, str(error)) from None
-    token = request.query.get("page_token", "")
+    view = sweep_table.parse_view(request.query)
+    if view.state and view.state not in views.FILTER_STATES:
+        raise UiError(
+            400, f"state: unknown {view.state!r}; pick one of {', '.join(views.FILTER_STATES)}"
+        )
     client = ess(request)
-    experiment = await client.experiment(xid)
     size = _page_size(request, UNITS_PAGE, MAX_UNITS_PAGE)
-    units = await client.work_units(xid, filter_, token, size)
+    unit_filter = view.unit_filter()
+    listing = client.work_units(xid, unit_filter, view.page_token, size, view.order_by)
+    grouping = client.arg_groups(xid, view.group, unit_filter) if view.group else _nothing()
+    (
+        experiment,
+        (arg_keys, constant),
+        artifacts,
+        (units, problem),
+        (groups, group_problem),
+    ) = await asyncio.gather(
+        client.experiment(xid),
+        _arg_columns(request, client, xid),
+        client.artifacts(xid),
+        _refused(listing, Page([], "")),
+        _refused(grouping, None),
+    )
+    now = utc_now()
+    links = sweep_table.artifacts_by_parent(artifacts)
+    columns = sweep_table.columns(arg_keys)
     row = views.experiment_row(experiment)
     return {
         "experiment": row,
-        "units": [views.work_unit_row(u) for u in units.items],
-        "state": state,
+        "experiment_links": [sweep_table.link(u) for u in experiment.urls]
+        + links.get(experiment.name, []),
+        "notes": experiment.notes,
+        "view": view,
+        "live_query": view.live_href(arg_keys),
+        "columns": columns,
+        "headers": [sweep_table.sort_header(view, c) for c in columns],
+        "arg_keys": arg_keys,
+        "constant_args": constant,
+        "units": [sweep_table.unit_row(u, now, links) for u in units.items],
+        "groups": sweep_table.group_rows(view.group, groups.groups, view) if groups else [],
+        "groups_truncated": bool(groups and groups.truncated),
+        "problem": problem or group_problem,
         "states": views.FILTER_STATES,
-        "filter": filter_,
-        "page_token": token,
         "next_page_token": units.next_page_token,
         "page_size": size,
         "max_page_size": MAX_UNITS_PAGE,
+        "max_selected": sweep_table.MAX_SELECTED,
         "unit_count": row["total"],
     }
+
+
+async def _nothing() -> None:
+    return None
 
 
 async def experiment(request: web.Request) -> web.Response:

@@ -77,6 +77,11 @@ into SQL as a string literal (so an index or plan can see it), which this charac
 makes safe: it cannot hold a quote or a backslash."""
 
 
+def is_arg_key(key: str) -> bool:
+    """Whether a filter or order_by can name ``args.<key>``."""
+    return len(key) <= MAX_ARG_KEY_LENGTH and _ARG_KEY.fullmatch(key) is not None
+
+
 def resolve_field(
     name: str, fields: Mapping[str, FieldSpec], error: Callable[[str], InvalidArgumentError]
 ) -> FieldSpec | None:
@@ -90,7 +95,7 @@ def resolve_field(
     parent = fields.get(prefix)
     if not dot or parent is None or parent.kind is not FieldKind.ARGS:
         return None
-    if len(key) > MAX_ARG_KEY_LENGTH or not _ARG_KEY.fullmatch(key):
+    if not is_arg_key(key):
         raise error(
             f"field '{name}': key {key!r} is not allowed; keys are letters, digits and '_' "
             f"(not leading with a digit) joined by '.', at most {MAX_ARG_KEY_LENGTH} characters"

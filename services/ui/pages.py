@@ -131,7 +131,10 @@ async def _nothing() -> None:
 
 
 async def experiment(request: web.Request) -> web.Response:
-    return render(request, "experiment.html", await _experiment_context(request))
+    """The page; a view the ESS refused (a bad filter) is still the page, with the refusal
+    as its notice and a 400, so the filter box is there to fix it."""
+    context = await _experiment_context(request)
+    return render(request, "experiment.html", context, status=400 if context["problem"] else 200)
 
 
 async def experiment_live(request: web.Request) -> web.Response:

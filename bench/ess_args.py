@@ -17,8 +17,8 @@ same run, alternating walk by walk so both see the same machine:
 
 Also timed once: the backfill of the 10,000 rows' args (``xmc.store.backfill``, what
 ``migrate`` does after migration 0005) and the per-key spread query of the sweep table
-(``xmc.store.arg_stats``), and the grouping by ``lr`` with state counts. Figures only: it asserts nothing beyond each walk reading the
-rows its raw SELECTs read.
+(``xmc.store.arg_stats``), and the grouping by ``lr`` with state counts. Figures only: it
+asserts nothing beyond each walk reading the rows its raw SELECTs read.
 
     .venv/bin/python bench/ess_args.py [--runs 3] [--work-units 10000]
 """

@@ -15,7 +15,7 @@ from xmc_api.cloud.xmanager.v1.artifact_pb2 import Artifact
 from xmc_api.cloud.xmanager.v1.status_pb2 import WorkUnitStatus
 from xmc_api.cloud.xmanager.v1.url_pb2 import Url
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
-from xmc_api.xmc.v1.sweep_pb2 import ArgGroup, ArgKey
+from xmc_api.xmc.v1.sweep_pb2 import ArgGroup, ArgKey, StateCount
 
 S = WorkUnitStatus.WorkUnitState
 
@@ -124,8 +124,8 @@ def test_quote_makes_a_literal_the_filter_parser_reads_back(value: str) -> None:
 def test_group_rows_link_to_their_group() -> None:
     view = st.View(filter="args.layers > 2", group="opt", order_by="wid desc", page_token="p")
     groups = [
-        ArgGroup(value="adam", count=3, state_counts=[{"state": S.RUNNING, "count": 3}]),
-        ArgGroup(missing=True, count=1, state_counts=[{"state": S.FAILED, "count": 1}]),
+        ArgGroup(value="adam", count=3, state_counts=[StateCount(state=S.RUNNING, count=3)]),
+        ArgGroup(missing=True, count=1, state_counts=[StateCount(state=S.FAILED, count=1)]),
     ]
     rows = st.group_rows("opt", groups, view)
     assert [(r["value"], r["count"]) for r in rows] == [("adam", 3), ("(none)", 1)]

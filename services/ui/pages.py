@@ -76,10 +76,10 @@ async def _refused(call: Awaitable[T], empty: T) -> tuple[T, str]:
 async def _experiment_context(request: web.Request) -> dict[str, Any]:
     xid, _ = _ids(request)
     view = sweep_table.parse_view(request.query)
-    if view.state and view.state not in views.FILTER_STATES:
-        raise UiError(
-            400, f"state: unknown {view.state!r}; pick one of {', '.join(views.FILTER_STATES)}"
-        )
+    try:
+        views.state_filter(view.state)
+    except ValueError as error:
+        raise UiError(400, str(error)) from None
     client = ess(request)
     size = _page_size(request, UNITS_PAGE, MAX_UNITS_PAGE)
     unit_filter = view.unit_filter()

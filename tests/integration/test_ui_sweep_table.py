@@ -6,16 +6,14 @@ the links and notes of units and the experiment (docs/ui.md)."""
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
 from html import unescape
 from urllib.parse import parse_qs, urlsplit
 
 import aiohttp
-import pytest
 
+from tests.integration import test_ui_pages
 from tests.integration.ess_harness import Ess, metadata
 from tests.integration.sweep_args import SWEEP, unit_with_args
-from tests.integration.ui_support import running_ui
 from xmc.model.states import WorkUnitState
 from xmc_api.cloud.xmanager.v1 import api_pb2
 from xmc_api.cloud.xmanager.v1.artifact_pb2 import Artifact
@@ -23,18 +21,9 @@ from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
 from xmc_api.cloud.xmanager.v1.url_pb2 import Url
 
 ALICE = metadata("alice")
-
-
-@pytest.fixture
-async def ui(ess: Ess) -> AsyncIterator[str]:
-    async with running_ui(ess.channel) as base:
-        yield base
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
-        yield session
+#: The dashboard on the test's ESS, and an HTTP session: the page tests' fixtures.
+ui = test_ui_pages.ui
+http = test_ui_pages.http
 
 
 async def sweep(ess: Ess) -> int:

@@ -112,6 +112,7 @@ async def _experiment_context(request: web.Request) -> dict[str, Any]:
         "columns": columns,
         "headers": [sweep_table.sort_header(view, c) for c in columns],
         "arg_keys": arg_keys,
+        "groupable": [c.arg for c in columns if c.kind == "arg" and c.order],
         "constant_args": constant,
         "units": [sweep_table.unit_row(u, now, links) for u in units.items],
         "groups": sweep_table.group_rows(view.group, groups.groups, view) if groups else [],

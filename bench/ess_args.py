@@ -10,12 +10,15 @@ same run, alternating walk by walk so both see the same machine:
 
 - plain: no filter, the default order (``wid``);
 - ``filter="args.lr > 0.01" order_by="args.lr"``;
-- ``order_by="args.lr desc"`` over every unit (missing and text values included).
+- ``order_by="args.lr desc"`` over every unit (missing and text values included);
+- ``order_by="runtime desc"`` and ``order_by="time_in_state"`` over every unit (decision
+  0037: runtime is computed per row against the walk's start; time in state reads
+  ``state_update_time`` backwards).
 
 Also timed once: the backfill of the 10,000 rows' args (``xmc.store.backfill``, what
 ``migrate`` does after migration 0005) and the per-key spread query of the sweep table
-(``xmc.store.arg_stats``). Figures only: it asserts nothing beyond each walk reading the
-rows its raw SELECTs read.
+(``xmc.store.arg_stats``), and the grouping by ``lr`` with state counts. Figures only: it
+asserts nothing beyond each walk reading the rows its raw SELECTs read.
 
     .venv/bin/python bench/ess_args.py [--runs 3] [--work-units 10000]
 """
@@ -51,7 +54,7 @@ from bench.ess_rpc import (
 from bench.workloads import work_unit
 
 from tests.stack import create_database, drop_database
-from xmc.store.arg_stats import arg_spreads
+from xmc.store.arg_stats import arg_groups, arg_spreads
 from xmc.store.backfill import backfill_args, backfill_wire
 from xmc.store.experiments import insert_experiment
 from xmc.store.listing import ListRequest
@@ -64,6 +67,8 @@ LISTINGS = {
     "plain (no filter, by wid)": ("", ""),
     'filter="args.lr > 0.01" order_by="args.lr"': ("args.lr > 0.01", "args.lr"),
     'order_by="args.lr desc" (every unit)': ("", "args.lr desc"),
+    'order_by="runtime desc" (every unit)': ("", "runtime desc"),
+    'order_by="time_in_state" (every unit)': ("", "time_in_state"),
 }
 LRS = ["0.1", "0.05", "0.01", "0.005", "0.001"]
 
@@ -140,6 +145,9 @@ async def main() -> None:
         began = time.perf_counter()
         spreads, total = await arg_spreads(conn, xid)
         spread_seconds = time.perf_counter() - began
+        began = time.perf_counter()
+        groups, _ = await arg_groups(conn, xid, "lr", "")
+        group_seconds = time.perf_counter() - began
         port = free_port()
         proc = await start_ess(dsn, port)
         channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
@@ -179,6 +187,10 @@ async def main() -> None:
     print(
         f"  arg spreads ({len(spreads)} keys over {total} units, one SQL aggregate):"
         f" {spread_seconds * 1000:.1f} ms"
+    )
+    print(
+        f"  arg groups by lr ({len(groups)} groups with state counts, one SQL aggregate):"
+        f" {group_seconds * 1000:.1f} ms"
     )
 
 

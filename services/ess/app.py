@@ -35,6 +35,7 @@ from ess.operations_service import OperationsService
 from ess.relay import OutboxRelay
 from ess.resume import ResumeWorker
 from ess.service import ExperimentStateService
+from ess.sweeps import SweepService
 from ess.timelines import TimelineService
 from xmc.auth_settings import AuthSettings
 from xmc.errors import InvalidArgumentError
@@ -67,6 +68,8 @@ from xmc_api.xmc.v1 import (
     logs_pb2_grpc,
     spec_pb2,
     spec_pb2_grpc,
+    sweep_pb2,
+    sweep_pb2_grpc,
     timeline_pb2,
     timeline_pb2_grpc,
 )
@@ -83,6 +86,7 @@ SERVICE_NAMES = (
     logs_pb2.DESCRIPTOR.services_by_name["LogService"].full_name,
     internal_logs_pb2.DESCRIPTOR.services_by_name["ContainerLogService"].full_name,
     spec_pb2.DESCRIPTOR.services_by_name["SpecService"].full_name,
+    sweep_pb2.DESCRIPTOR.services_by_name["SweepService"].full_name,
 )
 
 
@@ -225,6 +229,7 @@ class EssServer:
             ContainerLogService(self.store, options.logs, clock=self.clock), server
         )
         spec_pb2_grpc.add_SpecServiceServicer_to_server(SpecService(self.store), server)
+        sweep_pb2_grpc.add_SweepServiceServicer_to_server(SweepService(self.store), server)
         health_servicer = self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         reflection.enable_server_reflection(

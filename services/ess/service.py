@@ -9,6 +9,7 @@ classified once by the interceptor.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -171,7 +172,8 @@ class ExperimentStateService(api_pb2_grpc.ExperimentStateServiceServicer):
         xid = parse_experiment_name(request.parent, field="parent")
         # One statement, so no transaction: it would only add BEGIN and COMMIT round trips.
         async with self._store.connection() as conn:
-            return await list_work_units(conn, xid, list_request(request))
+            listing = replace(list_request(request), now=self._clock())
+            return await list_work_units(conn, xid, listing)
 
     SearchWorkUnits = ListWorkUnits  # type: ignore[assignment]
 

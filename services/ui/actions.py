@@ -8,7 +8,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from aiohttp import web
 
-from ui import views
+from ui import sweep_table, views
 from ui.context import ess
 from ui.gateway import UiError
 
@@ -58,28 +58,51 @@ async def restart(request: web.Request) -> web.Response:
 
 
 async def _batch_filter(request: web.Request) -> tuple[int, str, str]:
+    """The experiment and the filter a batch form acts on: the view's state choice and
+    typed filter, exactly the units the page shows; and how the notice names them."""
     xid, _ = _ids(request)
     form = await request.post()
     if form.get("confirm") != "on":
         raise UiError(400, "tick the confirmation box to act on every unit of the filter")
-    state = str(form.get("state", ""))
+    view = sweep_table.View(state=str(form.get("state", "")), filter=str(form.get("filter", "")))
     try:
-        filter_ = views.state_filter(state)
+        views.state_filter(view.state)
     except ValueError as error:
         raise UiError(400, str(error)) from None
-    return xid, filter_, state.lower() + " " if state else "all "
+    filter_ = view.unit_filter()
+    return xid, filter_, f"units matching {filter_} " if filter_ else "all units "
 
 
 async def batch_stop(request: web.Request) -> web.Response:
     xid, filter_, which = await _batch_filter(request)
     await ess(request).batch_stop(xid, filter_)
-    return await _redirect(request, f"stop of {which}work units requested", f"/experiments/{xid}")
+    return await _redirect(request, f"stop of {which}requested", f"/experiments/{xid}")
 
 
 async def batch_restart(request: web.Request) -> web.Response:
     xid, filter_, which = await _batch_filter(request)
     await ess(request).batch_restart(xid, filter_)
-    notice = f"restart of {which}work units requested"
+    return await _redirect(request, f"restart of {which}requested", f"/experiments/{xid}")
+
+
+async def selected(request: web.Request) -> web.Response:
+    """Stop or restart the ticked units: one batch call per filter of their wids
+    (``sweep_table.selection_filters``), so a selection of hundreds is a few calls."""
+    xid, _ = _ids(request)
+    form = await request.post()
+    verb = str(form.get("action", ""))
+    if verb not in ("stop", "restart"):
+        raise UiError(400, f"action: expected stop or restart, got {verb!r}")
+    try:
+        wids = sweep_table.selected_wids(str(v) for v in form.getall("wid", []))
+    except ValueError as error:
+        raise UiError(400, str(error)) from None
+    client = ess(request)
+    act = client.batch_stop if verb == "stop" else client.batch_restart
+    for filter_ in sweep_table.selection_filters(wids):
+        await act(xid, filter_)
+    named = ", ".join(str(w) for w in wids[:10]) + (" …" if len(wids) > 10 else "")
+    notice = f"{verb} of {len(wids)} selected work unit(s) requested: {named}"
     return await _redirect(request, notice, f"/experiments/{xid}")
 
 
@@ -100,5 +123,6 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post(f"{unit}/restart", restart)
     app.router.add_post(r"/experiments/{xid:\d+}/stop", batch_stop)
     app.router.add_post(r"/experiments/{xid:\d+}/restart", batch_restart)
+    app.router.add_post(r"/experiments/{xid:\d+}/selected", selected)
     app.router.add_post("/scheduling/pause", pause)
     app.router.add_post("/scheduling/resume", resume)

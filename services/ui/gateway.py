@@ -17,6 +17,7 @@ import grpc
 
 from ui.transcode import HTTP_STATUS
 from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
+from xmc_api.cloud.xmanager.v1.artifact_pb2 import Artifact
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
 from xmc_api.cloud.xmanager.v1.status_message_pb2 import StatusMessage
 from xmc_api.cloud.xmanager.v1.work_unit_execution_pb2 import WorkUnitExecution
@@ -27,6 +28,8 @@ from xmc_api.xmc.v1 import (
     logs_pb2_grpc,
     spec_pb2,
     spec_pb2_grpc,
+    sweep_pb2,
+    sweep_pb2_grpc,
     timeline_pb2,
     timeline_pb2_grpc,
 )
@@ -35,6 +38,8 @@ from xmc_api.xmc.v1 import (
 RPC_TIMEOUT = 10.0
 #: The most status messages the work unit page reads (newest kept).
 MAX_MESSAGES = 1000
+#: The most artifacts the experiment page reads (its own and its units', newest first).
+MAX_ARTIFACTS = 200
 
 
 class UiError(Exception):
@@ -78,6 +83,7 @@ class Ess:
         self._timelines = timeline_pb2_grpc.TimelineServiceStub(channel)
         self._logs = logs_pb2_grpc.LogServiceStub(channel)
         self._spec = spec_pb2_grpc.SpecServiceStub(channel)
+        self._sweeps = sweep_pb2_grpc.SweepServiceStub(channel)
         self._metadata = metadata
 
     async def _call(self, method: Any, request: Any) -> Any:
@@ -98,12 +104,37 @@ class Ess:
         found: Experiment = await self._call(self._api.GetExperiment, request)
         return found
 
-    async def work_units(self, xid: int, filter_: str, page_token: str, page_size: int) -> Page:
+    async def work_units(
+        self, xid: int, filter_: str, page_token: str, page_size: int, order_by: str = ""
+    ) -> Page:
         request = api_pb2.ListWorkUnitsRequest(
-            parent=f"experiments/{xid}", filter=filter_, page_token=page_token, page_size=page_size
-        )
+            parent=f"experiments/{xid}", filter=filter_, page_token=page_token,
+            page_size=page_size, order_by=order_by,
+        )  # fmt: skip
         found = await self._call(self._api.ListWorkUnits, request)
         return Page(list(found.work_units), found.next_page_token)
+
+    async def arg_keys(self, xid: int) -> sweep_pb2.ListArgKeysResponse:
+        request = sweep_pb2.ListArgKeysRequest(parent=f"experiments/{xid}")
+        found: sweep_pb2.ListArgKeysResponse = await self._call(self._sweeps.ListArgKeys, request)
+        return found
+
+    async def arg_groups(self, xid: int, key: str, filter_: str) -> sweep_pb2.ListArgGroupsResponse:
+        request = sweep_pb2.ListArgGroupsRequest(
+            parent=f"experiments/{xid}", key=key, filter=filter_
+        )
+        found: sweep_pb2.ListArgGroupsResponse = await self._call(
+            self._sweeps.ListArgGroups, request
+        )
+        return found
+
+    async def artifacts(self, xid: int) -> list[Artifact]:
+        """Up to :data:`MAX_ARTIFACTS` of the experiment's and its units' artifacts."""
+        request = api_pb2.ListArtifactsRequest(
+            parent=f"experiments/{xid}", page_size=MAX_ARTIFACTS, order_by="create_time desc"
+        )
+        found = await self._call(self._api.ListArtifacts, request)
+        return list(found.artifacts)
 
     async def work_unit(self, xid: int, wid: int) -> WorkUnit:
         request = api_pb2.GetWorkUnitRequest(name=f"experiments/{xid}/workUnits/{wid}")

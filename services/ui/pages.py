@@ -9,12 +9,13 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from ui import views
+from ui import sweep_table, views
 from ui.context import ess, render
-from ui.gateway import UiError
+from ui.gateway import Ess, Page, UiError
 from ui.manifest_view import manifest_view
 from ui.timeline_view import timeline_view, timings_view
 from xmc.model.work_unit_spec import spec_view
+from xmc.timestamps import utc_now
 
 #: Experiments per page of ``/``.
 EXPERIMENTS_PAGE = 50
@@ -65,43 +66,97 @@ async def experiments(request: web.Request) -> web.Response:
     )
 
 
+async def _arg_columns(
+    request: web.Request, client: Ess, xid: int
+) -> tuple[list[str], list[tuple[str, str]]]:
+    """The arg columns and the constant args. A live poll names its page's columns
+    (``cols``), so polling costs no aggregate over the experiment's args."""
+    if "cols" in request.query:
+        return [k for k in request.query["cols"].split(",") if k], []
+    return sweep_table.split_keys((await client.arg_keys(xid)).keys)
+
+
+async def _refused(call: Awaitable[T], empty: T) -> tuple[T, str]:
+    """The answer, or ``empty`` and the ESS's message when it refused the request (a bad
+    filter, order or group key): the page shows it as a notice above an empty table."""
+    try:
+        return await call, ""
+    except UiError as error:
+        if error.status != 400:
+            raise
+        return empty, error.message
+
+
 async def _experiment_context(request: web.Request) -> dict[str, Any]:
     xid, _ = _ids(request)
-    state = request.query.get("state", "")
+    view = sweep_table.parse_view(request.query)
     try:
-        filter_ = views.state_filter(state)
+        views.state_filter(view.state)
     except ValueError as error:
         raise UiError(400, str(error)) from None
-    token = request.query.get("page_token", "")
     client = ess(request)
-    experiment = await client.experiment(xid)
     size = _page_size(request, UNITS_PAGE, MAX_UNITS_PAGE)
-    units = await client.work_units(xid, filter_, token, size)
+    unit_filter = view.unit_filter()
+    listing = client.work_units(xid, unit_filter, view.page_token, size, view.order_by)
+    grouping = client.arg_groups(xid, view.group, unit_filter) if view.group else _nothing()
+    (
+        experiment,
+        (arg_keys, constant),
+        artifacts,
+        (units, problem),
+        (groups, group_problem),
+    ) = await asyncio.gather(
+        client.experiment(xid),
+        _arg_columns(request, client, xid),
+        client.artifacts(xid),
+        _refused(listing, Page([], "")),
+        _refused(grouping, None),
+    )
+    now = utc_now()
+    links = sweep_table.artifacts_by_parent(artifacts)
+    columns = sweep_table.columns(arg_keys)
     row = views.experiment_row(experiment)
     return {
         "experiment": row,
-        "units": [views.work_unit_row(u) for u in units.items],
-        "state": state,
+        "experiment_links": [sweep_table.link(u) for u in experiment.urls]
+        + links.get(experiment.name, []),
+        "notes": experiment.notes,
+        "view": view,
+        "live_query": view.live_href(arg_keys),
+        "columns": columns,
+        "headers": [sweep_table.sort_header(view, c) for c in columns],
+        "arg_keys": arg_keys,
+        "groupable": [c.arg for c in columns if c.kind == "arg" and c.order],
+        "constant_args": constant,
+        "units": [sweep_table.unit_row(u, now, links) for u in units.items],
+        "groups": sweep_table.group_rows(view.group, groups.groups, view) if groups else [],
+        "groups_truncated": bool(groups and groups.truncated),
+        "problem": problem or group_problem,
         "states": views.FILTER_STATES,
-        "filter": filter_,
-        "page_token": token,
         "next_page_token": units.next_page_token,
         "page_size": size,
         "max_page_size": MAX_UNITS_PAGE,
+        "max_selected": sweep_table.MAX_SELECTED,
         "unit_count": row["total"],
     }
+
+
+async def _nothing() -> None:
+    return None
 
 
 async def experiment(request: web.Request) -> web.Response:
     """The page, and below its live table the timings block, read once per page load
     (the aggregation over every unit costs more than a poll should, docs/ui.md) and
-    beside the table's reads rather than after them."""
+    beside the table's reads rather than after them. A view the ESS refused (a bad
+    filter) is still the page, with the refusal as its notice and a 400, so the filter
+    box is there to fix it."""
     xid, _ = _ids(request)
     context, (timings, error) = await asyncio.gather(
         _experiment_context(request), _part(ess(request).timings(xid), timings_view)
     )
     context["timings"], context["timings_error"] = timings, error
-    return render(request, "experiment.html", context)
+    return render(request, "experiment.html", context, status=400 if context["problem"] else 200)
 
 
 async def experiment_live(request: web.Request) -> web.Response:

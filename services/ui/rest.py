@@ -47,7 +47,7 @@ from ui.transcode import (
 # Imported for their descriptors: Operation.metadata and .response are Any values that
 # name these types, and MessageToDict resolves them in the default pool.
 from xmc_api.cloud.xmanager.v1 import api_pb2, operations_pb2, work_unit_pb2  # noqa: F401
-from xmc_api.xmc.v1 import logs_pb2, spec_pb2, timeline_pb2
+from xmc_api.xmc.v1 import logs_pb2, spec_pb2, sweep_pb2, timeline_pb2
 
 log = structlog.get_logger()
 
@@ -61,14 +61,18 @@ TIMELINE_SERVICE: Final[ServiceDescriptor] = timeline_pb2.DESCRIPTOR.services_by
 ]
 #: The manifests the Actuator created executions with (decision 0039).
 SPEC_SERVICE: Final[ServiceDescriptor] = spec_pb2.DESCRIPTOR.services_by_name["SpecService"]
+#: XMC's sweep reads (docs/decisions/0037-the-sweep-table.md).
+SWEEP_SERVICE: Final[ServiceDescriptor] = sweep_pb2.DESCRIPTOR.services_by_name["SweepService"]
+#: Container logs, kept and live (docs/logs.md).
+LOG_SERVICE: Final[ServiceDescriptor] = logs_pb2.DESCRIPTOR.services_by_name["LogService"]
 #: Every service the REST face mounts; a path goes to the first route that matches, in
 #: this order, so the published API's routes come first.
-LOG_SERVICE: Final[ServiceDescriptor] = logs_pb2.DESCRIPTOR.services_by_name["LogService"]
 SERVICES: Final[tuple[ServiceDescriptor, ...]] = (
     ESS_SERVICE,
     TIMELINE_SERVICE,
     LOG_SERVICE,
     SPEC_SERVICE,
+    SWEEP_SERVICE,
 )
 #: The media type of a server-streaming route's answer.
 NDJSON: Final = "application/x-ndjson"

@@ -1,9 +1,10 @@
 """A sweep's work units by their args: the arg columns of ``xmc wu list`` and its
 ``--group-by`` table.
 
-Which args vary is computed here from the units listed (every page of the filter), since
-the published API has no call for it: the CLI already holds those units, and the answer is
-the one ``xmc.store.arg_stats`` gives in SQL for a whole experiment when the filter is empty.
+Which args vary is computed here from the units listed (every page of the filter): the CLI
+already holds those units, so it costs no call, and the columns follow the filter. The
+ESS's ``xmc.v1.SweepService.ListArgKeys`` (the dashboard's columns) gives the same answer
+in SQL for a whole experiment, which is this one when the filter is empty.
 """
 
 from __future__ import annotations

@@ -92,7 +92,7 @@ async def test_experiment_page_filters_by_state_and_missing_is_404(
 
     status, page = await get(http, f"{ui}/experiments/{xid}", params={"state": "RUNNING"})
     assert status == 200
-    assert "No work units in RUNNING" in page
+    assert "No work units match <code>state = RUNNING</code>" in page
 
     status, fragment = await get(http, f"{ui}/experiments/{xid}/live")
     assert status == 200

@@ -55,16 +55,31 @@ class FieldSpec:
     enum: type[enum.IntEnum] | None = None
     sortable: bool = True
     nullable: bool = False
+    #: Sort only: a derived value (``runtime``) that a filter has no literal for.
+    filterable: bool = True
+    #: Larger values are older column values (``time_in_state`` is ``state_update_time``
+    #: read backwards), so the column sorts the other way round.
+    inverted: bool = False
     #: ``ARGS``: the ``jsonb`` column of the map's numeric readings (``{"lr": 0.01}``);
     #: ``ARG``: the SQL of its key's numeric reading (NULL when the value is no number).
     numbers: str = ""
 
+
+#: Stands in a column's SQL for "now": the time a walk through the pages began, bound as a
+#: parameter on every page and carried in the page token, so a value measured to it (a
+#: running unit's runtime) stays put while the walk goes on.
+AS_OF = "$as_of"
 
 MAX_ARG_KEY_LENGTH = 64
 _ARG_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
 """The keys a filter or order_by may name: identifiers joined by dots. The key is spliced
 into SQL as a string literal (so an index or plan can see it), which this character set
 makes safe: it cannot hold a quote or a backslash."""
+
+
+def is_arg_key(key: str) -> bool:
+    """Whether a filter or order_by can name ``args.<key>``."""
+    return len(key) <= MAX_ARG_KEY_LENGTH and _ARG_KEY.fullmatch(key) is not None
 
 
 def resolve_field(
@@ -80,7 +95,7 @@ def resolve_field(
     parent = fields.get(prefix)
     if not dot or parent is None or parent.kind is not FieldKind.ARGS:
         return None
-    if len(key) > MAX_ARG_KEY_LENGTH or not _ARG_KEY.fullmatch(key):
+    if not is_arg_key(key):
         raise error(
             f"field '{name}': key {key!r} is not allowed; keys are letters, digits and '_' "
             f"(not leading with a digit) joined by '.', at most {MAX_ARG_KEY_LENGTH} characters"
@@ -94,10 +109,11 @@ def resolve_field(
 
 
 def describe_fields(fields: Mapping[str, FieldSpec], *, sortable_only: bool = False) -> str:
-    """The names a request may use, for error messages (``args.<key>`` for a map)."""
+    """The names a request may use, for error messages (``args.<key>`` for a map): the
+    sortable ones with ``sortable_only``, else the filterable ones."""
     names = (
         f"{name}.<key>" if spec.kind is FieldKind.ARGS else name
         for name, spec in fields.items()
-        if spec.sortable or not sortable_only
+        if (spec.sortable if sortable_only else spec.filterable)
     )
     return ", ".join(sorted(names))

@@ -105,7 +105,7 @@ def key_columns(spec: FieldSpec, descending: bool) -> tuple[SortColumn, ...]:
             SortColumn(spec.numbers, descending, FieldKind.NUMBER, nullable=True),
             SortColumn(spec.column, descending, FieldKind.STRING, nullable=True),
         )
-    return (SortColumn(spec.column, descending, spec.kind, spec.nullable),)
+    return (SortColumn(spec.column, descending != spec.inverted, spec.kind, spec.nullable),)
 
 
 def order_by_sql(columns: Sequence[SortColumn]) -> str:

@@ -13,13 +13,20 @@ import hashlib
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any, TypeVar
 
 from xmc.errors import InvalidArgumentError
-from xmc.query.fields import INT64_MAX, INT64_MIN, MAX_PAGE_TOKEN_LENGTH, FieldKind, FieldSpec
+from xmc.query.fields import (
+    AS_OF,
+    INT64_MAX,
+    INT64_MIN,
+    MAX_PAGE_TOKEN_LENGTH,
+    FieldKind,
+    FieldSpec,
+)
 from xmc.query.keyset import keyset_sql
 from xmc.query.order import OrderKey, SortColumn, order_by_sql, parse_order_by, total_order
 from xmc.query.sql import compile_filter
@@ -41,6 +48,8 @@ class ListQuery:
     fingerprint: str
     columns: tuple[SortColumn, ...]
     page_size: int
+    #: What :data:`~xmc.query.fields.AS_OF` stands for on this walk (None: not used).
+    as_of: datetime | None = None
 
 
 def sort_columns(query: ListQuery) -> list[str]:
@@ -91,13 +100,18 @@ def _decode_value(raw: Any, column: SortColumn) -> Any:
             if isinstance(raw, bool):
                 return raw
         case FieldKind.TIMESTAMP:
-            if isinstance(raw, dict) and isinstance(raw.get("t"), str):
-                try:
-                    value = datetime.fromisoformat(raw["t"])
-                except ValueError:
-                    raise _token_error("malformed") from None
-                if value.tzinfo is not None:
-                    return value
+            return _decode_time(raw)
+    raise _token_error("malformed")
+
+
+def _decode_time(raw: Any) -> datetime:
+    if isinstance(raw, dict) and isinstance(raw.get("t"), str):
+        try:
+            value = datetime.fromisoformat(raw["t"])
+        except ValueError:
+            raise _token_error("malformed") from None
+        if value.tzinfo is not None:
+            return value
     raise _token_error("malformed")
 
 
@@ -116,8 +130,10 @@ def _decode_number(text: str) -> Decimal:
     return value
 
 
-def _encode_token(fingerprint: str, values: Sequence[Any]) -> str:
+def _encode_token(fingerprint: str, values: Sequence[Any], as_of: datetime | None) -> str:
     payload = {"f": fingerprint, "v": [_encode_value(v) for v in values]}
+    if as_of is not None:
+        payload["a"] = _encode_value(as_of)
     data = json.dumps(payload, separators=(",", ":")).encode()
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
 
@@ -125,7 +141,10 @@ def _encode_token(fingerprint: str, values: Sequence[Any]) -> str:
 _TOKEN_CHARS = re.compile(r"[A-Za-z0-9_-]+")
 
 
-def _decode_token(token: str, fingerprint: str, columns: Sequence[SortColumn]) -> list[Any]:
+def _decode_token(
+    token: str, fingerprint: str, columns: Sequence[SortColumn], *, as_of: bool
+) -> tuple[list[Any], datetime | None]:
+    """The last row's sort values, and the walk's start when its order measures to it."""
     if len(token) > MAX_PAGE_TOKEN_LENGTH or not _TOKEN_CHARS.fullmatch(token):
         raise _token_error("malformed")
     try:
@@ -138,7 +157,8 @@ def _decode_token(token: str, fingerprint: str, columns: Sequence[SortColumn]) -
         raise _token_error("does not match this filter and order_by")
     if len(payload["v"]) != len(columns):
         raise _token_error("malformed")
-    return [_decode_value(raw, column) for raw, column in zip(payload["v"], columns, strict=True)]
+    values = [_decode_value(raw, column) for raw, column in zip(payload["v"], columns, strict=True)]
+    return values, _decode_time(payload.get("a")) if as_of else None
 
 
 def next_page_token(query: ListQuery, last_row_values: Sequence[Any]) -> str:
@@ -152,7 +172,7 @@ def next_page_token(query: ListQuery, last_row_values: Sequence[Any]) -> str:
             f"expected {len(query.columns)} sort values {sort_columns(query)}, "
             f"got {len(last_row_values)}"
         )
-    return _encode_token(query.fingerprint, last_row_values)
+    return _encode_token(query.fingerprint, last_row_values, query.as_of)
 
 
 Row = TypeVar("Row")
@@ -194,13 +214,16 @@ def build_list_query(
     default_page_size: int = 100,
     max_page_size: int = 1000,
     scope: str = "",
+    now: datetime | None = None,
 ) -> ListQuery:
     """Validate a List/Search request and build its SQL pieces.
 
     ``tiebreak`` lists NOT NULL columns that make the order unique (``("w.xid", "w.wid")``);
     a plain string is an integer column, a ``FieldSpec`` gives another kind. ``scope`` (for
     example the parent name) is bound into the token so it cannot page a different parent.
-    Parameters are numbered from ``first_param``: the filter's first, then the keyset's.
+    Parameters are numbered from ``first_param``: the walk's start when a sort column
+    measures to it (``AS_OF``: ``now`` on the first page, the token's after), then the
+    filter's, then the keyset's.
     """
     if not tiebreak:
         raise ValueError("tiebreak must name the columns that make the order unique")
@@ -208,16 +231,29 @@ def build_list_query(
     size = _effective_page_size(page_size, default_page_size, max_page_size)
     order = parse_order_by(order_by, fields, default_order)
     columns = total_order(order, fields, tiebreak)
+    measured = any(AS_OF in c.sql for c in columns)
+    if measured:
+        placeholder = f"${first_param}::timestamptz"
+        columns = tuple(replace(c, sql=c.sql.replace(AS_OF, placeholder)) for c in columns)
+        first_param += 1
     fingerprint = _fingerprint(filter_text, columns, scope)
     # 2. The filter.
     filter_sql, params = compile_filter(filter_text, fields, first_param=first_param)
     conditions = [] if filter_sql == "TRUE" else [filter_sql]
     # 3. The keyset condition from the token, numbered after the filter's parameters.
+    as_of = now
     if page_token:
-        last = _decode_token(page_token, fingerprint, columns)
+        last, token_as_of = _decode_token(page_token, fingerprint, columns, as_of=measured)
         after_sql, keyset_params = keyset_sql(columns, last, first_param + len(params))
         conditions.append(after_sql)
         params = params + keyset_params
+        as_of = token_as_of or as_of
+    if measured:
+        if as_of is None:
+            raise ValueError("an order measured to now needs now")
+        params = [as_of, *params]
+    else:
+        as_of = None
     return ListQuery(
         where=_conjunction(conditions),
         params=params,
@@ -227,4 +263,5 @@ def build_list_query(
         fingerprint=fingerprint,
         columns=columns,
         page_size=size,
+        as_of=as_of,
     )

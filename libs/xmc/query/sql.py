@@ -187,6 +187,10 @@ def _lookup(name: str, fields: Mapping[str, FieldSpec]) -> FieldSpec:
     spec = resolve_field(name, fields, filter_error)
     if spec is None:
         raise filter_error(f"unknown field '{name}'; known: {describe_fields(fields)}")
+    if not spec.filterable:
+        raise filter_error(
+            f"field '{name}' can be sorted on, not filtered; known: {describe_fields(fields)}"
+        )
     return spec
 
 

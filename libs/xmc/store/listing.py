@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from xmc.query import FieldSpec, OrderKey, build_list_query, finish_page, sort_columns
 from xmc.store.connection import Connection, Record
+from xmc.timestamps import utc_now
 
 
 @dataclass(frozen=True)
@@ -19,6 +21,9 @@ class ListRequest:
     order_by: str = ""
     page_size: int = 0
     page_token: str = ""
+    #: What a sort measured to now (``runtime``) measures to on a walk's first page; later
+    #: pages take it from their token, so the order holds still while the walk goes on.
+    now: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,7 @@ async def fetch_page(
         tiebreak=resource.tiebreak,
         first_param=len(params) + 1,
         scope=scope,
+        now=request.now or utc_now(),
     )
     keys = sort_columns(query)
     key_columns = ", ".join(f"{column} AS _key{i}" for i, column in enumerate(keys))

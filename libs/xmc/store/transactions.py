@@ -33,7 +33,15 @@ from xmc.model.manifest import KeptManifest
 from xmc.model.merge import ExecutionUpdate
 from xmc.model.states import Severity, WorkUnitState
 from xmc.store import operations, outbox, scheduling
-from xmc.store.arg_stats import arg_key_order, arg_spreads
+from xmc.store.arg_stats import (
+    MAX_ARG_GROUPS,
+    ArgKeys,
+    StoredArgGroup,
+    arg_groups,
+    arg_key_order,
+    arg_keys,
+    arg_spreads,
+)
 from xmc.store.artifacts import (
     ARTIFACT_UPDATABLE,
     delete_artifact,
@@ -130,8 +138,10 @@ from xmc_api.internal.v1.tasks_pb2 import Task
 __all__ = [
     "ARTIFACT_UPDATABLE",
     "EXPERIMENT_UPDATABLE",
+    "MAX_ARG_GROUPS",
     "WORK_UNIT_UPDATABLE",
     "ActionType",
+    "ArgKeys",
     "Connection",
     "CreateOutcome",
     "Created",
@@ -150,12 +160,15 @@ __all__ = [
     "SchedulingControl",
     "StateWrite",
     "Store",
+    "StoredArgGroup",
     "StoredLog",
     "StoredManifest",
     "TaskFacts",
     "Timings",
     "UpdateOutcome",
+    "arg_groups",
     "arg_key_order",
+    "arg_keys",
     "arg_spreads",
     "check_every_published_now",
     "check_later",

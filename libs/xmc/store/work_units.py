@@ -16,6 +16,7 @@ from xmc.model.states import Priority, WorkUnitState
 from xmc.model.stored import StoredExecution
 from xmc.names import execution_name, work_unit_name
 from xmc.query import FieldKind, FieldSpec, OrderKey, compile_filter
+from xmc.query.fields import AS_OF
 from xmc.store.codec import (
     EXECUTION_COLUMNS,
     execution_from_row,
@@ -199,6 +200,11 @@ async def fetch_work_unit_executions(
     return executions
 
 
+def _runtime_ms(a: str) -> str:
+    elapsed = f"coalesce({a}.exec_complete_time, {AS_OF}) - {a}.exec_create_time"
+    return f"(extract(epoch FROM {elapsed}) * 1000)::bigint"
+
+
 def _work_unit_listing(alias: str, columns: str) -> ListResource:
     a = alias
     state = FieldSpec(f"{a}.state", FieldKind.ENUM, enum=WorkUnitState)
@@ -219,6 +225,13 @@ def _work_unit_listing(alias: str, columns: str) -> ListResource:
             "update_time": FieldSpec(f"{a}.update_time", FieldKind.TIMESTAMP),
             "state_update_time": FieldSpec(f"{a}.state_update_time", FieldKind.TIMESTAMP),
             "args": FieldSpec(f"{a}.args", FieldKind.ARGS, numbers=f"{a}.arg_numbers"),
+            # Sort only (decision 0037): the current execution's runtime in milliseconds,
+            # from its creation to its completion or, while it goes on, to the walk's start;
+            # time in state is state_update_time read backwards (ascending: shortest first).
+            "runtime": FieldSpec(_runtime_ms(a), FieldKind.INT, filterable=False),
+            "time_in_state": FieldSpec(
+                f"{a}.state_update_time", FieldKind.TIMESTAMP, filterable=False, inverted=True
+            ),
         },
         default_order=(OrderKey("wid"),),
         tiebreak=(f"{a}.xid", f"{a}.wid"),

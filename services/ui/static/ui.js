@@ -19,7 +19,10 @@ function startLive(region) {
         throw new Error(message);
       }
       if (body !== last) {
+        // Ticked rows stay ticked: the selection a Stop / Restart acts on survives a poll.
+        const ticked = new Set(Array.from(region.querySelectorAll("input[type=checkbox]:checked"), (box) => box.value));
         region.innerHTML = body;
+        region.querySelectorAll("input[type=checkbox]").forEach((box) => { box.checked = ticked.has(box.value); });
         last = body;
       }
       if (banner) { banner.hidden = true; }

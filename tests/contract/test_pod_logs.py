@@ -12,8 +12,9 @@ import asyncio
 import json
 import re
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
+import aiohttp
 import pytest
 from kubernetes_asyncio.client import CoreV1Api
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -70,7 +71,7 @@ async def _refusal(cluster: Cluster, name: str, **options: Any) -> tuple[int, st
     """The status code and the Status message of a refused read."""
     with pytest.raises(ApiException) as caught:
         await _read(cluster, name, **options)
-    return caught.value.status, json.loads(caught.value.body)["message"]
+    return caught.value.status, json.loads(caught.value.body or b"{}")["message"]
 
 
 async def _reads(cluster: Cluster, name: str, expected: str, **options: Any) -> None:
@@ -148,8 +149,12 @@ async def test_follow_streams_until_the_container_ends_with_its_failure(
     await cluster.wait(
         lambda: _running(cluster, "follow"), within=60, what="the container is running"
     )
-    response = await CoreV1Api(cluster.api).read_namespaced_pod_log(
-        "follow", cluster.namespace, follow=True, _preload_content=False
+    # Unread (``_preload_content=False``), the client hands back aiohttp's response.
+    response = cast(
+        aiohttp.ClientResponse,
+        await CoreV1Api(cluster.api).read_namespaced_pod_log(
+            "follow", cluster.namespace, follow=True, _preload_content=False
+        ),
     )
     try:
         body = await asyncio.wait_for(response.content.read(), timeout=60 / cluster.scale + 10)

@@ -4,14 +4,16 @@ logs"), which prints what the pod's ``kubesim.xmc/behavior`` says."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+import yaml
 
-from tests.real.support import POLL, kubectl
+from tests.real.support import ADMIN_KUBECONFIG, CLUSTER_DIR, POLL, kubectl
 from tests.waiting import eventually
 from xmc.kube import PODS, KubeError, KubeFailure
 from xmc.kube_client import KubeClient
@@ -85,3 +87,53 @@ async def test_a_failing_containers_log_ends_with_its_failure_followed_or_not(
     assert await _phase(admin, name) == "Failed"
     out, _ = await kubectl("logs", name, "-n", NAMESPACE)
     assert out == followed
+
+
+@pytest.fixture
+async def readers() -> AsyncIterator[dict[str, str]]:
+    """Two ServiceAccounts, by what they may ``get``: ``pods`` and ``pods/log`` (what XMC's
+    log readers are granted), or ``pods`` only; their bearer tokens."""
+    suffix = uuid.uuid4().hex[:6]
+    grants = {"pods,pods/log": f"logs-{suffix}", "pods": f"nologs-{suffix}"}
+    tokens = {}
+    for resources, name in grants.items():
+        await kubectl("create", "serviceaccount", name, "-n", NAMESPACE)
+        await kubectl("create", "role", name, "--verb=get", f"--resource={resources}",
+                      "-n", NAMESPACE)  # fmt: skip
+        await kubectl("create", "rolebinding", name, f"--role={name}",
+                      f"--serviceaccount={NAMESPACE}:{name}", "-n", NAMESPACE)  # fmt: skip
+        tokens[resources], _ = await kubectl("create", "token", name, "-n", NAMESPACE)
+    try:
+        yield {resources: token.strip() for resources, token in tokens.items()}
+    finally:
+        for name in grants.values():
+            await kubectl("delete", f"rolebinding/{name}", f"role/{name}",
+                          f"serviceaccount/{name}", "-n", NAMESPACE)  # fmt: skip
+
+
+async def _kubectl_as(token: str, *args: str) -> tuple[int, str, str]:
+    """``kubectl`` with a bearer token and nothing else of the admin's kubeconfig."""
+    server = yaml.safe_load(ADMIN_KUBECONFIG.read_text())["clusters"][0]["cluster"]["server"]
+    process = await asyncio.create_subprocess_exec(
+        "kubectl", "--kubeconfig=/dev/null", f"--server={server}",
+        f"--certificate-authority={CLUSTER_DIR / 'pki' / 'ca.crt'}", f"--token={token}", *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(process.communicate(), timeout=60)
+    return process.returncode or 0, out.decode(), err.decode()
+
+
+async def test_reading_a_log_takes_get_on_pods_log_and_nothing_on_the_node(
+    admin: KubeClient, pods: list[str], readers: dict[str, str]
+) -> None:
+    """A ServiceAccount reads a log with ``get`` on ``pods/log`` alone (what k8s/base
+    grants XMC's readers): kube-apiserver reaches the kubelet as itself
+    (``--kubelet-client-certificate``), so no one needs ``nodes/proxy``. Without
+    ``pods/log`` the API server refuses, naming the subresource."""
+    name = await _create(admin, pods, {"logs": LINES, "run_seconds": 4})
+    await eventually(lambda: _phase(admin, name), "Succeeded", within=60, every=POLL)
+    code, out, err = await _kubectl_as(readers["pods,pods/log"], "logs", name, "-n", NAMESPACE)
+    assert (code, out.splitlines()) == (0, LINES), err
+    code, out, err = await _kubectl_as(readers["pods"], "logs", name, "-n", NAMESPACE)
+    assert code != 0
+    assert 'cannot get resource "pods/log"' in err, err

@@ -53,10 +53,12 @@ from typing import Any
 
 import aiohttp
 import yaml
+from kubelet_server import Authorizer, Changes, Pods, serve, serving_context
 
 from kubesim.clock import rfc3339
+from kubesim.container_logs import LogScript
 from kubesim.controllers import ControllerSettings
-from kubesim.controllers.behavior import BEHAVIOR_ANNOTATION, parse_behaviors
+from kubesim.controllers.behavior import BEHAVIOR_ANNOTATION, ContainerBehavior, parse_behaviors
 from kubesim.controllers.pod_status import TERMINAL_PHASES, pod_status_at
 
 log = logging.getLogger("nodeagent")
@@ -216,6 +218,21 @@ def behavior_annotations(meta: Mapping[str, Any], spec: Mapping[str, Any]) -> Ma
     return annotations
 
 
+def pod_behaviors(
+    pod: Mapping[str, Any], *, start_seconds: float, run_seconds: float
+) -> dict[str, ContainerBehavior]:
+    """How each container of ``pod`` behaves (a malformed annotation: every container
+    fails to be configured, saying why)."""
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    return parse_behaviors(
+        behavior_annotations(meta, spec),
+        [c.get("name", "") for c in spec.get("containers") or []],
+        [c.get("name", "") for c in spec.get("initContainers") or []],
+        start_seconds=start_seconds,
+        run_seconds=run_seconds,
+    )
+
+
 def decide(
     pod: Mapping[str, Any],
     now: datetime,
@@ -227,20 +244,14 @@ def decide(
     run_seconds: float,
 ) -> Decision:
     """What the kubelet of ``pod`` does at ``now``, the agent having taken it at ``start``."""
-    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    meta = pod.get("metadata") or {}
     status = pod.get("status") or {}
     deleting = parse_time(meta.get("deletionTimestamp"))
     if status.get("phase") in TERMINAL_PHASES:
         # Deleted with gracePeriodSeconds 0 already (by the agent, or forced): the pod
         # waits for its finalizers (the Job controller's); deleting again changes nothing.
         return Decision(None, delete=deleting is not None and grace_left(meta))
-    behaviors = parse_behaviors(
-        behavior_annotations(meta, spec),
-        [c.get("name", "") for c in spec.get("containers") or []],
-        [c.get("name", "") for c in spec.get("initContainers") or []],
-        start_seconds=start_seconds,
-        run_seconds=run_seconds,
-    )
+    behaviors = pod_behaviors(pod, start_seconds=start_seconds, run_seconds=run_seconds)
     moment = now if deleting is None else min(now, deleting)
     elapsed = max((moment - start).total_seconds(), 0.0)
     snapshot = pod_status_at(pod, behaviors, started_at=start, elapsed=elapsed)
@@ -470,6 +481,8 @@ class Agent:
     _synced: set[str] = field(default_factory=set)
     _processing: set[Key] = field(default_factory=set)
     _dirty: set[Key] = field(default_factory=set)
+    changes: Changes = field(default_factory=Changes)
+    """Wakes the log followers of a pod (``kubelet_server``) when its cache entry changes."""
 
     def enqueue(self, key: Key) -> None:
         if key not in self._queued:
@@ -483,6 +496,24 @@ class Agent:
         self._due[key] = when
         heapq.heappush(self._timers, (when, key))
         self._timer_changed.set()
+
+    # what the kubelet endpoint reads (kubelet_server)
+
+    def running_pod(self, key: Key) -> Obj | None:
+        """A pod bound to one of the fake Nodes (None: the agent does not run it)."""
+        pod = self.pods.get(key)
+        return pod if pod is not None and pod["spec"].get("nodeName") in self.nodes else None
+
+    def log_scripts(self, pod: Obj) -> dict[str, LogScript]:
+        behaviors = pod_behaviors(
+            pod, start_seconds=self.start_seconds, run_seconds=self.run_seconds
+        )
+        return {name: behavior.log_script for name, behavior in behaviors.items()}
+
+    async def subject_access_review(self, review: Obj) -> Obj:
+        return await self.api.request(
+            "POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", review
+        )
 
     # informers
 
@@ -538,6 +569,7 @@ class Agent:
         self.pods = fresh
         for key in fresh:
             self.enqueue(key)
+            self.changes.notify(key)
 
     def _apply_pod(self, kind: str, pod: Obj) -> None:
         key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
@@ -548,6 +580,7 @@ class Agent:
         elif newer(pod, self.pods.get(key)):
             self.pods[key] = pod
         self.enqueue(key)
+        self.changes.notify(key)
 
     # the timer and the workers
 
@@ -635,6 +668,7 @@ class Agent:
                 self._written[key] = (uid, text)
                 if newer(updated, self.pods.get(key)):
                     self.pods[key] = updated
+                    self.changes.notify(key)
         if decision.delete:
             try:
                 await self.api.request(
@@ -685,7 +719,15 @@ async def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--start-seconds", type=float, default=defaults.pod_start_seconds)
     parser.add_argument("--run-seconds", type=float, default=defaults.pod_run_seconds)
     parser.add_argument("--workers", type=int, default=8)
+    # The kubelet's own flag names: where the log endpoint listens, and its TLS.
+    parser.add_argument("--address", default="127.0.0.1")
+    parser.add_argument("--port", type=int, help="serve /containerLogs (the kubelet's port)")
+    parser.add_argument("--tls-cert-file", type=Path)
+    parser.add_argument("--tls-private-key-file", type=Path)
+    parser.add_argument("--client-ca-file", type=Path)
     args = parser.parse_args(argv)
+    if args.port and not (args.tls_cert_file and args.tls_private_key_file and args.client_ca_file):
+        parser.error("--port needs --tls-cert-file, --tls-private-key-file and --client-ca-file")
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -699,6 +741,15 @@ async def main(argv: list[str] | None = None) -> None:
             workers=args.workers,
             ready_file=args.ready_file,
         )
+        runner = None
+        if args.port:
+            pods = Pods(agent.running_pod, agent.log_scripts, agent.changes)
+            ctx = serving_context(
+                args.tls_cert_file, args.tls_private_key_file, args.client_ca_file
+            )
+            authorizer = Authorizer(agent.subject_access_review)
+            runner = await serve(pods, authorizer, args.address, args.port, ctx)
+            log.info("kubelet endpoint: https://%s:%s/containerLogs/", args.address, args.port)
         task = asyncio.ensure_future(agent.run())
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -714,6 +765,8 @@ async def main(argv: list[str] | None = None) -> None:
         except asyncio.CancelledError:
             log.info("node agent: stopped")
         finally:
+            if runner is not None:
+                await runner.cleanup()
             await api.close()
 
 

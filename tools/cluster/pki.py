@@ -20,6 +20,8 @@ CLIENTS = {
     "kwok": ("kwok-controller", "system:masters"),
     "nodeagent": ("xmc-nodeagent", "system:masters"),
 }
+#: The user kube-apiserver is to the kubelets (its --kubelet-client-certificate's CN).
+KUBELET_CLIENT = "kube-apiserver-kubelet-client"
 APISERVER_SANS = [
     "IP:127.0.0.1",
     "IP:10.96.0.1",
@@ -128,8 +130,9 @@ def _ca(pki: Path, name: str, subject: str) -> None:
     )
 
 
-def make_all(pki: Path, server: str, cluster: Path) -> str:
-    """Make everything; return the CA certificate base64-encoded (a caBundle)."""
+def make_all(pki: Path, server: str, cluster: Path, nodes: list[str]) -> str:
+    """Make everything; return the CA certificate base64-encoded (a caBundle). ``nodes``:
+    the fake Nodes whose kubelet endpoint the node agent serves."""
     pki.mkdir(parents=True, exist_ok=True)
     _ca(pki, "ca", "/CN=xmc-cluster-ca")
     # The aggregation layer's own CA, as kubeadm keeps one: the API server proxies to an
@@ -143,6 +146,14 @@ def make_all(pki: Path, server: str, cluster: Path) -> str:
         kubeconfig(
             cluster / ("kubeconfig" if name == "admin" else f"{name}.kubeconfig"), server, pki, name
         )
+    # The kubelet endpoint (kubelet_server.py): a serving certificate for every address
+    # a Node may be reached by, signed by the CA that kube-apiserver checks it against
+    # (--kubelet-certificate-authority), and the API server's client certificate for it
+    # (--kubelet-client-certificate, as kubeadm's apiserver-kubelet-client; RBAC grants
+    # its user system:kubelet-api-admin, up.py).
+    node_sans = ["IP:127.0.0.1", "DNS:localhost", *(f"DNS:{node}" for node in nodes)]
+    _sign(pki, "kubelet", "/CN=xmc-nodeagent-kubelet", "serverAuth", node_sans)
+    _sign(pki, "apiserver-kubelet-client", f"/CN={KUBELET_CLIENT}", "clientAuth", [])
     for webhook in ("jobset", "kueue"):  # serving certs, as controller-runtime names them
         _sign(
             pki,

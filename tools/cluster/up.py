@@ -51,6 +51,7 @@ PORT = {
     "kueue-health": BASE + 8,
     "kwok": BASE + 9,
     "kueue-visibility": BASE + 10,
+    "kubelet": BASE + 11,
 }
 #: How each component shows it serves (recorded for restart.py).
 HEALTH = {
@@ -62,7 +63,7 @@ HEALTH = {
     "kube-scheduler": Health(url=f"https://127.0.0.1:{PORT['scheduler']}/healthz", tls="insecure"),
     "jobset": Health(url=f"http://127.0.0.1:{PORT['jobset-health']}/readyz"),
     "kueue": Health(url=f"http://127.0.0.1:{PORT['kueue-health']}/readyz"),
-    "kwok": Health(url=f"http://127.0.0.1:{PORT['kwok']}/healthz"),  # kwok's server, node port
+    "kwok": Health(url=f"http://127.0.0.1:{PORT['kwok']}/healthz"),  # --server-address
     "nodeagent": Health(file=str(CLUSTER / "nodeagent.ready")),
 }
 #: The ports of PORT each component listens on.
@@ -74,7 +75,7 @@ LISTENS = {
     "jobset": ("jobset-webhook", "jobset-health"),
     "kueue": ("kueue-webhook", "kueue-health"),
     "kwok": ("kwok",),
-    "nodeagent": (),
+    "nodeagent": ("kubelet",),
 }
 NODES = int(os.environ.get("XMC_CLUSTER_NODES", "4"))
 PROCS: dict[str, subprocess.Popen[bytes]] = {}
@@ -177,7 +178,8 @@ def main() -> None:
     shutil.rmtree(CLUSTER, ignore_errors=True)
     (CLUSTER / "pids").mkdir(parents=True)
     api_url = f"https://127.0.0.1:{PORT['apiserver']}"
-    ca_b64 = pki.make_all(PKI, api_url, CLUSTER)
+    node_names = [manifests.fake_node(i)["metadata"]["name"] for i in range(NODES)]
+    ca_b64 = pki.make_all(PKI, api_url, CLUSTER, node_names)
     log("CA, certificates and service-account keys made in .cluster/pki")
 
     k8s, etcd = bins["kubernetes"], bins["etcd"]
@@ -217,12 +219,14 @@ def main() -> None:
             "--service-cluster-ip-range=10.96.0.0/16",
             "--authorization-mode=Node,RBAC",
             "--allow-privileged=true",
+            *kubelet_client_flags(),
             "--profiling=false",
             "--v=1",
             *visibility.apiserver_flags(PKI),
         ],
     )
     wait_healthy("kube-apiserver")
+    apply("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", KUBELET_API_ADMIN)
 
     start(
         "kube-controller-manager",
@@ -338,7 +342,10 @@ def main() -> None:
             "--manage-all-nodes=false",
             "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
             "--node-ip=127.0.0.1",
-            f"--node-port={PORT['kwok']}",
+            # The Nodes' daemonEndpoints.kubeletEndpoint.Port: the node agent's kubelet
+            # endpoint; kwok's own server (healthz) stays on a port of its own.
+            f"--node-port={PORT['kubelet']}",
+            f"--server-address=127.0.0.1:{PORT['kwok']}",
             "--v=1",
         ],
     )
@@ -351,6 +358,10 @@ def main() -> None:
             str(TOOLS / "nodeagent.py"),
             f"--kubeconfig={CLUSTER / 'nodeagent.kubeconfig'}",
             f"--ready-file={CLUSTER / 'nodeagent.ready'}",
+            f"--port={PORT['kubelet']}",
+            f"--tls-cert-file={PKI / 'kubelet.crt'}",
+            f"--tls-private-key-file={PKI / 'kubelet.key'}",
+            f"--client-ca-file={PKI / 'ca.crt'}",
         ],
     )
 
@@ -372,6 +383,37 @@ def main() -> None:
 
     log(f"up: {api_url} — KUBECONFIG={CLUSTER / 'kubeconfig'}")
     sys.stdout.write((CLUSTER / "kubeconfig").read_text())
+
+
+def kubelet_client_flags() -> list[str]:
+    """How kube-apiserver reaches a Node's kubelet (``pods/log``): over TLS checked
+    against our CA (without ``--kubelet-certificate-authority`` it would not check the
+    kubelet's certificate at all), presenting the apiserver-kubelet-client certificate.
+    The address is the default preference's first present: kwok gives the Nodes only
+    an InternalIP (``--node-ip``), and the port is their ``daemonEndpoints``."""
+    return [
+        f"--kubelet-certificate-authority={PKI / 'ca.crt'}",
+        f"--kubelet-client-certificate={PKI / 'apiserver-kubelet-client.crt'}",
+        f"--kubelet-client-key={PKI / 'apiserver-kubelet-client.key'}",
+    ]
+
+
+#: What a kubelet lets the API server do (logs, exec, ...) is what RBAC lets its client
+#: certificate's user do: the bootstrap ClusterRole system:kubelet-api-admin (``get``
+#: and more on nodes/proxy, nodes/log, ...), as the kubelet authorization docs advise.
+KUBELET_API_ADMIN: dict[str, Any] = {
+    "apiVersion": "rbac.authorization.k8s.io/v1",
+    "kind": "ClusterRoleBinding",
+    "metadata": {"name": "xmc-cluster:kube-apiserver-kubelet-client"},
+    "roleRef": {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": "system:kubelet-api-admin",
+    },
+    "subjects": [
+        {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": pki.KUBELET_CLIENT}
+    ],
+}
 
 
 def webhooks_answer() -> bool:

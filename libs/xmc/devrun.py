@@ -41,7 +41,7 @@ DEV_SIGNING_KEY = "xmc-local-development-signing-key-0001"
 #: k8s/base's namespace: the Roles of its ServiceAccounts are granted there.
 REAL_CLUSTER_NAMESPACE = "xmc"
 #: The services that call the Kubernetes API (each with its own ServiceAccount).
-KUBE_CLIENTS = ("actuator", "reconciler")
+KUBE_CLIENTS = ("ess", "actuator", "reconciler")
 
 
 def already_running(pidfile: Path) -> int | None:
@@ -100,7 +100,8 @@ def check_real_cluster(run: LocalRunSettings) -> str | None:
 def service_env(base: dict[str, str], run: LocalRunSettings, name: str) -> dict[str, str]:
     """The environment of one service: on the real cluster no XMC_KUBE_URL and no
     in-cluster variables, so the kubeconfig path is taken, with the service's own
-    ServiceAccount kubeconfig (the ESS and the dashboard make no Kubernetes calls)."""
+    ServiceAccount kubeconfig (the dashboard makes no Kubernetes calls; the ESS reads
+    live logs)."""
     if not run.real_cluster:
         return base
     env = {k: v for k, v in base.items() if not k.startswith("KUBERNETES_SERVICE_")}
@@ -268,8 +269,8 @@ def _kube_lines(run: LocalRunSettings) -> str:
         return (
             f"  kubernetes:   the cluster of `make cluster` (KUBECONFIG={admin} kubectl -n "
             f"{REAL_CLUSTER_NAMESPACE} get jobsets)\n"
-            f"                Actuator and Reconciler as ServiceAccounts {REAL_CLUSTER_NAMESPACE}/"
-            f"xmc-actuator, xmc-reconciler (k8s/base)"
+            f"                ESS, Actuator and Reconciler as ServiceAccounts "
+            f"{REAL_CLUSTER_NAMESPACE}/xmc-ess, xmc-actuator, xmc-reconciler (k8s/base)"
         )
     kube = f"http://127.0.0.1:{run.kubesim_port}"
     return (

@@ -25,7 +25,7 @@ ADMIN_KUBECONFIG: Final = CLUSTER_DIR / "kubeconfig"
 #: k8s/base's namespace: JobSets, LocalQueues, the Reconciler's Lease.
 NAMESPACE: Final = "xmc"
 KUBECONFIGS: Final = {
-    s: CLUSTER_DIR / "xmc" / f"{s}.kubeconfig" for s in ("actuator", "reconciler")
+    s: CLUSTER_DIR / "xmc" / f"{s}.kubeconfig" for s in ("ess", "actuator", "reconciler")
 }
 LEASE: Final = "xmc-reconciler"
 

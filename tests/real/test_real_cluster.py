@@ -39,9 +39,10 @@ from xmc_api.cloud.xmanager.v1 import api_pb2
 S = WorkUnitState
 BASE = ROOT / "k8s" / "base"
 
-# (ServiceAccount, verb, group, resource[/subresource], name): every call XMC's Actuator and
-# Reconciler make (services/actuator/kube.py; reconciler app.py, finalizer.py, vanished.py,
-# evidence.py, leader.py, queue_positions.py).
+# (ServiceAccount, verb, group, resource[/subresource], name): every call XMC's ESS, Actuator
+# and Reconciler make (services/ess/live_logs.py; services/actuator/kube.py; reconciler
+# app.py, finalizer.py, vanished.py, evidence.py, leader.py, queue_positions.py,
+# log_capture.py).
 USED: list[tuple[str, str, str, str, str]] = [
     *(("xmc-actuator", v, "jobset.x-k8s.io", "jobsets", "") for v in
       ("get", "create", "delete", "patch")),
@@ -50,6 +51,9 @@ USED: list[tuple[str, str, str, str, str]] = [
       ("get", "list", "watch", "patch", "delete")),
     *(("xmc-reconciler", v, "kueue.x-k8s.io", "workloads", "") for v in ("get", "list", "watch")),
     *(("xmc-reconciler", v, "", "pods", "") for v in ("get", "list", "watch")),
+    ("xmc-reconciler", "get", "", "pods/log", ""),
+    *(("xmc-ess", v, "", "pods", "") for v in ("get", "list")),
+    ("xmc-ess", "get", "", "pods/log", ""),
     ("xmc-reconciler", "get", "batch", "jobs", ""),
     ("xmc-reconciler", "get", "visibility.kueue.x-k8s.io", "localqueues/pendingworkloads", ""),
     ("xmc-reconciler", "create", "coordination.k8s.io", "leases", ""),
@@ -66,6 +70,10 @@ NOT_GRANTED: list[tuple[str, str, str, str, str]] = [
     ("xmc-reconciler", "update", "coordination.k8s.io", "leases", "someone-elses-lease"),
     ("xmc-reconciler", "list", "", "secrets", ""),
     ("xmc-reconciler", "get", "visibility.kueue.x-k8s.io", "clusterqueues/pendingworkloads", ""),
+    ("xmc-ess", "watch", "", "pods", ""),
+    ("xmc-ess", "delete", "", "pods", ""),
+    ("xmc-ess", "get", "jobset.x-k8s.io", "jobsets", ""),
+    ("xmc-ess", "get", "", "secrets", ""),
 ]
 
 
@@ -94,6 +102,7 @@ async def test_k8s_base_grants_every_call_xmc_makes_and_no_more(admin: KubeClien
     clients = {
         "xmc-actuator": await client_for(KUBECONFIGS["actuator"]),
         "xmc-reconciler": await client_for(KUBECONFIGS["reconciler"]),
+        "xmc-ess": await client_for(KUBECONFIGS["ess"]),
     }
     try:
         denied = [u for u in USED if not await _allowed(clients[u[0]], *u[1:])]
@@ -265,7 +274,8 @@ async def _narrowed_namespace(
         body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
     )
     objects: list[dict[str, Any]] = []
-    for file in ("serviceaccounts.yaml", "rbac-actuator.yaml", "rbac-reconciler.yaml"):
+    for file in ("serviceaccounts.yaml", "rbac-actuator.yaml", "rbac-reconciler.yaml",
+                 "rbac-ess.yaml"):  # fmt: skip
         objects += [o for o in yaml.safe_load_all((BASE / file).read_text()) if o]
     for obj in objects:
         if obj["kind"] not in ("ServiceAccount", "Role", "RoleBinding"):
@@ -288,7 +298,7 @@ async def _narrowed_namespace(
         },
     )
     kubeconfigs = {}
-    for service in ("actuator", "reconciler"):
+    for service in ("ess", "actuator", "reconciler"):
         token = await admin.request(
             "POST",
             f"/api/v1/namespaces/{namespace}/serviceaccounts/xmc-{service}/token",

@@ -32,14 +32,13 @@ def test_on_kubesim_every_service_gets_the_environment_as_it_is() -> None:
 
 def test_on_the_real_cluster_each_kube_client_gets_its_own_kubeconfig(tmp_path: Path) -> None:
     run = LocalRunSettings(cluster="real", cluster_dir=str(tmp_path))
-    for service in ("actuator", "reconciler"):
+    for service in ("ess", "actuator", "reconciler"):
         env = service_env(BASE, run, service)
         assert env["KUBECONFIG"] == str(tmp_path / "xmc" / f"{service}.kubeconfig")
         assert env["XMC_KUBE_URL"] == ""  # the kubeconfig path, not a plain URL
         assert env["XMC_NAMESPACE"] == "xmc"  # where k8s/base grants the Roles
         assert "KUBERNETES_SERVICE_HOST" not in env  # not the in-cluster path
-    for service in ("ess", "ui"):
-        assert "KUBECONFIG" not in service_env(BASE, run, service)
+    assert "KUBECONFIG" not in service_env(BASE, run, "ui")
 
 
 def test_the_real_cluster_needs_the_service_account_kubeconfigs(tmp_path: Path) -> None:
@@ -48,7 +47,7 @@ def test_the_real_cluster_needs_the_service_account_kubeconfigs(tmp_path: Path) 
     assert problem is not None
     assert "make run CLUSTER=real" in problem
     (tmp_path / "xmc").mkdir()
-    for service in ("actuator", "reconciler"):
+    for service in ("ess", "actuator", "reconciler"):
         (tmp_path / "xmc" / f"{service}.kubeconfig").write_text("{}")
     assert check_real_cluster(run) is None
 

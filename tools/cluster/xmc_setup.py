@@ -14,7 +14,8 @@
    both). Nothing here has the name of an object of the overlay, so the two never undo
    each other, whatever runs first;
 3. mints a token per ServiceAccount with the TokenRequest API (``kubectl create token``)
-   and writes ``.cluster/xmc/<service>.kubeconfig`` for the Actuator and the Reconciler:
+   and writes ``.cluster/xmc/<service>.kubeconfig`` for the ESS (live logs), the Actuator
+   and the Reconciler:
    ``https://127.0.0.1:<port>``, the cluster CA (``.cluster/pki/ca.crt``), the bearer token.
    A service started with ``KUBECONFIG`` set to its own file and no ``XMC_KUBE_URL`` goes
    through XMC's kubeconfig path (TLS, bearer token) as that ServiceAccount.
@@ -47,7 +48,11 @@ OVERLAY: Final = K8S / "overlays" / "kueue-example"
 #: k8s/base's namespace (configmap.yaml's XMC_NAMESPACE): JobSets, LocalQueues, the Lease.
 NAMESPACE: Final = "xmc"
 #: The services that call the Kubernetes API, and their ServiceAccounts (k8s/base).
-SERVICE_ACCOUNTS: Final = {"actuator": "xmc-actuator", "reconciler": "xmc-reconciler"}
+SERVICE_ACCOUNTS: Final = {
+    "ess": "xmc-ess",
+    "actuator": "xmc-actuator",
+    "reconciler": "xmc-reconciler",
+}
 OUT: Final = CLUSTER / "xmc"
 ADMIN: Final = CLUSTER / "kubeconfig"
 CA: Final = CLUSTER / "pki" / "ca.crt"

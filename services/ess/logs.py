@@ -15,11 +15,19 @@ from xmc.errors import InvalidArgumentError, NotFoundError
 from xmc.model.container_logs import exit_code_of
 from xmc.model.pod_containers import ContainerRun
 from xmc.model.states import EXECUTION_TERMINAL_STATES, WorkUnitState
-from xmc.names import parse_work_unit_name, work_unit_name
-from xmc.store.transactions import Store, StoredLog, fetch_current_execution, fetch_logs
+from xmc.names import parse_experiment_name, parse_work_unit_name, work_unit_name
+from xmc.store.transactions import (
+    Store,
+    StoredLog,
+    fetch_current_execution,
+    fetch_exit_codes,
+    fetch_logs,
+)
 from xmc.timestamps import set_timestamp
 from xmc_api.xmc.v1 import logs_pb2, logs_pb2_grpc
 
+#: Work units one ListExitCodes may name (the largest page of ListWorkUnits).
+MAX_EXIT_CODES = 1000
 _STORED = logs_pb2.ContainerLog.STORED
 _LIVE = logs_pb2.ContainerLog.LIVE
 
@@ -125,6 +133,23 @@ class LogService(logs_pb2_grpc.LogServiceServicer):
             except LiveUnavailable:
                 runs = []
             response.logs.extend(live_message(eid, run) for run in runs)
+        return response
+
+    async def ListExitCodes(
+        self, request: logs_pb2.ListExitCodesRequest, context: Any
+    ) -> logs_pb2.ListExitCodesResponse:
+        xid = parse_experiment_name(request.parent, field="parent")
+        if len(request.work_unit_ids) > MAX_EXIT_CODES:
+            raise InvalidArgumentError(
+                f"work_unit_ids: {len(request.work_unit_ids)} ids; at most {MAX_EXIT_CODES}"
+            )
+        async with self._store.connection() as conn:
+            found = await fetch_exit_codes(conn, xid, request.work_unit_ids)
+        response = logs_pb2.ListExitCodesResponse()
+        for wid, eid, code in found:
+            item = response.exit_codes.add(work_unit_id=wid, execution_id=eid)
+            if code is not None:
+                item.exit_code = code
         return response
 
     async def ReadWorkUnitLogs(

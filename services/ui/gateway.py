@@ -128,6 +128,17 @@ class Ess:
         )
         return found
 
+    async def exit_codes(self, xid: int, wids: list[int]) -> dict[int, int | None]:
+        """The current execution's exit code of each of ``wids`` (None: none known)."""
+        if not wids:
+            return {}
+        request = logs_pb2.ListExitCodesRequest(parent=f"experiments/{xid}", work_unit_ids=wids)
+        found: logs_pb2.ListExitCodesResponse = await self._call(self._logs.ListExitCodes, request)
+        return {
+            e.work_unit_id: e.exit_code if e.HasField("exit_code") else None
+            for e in found.exit_codes
+        }
+
     async def artifacts(self, xid: int) -> list[Artifact]:
         """Up to :data:`MAX_ARTIFACTS` of the experiment's and its units' artifacts."""
         request = api_pb2.ListArtifactsRequest(

@@ -113,6 +113,8 @@ async def _experiment_context(request: web.Request) -> dict[str, Any]:
         _refused(grouping, None),
     )
     now = utc_now()
+    wids = [int(u.name.rsplit("/", 1)[1]) for u in units.items]
+    codes, _ = await _part(client.exit_codes(xid, wids), lambda found: found)
     links = sweep_table.artifacts_by_parent(artifacts)
     columns = sweep_table.columns(arg_keys)
     row = views.experiment_row(experiment)
@@ -128,7 +130,10 @@ async def _experiment_context(request: web.Request) -> dict[str, Any]:
         "arg_keys": arg_keys,
         "groupable": [c.arg for c in columns if c.kind == "arg" and c.order],
         "constant_args": constant,
-        "units": [sweep_table.unit_row(u, now, links) for u in units.items],
+        "units": [
+            {**sweep_table.unit_row(u, now, links), "exit_code": _code((codes or {}).get(w))}
+            for u, w in zip(units.items, wids, strict=True)
+        ],
         "groups": sweep_table.group_rows(view.group, groups.groups, view) if groups else [],
         "groups_truncated": bool(groups and groups.truncated),
         "problem": problem or group_problem,
@@ -139,6 +144,10 @@ async def _experiment_context(request: web.Request) -> dict[str, Any]:
         "max_selected": sweep_table.MAX_SELECTED,
         "unit_count": row["total"],
     }
+
+
+def _code(code: int | None) -> str:
+    return "—" if code is None else str(code)
 
 
 async def _nothing() -> None:

@@ -98,11 +98,12 @@ LEADING: tuple[Column, ...] = (
     Column("wid", "wid", "wid", "wid"),
     Column("state", "state", "state", "state"),
 )
-#: After the arg columns. A new sortable column (an exit code) is one line here and its
-#: cell one key of :func:`unit_row`.
+#: After the arg columns. A new sortable column is one line here and its cell one key of
+#: the row (the exit code's comes from ``ListExitCodes``, read by the page).
 TRAILING: tuple[Column, ...] = (
     Column("runtime", "runtime", "runtime"),
     Column("in_state", "time in state", "time_in_state"),
+    Column("exit_code", "exit code", "exit_code"),
     Column("execution", "execution", "execution_id"),
     Column("tags", "tags", kind="tags"),
     Column("changed", "last change", "state_update_time"),

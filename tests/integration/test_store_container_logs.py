@@ -8,8 +8,16 @@ from datetime import UTC, datetime
 
 from tests.integration.support import minimal_work_unit
 from xmc.model.container_logs import Capture, CaptureKey
+from xmc.store.listing import ListRequest
 from xmc.store.repository import Store
-from xmc.store.transactions import experiment_log_bytes, fetch_logs, record_captures
+from xmc.store.transactions import (
+    experiment_log_bytes,
+    fetch_exit_codes,
+    fetch_logs,
+    record_captures,
+)
+from xmc.store.work_units import list_work_units
+from xmc_api.cloud.xmanager.v1 import api_pb2
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
@@ -71,6 +79,30 @@ async def test_a_final_capture_is_kept_and_an_unread_end_keeps_the_text(store: S
     await record(store, capture(xid, b"late duplicate\n", exit_code=0))
     assert await stored(store, xid) == [("u1", b"the whole log\n", False, False, 143)]
     assert await used(store, xid) == len(b"the whole log\n")
+
+
+async def exit_code(store: Store, xid: int) -> int | None:
+    async with store.connection() as conn:
+        ((_, _, code),) = await fetch_exit_codes(conn, xid, [1, 2])
+    return code
+
+
+async def test_the_units_exit_code_follows_its_current_executions_captures(store: Store) -> None:
+    xid = await unit(store)
+    assert await exit_code(store, xid) is None
+    await record(store, capture(xid, b"", pod="u1", terminated=False, exit_code=None))
+    assert await exit_code(store, xid) is None, "nothing ended yet"
+    await record(store, capture(xid, b"ok\n", pod="u1", exit_code=0))
+    assert await exit_code(store, xid) == 0
+    await record(store, capture(xid, b"boom\n", pod="u2", exit_code=137))
+    assert await exit_code(store, xid) == 137, "a failure wins over a success"
+    async with store.connection() as conn:
+        raw = await list_work_units(conn, xid, ListRequest(filter="exit_code != 0"))
+    assert len(api_pb2.ListWorkUnitsResponse.FromString(raw).work_units) == 1
+    await store.restart_work_unit(xid, 1, writer="test")
+    assert await exit_code(store, xid) is None, "a restart is a new execution"
+    await record(store, capture(xid, b"late\n", pod="u3", exit_code=1))
+    assert await exit_code(store, xid) is None, "an older execution's capture changes nothing"
 
 
 async def test_past_the_cap_the_oldest_text_is_evicted(store: Store) -> None:

@@ -24,12 +24,12 @@ def test_columns_put_the_arg_keys_between_state_and_the_rest() -> None:
     cols = st.columns(["lr", "opt", "bad-key"])
     assert [c.id for c in cols] == [
         "wid", "state", "args.lr", "args.opt", "args.bad-key",
-        "runtime", "in_state", "execution", "tags", "changed", "message", "links",
+        "runtime", "in_state", "exit_code", "execution", "tags", "changed", "message", "links",
     ]  # fmt: skip
     # A key no filter can name is shown but cannot be sorted on.
     assert [c.order for c in cols[2:5]] == ["args.lr", "args.opt", ""]
     assert [c.order for c in cols if c.kind == "text" and c.order] == [
-        "runtime", "time_in_state", "execution_id", "state_update_time",
+        "runtime", "time_in_state", "exit_code", "execution_id", "state_update_time",
     ]  # fmt: skip
 
 

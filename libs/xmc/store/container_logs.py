@@ -177,7 +177,29 @@ async def record_captures(
                 xid,
                 freed,
             )
+    for xid, wid, eid in sorted({(c.key.xid, c.key.wid, c.key.eid) for c in captures}):
+        if (xid, wid) in known:
+            await _set_exit_code(conn, xid, wid, eid)
     return [(c.key.xid, c.key.wid) in known for c in captures]
+
+
+async def _set_exit_code(conn: Connection, xid: int, wid: int, eid: int) -> None:
+    """``work_units.exit_code`` of the current execution, from its captures: the rule of
+    ``xmc.model.container_logs.exit_code_of`` in SQL (the first non-zero code to finish,
+    else 0 once one ended with 0). An older execution's captures change nothing."""
+    await conn.execute(
+        """UPDATE work_units SET exit_code = coalesce(
+               (SELECT exit_code FROM container_logs
+                WHERE xid = $1 AND wid = $2 AND eid = $3 AND terminated AND exit_code <> 0
+                ORDER BY finished_at NULLS LAST, id LIMIT 1),
+               (SELECT 0 FROM container_logs
+                WHERE xid = $1 AND wid = $2 AND eid = $3 AND terminated
+                  AND exit_code IS NOT NULL LIMIT 1))
+           WHERE xid = $1 AND wid = $2 AND eid = $3""",
+        xid,
+        wid,
+        eid,
+    )
 
 
 _COLUMNS = """id, eid, pod_name, pod_uid, container, run, terminated, exit_code, reason,
@@ -201,6 +223,19 @@ async def experiment_log_bytes(conn: Connection, xid: int) -> int:
     """Bytes of log text the experiment holds now."""
     value = await conn.fetchval("SELECT bytes FROM experiment_log_bytes WHERE xid = $1", xid)
     return int(value or 0)
+
+
+async def fetch_exit_codes(
+    conn: Connection, xid: int, wids: Sequence[int]
+) -> list[tuple[int, int, int | None]]:
+    """(wid, current eid, exit code) of those of ``wids`` that exist, by wid."""
+    rows = await conn.fetch(
+        """SELECT wid, eid, exit_code FROM work_units
+           WHERE xid = $1 AND wid = ANY($2::bigint[]) ORDER BY wid""",
+        xid,
+        list(wids),
+    )
+    return [(int(r["wid"]), int(r["eid"]), r["exit_code"]) for r in rows]
 
 
 async def fetch_current_execution(conn: Connection, xid: int, wid: int) -> tuple[int, int]:

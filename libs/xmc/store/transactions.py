@@ -55,6 +55,7 @@ from xmc.store.container_logs import (
     StoredLog,
     experiment_log_bytes,
     fetch_current_execution,
+    fetch_exit_codes,
     fetch_logs,
     record_captures,
 )
@@ -187,6 +188,7 @@ __all__ = [
     "failed_execution_write",
     "fetch_artifact",
     "fetch_current_execution",
+    "fetch_exit_codes",
     "fetch_experiment",
     "fetch_experiment_priority",
     "fetch_logs",

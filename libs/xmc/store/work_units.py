@@ -151,7 +151,7 @@ async def restart_work_unit(
                 exec_complete_time = NULL, state = $5, state_update_time = $4,
                 status_update_time = $4, system_message = NULL, user_message = NULL,
                 scheduling_information = NULL, detailed_status = NULL, metadata = NULL,
-                exec_wire = $6
+                exec_wire = $6, exit_code = NULL
             WHERE xid = $1 AND wid = $2 RETURNING {WORK_UNIT_COLUMNS}""",
         xid,
         wid,
@@ -232,6 +232,9 @@ def _work_unit_listing(alias: str, columns: str) -> ListResource:
             "time_in_state": FieldSpec(
                 f"{a}.state_update_time", FieldKind.TIMESTAMP, filterable=False, inverted=True
             ),
+            # The current execution's exit code (docs/logs.md); -1 while none is known, so
+            # a sort puts those first and a page token never carries a NULL.
+            "exit_code": FieldSpec(f"coalesce({a}.exit_code, -1)", FieldKind.INT),
         },
         default_order=(OrderKey("wid"),),
         tiebreak=(f"{a}.xid", f"{a}.wid"),

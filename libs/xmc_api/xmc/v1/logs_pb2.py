@@ -26,7 +26,7 @@ from google.api import annotations_pb2 as google_dot_api_dot_annotations__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19xmc_api/xmc/v1/logs.proto\x12\x06xmc.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"@\n\x18ListContainerLogsRequest\x12\x0e\n\x06parent\x18\x01 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x02 \x01(\x03\"\xb0\x03\n\x0c\x43ontainerLog\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\x03\x12\x0b\n\x03pod\x18\x02 \x01(\t\x12\x11\n\tcontainer\x18\x03 \x01(\t\x12\x0b\n\x03run\x18\x04 \x01(\x05\x12+\n\x06source\x18\x05 \x01(\x0e\x32\x1b.xmc.v1.ContainerLog.Source\x12\x12\n\nterminated\x18\x06 \x01(\x08\x12\x16\n\texit_code\x18\x07 \x01(\x05H\x00\x88\x01\x01\x12\x0e\n\x06reason\x18\x08 \x01(\t\x12/\n\x0b\x66inish_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nsize_bytes\x18\n \x01(\x03\x12\x11\n\ttruncated\x18\x0b \x01(\x08\x12\x0f\n\x07\x65victed\x18\x0c \x01(\x08\x12\x13\n\x0bunavailable\x18\r \x01(\t\x12\x30\n\x0c\x63\x61pture_time\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"6\n\x06Source\x12\x16\n\x12SOURCE_UNSPECIFIED\x10\x00\x12\n\n\x06STORED\x10\x01\x12\x08\n\x04LIVE\x10\x02\x42\x0c\n\n_exit_code\"\x83\x01\n\x19ListContainerLogsResponse\x12\"\n\x04logs\x18\x01 \x03(\x0b\x32\x14.xmc.v1.ContainerLog\x12\x16\n\texit_code\x18\x02 \x01(\x05H\x00\x88\x01\x01\x12\x1c\n\x14\x63urrent_execution_id\x18\x03 \x01(\x03\x42\x0c\n\n_exit_code\"`\n\x17ReadWorkUnitLogsRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x02 \x01(\x03\x12\x11\n\tcontainer\x18\x03 \x01(\t\x12\x0e\n\x06\x66ollow\x18\x04 \x01(\x08\"Z\n\x08LogChunk\x12!\n\x03log\x18\x01 \x01(\x0b\x32\x14.xmc.v1.ContainerLog\x12\r\n\x05start\x18\x02 \x01(\x08\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\x12\x0e\n\x06notice\x18\x04 \x01(\t2\xa1\x02\n\nLogService\x12\x96\x01\n\x11ListContainerLogs\x12 .xmc.v1.ListContainerLogsRequest\x1a!.xmc.v1.ListContainerLogsResponse\"<\x82\xd3\xe4\x93\x02\x36\x12\x34/v1/{parent=experiments/*/workUnits/*}/containerLogs\x12z\n\x10ReadWorkUnitLogs\x12\x1f.xmc.v1.ReadWorkUnitLogsRequest\x1a\x10.xmc.v1.LogChunk\"1\x82\xd3\xe4\x93\x02+\x12)/v1/{name=experiments/*/workUnits/*}/logs0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19xmc_api/xmc/v1/logs.proto\x12\x06xmc.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"=\n\x14ListExitCodesRequest\x12\x0e\n\x06parent\x18\x01 \x01(\t\x12\x15\n\rwork_unit_ids\x18\x02 \x03(\x03\"d\n\x10WorkUnitExitCode\x12\x14\n\x0cwork_unit_id\x18\x01 \x01(\x03\x12\x14\n\x0c\x65xecution_id\x18\x02 \x01(\x03\x12\x16\n\texit_code\x18\x03 \x01(\x05H\x00\x88\x01\x01\x42\x0c\n\n_exit_code\"E\n\x15ListExitCodesResponse\x12,\n\nexit_codes\x18\x01 \x03(\x0b\x32\x18.xmc.v1.WorkUnitExitCode\"@\n\x18ListContainerLogsRequest\x12\x0e\n\x06parent\x18\x01 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x02 \x01(\x03\"\xb0\x03\n\x0c\x43ontainerLog\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\x03\x12\x0b\n\x03pod\x18\x02 \x01(\t\x12\x11\n\tcontainer\x18\x03 \x01(\t\x12\x0b\n\x03run\x18\x04 \x01(\x05\x12+\n\x06source\x18\x05 \x01(\x0e\x32\x1b.xmc.v1.ContainerLog.Source\x12\x12\n\nterminated\x18\x06 \x01(\x08\x12\x16\n\texit_code\x18\x07 \x01(\x05H\x00\x88\x01\x01\x12\x0e\n\x06reason\x18\x08 \x01(\t\x12/\n\x0b\x66inish_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nsize_bytes\x18\n \x01(\x03\x12\x11\n\ttruncated\x18\x0b \x01(\x08\x12\x0f\n\x07\x65victed\x18\x0c \x01(\x08\x12\x13\n\x0bunavailable\x18\r \x01(\t\x12\x30\n\x0c\x63\x61pture_time\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"6\n\x06Source\x12\x16\n\x12SOURCE_UNSPECIFIED\x10\x00\x12\n\n\x06STORED\x10\x01\x12\x08\n\x04LIVE\x10\x02\x42\x0c\n\n_exit_code\"\x83\x01\n\x19ListContainerLogsResponse\x12\"\n\x04logs\x18\x01 \x03(\x0b\x32\x14.xmc.v1.ContainerLog\x12\x16\n\texit_code\x18\x02 \x01(\x05H\x00\x88\x01\x01\x12\x1c\n\x14\x63urrent_execution_id\x18\x03 \x01(\x03\x42\x0c\n\n_exit_code\"`\n\x17ReadWorkUnitLogsRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x02 \x01(\x03\x12\x11\n\tcontainer\x18\x03 \x01(\t\x12\x0e\n\x06\x66ollow\x18\x04 \x01(\x08\"Z\n\x08LogChunk\x12!\n\x03log\x18\x01 \x01(\x0b\x32\x14.xmc.v1.ContainerLog\x12\r\n\x05start\x18\x02 \x01(\x08\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\x12\x0e\n\x06notice\x18\x04 \x01(\t2\x9d\x03\n\nLogService\x12\x96\x01\n\x11ListContainerLogs\x12 .xmc.v1.ListContainerLogsRequest\x1a!.xmc.v1.ListContainerLogsResponse\"<\x82\xd3\xe4\x93\x02\x36\x12\x34/v1/{parent=experiments/*/workUnits/*}/containerLogs\x12z\n\x10ReadWorkUnitLogs\x12\x1f.xmc.v1.ReadWorkUnitLogsRequest\x1a\x10.xmc.v1.LogChunk\"1\x82\xd3\xe4\x93\x02+\x12)/v1/{name=experiments/*/workUnits/*}/logs0\x01\x12z\n\rListExitCodes\x12\x1c.xmc.v1.ListExitCodesRequest\x1a\x1d.xmc.v1.ListExitCodesResponse\",\x82\xd3\xe4\x93\x02&\x12$/v1/{parent=experiments/*}/exitCodesb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,18 +37,26 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LOGSERVICE'].methods_by_name['ListContainerLogs']._serialized_options = b'\202\323\344\223\0026\0224/v1/{parent=experiments/*/workUnits/*}/containerLogs'
   _globals['_LOGSERVICE'].methods_by_name['ReadWorkUnitLogs']._loaded_options = None
   _globals['_LOGSERVICE'].methods_by_name['ReadWorkUnitLogs']._serialized_options = b'\202\323\344\223\002+\022)/v1/{name=experiments/*/workUnits/*}/logs'
-  _globals['_LISTCONTAINERLOGSREQUEST']._serialized_start=100
-  _globals['_LISTCONTAINERLOGSREQUEST']._serialized_end=164
-  _globals['_CONTAINERLOG']._serialized_start=167
-  _globals['_CONTAINERLOG']._serialized_end=599
-  _globals['_CONTAINERLOG_SOURCE']._serialized_start=531
-  _globals['_CONTAINERLOG_SOURCE']._serialized_end=585
-  _globals['_LISTCONTAINERLOGSRESPONSE']._serialized_start=602
-  _globals['_LISTCONTAINERLOGSRESPONSE']._serialized_end=733
-  _globals['_READWORKUNITLOGSREQUEST']._serialized_start=735
-  _globals['_READWORKUNITLOGSREQUEST']._serialized_end=831
-  _globals['_LOGCHUNK']._serialized_start=833
-  _globals['_LOGCHUNK']._serialized_end=923
-  _globals['_LOGSERVICE']._serialized_start=926
-  _globals['_LOGSERVICE']._serialized_end=1215
+  _globals['_LOGSERVICE'].methods_by_name['ListExitCodes']._loaded_options = None
+  _globals['_LOGSERVICE'].methods_by_name['ListExitCodes']._serialized_options = b'\202\323\344\223\002&\022$/v1/{parent=experiments/*}/exitCodes'
+  _globals['_LISTEXITCODESREQUEST']._serialized_start=100
+  _globals['_LISTEXITCODESREQUEST']._serialized_end=161
+  _globals['_WORKUNITEXITCODE']._serialized_start=163
+  _globals['_WORKUNITEXITCODE']._serialized_end=263
+  _globals['_LISTEXITCODESRESPONSE']._serialized_start=265
+  _globals['_LISTEXITCODESRESPONSE']._serialized_end=334
+  _globals['_LISTCONTAINERLOGSREQUEST']._serialized_start=336
+  _globals['_LISTCONTAINERLOGSREQUEST']._serialized_end=400
+  _globals['_CONTAINERLOG']._serialized_start=403
+  _globals['_CONTAINERLOG']._serialized_end=835
+  _globals['_CONTAINERLOG_SOURCE']._serialized_start=767
+  _globals['_CONTAINERLOG_SOURCE']._serialized_end=821
+  _globals['_LISTCONTAINERLOGSRESPONSE']._serialized_start=838
+  _globals['_LISTCONTAINERLOGSRESPONSE']._serialized_end=969
+  _globals['_READWORKUNITLOGSREQUEST']._serialized_start=971
+  _globals['_READWORKUNITLOGSREQUEST']._serialized_end=1067
+  _globals['_LOGCHUNK']._serialized_start=1069
+  _globals['_LOGCHUNK']._serialized_end=1159
+  _globals['_LOGSERVICE']._serialized_start=1162
+  _globals['_LOGSERVICE']._serialized_end=1575
 # @@protoc_insertion_point(module_scope)

@@ -24,6 +24,80 @@ else:
 DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
+class ListExitCodesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARENT_FIELD_NUMBER: _builtins.int
+    WORK_UNIT_IDS_FIELD_NUMBER: _builtins.int
+    parent: _builtins.str
+    """experiments/{xid}"""
+    @_builtins.property
+    def work_unit_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """At most 1000; a unit that does not exist is left out of the answer."""
+
+    def __init__(
+        self,
+        *,
+        parent: _builtins.str = ...,
+        work_unit_ids: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["parent", b"parent", "work_unit_ids", b"work_unit_ids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListExitCodesRequest: _TypeAlias = ListExitCodesRequest  # noqa: Y015
+
+@_typing.final
+class WorkUnitExitCode(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORK_UNIT_ID_FIELD_NUMBER: _builtins.int
+    EXECUTION_ID_FIELD_NUMBER: _builtins.int
+    EXIT_CODE_FIELD_NUMBER: _builtins.int
+    work_unit_id: _builtins.int
+    execution_id: _builtins.int
+    exit_code: _builtins.int
+    """Unset while no container of the execution has ended (or none was captured)."""
+    def __init__(
+        self,
+        *,
+        work_unit_id: _builtins.int = ...,
+        execution_id: _builtins.int = ...,
+        exit_code: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_exit_code", b"_exit_code", "exit_code", b"exit_code"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_exit_code", b"_exit_code", "execution_id", b"execution_id", "exit_code", b"exit_code", "work_unit_id", b"work_unit_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__exit_code: _TypeAlias = _typing.Literal["exit_code"]  # noqa: Y015
+    _WhichOneofArgType__exit_code: _TypeAlias = _typing.Literal["_exit_code", b"_exit_code"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__exit_code) -> _WhichOneofReturnType__exit_code | None: ...
+
+Global___WorkUnitExitCode: _TypeAlias = WorkUnitExitCode  # noqa: Y015
+
+@_typing.final
+class ListExitCodesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EXIT_CODES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def exit_codes(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorkUnitExitCode]: ...
+    def __init__(
+        self,
+        *,
+        exit_codes: _abc.Iterable[Global___WorkUnitExitCode] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["exit_codes", b"exit_codes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListExitCodesResponse: _TypeAlias = ListExitCodesResponse  # noqa: Y015
+
+@_typing.final
 class ListContainerLogsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -44,6 +44,11 @@ class LogServiceStub:
                 request_serializer=xmc__api_dot_xmc_dot_v1_dot_logs__pb2.ReadWorkUnitLogsRequest.SerializeToString,
                 response_deserializer=xmc__api_dot_xmc_dot_v1_dot_logs__pb2.LogChunk.FromString,
                 _registered_method=True)
+        self.ListExitCodes = channel.unary_unary(
+                '/xmc.v1.LogService/ListExitCodes',
+                request_serializer=xmc__api_dot_xmc_dot_v1_dot_logs__pb2.ListExitCodesRequest.SerializeToString,
+                response_deserializer=xmc__api_dot_xmc_dot_v1_dot_logs__pb2.ListExitCodesResponse.FromString,
+                _registered_method=True)
 
 
 class LogServiceServicer:
@@ -66,6 +71,15 @@ class LogServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListExitCodes(self, request, context):
+        """The current execution's exit code of each of some work units of one experiment, at
+        once (a page of the dashboard's sweep table). ListWorkUnits and SearchWorkUnits also
+        filter and sort on exit_code (-1 there while none is known).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LogServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -78,6 +92,11 @@ def add_LogServiceServicer_to_server(servicer, server):
                     servicer.ReadWorkUnitLogs,
                     request_deserializer=xmc__api_dot_xmc_dot_v1_dot_logs__pb2.ReadWorkUnitLogsRequest.FromString,
                     response_serializer=xmc__api_dot_xmc_dot_v1_dot_logs__pb2.LogChunk.SerializeToString,
+            ),
+            'ListExitCodes': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListExitCodes,
+                    request_deserializer=xmc__api_dot_xmc_dot_v1_dot_logs__pb2.ListExitCodesRequest.FromString,
+                    response_serializer=xmc__api_dot_xmc_dot_v1_dot_logs__pb2.ListExitCodesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -134,6 +153,33 @@ class LogService:
             '/xmc.v1.LogService/ReadWorkUnitLogs',
             xmc__api_dot_xmc_dot_v1_dot_logs__pb2.ReadWorkUnitLogsRequest.SerializeToString,
             xmc__api_dot_xmc_dot_v1_dot_logs__pb2.LogChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListExitCodes(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/xmc.v1.LogService/ListExitCodes',
+            xmc__api_dot_xmc_dot_v1_dot_logs__pb2.ListExitCodesRequest.SerializeToString,
+            xmc__api_dot_xmc_dot_v1_dot_logs__pb2.ListExitCodesResponse.FromString,
             options,
             channel_credentials,
             insecure,

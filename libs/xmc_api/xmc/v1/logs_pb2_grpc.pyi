@@ -43,6 +43,11 @@ class LogServiceStub:
     the API server has; with follow, the stream stays open and carries new output until
     the execution ends.
     """
+    ListExitCodes: _grpc.UnaryUnaryMultiCallable[_logs_pb2.ListExitCodesRequest, _logs_pb2.ListExitCodesResponse]
+    """The current execution's exit code of each of some work units of one experiment, at
+    once (a page of the dashboard's sweep table). ListWorkUnits and SearchWorkUnits also
+    filter and sort on exit_code (-1 there while none is known).
+    """
 
 @_typing.type_check_only
 class LogServiceAsyncStub(LogServiceStub):
@@ -55,6 +60,11 @@ class LogServiceAsyncStub(LogServiceStub):
     """The log text of one execution, stored part first, then (for a live execution) what
     the API server has; with follow, the stream stays open and carries new output until
     the execution ends.
+    """
+    ListExitCodes: _aio.UnaryUnaryMultiCallable[_logs_pb2.ListExitCodesRequest, _logs_pb2.ListExitCodesResponse]  # type: ignore[assignment]
+    """The current execution's exit code of each of some work units of one experiment, at
+    once (a page of the dashboard's sweep table). ListWorkUnits and SearchWorkUnits also
+    filter and sort on exit_code (-1 there while none is known).
     """
 
 class LogServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -77,6 +87,17 @@ class LogServiceServicer(metaclass=_abc_1.ABCMeta):
         """The log text of one execution, stored part first, then (for a live execution) what
         the API server has; with follow, the stream stays open and carries new output until
         the execution ends.
+        """
+
+    @_abc_1.abstractmethod
+    def ListExitCodes(
+        self,
+        request: _logs_pb2.ListExitCodesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_logs_pb2.ListExitCodesResponse, _abc.Awaitable[_logs_pb2.ListExitCodesResponse]]:
+        """The current execution's exit code of each of some work units of one experiment, at
+        once (a page of the dashboard's sweep table). ListWorkUnits and SearchWorkUnits also
+        filter and sort on exit_code (-1 there while none is known).
         """
 
 def add_LogServiceServicer_to_server(servicer: LogServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -103,7 +103,9 @@ def query_fields(
 ) -> Iterator[tuple[FieldDescriptor, ...]]:
     """Every field a query parameter can set, as the path of fields to it: scalars,
     repeated scalars and the well-known types with a scalar JSON form, through singular
-    messages (a message already on the path is not entered again: recursion)."""
+    messages. A recursive message is entered once (the transcoder takes ``parent.parent.x``
+    too; the document cannot list every depth), ``Any`` and ``Struct`` not at all (their
+    JSON form is no object of their fields)."""
     for fd in descriptor.fields:
         path = (*prefix, fd)
         if _taken(".".join(f.name for f in path), excluded):
@@ -111,7 +113,9 @@ def query_fields(
         message = fd.message_type
         if message is None or message.full_name in SCALAR_MESSAGES:
             yield path
-        elif not fd.is_repeated and message not in (f.message_type for f in prefix):
+        elif fd.is_repeated or message.full_name in WELL_KNOWN:
+            continue
+        elif message is not descriptor and message not in (f.containing_type for f in prefix):
             yield from query_fields(message, excluded, path)
 
 

@@ -133,10 +133,6 @@ def _map_key(fd: FieldDescriptor) -> Schema | None:
     return {"pattern": "^-?[0-9]+$"}
 
 
-def _is_map(fd: FieldDescriptor) -> bool:
-    return fd.message_type is not None and fd.message_type.GetOptions().map_entry
-
-
 def oneof_groups(descriptor: Descriptor) -> list[list[str]]:
     """The JSON names of each real oneof's members (proto3 ``optional`` makes a synthetic
     oneof of one field, which constrains nothing)."""
@@ -154,8 +150,9 @@ class SchemaSet:
 
     def field(self, fd: FieldDescriptor) -> Schema:
         """One field's schema, repetition and maps included."""
-        if _is_map(fd):
-            key, value = fd.message_type.fields_by_name["key"], fd.message_type.fields_by_name["value"]
+        entry = fd.message_type
+        if entry is not None and entry.GetOptions().map_entry:
+            key, value = entry.fields_by_name["key"], entry.fields_by_name["value"]
             schema: Schema = {"type": "object", "additionalProperties": self.single(value)}
             names = _map_key(key)
             if names is not None:

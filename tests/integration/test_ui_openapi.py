@@ -197,6 +197,8 @@ async def test_schemathesis_finds_every_answer_documented(live: Live, tmp_path: 
             await process.wait()
     text = output.decode(errors="replace")
     print(text)
-    assert process.returncode == 0, f"schemathesis found answers the document does not allow:\n{text}"
+    assert process.returncode == 0, (
+        f"schemathesis found answers the document does not allow:\n{text}"
+    )
     assert f"Tested: {_operations()}" in text  # every operation of the document ran
     assert all(process.returncode is None for process in live.processes), "a service exited"

@@ -145,9 +145,17 @@ DOC = openapi_document([SERVICE])
             [("experiment", "parent", 2)],
         ),
         ("/v1/{name}", "/v1/{name}", [("name", "name", 1)]),
-        ("/v1/{experiment.name}", "/v1/{experiment_name}", [("experiment_name", "experiment.name", 1)]),
+        (
+            "/v1/{experiment.name}",
+            "/v1/{experiment_name}",
+            [("experiment_name", "experiment.name", 1)],
+        ),
         ("/v1/a/*/b", "/v1/a/{a}/b", [("a", "", 2)]),
-        ("/v1/{name=dirs/*/dirs/*}", "/v1/dirs/{dir}/dirs/{dir2}", [("dir", "name", 2), ("dir2", "name", 4)]),
+        (
+            "/v1/{name=dirs/*/dirs/*}",
+            "/v1/dirs/{dir}/dirs/{dir2}",
+            [("dir", "name", 2), ("dir2", "name", 4)],
+        ),
         ("/v1/{name=files/**}", "/v1/files/{file}", [("file", "name", 2)]),
         ("/v1/experiments:search", "/v1/experiments:search", []),
     ],
@@ -190,7 +198,10 @@ def test_query_fields_are_the_scalars_the_path_and_body_leave() -> None:
     [
         ("big", {"type": "string", "format": "int64", "pattern": "^-?[0-9]+$"}),
         ("ubig", {"type": "string", "format": "uint64", "pattern": "^[0-9]+$"}),
-        ("small", {"type": "integer", "format": "int32", "minimum": -(2**31), "maximum": 2**31 - 1}),
+        (
+            "small",
+            {"type": "integer", "format": "int32", "minimum": -(2**31), "maximum": 2**31 - 1},
+        ),
         ("on", {"type": "boolean"}),
         ("blob", {"type": "string", "contentEncoding": "base64"}),
         ("color", {"$ref": f"{REF_PREFIX}t.Color"}),
@@ -203,7 +214,11 @@ def test_query_fields_are_the_scalars_the_path_and_body_leave() -> None:
             "labels",
             {
                 "type": "object",
-                "additionalProperties": {"type": "string", "format": "int64", "pattern": "^-?[0-9]+$"},
+                "additionalProperties": {
+                    "type": "string",
+                    "format": "int64",
+                    "pattern": "^-?[0-9]+$",
+                },
             },
         ),
         (
@@ -225,7 +240,8 @@ def test_message_schema_names_oneofs_and_recursion() -> None:
     assert schemas.message(NODE) == {"$ref": f"{REF_PREFIX}t.Node"}
     node = schemas.components["t.Node"]
     assert node["additionalProperties"] is False
-    assert "pageTags" in node["properties"] and "page_tags" not in node["properties"]
+    assert "pageTags" in node["properties"]
+    assert "page_tags" not in node["properties"]
     assert node["not"] == {"anyOf": [{"required": ["text", "count"]}]}  # not `kept` alone
     assert schemas.components["t.Color"] == {"type": "string", "enum": ["COLOR_UNSPECIFIED", "RED"]}
 
@@ -241,7 +257,7 @@ def _node(**fields: Any) -> Message:
 
 
 def _written(message: Message) -> Any:
-    return json_format.MessageToDict(message)
+    return json_format.MessageToDict(message, descriptor_pool=NODE.file.pool)
 
 
 def test_what_json_format_writes_fits_the_schema() -> None:
@@ -251,12 +267,19 @@ def test_what_json_format_writes_fits_the_schema() -> None:
         page_tags=["a", "b"], labels={"x": 3}, by_id={4: child}, kids=[child], parent=child,
         text="t", kept=False,
     )  # fmt: skip
-    node.at.FromJsonString("2026-12-02T10:00:00.5Z")
-    node.took.FromJsonString("1.500s")
-    node.maybe.value = 9
-    node.extra.Pack(timestamp_pb2.Timestamp(seconds=5))
+    later = {
+        "at": "2026-12-02T10:00:00.5Z",
+        "took": "1.500s",
+        "maybe": "9",
+        "extra": {
+            "@type": "type.googleapis.com/google.protobuf.Timestamp",
+            "value": "1970-01-01T00:00:05Z",
+        },
+    }
+    json_format.ParseDict(later, node, descriptor_pool=NODE.file.pool)
     written = _written(node)
-    assert written["big"] == str(2**62) and written["ratio"] == "NaN"
+    assert written["big"] == str(2**62)
+    assert written["ratio"] == "NaN"
     validator = _validator({"$ref": f"{REF_PREFIX}t.Node"})
     assert validator.is_valid(written), list(validator.iter_errors(written))
     assert validator.is_valid({})  # every field at its default: left out
@@ -282,11 +305,13 @@ def test_operations_of_the_test_service() -> None:
     assert "`name` is `trees/{tree}/nodes/{node}`" in get["description"]
     assert [p["name"] for p in get["parameters"] if p["in"] == "path"] == ["tree", "node"]
     assert "requestBody" not in get
-    assert "415" not in get["responses"] and "413" in get["responses"]
+    assert "415" not in get["responses"]
+    assert "413" in get["responses"]
 
     move = _operation("/v1/trees/{tree}/nodes/{node}:move", "post")
     body = move["requestBody"]["content"]["application/json"]["schema"]
-    assert "name" not in body["properties"] and "big" in body["properties"]  # the path sets it
+    assert "name" not in body["properties"]
+    assert "big" in body["properties"]
     assert [p["in"] for p in move["parameters"]] == ["path", "path"]  # body "*": no query
     answer = move["responses"]["200"]["content"]["application/json"]["schema"]
     assert answer == {"$ref": f"{REF_PREFIX}t.Node"}  # response_body: "node"

@@ -49,6 +49,11 @@ _LOCAL_ERRORS: Final = {
     "one with no body).",
 }
 _WRITES: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+#: How a path parameter's value travels (``ui.http_rules.split_path``, ``_decode``).
+_SEGMENT: Final = (
+    ", percent-encoded: `/` and `:` too (an unencoded `:` starts a custom verb, an encoded"
+    " `/` stays `%2F` in the field)."
+)
 
 
 def singular(literal: str) -> str:
@@ -205,7 +210,7 @@ def operation(
             "in": "path",
             "required": True,
             "schema": {"type": "string", "minLength": 1},
-            "description": f"One segment of `{field}`." if field else "Any one segment.",
+            "description": (f"One segment of `{field}`" if field else "Any one segment") + _SEGMENT,
         }
         for name, field, _i in params
     ]

@@ -66,8 +66,9 @@ def path_parameters(template: PathTemplate) -> tuple[str, list[tuple[str, str, i
     index) in order.
 
     A variable's ``*`` segments become one parameter each, named after the literal segment
-    before it (``experiments/*`` → ``{experiment}``); a variable that is one ``*`` alone
-    keeps its field's name, and a ``*`` outside any variable binds nothing (field "")."""
+    before it (``experiments/*`` → ``{experiment}``); a variable that is one ``*`` alone, or
+    a ``*`` after another, takes its field's name; a ``*`` outside any variable binds
+    nothing (field ""). Names are made unique with a number."""
     owner = {i: v for v in template.variables for i in range(v.start, v.end)}
     parts: list[str] = []
     params: list[tuple[str, str, int]] = []
@@ -78,15 +79,24 @@ def path_parameters(template: PathTemplate) -> tuple[str, list[tuple[str, str, i
         variable = owner.get(i)
         field = variable.field_path if variable is not None else ""
         alone = variable is not None and variable.end - variable.start == 1
-        base = field if alone or i == 0 else singular(template.segments[i - 1])
-        name, n = base.replace(".", "_") or "segment", 1
+        before = template.segments[i - 1] if i else "*"
+        base = field if alone or before in ("*", "**") else singular(before)
+        stem = base.replace(".", "_") or "segment"
+        name, n = stem, 1
         while name in (p[0] for p in params):
             n += 1
-            name = f"{base}{n}"
+            name = f"{stem}{n}"
         params.append((name, field, i))
         parts.append(f"{{{name}}}")
     verb = f":{template.verb}" if template.verb else ""
     return "/" + "/".join(parts) + verb, params
+
+
+def segment_description(segment: str, field: str) -> str:
+    """A path parameter's description: what it is part of and how it travels."""
+    if segment == "**":  # OpenAPI has no parameter spanning segments: say so
+        return f"The rest of the path, one or more segments, the end of `{field or 'no field'}`."
+    return (f"One segment of `{field}`" if field else "Any one segment") + _SEGMENT
 
 
 def _field_pattern(template: PathTemplate, field: str, names: dict[int, str]) -> str:
@@ -210,9 +220,9 @@ def operation(
             "in": "path",
             "required": True,
             "schema": {"type": "string", "minLength": 1},
-            "description": (f"One segment of `{field}`" if field else "Any one segment") + _SEGMENT,
+            "description": segment_description(route.template.segments[i], field),
         }
-        for name, field, _i in params
+        for name, field, i in params
     ]
     excluded = [*fields, *([route.body] if route.body else [])]
     if route.body != "*":

@@ -33,6 +33,7 @@ from ui.openapi import (
     path_parameters,
     query_fields,
     render,
+    segment_description,
     singular,
 )
 from ui.openapi_schema import REF_PREFIX, SchemaSet
@@ -158,10 +159,29 @@ DOC = openapi_document([SERVICE])
         ),
         ("/v1/{name=files/**}", "/v1/files/{file}", [("file", "name", 2)]),
         ("/v1/experiments:search", "/v1/experiments:search", []),
+        ("/v1/*/*", "/v1/{v1}/{segment}", [("v1", "", 1), ("segment", "", 2)]),
+        ("/v1/{a.b=x/*/*}", "/v1/x/{x}/{a_b}", [("x", "a.b", 2), ("a_b", "a.b", 3)]),
+        (
+            "/{a.b}/{a.b2=*}/{c=a_b/*}",
+            "/{a_b}/{a_b2}/a_b/{a_b3}",
+            [("a_b", "a.b", 0), ("a_b2", "a.b2", 1), ("a_b3", "c", 3)],
+        ),
     ],
 )
 def test_path_parameters(template: str, path: str, params: list[tuple[str, str, int]]) -> None:
     assert path_parameters(parse_template(template)) == (path, params)
+
+
+@pytest.mark.parametrize(
+    ("segment", "field", "start"),
+    [
+        ("*", "name", "One segment of `name`, percent-encoded: `/` and `:` too"),
+        ("*", "", "Any one segment, percent-encoded"),
+        ("**", "name", "The rest of the path, one or more segments, the end of `name`."),
+    ],
+)
+def test_segment_description(segment: str, field: str, start: str) -> None:
+    assert segment_description(segment, field).startswith(start)
 
 
 @pytest.mark.parametrize(

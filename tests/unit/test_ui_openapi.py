@@ -42,6 +42,40 @@ from ui.transcode import error_body
 
 DOCUMENT = Path(__file__).resolve().parents[2] / "docs" / "openapi.json"
 
+#: Node's fields: (name, type, message or enum type, repeated, more options), numbered in order.
+NODE_FIELDS: list[tuple[str, str, str, bool, str]] = [
+    ("name", "STRING", "", False, ""),
+    ("big", "INT64", "", False, ""),
+    ("ubig", "UINT64", "", False, ""),
+    ("small", "INT32", "", False, ""),
+    ("ratio", "DOUBLE", "", False, ""),
+    ("on", "BOOL", "", False, ""),
+    ("blob", "BYTES", "", False, ""),
+    ("color", "ENUM", ".t.Color", False, ""),
+    ("page_tags", "STRING", "", True, ""),
+    ("labels", "MESSAGE", ".t.Node.LabelsEntry", True, ""),
+    ("by_id", "MESSAGE", ".t.Node.ByIdEntry", True, ""),
+    ("at", "MESSAGE", ".google.protobuf.Timestamp", False, ""),
+    ("took", "MESSAGE", ".google.protobuf.Duration", False, ""),
+    ("maybe", "MESSAGE", ".google.protobuf.Int64Value", False, ""),
+    ("extra", "MESSAGE", ".google.protobuf.Any", False, ""),
+    ("parent", "MESSAGE", ".t.Node", False, ""),
+    ("kids", "MESSAGE", ".t.Node", True, ""),
+    ("text", "STRING", "", False, "oneof_index: 0"),
+    ("count", "INT32", "", False, "oneof_index: 0"),
+    ("kept", "BOOL", "", False, "oneof_index: 1 proto3_optional: true"),
+]
+
+
+def _fields_text(fields: list[tuple[str, str, str, bool, str]]) -> str:
+    return "\n".join(
+        f'  field {{ name: "{name}" number: {number} type: TYPE_{kind}'
+        + (f' type_name: "{type_name}"' if type_name else "")
+        + f" label: LABEL_{'REPEATED' if repeated else 'OPTIONAL'} {more} }}"
+        for number, (name, kind, type_name, repeated, more) in enumerate(fields, 1)
+    )
+
+
 #: A service with every kind of field and rule the generator must describe.
 TEST_PROTO = """
 name: "openapi_test.proto" package: "t" syntax: "proto3"
@@ -49,33 +83,7 @@ dependency: "google/protobuf/timestamp.proto" dependency: "google/protobuf/durat
 dependency: "google/protobuf/wrappers.proto" dependency: "google/protobuf/any.proto"
 message_type {
   name: "Node"
-  field { name: "name" number: 1 type: TYPE_STRING label: LABEL_OPTIONAL }
-  field { name: "big" number: 2 type: TYPE_INT64 label: LABEL_OPTIONAL }
-  field { name: "ubig" number: 3 type: TYPE_UINT64 label: LABEL_OPTIONAL }
-  field { name: "small" number: 4 type: TYPE_INT32 label: LABEL_OPTIONAL }
-  field { name: "ratio" number: 5 type: TYPE_DOUBLE label: LABEL_OPTIONAL }
-  field { name: "on" number: 6 type: TYPE_BOOL label: LABEL_OPTIONAL }
-  field { name: "blob" number: 7 type: TYPE_BYTES label: LABEL_OPTIONAL }
-  field { name: "color" number: 8 type: TYPE_ENUM type_name: ".t.Color" label: LABEL_OPTIONAL }
-  field { name: "page_tags" number: 9 type: TYPE_STRING label: LABEL_REPEATED }
-  field { name: "labels" number: 10 type: TYPE_MESSAGE type_name: ".t.Node.LabelsEntry"
-          label: LABEL_REPEATED }
-  field { name: "by_id" number: 11 type: TYPE_MESSAGE type_name: ".t.Node.ByIdEntry"
-          label: LABEL_REPEATED }
-  field { name: "at" number: 12 type: TYPE_MESSAGE type_name: ".google.protobuf.Timestamp"
-          label: LABEL_OPTIONAL }
-  field { name: "took" number: 13 type: TYPE_MESSAGE type_name: ".google.protobuf.Duration"
-          label: LABEL_OPTIONAL }
-  field { name: "maybe" number: 14 type: TYPE_MESSAGE type_name: ".google.protobuf.Int64Value"
-          label: LABEL_OPTIONAL }
-  field { name: "extra" number: 15 type: TYPE_MESSAGE type_name: ".google.protobuf.Any"
-          label: LABEL_OPTIONAL }
-  field { name: "parent" number: 16 type: TYPE_MESSAGE type_name: ".t.Node" label: LABEL_OPTIONAL }
-  field { name: "kids" number: 17 type: TYPE_MESSAGE type_name: ".t.Node" label: LABEL_REPEATED }
-  field { name: "text" number: 18 type: TYPE_STRING label: LABEL_OPTIONAL oneof_index: 0 }
-  field { name: "count" number: 19 type: TYPE_INT32 label: LABEL_OPTIONAL oneof_index: 0 }
-  field { name: "kept" number: 20 type: TYPE_BOOL label: LABEL_OPTIONAL oneof_index: 1
-          proto3_optional: true }
+%(node_fields)s
   oneof_decl { name: "value" } oneof_decl { name: "_kept" }
   nested_type {
     name: "LabelsEntry" options { map_entry: true }
@@ -121,7 +129,8 @@ def _test_service() -> ServiceDescriptor:
         file = descriptor_pb2.FileDescriptorProto()
         module.DESCRIPTOR.CopyToProto(file)
         pool.Add(file)
-    pool.Add(text_format.Parse(TEST_PROTO, descriptor_pb2.FileDescriptorProto()))
+    text = TEST_PROTO % {"node_fields": _fields_text(NODE_FIELDS)}
+    pool.Add(text_format.Parse(text, descriptor_pb2.FileDescriptorProto()))
     service: ServiceDescriptor = pool.FindServiceByName("t.Nodes")
     return service
 

@@ -18,7 +18,7 @@ names, enum numbers, int64 as a JSON number — which the transcoder accepts as 
 proto3 JSON parser must, while the document describes the canonical form it writes.
 
 Bounded: a fixed seed (``XMC_SCHEMATHESIS_SEED`` overrides it), a few examples per
-operation, one worker; about a minute on a quiet 2-core machine.
+operation, one worker: 2,996 cases, 24 s on a quiet 2-core machine, 50 s on a busy one.
 """
 
 from __future__ import annotations
@@ -172,7 +172,7 @@ def config(ids: dict[str, list[str]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-@pytest.mark.slow  # two services as OS processes and a schemathesis run of ~1 minute
+@pytest.mark.slow  # two services as OS processes and a schemathesis run of 25-50 s
 async def test_schemathesis_finds_every_answer_documented(live: Live, tmp_path: Path) -> None:
     (tmp_path / "schemathesis.toml").write_text(config(await seed(live.base)))
     command = [

@@ -76,6 +76,8 @@ bench: services $(STAMP) ## benchmarks (print figures; not tests)
 	$(PY) bench/reconciler_bench.py
 	$(PY) bench/e2e_sweep.py
 	$(PY) bench/ui_bench.py
+	$(PY) bench/ess_args.py
+	$(PY) bench/log_follow.py
 
 compat: services $(STAMP) ## the published xmanager client against a real stack, in its own virtualenvs
 	$(VENV)/bin/pytest -m compat tests/compat $(PYTEST_ARGS)
@@ -83,8 +85,8 @@ compat: services $(STAMP) ## the published xmanager client against a real stack,
 faults: services $(STAMP) ## fault matrix: lost / duplicated / stuck per crash and restart (~10 min)
 	$(PY) bench/faults.py $(FAULTS_ARGS)
 
-screenshots: $(STAMP) ## the dashboard's three pages, from the browser test, into docs/screenshots
-	XMC_UI_SCREENSHOTS=$(CURDIR)/docs/screenshots $(VENV)/bin/pytest tests/integration/test_ui_browser.py
+screenshots: $(STAMP) ## the dashboard's pages, timelines and logs, from the browser tests, into docs/screenshots
+	XMC_UI_SCREENSHOTS=$(CURDIR)/docs/screenshots $(VENV)/bin/pytest tests/integration/test_ui_browser.py tests/integration/test_ui_browser_timeline.py tests/integration/test_ui_logs.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -128,13 +128,19 @@ def pick_run(pod: Mapping[str, Any], container: str, *, previous: bool) -> Conta
 
 
 def _end(script: LogScript, run: ContainerRun) -> datetime | None:
-    """When the run stops printing: its exit, or for a running container the exit its
-    script plans (the status may say ``running`` a moment past it)."""
-    if run.finished_at is not None:
-        return run.finished_at
-    if script.run_seconds is None:
-        return None
-    return run.started_at + timedelta(seconds=script.run_seconds)
+    """When the run stops printing: the exit its script plans (the status may say
+    ``running`` a moment past it), and for a run that ended the end of the second of its
+    ``finishedAt``: the status keeps that time to the second, so a container killed 0.4 s
+    into the second in which it printed a line has printed it (cutting at the truncated
+    time lost the last lines of every stopped container)."""
+    planned = (
+        None if script.run_seconds is None
+        else run.started_at + timedelta(seconds=script.run_seconds)
+    )  # fmt: skip
+    if run.finished_at is None:
+        return planned
+    ended = run.finished_at + timedelta(seconds=1)
+    return ended if planned is None else min(ended, planned)
 
 
 def _schedule(script: LogScript, run: ContainerRun) -> list[LogLine]:

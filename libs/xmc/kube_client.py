@@ -254,13 +254,31 @@ class KubeClient:
         query.append(("timeoutSeconds", str(timeout_seconds)))
         if label_selector:
             query.append(("labelSelector", label_selector))
-        stream = aiohttp.ClientTimeout(
-            total=timeout_seconds + grace, sock_connect=self.request_timeout
-        )
         path = resource.collection(namespace)
+        async with self.stream(path, query, total=timeout_seconds + grace) as response:
+            events = _events(response)
+            try:
+                yield events
+            finally:
+                await events.aclose()
+
+    @contextlib.asynccontextmanager
+    async def stream(
+        self,
+        path: str,
+        query: Sequence[tuple[str, str]],
+        *,
+        total: float | None,
+        accept: str = _JSON,
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
+        """A GET whose answer is read as it comes (a watch, a followed log): bounded by
+        ``request_timeout`` until the answer starts, then by ``total`` seconds (None: no
+        limit; the caller ends it). An error answer is raised as its :class:`KubeError`;
+        leaving the block drops the connection."""
+        limit = aiohttp.ClientTimeout(total=total, sock_connect=self.request_timeout)
         try:
             async with asyncio.timeout(self.request_timeout):
-                response = await self._send("GET", path, query, None, _JSON, stream)
+                response = await self._send("GET", path, query, None, _JSON, limit, accept)
         except TimeoutError as error:
             raise self._no_answer("GET", path, self.request_timeout) from error
         except _CONNECTION_ERRORS as error:
@@ -269,11 +287,7 @@ class KubeClient:
             if not 200 <= response.status < 300:
                 raw = await self._read_quietly(response)
                 raise error_from_answer(response.status, raw, response.headers.get("Retry-After"))
-            events = _events(response)
-            try:
-                yield events
-            finally:
-                await events.aclose()
+            yield response
         finally:
             # close, not release: an unfinished stream must drop its connection.
             response.close()
@@ -314,12 +328,13 @@ class KubeClient:
         body: Mapping[str, Any] | None,
         content_type: str,
         stream_timeout: aiohttp.ClientTimeout | None,
+        accept: str = _JSON,
     ) -> aiohttp.ClientResponse:
         response: aiohttp.ClientResponse = await self._api.call_api(
             path,
             method,
             query_params=list(query),
-            header_params={"Accept": _JSON, "Content-Type": content_type},
+            header_params={"Accept": accept, "Content-Type": content_type},
             body=body,
             auth_settings=["BearerToken"],
             _preload_content=False,

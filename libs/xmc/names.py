@@ -24,6 +24,7 @@ MAX_CLIENT_WORK_UNIT_ID = 2**31 - 1
 _ID = r"([1-9][0-9]{0,39})"
 _EXPERIMENT = re.compile(rf"experiments/{_ID}")
 _WORK_UNIT = re.compile(rf"experiments/{_ID}/workUnits/{_ID}")
+_EXECUTION = re.compile(rf"experiments/{_ID}/workUnits/{_ID}/executions/{_ID}")
 _ARTIFACT = re.compile(rf"artifacts/{_ID}")
 
 
@@ -72,6 +73,18 @@ def parse_work_unit_name(name: str, *, field: str = "name") -> tuple[int, int]:
         )
     xid, wid = _ids(match, name, field)
     return xid, wid
+
+
+def parse_execution_name(name: str, *, field: str = "name") -> tuple[int, int, int]:
+    """``experiments/{xid}/workUnits/{wid}/executions/{eid}`` → (xid, wid, eid)."""
+    match = _EXECUTION.fullmatch(name)
+    if not match:
+        raise InvalidArgumentError(
+            f"{field}: {name!r} is not of the form "
+            "experiments/{xid}/workUnits/{wid}/executions/{eid}"
+        )
+    xid, wid, eid = _ids(match, name, field)
+    return xid, wid, eid
 
 
 def work_unit_ids(name: str) -> tuple[int, int] | None:

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from xmc.auth_settings import AuthSettings
 from xmc.errors import InvalidArgumentError
+from xmc.model.container_logs import DEFAULT_EXPERIMENT_BYTES, DEFAULT_TAIL_BYTES
 from xmc.setting_values import (
     Env,
     ReadFile,
@@ -243,6 +244,42 @@ class UiSettings:
 
 
 @dataclass(frozen=True)
+class LogSettings:
+    """Container logs kept by XMC (docs/logs.md): read by the Reconciler (what it
+    captures) and the ESS (what it stores)."""
+
+    #: XMC_LOG_TAIL_BYTES — bytes of each container run's log tail XMC keeps.
+    tail_bytes: int = DEFAULT_TAIL_BYTES
+    #: XMC_LOG_EXPERIMENT_BYTES — bytes of log text one experiment may hold; past it the
+    #: oldest captures lose their text (they keep their exit code and say "evicted").
+    experiment_bytes: int = DEFAULT_EXPERIMENT_BYTES
+    #: XMC_LOG_CAPTURE_SECONDS — how long the finalizer path waits for a deleted JobSet's
+    #: logs to be captured before it lets the deletion go on without them.
+    capture_seconds: float = 15.0
+
+    @classmethod
+    def _from_env(cls, env: Env) -> LogSettings:
+        d = cls()
+        tail = number(env, "XMC_LOG_TAIL_BYTES", d.tail_bytes, what="a number of bytes")
+        cap = number(env, "XMC_LOG_EXPERIMENT_BYTES", d.experiment_bytes, what="a number of bytes")
+        wait = seconds(env, "XMC_LOG_CAPTURE_SECONDS", d.capture_seconds)
+        if not (1024 <= tail <= 16 * 1024 * 1024 and tail == int(tail)):
+            raise InvalidArgumentError(
+                f"XMC_LOG_TAIL_BYTES: a whole number from 1024 to 16 MiB, got {tail!r}"
+            )
+        if not (tail <= cap < 2**62 and cap == int(cap)):
+            raise InvalidArgumentError(
+                f"XMC_LOG_EXPERIMENT_BYTES: a whole number of at least XMC_LOG_TAIL_BYTES "
+                f"({int(tail)}), got {cap!r}"
+            )
+        if not 0 < wait < float("inf"):
+            raise InvalidArgumentError(
+                f"XMC_LOG_CAPTURE_SECONDS: must be a positive number of seconds, got {wait!r}"
+            )
+        return cls(tail_bytes=int(tail), experiment_bytes=int(cap), capture_seconds=wait)
+
+
+@dataclass(frozen=True)
 class CliSettings:
     """The ``xmc`` command line (its ``--endpoint`` and ``--token`` flags read
     XMANAGER_ENDPOINT and XMC_AUTH_TOKEN themselves, through click)."""
@@ -269,6 +306,7 @@ class XmcSettings:
     local_run: LocalRunSettings = field(default_factory=LocalRunSettings)
     ui: UiSettings = field(default_factory=UiSettings)
     cli: CliSettings = field(default_factory=CliSettings)
+    logs: LogSettings = field(default_factory=LogSettings)
 
 
 def load_settings(env: Env | None = None, *, read_file: ReadFile | None = None) -> XmcSettings:
@@ -286,6 +324,7 @@ def load_settings(env: Env | None = None, *, read_file: ReadFile | None = None) 
         local_run=LocalRunSettings._from_env(env),
         ui=UiSettings._from_env(env),
         cli=CliSettings._from_env(env),
+        logs=LogSettings._from_env(env),
     )
     settings.core.validate()
     settings.auth.validate()

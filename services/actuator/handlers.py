@@ -17,6 +17,9 @@ Decisions recorded here rather than in the guards:
   write, Operation in one transaction): a Create or Restart that ends PERMANENT moves its
   execution to FAILED with a FATAL system message, since nothing else would ever move it
   out of INITIALIZING or RESTARTING. The storage EID fence keeps it off newer executions.
+* The settle of a task that created a JobSet stores its manifest (decision 0039); one
+  that meets its own execution's JobSet already there (a settle lost to a crash) stores
+  the manifest rebuilt from the task, which is what was sent: the build is pure.
 * A Delete that removes (or finds being deleted) the JobSet of an *older* execution than
   its target writes STOPPED for the target itself: the old JobSet's finalizer write is
   fenced off, and nothing else would end the target (a stop that overtook a restart).
@@ -143,12 +146,12 @@ class JobSetHandlers:
         except KubeError as error:
             if error.failure is not KubeFailure.ALREADY_EXISTS:
                 raise
-            return await self._verify_duplicate(task)
+            return await self._verify_duplicate(task, manifest)
         uid = created.get("metadata", {}).get("uid")
         reason = (
             f"created JobSet {self._name(task)} (uid {uid}) for execution {task_execution_id(task)}"
         )
-        return await self._finish(task, TaskResult(Outcome.DONE, reason))
+        return await self._finish(task, TaskResult(Outcome.DONE, reason), created=manifest)
 
     async def _delete(self, task: Task) -> TaskResult:
         """Stop: delete the JobSet of ``target_eid``, unless a newer one replaced it."""
@@ -188,7 +191,14 @@ class JobSetHandlers:
             match decision.action:
                 case RestartAction.CREATE:
                     return await self._create(task)
-                case RestartAction.ALREADY_DONE | RestartAction.SUPERSEDED:
+                case RestartAction.ALREADY_DONE:
+                    # This task created it (and its settle was lost): the same manifest.
+                    return await self._finish(
+                        task,
+                        TaskResult(Outcome.SKIPPED, decision.reason),
+                        created=build_base_jobset(task, namespace=self._namespace),
+                    )
+                case RestartAction.SUPERSEDED:
                     return await self._finish(task, TaskResult(Outcome.SKIPPED, decision.reason))
                 case RestartAction.STALE_REQUEST:
                     return await self._finish(
@@ -229,8 +239,11 @@ class JobSetHandlers:
 
     # --- Kubernetes steps --------------------------------------------------------------
 
-    async def _verify_duplicate(self, task: Task) -> TaskResult:
-        """``verifyDuplicateJobSet`` after AlreadyExists: ours (redelivery) or a conflict."""
+    async def _verify_duplicate(self, task: Task, manifest: Mapping[str, Any]) -> TaskResult:
+        """``verifyDuplicateJobSet`` after AlreadyExists: ours (redelivery) or a conflict.
+        Ours was created from this very task (a settle lost to a crash, or a redelivery
+        after it), and the manifest is a pure function of the task: ``manifest`` is what
+        was sent then (decision 0039)."""
         name = self._name(task)
         existing = await self._kube.get_jobset(self._namespace, name)
         if existing is None:
@@ -239,7 +252,8 @@ class JobSetHandlers:
             )
         decision = verify_duplicate_jobset(existing, task)
         if decision.action is DuplicateAction.SAME_EXECUTION:
-            return await self._finish(task, TaskResult(Outcome.DONE, decision.reason))
+            done = TaskResult(Outcome.DONE, decision.reason)
+            return await self._finish(task, done, created=manifest)
         return await self._finish(task, _permanent(decision.reason, "ALREADY_EXISTS"))
 
     async def _delete_exactly(self, name: str, uid: str | None) -> bool:

@@ -7,19 +7,22 @@ execution write, Operation). What this module decides is what goes with the resu
 * the execution write, if any: STOPPED when there was nothing to delete (the caller's
   ``write``); FAILED with a FATAL message when a create or restart can never succeed, so
   the work unit does not hang in INITIALIZING or RESTARTING;
-* the Operation's answer: the error of a permanent failure, else the work unit.
+* the Operation's answer: the error of a permanent failure, else the work unit;
+* the manifest of the JobSet the task created, if it did, kept within its bound
+  (decision 0039).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Final
+from typing import Any, Final
 
 import structlog
 from google.rpc import code_pb2
 
 from actuator.outcome import Outcome, TaskResult
+from xmc.model.manifest import keep_manifest
 from xmc.store.transactions import StateWrite, Store, failed_execution_write, finish_task
 from xmc.tasks import task_execution_id
 from xmc_api.internal.v1.tasks_pb2 import Task
@@ -53,10 +56,12 @@ class TaskSettler:
         *,
         write: StateWrite | None = None,
         outcome: str | None = None,
+        created: Mapping[str, Any] | None = None,
     ) -> TaskResult:
         """Settle ``task`` with ``result`` (see the module docstring); ``write`` defaults
         to the FAILED write of a permanently failed create or restart, ``outcome`` (the
-        outbox's record) to the result's outcome."""
+        outbox's record) to the result's outcome; ``created`` is the JobSet manifest the
+        task created."""
         if write is None:
             write = failed_execution(task, result)
         error = None
@@ -72,6 +77,7 @@ class TaskSettler:
                 state=write,
                 response=None if error else task.payload.work_unit,
                 error=error,
+                manifest=None if created is None else keep_manifest(created),
             )
         if write is not None and written is not None:
             log.info("execution state written", state=write.state.name,

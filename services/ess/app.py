@@ -27,6 +27,10 @@ from ess.intents import Intents
 from ess.interceptor import EssInterceptor
 from ess.internal import SchedulingService, WorkUnitExecutionService
 from ess.jwks import JwksKeys
+from ess.live_logs import LiveLogs
+from ess.log_capture import ContainerLogService
+from ess.logs import LogService
+from ess.manifests import SpecService
 from ess.operations_service import OperationsService
 from ess.relay import OutboxRelay
 from ess.resume import ResumeWorker
@@ -37,7 +41,7 @@ from xmc.errors import InvalidArgumentError
 from xmc.health import Check, probe
 from xmc.model.outbox import RelaySettings
 from xmc.redis_client import connect_redis
-from xmc.settings import Settings, XmcSettings
+from xmc.settings import LogSettings, Settings, XmcSettings
 from xmc.store.transactions import (
     Store,
     delete_expired_operations,
@@ -56,7 +60,16 @@ from xmc_api.internal.v1 import (
     scheduling_pb2,
     scheduling_pb2_grpc,
 )
-from xmc_api.xmc.v1 import timeline_pb2, timeline_pb2_grpc
+from xmc_api.internal.v1 import logs_pb2 as internal_logs_pb2
+from xmc_api.internal.v1 import logs_pb2_grpc as internal_logs_pb2_grpc
+from xmc_api.xmc.v1 import (
+    logs_pb2,
+    logs_pb2_grpc,
+    spec_pb2,
+    spec_pb2_grpc,
+    timeline_pb2,
+    timeline_pb2_grpc,
+)
 
 log = structlog.get_logger()
 
@@ -67,6 +80,9 @@ SERVICE_NAMES = (
     executions_pb2.DESCRIPTOR.services_by_name["WorkUnitExecutionService"].full_name,
     scheduling_pb2.DESCRIPTOR.services_by_name["SchedulingService"].full_name,
     timeline_pb2.DESCRIPTOR.services_by_name["TimelineService"].full_name,
+    logs_pb2.DESCRIPTOR.services_by_name["LogService"].full_name,
+    internal_logs_pb2.DESCRIPTOR.services_by_name["ContainerLogService"].full_name,
+    spec_pb2.DESCRIPTOR.services_by_name["SpecService"].full_name,
 )
 
 
@@ -88,6 +104,8 @@ class EssOptions:
     #: Seconds a starting ESS waits for Postgres (restarting, say) before it exits.
     startup_wait_seconds: float = 60.0
     auth: AuthSettings = field(default_factory=AuthSettings)
+    #: What is kept of each container's log, and each experiment's cap.
+    logs: LogSettings = field(default_factory=LogSettings)
 
     @classmethod
     def from_settings(cls, settings: XmcSettings) -> EssOptions:
@@ -97,6 +115,7 @@ class EssOptions:
             tls_cert_file=settings.tls.cert_file,
             tls_key_file=settings.tls.key_file,
             auth=settings.auth,
+            logs=settings.logs,
         )
 
 
@@ -138,6 +157,7 @@ class EssServer:
         self._health: health.aio.HealthServicer | None = None
         self.store: Store | None = None
         self._intents: Intents | None = None
+        self._live_logs: LiveLogs | None = None
         self.relay: OutboxRelay | None = None
         self.redis: Any = None
         #: The OIDC issuer's keys, when XMC_AUTH_JWKS_URL is set.
@@ -197,6 +217,14 @@ class EssServer:
         timeline_pb2_grpc.add_TimelineServiceServicer_to_server(
             TimelineService(self.store, clock=self.clock), server
         )
+        self._live_logs = LiveLogs(settings, tail_bytes=options.logs.tail_bytes)
+        logs_pb2_grpc.add_LogServiceServicer_to_server(
+            LogService(self.store, self._live_logs, clock=self.clock), server
+        )
+        internal_logs_pb2_grpc.add_ContainerLogServiceServicer_to_server(
+            ContainerLogService(self.store, options.logs, clock=self.clock), server
+        )
+        spec_pb2_grpc.add_SpecServiceServicer_to_server(SpecService(self.store), server)
         health_servicer = self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         reflection.enable_server_reflection(
@@ -296,6 +324,8 @@ class EssServer:
         await finish(self._background, within=grace)
         if self.redis is not None:
             await self.redis.aclose()
+        if self._live_logs is not None:
+            await self._live_logs.close()
         if self.store is not None:
             await self.store.close()
         log.info("ess stopped")

@@ -13,9 +13,10 @@ holds for the public methods (health, reflection) too, which otherwise pass unto
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
@@ -148,9 +149,16 @@ class EssInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         if wrapped is not None:
             return wrapped
         handler = await continuation(details)
-        if handler is None or handler.unary_unary is None:
+        if handler is None:
             return handler
-        wrapped = self._wrap(method, handler)
+        if handler.unary_stream is not None and method.startswith(PUBLIC_PREFIXES):
+            return handler  # health's Watch: no token, like the rest of health
+        if handler.unary_stream is not None:
+            wrapped = self._wrap_stream(method, handler)
+        elif handler.unary_unary is not None:
+            wrapped = self._wrap(method, handler)
+        else:
+            return handler
         self._wrapped[method] = wrapped
         return wrapped
 
@@ -158,7 +166,6 @@ class EssInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         if method.startswith(PUBLIC_PREFIXES):
             return _public(handler)
         inner = handler.unary_unary
-        authenticator = self._authenticator
         short = method.rsplit("/", 1)[-1]
 
         async def wrapped(request: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -166,11 +173,7 @@ class EssInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             code = grpc.StatusCode.OK
             token = None
             try:
-                metadata = context.invocation_metadata()
-                try:
-                    identity = authenticator.authenticate(metadata)
-                except UnknownKeyId as unknown:  # the issuer may have rotated its keys
-                    identity = await authenticator.authenticate_after_refresh(metadata, unknown)
+                identity = await self._authenticate(context)
                 token = _IDENTITY.set(identity)
                 structlog.contextvars.bind_contextvars(rpc=short, caller=identity.email)
                 if isinstance(request, Undecodable):
@@ -191,6 +194,54 @@ class EssInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 RPC_SECONDS.labels(short).observe(time.perf_counter() - began)
 
         return grpc.unary_unary_rpc_method_handler(
+            wrapped,
+            request_deserializer=checked(handler.request_deserializer),
+            response_serializer=passthrough(handler.response_serializer),
+        )
+
+    async def _authenticate(self, context: grpc.aio.ServicerContext) -> Identity:
+        metadata = context.invocation_metadata()
+        try:
+            return self._authenticator.authenticate(metadata)
+        except UnknownKeyId as unknown:  # the issuer may have rotated its keys
+            return await self._authenticator.authenticate_after_refresh(metadata, unknown)
+
+    def _wrap_stream(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        """A server-streaming method gets what a unary one gets (authentication, request
+        checks, one classification of errors, metrics), around the whole stream: an
+        error after the first message still ends it with its own code, never INTERNAL."""
+        inner = handler.unary_stream
+        short = method.rsplit("/", 1)[-1]
+
+        async def wrapped(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            began = time.perf_counter()
+            code = grpc.StatusCode.OK
+            token = None
+            try:
+                token = _IDENTITY.set(await self._authenticate(context))
+                structlog.contextvars.bind_contextvars(rpc=short, caller=caller().email)
+                if isinstance(request, Undecodable):
+                    raise request.refusal()
+                check_request(request.message, nul_free=request.nul_free)
+                async for response in inner(request.message, context):
+                    yield response
+            except grpc.aio.AbortError:
+                code = context.code() or grpc.StatusCode.UNKNOWN
+                raise
+            except asyncio.CancelledError:
+                code = grpc.StatusCode.CANCELLED
+                raise
+            except Exception as exc:
+                code, message = _refusal(exc)
+                await context.abort(code, message)
+            finally:
+                if token is not None:
+                    _IDENTITY.reset(token)
+                structlog.contextvars.unbind_contextvars("rpc", "caller")
+                RPC_TOTAL.labels(short, code.name).inc()
+                RPC_SECONDS.labels(short).observe(time.perf_counter() - began)
+
+        return grpc.unary_stream_rpc_method_handler(
             wrapped,
             request_deserializer=checked(handler.request_deserializer),
             response_serializer=passthrough(handler.response_serializer),

@@ -35,9 +35,11 @@ from reconciler.evidence import read_failure_evidence
 from reconciler.failure import decide_failure_reason, failure_message
 from reconciler.finalizer import Finalizer
 from reconciler.leader import LeaderElector, LeaseSettings
+from reconciler.log_capture import LogCapture
 from reconciler.observation import Observation
 from reconciler.observe import (
     JOBSET_NAME_LABEL,
+    belongs_to,
     jobset_pods,
     observe_jobset,
     observe_pods,
@@ -59,6 +61,7 @@ from xmc.kube_client import KubeClient
 from xmc.labels import EXPERIMENT_ID, FINALIZER, MANAGED_BY_SELECTOR
 from xmc.model.jobset import reads_pods, to_work_unit_state
 from xmc.model.states import WorkUnitState
+from xmc.settings import LogSettings
 from xmc.supervise import every, finish, supervise
 from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
 
@@ -109,6 +112,8 @@ class ReconcilerOptions:
     workers: int = 4
     #: Seconds a graceful stop lets the workers finish the queued JobSets.
     drain_seconds: float = 5.0
+    #: What the container log capture keeps and how long the finalizer waits for it.
+    logs: LogSettings = field(default_factory=LogSettings)
 
 
 class Reconciler:
@@ -166,7 +171,12 @@ class Reconciler:
             max_retry_age=self.options.max_stopped_write_retry_age,
             stopping=self._stopping,
             describe_failure=self._failure_message,
+            capture_logs=self._capture_logs,
         )
+        self.logs = LogCapture(
+            kube, lambda: self._ess, namespace=ns, settings=self.options.logs,
+            stopping=self._stopping,
+        )  # fmt: skip
         self.vanished = VanishedSweep(
             kube, ess, ns, jobset_of=self.jobsets.get, synced=self._synced, wall_clock=clock,
             settings=self.options.vanished or VanishedSettings(),
@@ -183,6 +193,7 @@ class Reconciler:
             self._tasks.append(asyncio.create_task(watcher.run(), name=f"watch {watcher.what}"))
         self._tasks.append(asyncio.create_task(self.queue.run(), name="work queue"))
         self._tasks.append(asyncio.create_task(self.batcher.run(), name="batcher"))
+        self._tasks.append(asyncio.create_task(self.logs.run(), name="log capture"))
         self._periodic("startup diagnostics", self.options.diagnostics_interval, self._diagnose_all)
         self._periodic(
             "orphan collection", self.options.orphan_interval, self._collect_orphans_if_leading
@@ -254,10 +265,13 @@ class Reconciler:
         log.info("leading; re-observing the cache")
         for name in list(self.jobsets.cache):
             self._enqueue(name, Owed.ALL)
+        for pod in list(self.pods.cache.values()):
+            self.logs.note_pod(pod, deleted=False)
 
     async def _stopped_leading(self) -> None:
         """What a deposed leader held is stale to the next one: drop it unsent."""
         self.batcher.drop_pending("stopped leading")
+        self.logs.forget()
 
     # --- the observation paths ---------------------------------------------------------
 
@@ -287,6 +301,8 @@ class Reconciler:
             self._enqueue(owner, Owed.WORKLOAD)
 
     async def _on_pod(self, kind: ChangeKind, pod: Obj) -> None:
+        if self.leading or kind == "DELETED":
+            self.logs.note_pod(pod, deleted=kind == "DELETED")
         name = _jobset_name_of(pod)
         if name:
             self._enqueue(name, Owed.PODS)
@@ -352,6 +368,11 @@ class Reconciler:
         except Exception:
             log.exception("failure reason not decided", jobset=jobset["metadata"]["name"])
             return None
+
+    async def _capture_logs(self, jobset: Obj) -> None:
+        """The finalizer path's capture of a deleted JobSet's pods (never raises)."""
+        pods = self._cached_pods(jobset["metadata"]["name"])
+        await self.logs.capture_before_deletion([p for p in pods if belongs_to(p, jobset)])
 
     async def _pending_workloads(self, queue: str) -> Obj:
         return await self._kube.pending_workloads(

@@ -29,7 +29,7 @@ from xmc.retry import Backoffs
 from xmc.timestamps import to_datetime
 from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
-from xmc_api.internal.v1 import executions_pb2, executions_pb2_grpc
+from xmc_api.internal.v1 import executions_pb2, executions_pb2_grpc, logs_pb2, logs_pb2_grpc
 
 UpdateResult = executions_pb2.UpdateWorkUnitExecutionResult
 
@@ -164,6 +164,7 @@ class EssClient:
         self._deadline = deadline
         self._executions = executions_pb2_grpc.WorkUnitExecutionServiceStub(self._channel)
         self._api = api_pb2_grpc.ExperimentStateServiceStub(self._channel)
+        self._logs = logs_pb2_grpc.ContainerLogServiceStub(self._channel)
 
     async def update(
         self, observations: Sequence[Observation], *, writer: str
@@ -215,6 +216,18 @@ class EssClient:
             raise classify(exc) from exc
         items = [deployed_of(item) for item in response.executions]
         return [item for item in items if item is not None], response.next_page_token
+
+    async def record_logs(self, captures: Sequence[logs_pb2.ContainerLogCapture]) -> list[bool]:
+        """One ``RecordContainerLogs`` call; per capture, whether its unit exists."""
+        try:
+            response = await self._logs.RecordContainerLogs(
+                logs_pb2.RecordContainerLogsRequest(captures=captures),
+                metadata=self._metadata,
+                timeout=self._deadline,
+            )
+        except grpc.aio.AioRpcError as exc:
+            raise classify(exc) from exc
+        return list(response.stored)
 
     async def close(self) -> None:
         await self._channel.close()

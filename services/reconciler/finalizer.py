@@ -6,6 +6,8 @@ stop or a completion is never lost between the cluster and the store. The decisi
 pure (``observe.decide_finalizer``); this shell reads, writes, judges the write's result
 (``ess_client.judge_terminal_write``) and removes the finalizer only once the execution
 has ended — or, after ``max_stopped_write_retry_age``, anyway, logged and counted.
+Between the write and the removal it keeps the pods' logs (``capture_logs``, bounded):
+the removal lets the garbage collector delete the pods, and their logs with them.
 
 The task per JobSet ends only when the finalizer is gone (or the JobSet is, NOT_FOUND) or
 the Reconciler stops: every failure of a pass — a Kubernetes call of any
@@ -45,6 +47,9 @@ Obj = dict[str, Any]
 #: Why a FAILED JobSet failed, as its terminal write's ``system_message`` (None: nothing
 #: to say); ``Reconciler._failure_message``, which never raises.
 DescribeFailure = Callable[[Obj], Awaitable[StructuredMessage | None]]
+#: Keeps the JobSet's containers' logs before its pods go (``LogCapture``); bounded in
+#: time and never raises.
+CaptureLogs = Callable[[Obj], Awaitable[None]]
 
 #: Seconds between attempts; the last repeats.
 BACKOFF: Final = Backoffs((0.2, 0.5, 1.0, 2.0, 5.0))
@@ -78,6 +83,7 @@ class Finalizer:
     #: The Reconciler's stop: ends every retry loop.
     stopping: asyncio.Event
     describe_failure: DescribeFailure | None = None  # None for tests
+    capture_logs: CaptureLogs | None = None  # None for tests
     _running: dict[str, asyncio.Task[None]] = field(default_factory=dict, init=False, repr=False)
 
     def soon(self, name: str) -> None:
@@ -151,6 +157,8 @@ class Finalizer:
             name, decision.observation
         ):
             return _Step.WRITE_FAILED
+        if self.capture_logs is not None:
+            await self.capture_logs(jobset)
         await self.kube.patch(JOBSETS, self.namespace, name, finalizer_removal_patch(jobset))
         return _Step.DONE
 

@@ -93,7 +93,9 @@ def main(argv: list[str] | None = None) -> None:
     vanished = VanishedSettings(
         interval=args.vanished_interval, grace=timedelta(seconds=args.vanished_grace)
     )
-    options = ReconcilerOptions(namespace=settings.namespace, lease=lease, vanished=vanished)
+    options = ReconcilerOptions(
+        namespace=settings.namespace, lease=lease, vanished=vanished, logs=loaded.logs
+    )
     run_service(
         lambda stopping: _serve(
             settings, loaded.service_client, options, args.identity, metrics_listen, stopping

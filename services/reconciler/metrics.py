@@ -127,3 +127,15 @@ WORKQUEUE_DROPPED_TOTAL = Counter(
     "again), by queue",
     ["queue"],
 )
+LOG_CAPTURES_TOTAL = Counter(
+    "xmc_reconciler_log_captures_total",
+    "Container log captures by outcome: stored (the ESS has it), unavailable (no log could "
+    "be read; the end is stored without text), dropped (queue full), lost (the ESS kept "
+    "refusing)",
+    ["outcome"],
+)
+LOG_CAPTURE_SECONDS = Histogram(
+    "xmc_reconciler_log_capture_seconds",
+    "Time the finalizer path spent capturing a deleted JobSet's logs",
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)

@@ -9,6 +9,7 @@ person, not the dashboard.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,14 @@ from xmc_api.cloud.xmanager.v1.status_message_pb2 import StatusMessage
 from xmc_api.cloud.xmanager.v1.work_unit_execution_pb2 import WorkUnitExecution
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 from xmc_api.internal.v1 import scheduling_pb2, scheduling_pb2_grpc
+from xmc_api.xmc.v1 import (
+    logs_pb2,
+    logs_pb2_grpc,
+    spec_pb2,
+    spec_pb2_grpc,
+    timeline_pb2,
+    timeline_pb2_grpc,
+)
 
 #: Seconds one RPC may take before the page says the ESS is slow.
 RPC_TIMEOUT = 10.0
@@ -66,6 +75,9 @@ class Ess:
     def __init__(self, channel: grpc.aio.Channel, metadata: tuple[tuple[str, str], ...]) -> None:
         self._api = api_pb2_grpc.ExperimentStateServiceStub(channel)
         self._scheduling = scheduling_pb2_grpc.SchedulingServiceStub(channel)
+        self._timelines = timeline_pb2_grpc.TimelineServiceStub(channel)
+        self._logs = logs_pb2_grpc.LogServiceStub(channel)
+        self._spec = spec_pb2_grpc.SpecServiceStub(channel)
         self._metadata = metadata
 
     async def _call(self, method: Any, request: Any) -> Any:
@@ -111,6 +123,63 @@ class Ess:
         )  # fmt: skip
         found = await self._call(self._api.ListStatusMessages, request)
         return list(reversed(found.status_messages))
+
+    async def timeline(self, xid: int, wid: int) -> timeline_pb2.WorkUnitTimeline:
+        request = timeline_pb2.GetWorkUnitTimelineRequest(name=f"experiments/{xid}/workUnits/{wid}")
+        found: timeline_pb2.WorkUnitTimeline = await self._call(
+            self._timelines.GetWorkUnitTimeline, request
+        )
+        return found
+
+    async def container_logs(self, xid: int, wid: int) -> logs_pb2.ListContainerLogsResponse:
+        """Every execution's container runs, stored and live."""
+        request = logs_pb2.ListContainerLogsRequest(parent=f"experiments/{xid}/workUnits/{wid}")
+        found: logs_pb2.ListContainerLogsResponse = await self._call(
+            self._logs.ListContainerLogs, request
+        )
+        return found
+
+    async def read_logs(
+        self, xid: int, wid: int, *, execution: int, container: str, follow: bool
+    ) -> AsyncIterator[logs_pb2.LogChunk]:
+        """The log stream; no deadline when following (it ends with the execution or
+        when the reader goes). An error before the first chunk is a :class:`UiError`."""
+        request = logs_pb2.ReadWorkUnitLogsRequest(
+            name=f"experiments/{xid}/workUnits/{wid}", execution_id=execution,
+            container=container, follow=follow,
+        )  # fmt: skip
+        stream = self._logs.ReadWorkUnitLogs(
+            request, metadata=self._metadata, timeout=None if follow else RPC_TIMEOUT
+        )
+        try:
+            async for chunk in stream:
+                yield chunk
+        except grpc.RpcError as error:
+            raise rpc_error(error) from None
+        finally:
+            stream.cancel()
+
+    async def timings(self, xid: int) -> timeline_pb2.ExperimentTimings:
+        """The phase statistics and the default number of stuck units (10)."""
+        request = timeline_pb2.GetExperimentTimingsRequest(name=f"experiments/{xid}")
+        found: timeline_pb2.ExperimentTimings = await self._call(
+            self._timelines.GetExperimentTimings, request
+        )
+        return found
+
+    async def manifest(self, name: str) -> spec_pb2.ExecutionManifest | None:
+        """The JobSet manifest of execution ``name``; None when it has none (its JobSet
+        is not created yet, or was created before XMC kept manifests)."""
+        request = spec_pb2.GetExecutionManifestRequest(name=name)
+        try:
+            found: spec_pb2.ExecutionManifest = await self._spec.GetExecutionManifest(
+                request, metadata=self._metadata, timeout=RPC_TIMEOUT
+            )
+        except grpc.aio.AioRpcError as error:
+            if error.code() == grpc.StatusCode.NOT_FOUND:
+                return None
+            raise rpc_error(error) from None
+        return found
 
     async def stop(self, xid: int, wid: int) -> None:
         request = api_pb2.StopWorkUnitRequest(name=f"experiments/{xid}/workUnits/{wid}")

@@ -188,6 +188,8 @@ class HttpRoute:
     response_body: str
     input_type: Descriptor
     output_type: Descriptor
+    #: The RPC answers a stream: the HTTP answer is newline-delimited JSON (docs/rest.md).
+    server_streaming: bool = False
 
 
 def field_at(descriptor: Descriptor, dotted: str) -> FieldDescriptor:
@@ -249,6 +251,7 @@ def routes_from_service(service: ServiceDescriptor) -> tuple[HttpRoute, ...]:
                     response_body=rule.response_body,
                     input_type=method.input_type,
                     output_type=method.output_type,
+                    server_streaming=method.server_streaming,
                 )
             )
     return tuple(routes)

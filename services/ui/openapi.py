@@ -16,7 +16,7 @@ What the transcoder accepts, and so what the document says:
 - **Bodies** per the rule's ``body``: the whole request less the fields the path sets, or
   one field's value. Writes need ``Content-Type: application/json`` (415 otherwise).
 - **Answers**: the response message (or its ``response_body`` field) in the proto3 JSON
-  mapping (:mod:`ui.openapi_schema`); a server-streaming method's chunks as ``text/plain``;
+  mapping (:mod:`ui.openapi_schema`); a server-streaming method's as newline-delimited JSON;
   every error as the Google API error object, under each HTTP status the transcoder maps a
   gRPC status to, plus its own 413 and 415.
 - **Security**: the caller's bearer token, which the REST face hands to the ESS.
@@ -34,7 +34,7 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor, ServiceDescr
 
 from ui.http_rules import HttpRoute, PathTemplate, field_at, routes_from_service
 from ui.openapi_schema import WELL_KNOWN, Schema, SchemaSet, ref
-from ui.transcode import HTTP_STATUS, SCALAR_MESSAGES
+from ui.transcode import HTTP_STATUS, NDJSON, SCALAR_MESSAGES
 
 OPENAPI_VERSION: Final = "3.1.0"
 TITLE: Final = "XMC REST/JSON face"
@@ -49,6 +49,12 @@ _LOCAL_ERRORS: Final = {
     "one with no body).",
 }
 _WRITES: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+_STREAM: Final = (
+    'The stream, as newline-delimited JSON: a line `{"result": …}` for each message and,'
+    " if the stream fails after it began, a last line with the error object (a failure"
+    " before the first message is an error answer of its own status). The schema is one"
+    " line's."
+)
 #: How a path parameter's value travels (``ui.http_rules.split_path``, ``_decode``).
 _SEGMENT: Final = (
     ", percent-encoded: `/` and `:` too (an unencoded `:` starts a custom verb, an encoded"
@@ -194,10 +200,20 @@ def _request_body(schemas: SchemaSet, route: HttpRoute, bound: Sequence[str]) ->
     return {"required": False, "content": {"application/json": {"schema": schema}}}
 
 
-def _ok(schemas: SchemaSet, route: HttpRoute, streaming: bool) -> dict[str, Any]:
-    if streaming:
-        chunks = {"text/plain": {"schema": {"type": "string"}}}
-        return {"description": "The stream, chunk by chunk.", "content": chunks}
+def _ok(schemas: SchemaSet, route: HttpRoute) -> dict[str, Any]:
+    if route.server_streaming:  # OpenAPI 3.1 has no schema of a sequence: one line's
+        line = {
+            "oneOf": [
+                {
+                    "type": "object",
+                    "required": ["result"],
+                    "additionalProperties": False,
+                    "properties": {"result": schemas.message(route.output_type)},
+                },
+                ref(ERROR),
+            ]
+        }
+        return {"description": _STREAM, "content": {NDJSON: {"schema": line}}}
     if route.response_body:
         schema = schemas.field(field_at(route.output_type, route.response_body))
     else:
@@ -206,7 +222,7 @@ def _ok(schemas: SchemaSet, route: HttpRoute, streaming: bool) -> dict[str, Any]
 
 
 def operation(
-    schemas: SchemaSet, route: HttpRoute, *, operation_id: str, tag: str, streaming: bool
+    schemas: SchemaSet, route: HttpRoute, *, operation_id: str, tag: str
 ) -> dict[str, Any]:
     """One route as an OpenAPI operation."""
     _path, params = path_parameters(route.template)
@@ -243,7 +259,7 @@ def operation(
         errors += [str(http) for http in _LOCAL_ERRORS]
     else:
         errors.append("413")  # a GET may carry a body too; reading one over 1 MiB fails
-    responses = {"200": _ok(schemas, route, streaming)}
+    responses = {"200": _ok(schemas, route)}
     responses |= {http: {"$ref": f"#/components/responses/{http}"} for http in sorted(errors)}
     out["responses"] = responses
     return out
@@ -269,7 +285,6 @@ def openapi_document(services: Sequence[ServiceDescriptor]) -> dict[str, Any]:
                 route,
                 operation_id=f"{service.name}.{route.rpc}{suffix}",
                 tag=service.full_name,
-                streaming=service.methods_by_name[route.rpc].server_streaming,
             )
     components = {
         "schemas": {ERROR: error_schema(), **dict(sorted(schemas.components.items()))},

@@ -3,13 +3,17 @@ the HTML fragments their live regions poll."""
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from aiohttp import web
 
 from ui import views
 from ui.context import ess, render
 from ui.gateway import UiError
+from ui.manifest_view import manifest_view
+from ui.timeline_view import timeline_view, timings_view
 from xmc.model.work_unit_spec import spec_view
 
 #: Experiments per page of ``/``.
@@ -28,6 +32,20 @@ def _page_size(request: web.Request, default: int, largest: int | None = None) -
     if not raw.isdigit() or not 0 < int(raw) <= largest:
         raise UiError(400, f"page_size: expected 1..{largest}, got {raw!r}")
     return int(raw)
+
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+async def _part(read: Awaitable[T], view: Callable[[T], R]) -> tuple[R | None, str]:
+    """A part of a page that may fail alone: its view, or None and the error to show in
+    its place. The timelines are additions to pages that were whole without them, so a
+    slow aggregation or an older ESS costs that block, not the Stop button beside it."""
+    try:
+        return view(await read), ""
+    except UiError as error:
+        return None, error.message
 
 
 def _ids(request: web.Request) -> tuple[int, int | None]:
@@ -75,7 +93,15 @@ async def _experiment_context(request: web.Request) -> dict[str, Any]:
 
 
 async def experiment(request: web.Request) -> web.Response:
-    return render(request, "experiment.html", await _experiment_context(request))
+    """The page, and below its live table the timings block, read once per page load
+    (the aggregation over every unit costs more than a poll should, docs/ui.md) and
+    beside the table's reads rather than after them."""
+    xid, _ = _ids(request)
+    context, (timings, error) = await asyncio.gather(
+        _experiment_context(request), _part(ess(request).timings(xid), timings_view)
+    )
+    context["timings"], context["timings_error"] = timings, error
+    return render(request, "experiment.html", context)
 
 
 async def experiment_live(request: web.Request) -> web.Response:
@@ -90,6 +116,7 @@ async def _work_unit_context(request: web.Request) -> dict[str, Any]:
     executions = await client.executions(xid, wid)
     messages = await client.messages(xid, wid)
     current = unit.current_work_unit_execution
+    timeline, timeline_error = await _part(client.timeline(xid, wid), timeline_view)
     return {
         "xid": xid,
         "unit": views.work_unit_row(unit),
@@ -98,11 +125,19 @@ async def _work_unit_context(request: web.Request) -> dict[str, Any]:
         "jobset": views.jobset_detail(current.status),
         "scheduling": views.scheduling_info(current),
         "spec": spec_view(unit),
+        "timeline": timeline,
+        "timeline_error": timeline_error,
     }
 
 
 async def work_unit(request: web.Request) -> web.Response:
-    return render(request, "work_unit.html", await _work_unit_context(request))
+    """The page; the manifest is read once here, not in the live region: it never changes
+    once stored."""
+    context = await _work_unit_context(request)
+    unit = context["unit"]
+    eid = unit["execution"]
+    found = await ess(request).manifest(f"{unit['name']}/executions/{eid}") if eid else None
+    return render(request, "work_unit.html", {**context, "manifest": manifest_view(eid, found)})
 
 
 async def work_unit_live(request: web.Request) -> web.Response:

@@ -11,6 +11,7 @@ Every failure is a JSON error in the Google API shape, never a stack trace.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from typing import Any, Final, TypeAlias
 
@@ -34,6 +35,7 @@ from ui.openapi import openapi_document, render
 from ui.security import json_content_type_refusal
 from ui.transcode import (
     DETAILS_KEY,
+    NDJSON,
     RequestError,
     bearer_metadata,
     build_request,
@@ -47,7 +49,7 @@ from ui.transcode import (
 # Imported for their descriptors: Operation.metadata and .response are Any values that
 # name these types, and MessageToDict resolves them in the default pool.
 from xmc_api.cloud.xmanager.v1 import api_pb2, operations_pb2, work_unit_pb2  # noqa: F401
-from xmc_api.xmc.v1 import timeline_pb2
+from xmc_api.xmc.v1 import logs_pb2, spec_pb2, timeline_pb2
 
 log = structlog.get_logger()
 
@@ -59,9 +61,17 @@ ESS_SERVICE: Final[ServiceDescriptor] = api_pb2.DESCRIPTOR.services_by_name[
 TIMELINE_SERVICE: Final[ServiceDescriptor] = timeline_pb2.DESCRIPTOR.services_by_name[
     "TimelineService"
 ]
+#: The manifests the Actuator created executions with (decision 0039).
+SPEC_SERVICE: Final[ServiceDescriptor] = spec_pb2.DESCRIPTOR.services_by_name["SpecService"]
 #: Every service the REST face mounts; a path goes to the first route that matches, in
 #: this order, so the published API's routes come first.
-SERVICES: Final[tuple[ServiceDescriptor, ...]] = (ESS_SERVICE, TIMELINE_SERVICE)
+LOG_SERVICE: Final[ServiceDescriptor] = logs_pb2.DESCRIPTOR.services_by_name["LogService"]
+SERVICES: Final[tuple[ServiceDescriptor, ...]] = (
+    ESS_SERVICE,
+    TIMELINE_SERVICE,
+    LOG_SERVICE,
+    SPEC_SERVICE,
+)
 #: Where xmc-ui serves the OpenAPI document of the REST face.
 OPENAPI_PATH: Final = "/openapi.json"
 #: Seconds one transcoded RPC may take before the caller gets 504.
@@ -114,7 +124,7 @@ class RestFace:
     def channel(self) -> grpc.aio.Channel:
         return self._channel() if callable(self._channel) else self._channel
 
-    async def handle(self, request: web.Request) -> web.Response:
+    async def handle(self, request: web.Request) -> web.StreamResponse:
         """One REST request; everything unexpected is a logged 500 with no detail."""
         try:
             return await self._handle(request)
@@ -124,7 +134,7 @@ class RestFace:
             log.exception("rest request failed", method=request.method, path=request.path)
             return error_response(500, "internal error; xmc-ui's log has the details")
 
-    async def _handle(self, request: web.Request) -> web.Response:
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
         outcome = resolve(self.routes, request.method, request.rel_url.raw_path)
         if isinstance(outcome, NoRoute):
             return error_response(404, f"no REST route for {request.path}")
@@ -145,7 +155,11 @@ class RestFace:
             return error_response(400, str(error))
         return await self._call(request, route, message)
 
-    async def _call(self, request: web.Request, route: HttpRoute, message: Any) -> web.Response:
+    async def _call(
+        self, request: web.Request, route: HttpRoute, message: Any
+    ) -> web.StreamResponse:
+        if route.server_streaming:
+            return await self._stream(request, route, message)
         output = message_factory.GetMessageClass(route.output_type)
         call = self.channel().unary_unary(
             route.full_method,
@@ -158,6 +172,43 @@ class RestFace:
         except grpc.aio.AioRpcError as error:
             return _rpc_error(error)
         return web.json_response(response_json(route, response))
+
+    async def _stream(
+        self, request: web.Request, route: HttpRoute, message: Any
+    ) -> web.StreamResponse:
+        """A server-streaming RPC as grpc-gateway answers one: newline-delimited JSON,
+        ``{"result": …}`` per message and, if the stream fails once begun,
+        ``{"error": …}`` last; a failure before the first message is an ordinary error
+        answer with its status. No deadline: the stream ends when the RPC ends it (a
+        followed log, when its execution ends) or when the caller hangs up."""
+        output = message_factory.GetMessageClass(route.output_type)
+        call = self.channel().unary_stream(
+            route.full_method,
+            request_serializer=lambda m: m.SerializeToString(),
+            response_deserializer=output.FromString,
+        )
+        metadata = bearer_metadata(request.headers.get("Authorization"))
+        stream = call(message, metadata=metadata)
+        answer: web.StreamResponse | None = None
+        try:
+            async for item in stream:
+                if answer is None:
+                    answer = web.StreamResponse(headers={"Content-Type": NDJSON})
+                    await answer.prepare(request)
+                line = {"result": response_json(route, item)}
+                await answer.write(json.dumps(line).encode() + b"\n")
+        except grpc.aio.AioRpcError as error:
+            if answer is None:
+                return _rpc_error(error)
+            body = json.loads(_rpc_error(error).text or "{}")
+            await answer.write(json.dumps(body).encode() + b"\n")
+        finally:
+            stream.cancel()
+        if answer is None:  # no message at all: an empty, complete stream
+            answer = web.StreamResponse(headers={"Content-Type": NDJSON})
+            await answer.prepare(request)
+        await answer.write_eof()
+        return answer
 
 
 def _rpc_error(error: grpc.aio.AioRpcError) -> web.Response:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
@@ -128,26 +128,40 @@ class Client:
     def scheduling(self) -> scheduling_pb2_grpc.SchedulingServiceStub:
         return scheduling_pb2_grpc.SchedulingServiceStub(self.channel())
 
-    def call(
-        self, method: Callable[..., Any], request: Message, timeout: float | None = None
-    ) -> Any:
-        """Invoke a unary RPC; gRPC errors become ``error: CODE: details``."""
+    def _metadata(self) -> tuple[tuple[str, str], ...]:
         metadata: tuple[tuple[str, str], ...] = ()
         if self.token:
             metadata += (("authorization", f"Bearer {self.token}"),)
         if self.user_email:
             metadata += (("x-goog-user-email", self.user_email),)
+        return metadata
+
+    def _failed(self, exc: grpc.RpcError) -> NoReturn:
+        code = exc.code() if isinstance(exc, grpc.Call) else None
+        details = exc.details() if isinstance(exc, grpc.Call) else str(exc)
+        hint = (
+            f" (is the ESS up at {self.endpoint}?)" if code == grpc.StatusCode.UNAVAILABLE else ""
+        )
+        fail(f"{code.name if code else 'UNKNOWN'}: {details}{hint}")
+
+    def call(
+        self, method: Callable[..., Any], request: Message, timeout: float | None = None
+    ) -> Any:
+        """Invoke a unary RPC; gRPC errors become ``error: CODE: details``."""
         try:
-            return method(request, metadata=metadata, timeout=timeout or self.rpc_timeout)
+            return method(request, metadata=self._metadata(), timeout=timeout or self.rpc_timeout)
         except grpc.RpcError as exc:
-            code = exc.code() if isinstance(exc, grpc.Call) else None
-            details = exc.details() if isinstance(exc, grpc.Call) else str(exc)
-            hint = (
-                f" (is the ESS up at {self.endpoint}?)"
-                if code == grpc.StatusCode.UNAVAILABLE
-                else ""
-            )
-            fail(f"{code.name if code else 'UNKNOWN'}: {details}{hint}")
+            self._failed(exc)
+
+    def stream(
+        self, method: Callable[..., Any], request: Message, timeout: float | None
+    ) -> Iterator[Any]:
+        """Each message of a server-streaming RPC (``timeout`` None: as long as it runs);
+        gRPC errors, at the start or midway, become ``error: CODE: details``."""
+        try:
+            yield from method(request, metadata=self._metadata(), timeout=timeout)
+        except grpc.RpcError as exc:
+            self._failed(exc)
 
     def show(self, data: Any, render: Callable[[], None]) -> None:
         """The one output branch of every command: ``data`` as JSON with ``--output

@@ -22,6 +22,7 @@ from xmc_api.internal.v1 import scheduling_pb2
 from .client import DEFAULT_ENDPOINT, Client, fmt_time, parse_endpoint, pass_client, print_table
 from .experiments import experiments
 from .launch import launch
+from .logs import logs
 from .timelines import wu_timeline
 from .watching import watch
 from .work_units import print_operation, wu
@@ -185,7 +186,7 @@ def operations_wait(client: Client, name: str, timeout: float) -> None:
 
 
 wu.add_command(wu_timeline)
-for command in (experiments, wu, launch, watch):
+for command in (experiments, wu, launch, watch, logs):
     cli.add_command(command)
 
 

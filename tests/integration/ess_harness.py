@@ -106,13 +106,15 @@ async def ess_factory(database_url: str) -> AsyncIterator[EssFactory]:
         start_time: datetime | None = None,
         clock: FakeClock | None = None,
         stream_prefix: str | None = None,
+        kube_url: str = "",
         **option_overrides: Any,
     ) -> Ess:
         """``start_time`` sets the ESS's (fixed, test-controlled) clock; processes that use
         the wall clock (an Actuator checking token expiry) need it near now. ``clock``
         replaces it outright (``WallClock()`` for flows tested at real time).
         ``stream_prefix`` replaces the test's own prefix (``""``: SPEC's bare names, on a
-        private Redis or cluster only)."""
+        private Redis or cluster only). ``kube_url``: the API server a live log read goes to
+        (none: a live read says it has no cluster)."""
         if clock is None:
             clock = FakeClock() if start_time is None else FakeClock(start_time)
         settings = Settings(
@@ -122,6 +124,7 @@ async def ess_factory(database_url: str) -> AsyncIterator[EssFactory]:
             if redis_cluster_nodes
             else (),
             ess_listen="127.0.0.1:0",
+            kube_url=kube_url,
             task_signing_key=SIGNING_KEY,
             stream_prefix=prefix if stream_prefix is None else stream_prefix,
         )

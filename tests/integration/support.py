@@ -12,6 +12,9 @@ from xmc.kube import Resource
 from xmc.kube_client import KubeClient
 from xmc.model.merge import ExecutionUpdate
 from xmc.model.states import Severity, WorkUnitState
+from xmc.model.timeline import Change
+from xmc.store.repository import Store
+from xmc.store.timelines import fetch_unit_history
 from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
 from xmc_api.cloud.xmanager.v1.work_unit_execution_pb2 import WorkUnitExecution
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
@@ -159,3 +162,9 @@ class BuggyReads(KubeClient):
             self.bugs -= 1
             raise RuntimeError("a bug in one attempt")
         return await super().get(resource, namespace, name, request_timeout=request_timeout)
+
+
+async def unit_history(store: Store, xid: int, wid: int) -> list[tuple[int, Change]]:
+    """Every (eid, change) of the unit in commit order, as the timelines read them."""
+    async with store.connection() as conn:
+        return await fetch_unit_history(conn, xid, wid)

@@ -96,7 +96,6 @@ async def running_system(
     kueue_version: str | None = None,
     vanished: VanishedSettings | None = None,
 ) -> AsyncIterator[System]:
-    ess: Ess = await ess_factory(clock=WallClock())
     sim = KubeSim(
         controllers=controllers,
         time_scale=SCALE,
@@ -104,6 +103,7 @@ async def running_system(
         kueue_version=kueue_version,
     )
     await sim.start()
+    ess: Ess = await ess_factory(clock=WallClock(), kube_url=sim.url)
     settings = Settings(
         database_url=ess.database_url,
         redis_url=REDIS_URL,

@@ -26,7 +26,7 @@ from actuator.outcome import Outcome, TaskResult
 from kubesim.resources import JOBSET, WORKLOAD
 from kubesim.server import KubeSim
 from tests.integration.ess_harness import SIGNING_KEY, Ess, metadata
-from tests.integration.support import minimal_work_unit
+from tests.integration.support import minimal_work_unit, unit_history
 from tests.waiting import eventually
 from xmc import labels
 from xmc.model.states import Severity, WorkUnitState
@@ -143,8 +143,8 @@ class Env:
         return (await self.store.get_work_unit(xid, wid)).current_work_unit_execution
 
     async def history(self, xid: int, wid: int) -> list[tuple[int, int, int]]:
-        rows = await self.store.list_status_history(xid, wid)
-        return [(row.eid, int(row.old_state), int(row.new_state)) for row in rows]
+        rows = await unit_history(self.store, xid, wid)
+        return [(eid, int(change.old_state), int(change.new_state)) for eid, change in rows]
 
 
 def wu_name(xid: int, wid: int) -> str:

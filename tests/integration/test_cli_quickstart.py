@@ -21,7 +21,8 @@ import grpc
 import pytest
 import redis.asyncio as aioredis
 
-from tests.integration.test_local_run import free_ports, read_until
+from tests.integration.local_run import free_base
+from tests.integration.test_local_run import read_until
 from tests.servers import REDIS_URL
 from tests.stack import delete_prefixed_keys
 from xmc.model.states import ActiveState, LaunchState, WorkUnitState
@@ -95,7 +96,7 @@ async def test_the_readme_quick_start_ends_inactive_with_every_state_seen(
     database_url: str, tmp_path: Path
 ) -> None:
     launch, get = quick_start_commands(README.read_text())
-    base = free_ports(7)
+    base = free_base()
     endpoint = f"127.0.0.1:{base + 1}"
     prefix = f"quickstart-{uuid.uuid4().hex[:8]}:"
     env = {

@@ -5,18 +5,18 @@ clean Ctrl-C."""
 from __future__ import annotations
 
 import asyncio
-import os
-import random
 import signal
 import socket
 import sys
-import uuid
 from pathlib import Path
+from urllib.request import urlopen
 
 import aiohttp
 import grpc
 import pytest
 
+from tests.integration import local_run as local_run_module
+from tests.integration.local_run import free_base, is_free, local_run, local_run_env, lost_a_port
 from tests.integration.support import minimal_work_unit
 from tests.waiting import eventually
 from xmc.model.states import WorkUnitState
@@ -25,23 +25,6 @@ from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
 
 # make run's five processes: `make test-fast` leaves it out.
 pytestmark = pytest.mark.slow
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
-
-
-def free_ports(count: int) -> int:
-    """The first of ``count`` consecutive free ports."""
-    while True:
-        base = random.randint(20_000, 60_000)
-        if all(_free(base + i) for i in range(count)):
-            return base
 
 
 async def read_until(stream: asyncio.StreamReader, marker: str, *, within: float) -> list[str]:
@@ -54,21 +37,6 @@ async def read_until(stream: asyncio.StreamReader, marker: str, *, within: float
             seen.append(line)
             if marker in line:
                 return seen
-
-
-def local_run_env(database_url: str, run_dir: Path, base: int) -> dict[str, str]:
-    """A ``make run`` on seven ports from ``base`` with its own database, run directory
-    and Redis prefix."""
-    return {
-        **os.environ,
-        "XMC_DATABASE_URL": database_url,
-        "XMC_KUBESIM_PORT": str(base),
-        "XMC_ESS_LISTEN": f"127.0.0.1:{base + 1}",
-        "XMC_METRICS_BASE_PORT": str(base + 2),  # 4 services: base + 2 .. base + 5
-        "XMC_UI_LISTEN": f"127.0.0.1:{base + 6}",
-        "XMC_RUN_DIR": str(run_dir),
-        "XMC_STREAM_PREFIX": f"localrun-{uuid.uuid4().hex[:8]}:",
-    }
 
 
 async def run_to_end(env: dict[str, str], *, within: float) -> tuple[int, str, str]:
@@ -85,7 +53,7 @@ async def run_to_end(env: dict[str, str], *, within: float) -> tuple[int, str, s
 async def test_a_taken_port_is_named_before_anything_starts(
     database_url: str, tmp_path: Path
 ) -> None:
-    base = free_ports(7)
+    base = free_base()
     env = local_run_env(database_url, tmp_path, base)
     with socket.socket() as squatter:  # another program on the dashboard's port
         squatter.bind(("127.0.0.1", base + 6))
@@ -95,14 +63,14 @@ async def test_a_taken_port_is_named_before_anything_starts(
     assert f"port {base + 6} (dashboard) is already in use" in err
     assert f"XMC_UI_LISTEN (now 127.0.0.1:{base + 6})" in err
     assert "XMC is running" not in out
-    assert _free(base), "kubesim was started although a port was taken"
+    assert is_free(base), "kubesim was started although a port was taken"
     assert not (tmp_path / "xmc.pid").exists()
 
 
 async def test_a_service_that_cannot_start_gives_no_banner(
     database_url: str, tmp_path: Path
 ) -> None:
-    env = local_run_env(database_url, tmp_path, free_ports(7))
+    env = local_run_env(database_url, tmp_path, free_base())
     env["XMC_KUBESIM_KUEUE_VERSION"] = "0.1"  # kubesim refuses it and exits 2
     code, out, err = await run_to_end(env, within=90)
     assert code == 1
@@ -113,7 +81,7 @@ async def test_a_service_that_cannot_start_gives_no_banner(
 async def test_make_run_starts_everything_and_stops_cleanly(
     database_url: str, tmp_path: Path
 ) -> None:
-    base = free_ports(7)
+    base = free_base()
     env = local_run_env(database_url, tmp_path, base)
     run = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "xmc.devrun", env=env,
@@ -175,3 +143,34 @@ async def test_make_run_starts_everything_and_stops_cleanly(
     assert code == 0
     assert b"XMC stopped." in await drain
     assert not (tmp_path / "xmc.pid").exists()
+
+
+def test_a_run_that_lost_a_port_starts_again_on_fresh_ports(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runner the system tests share: a block whose port another process took between
+    the pick and the bind costs a restart on a fresh block, not the test."""
+    taken = free_base()
+    picks = iter([taken])
+    fresh = local_run_module.free_base
+    monkeypatch.setattr(local_run_module, "free_base", lambda: next(picks, None) or fresh())
+    with socket.socket() as squatter:  # another process on the Actuator's metrics port
+        squatter.bind(("127.0.0.1", taken + 3))
+        squatter.listen()
+        with local_run(tmp_path_factory) as system:
+            assert system.endpoint != f"127.0.0.1:{taken + 1}"
+            with urlopen(f"{system.kube_url}/readyz", timeout=5) as ready:
+                assert ready.status == 200
+
+
+@pytest.mark.parametrize(
+    ("log", "lost"),
+    [
+        ("make run: cannot start:\n  port 20005 (dashboard) is already in use on 127.0.0.1", True),
+        ("XMC_ESS_LISTEN: cannot bind 127.0.0.1:20001 (in use, or not local)", True),
+        ("OSError: [Errno 98] metrics/health on 127.0.0.1:20004: Address already in use", True),
+        ("XMC did not start: kubesim exited with 2", False),
+    ],
+)
+def test_what_counts_as_a_lost_port(log: str, lost: bool) -> None:
+    assert lost_a_port(log) is lost

@@ -37,6 +37,7 @@ async def test_applies_every_migration_once(empty_database_url: str) -> None:
         "artifacts",
         "paused_tasks",
         "scheduling_control",
+        "execution_manifests",
     }
 
 

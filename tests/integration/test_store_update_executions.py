@@ -19,6 +19,7 @@ from tests.integration.support import (
     message_update,
     snapshot,
     state_update,
+    unit_history,
 )
 from xmc.errors import InvalidArgumentError
 from xmc.model.guard import GuardReason
@@ -77,8 +78,8 @@ async def test_accepted_state_change_writes_row_history_and_rollups(
     status = work_unit.current_work_unit_execution.status
     assert S(status.state) == S.SCHEDULING
     assert status.state_update_time.ToDatetime().replace(tzinfo=T0.tzinfo) == sec(1)
-    history = await store.list_status_history(xid, 1)
-    assert [(h.old_state, h.new_state, h.writer) for h in history][-1] == (
+    history = await unit_history(store, xid, 1)
+    assert [(h.old_state, h.new_state, h.writer) for _eid, h in history][-1] == (
         S.INITIALIZING,
         S.SCHEDULING,
         "reconciler/jobset",
@@ -265,8 +266,8 @@ async def test_items_for_one_work_unit_apply_in_order(env: tuple[Store, int]) ->
         (True, None),
         (False, GuardReason.STALE_TIME),
     ]
-    history = await store.list_status_history(xid, 1)
-    assert [h.new_state for h in history] == [S.INITIALIZING, S.SCHEDULING, S.STARTING]
+    history = await unit_history(store, xid, 1)
+    assert [h.new_state for _eid, h in history] == [S.INITIALIZING, S.SCHEDULING, S.STARTING]
     assert state_counts(await store.get_experiment(xid)) == {S.INITIALIZING: 2, S.STARTING: 1}
 
 

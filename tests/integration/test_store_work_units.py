@@ -13,6 +13,7 @@ from tests.integration.support import (
     message,
     message_update,
     snapshot,
+    unit_history,
 )
 from xmc.errors import (
     AlreadyExistsError,
@@ -84,8 +85,8 @@ async def test_insert_work_unit_ids_and_first_execution(store: Store, database_u
 
     experiment = await store.get_experiment(xid)
     assert counts(experiment) == {S.INITIALIZING: 4}
-    history = await store.list_status_history(xid, 1)
-    assert [(h.eid, h.old_state, h.new_state, h.writer) for h in history] == [
+    history = await unit_history(store, xid, 1)
+    assert [(eid, h.old_state, h.new_state, h.writer) for eid, h in history] == [
         (1, S.WORK_UNIT_STATE_UNSPECIFIED, S.INITIALIZING, "ess")
     ]
 
@@ -117,8 +118,8 @@ async def test_restart_archives_and_starts_a_new_execution(
     experiment = await store.get_experiment(xid)
     assert counts(experiment) == {S.RESTARTING: 1}
     assert list(experiment.status.message_severity_counts) == [], "eid 2 has no message yet"
-    history = await store.list_status_history(xid, 1)
-    assert (history[-1].eid, history[-1].old_state, history[-1].new_state) == (
+    eid, last = (await unit_history(store, xid, 1))[-1]
+    assert (eid, last.old_state, last.new_state) == (
         2,
         S.INITIALIZING,
         S.RESTARTING,

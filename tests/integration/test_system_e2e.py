@@ -7,21 +7,10 @@ One system per test worker (session fixture); each test uses its own experiment.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import json
-import os
-import random
-import signal
-import socket
-import subprocess
-import sys
-import time
-import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 from urllib.request import urlopen
 
 import asyncpg
@@ -30,8 +19,8 @@ import pytest
 from google.longrunning import operations_grpc_pb2
 from google.longrunning.operations_proto_pb2 import GetOperationRequest
 
+from tests.integration.local_run import LocalSystem, local_run
 from tests.integration.support import forever_work_unit, minimal_work_unit
-from tests.servers import ADMIN_DSN, REDIS_URL
 from tests.waiting import eventually
 from xmc.model.states import ActiveState, WorkUnitState
 from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
@@ -44,92 +33,19 @@ from xmc_api.internal.v1 import scheduling_pb2, scheduling_pb2_grpc
 pytestmark = pytest.mark.slow
 
 S = WorkUnitState
-TIME_SCALE = 1.0
-
-
-@dataclass(frozen=True)
-class LocalSystem:
-    endpoint: str
-    kube_url: str
-    database_url: str
-
-
-def _free_base(count: int) -> int:
-    while True:
-        base = random.randint(20_000, 60_000)
-        ok = True
-        for port in range(base, base + count):
-            with socket.socket() as sock:
-                try:
-                    sock.bind(("127.0.0.1", port))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return base
-
-
-@contextlib.contextmanager
-def _local_run(
-    tmp_path_factory: pytest.TempPathFactory, *, clock_offset: str = "0s"
-) -> Iterator[LocalSystem]:
-    """``python -m xmc.devrun`` on its own database, ports and key prefix."""
-    name = f"xmc_e2e_{uuid.uuid4().hex[:10]}"
-    dsn = urlunsplit(urlsplit(ADMIN_DSN)._replace(path=f"/{name}"))
-    base = _free_base(7)
-    env = {
-        **os.environ,
-        "XMC_DATABASE_URL": dsn,
-        "XMC_REDIS_URL": REDIS_URL,
-        "XMC_KUBESIM_PORT": str(base),
-        "XMC_KUBESIM_TIME_SCALE": str(TIME_SCALE),
-        "XMC_KUBESIM_CLOCK_OFFSET": clock_offset,
-        "XMC_ESS_LISTEN": f"127.0.0.1:{base + 1}",
-        "XMC_METRICS_BASE_PORT": str(base + 2),  # 4 services: base + 2 .. base + 5
-        "XMC_UI_LISTEN": f"127.0.0.1:{base + 6}",
-        "XMC_RUN_DIR": str(tmp_path_factory.mktemp("run")),
-        "XMC_STREAM_PREFIX": f"e2e-{uuid.uuid4().hex[:8]}:",
-    }
-    log = tmp_path_factory.mktemp("log") / "devrun.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "xmc.devrun"], env=env, stdout=out, stderr=subprocess.STDOUT
-        )
-    deadline = time.monotonic() + 90
-    while b"Ctrl-C stops everything" not in log.read_bytes():
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            raise AssertionError(f"the local run did not start:\n{log.read_text()[-4000:]}")
-        time.sleep(0.2)
-    yield LocalSystem(f"127.0.0.1:{base + 1}", f"http://127.0.0.1:{base}", dsn)
-    process.send_signal(signal.SIGINT)
-    try:
-        process.wait(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.kill()
-        asyncio.run(_drop(name))
 
 
 @pytest.fixture(scope="session")
 def local_system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSystem]:
-    with _local_run(tmp_path_factory) as system:
+    with local_run(tmp_path_factory) as system:
         yield system
 
 
 @pytest.fixture(scope="session")
 def skewed_local_system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSystem]:
     """The local run with kubesim's clock 5 s behind the host's."""
-    with _local_run(tmp_path_factory, clock_offset="-5s") as system:
+    with local_run(tmp_path_factory, clock_offset="-5s") as system:
         yield system
-
-
-async def _drop(name: str) -> None:
-    conn = await asyncpg.connect(ADMIN_DSN)
-    try:
-        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        await conn.close()
 
 
 class Client:
@@ -168,6 +84,11 @@ class Client:
         finally:
             await conn.close()
         return [(r["eid"], S(r["new_state"])) for r in rows]
+
+    def ui(self, path: str) -> str:
+        """A page or REST answer of the local run's dashboard (``xmc-ui``)."""
+        with urlopen(self.system.ui_url + path, timeout=10) as response:
+            return str(response.read().decode())
 
     def jobset(self, name: str) -> Any:
         xid, wid = name.split("/")[1::2]
@@ -294,7 +215,25 @@ async def test_preemption_and_readmission_on_the_same_execution(client: Client) 
     first_run = states.index(S.RUNNING)
     assert states[first_run : first_run + 3] == [S.RUNNING, S.DESCHEDULING, S.SCHEDULING]
     assert states[-1] == S.RUNNING
+    _assert_the_timeline_shows_the_preemption(client, low)
     await client.api.StopWorkUnit(api_pb2.StopWorkUnitRequest(name=low))
+
+
+def _assert_the_timeline_shows_the_preemption(client: Client, name: str) -> None:
+    """The timeline the dashboard serves (REST) and draws (its page), from the history
+    the Reconciler's observations wrote: one execution, preempted once, running again."""
+    (execution,) = json.loads(client.ui(f"/v1/{name}/timeline"))["executions"]
+    to = [change["toState"] for change in execution["changes"]]
+    first_run = to.index("RUNNING")
+    assert to[first_run : first_run + 3] == ["RUNNING", "DESCHEDULING", "SCHEDULING"], to
+    assert execution["phases"]["preemptions"] == 1
+    assert float(execution["phases"]["requeue"].removesuffix("s")) > 0
+    assert execution["segments"][-1]["state"] == "RUNNING"
+    assert execution["segments"][-1]["ongoing"] is True
+    page = client.ui("/" + name)
+    assert 'data-state="DESCHEDULING" data-note="preempted' in page  # maybe more notes
+    assert 'data-state="SCHEDULING" data-note="re-queued' in page
+    assert 'class="tl-seg st-running ongoing"' in page
 
 
 async def test_pause_and_resume(client: Client) -> None:

@@ -100,12 +100,12 @@ async def test_previous_reads_the_last_terminated_run(make_kubesim: MakeKubeSim)
     sim = await make_kubesim(controllers=True, controller_settings=settings)
     sim.store.create(POD, pod("p", {"logs": LINES}), "default")
     now = sim.clock.now()
-    stamp = [(now + timedelta(seconds=s)).strftime("%Y-%m-%dT%H:%M:%SZ") for s in (-60, -58)]
+    stamp = [(now + timedelta(seconds=s)).strftime("%Y-%m-%dT%H:%M:%SZ") for s in (-60, -59, -58)]
     last = {"exitCode": 1, "message": "lost", "containerID": "kubesim://main"}
     status = {
         "name": "main",
         "restartCount": 1,
-        "state": {"running": {"startedAt": stamp[1]}},
+        "state": {"running": {"startedAt": stamp[2]}},
         "lastState": {"terminated": {**last, "startedAt": stamp[0], "finishedAt": stamp[1]}},
     }
     sim.store.update(

@@ -98,10 +98,10 @@ def test_bad_log_keys_are_a_config_error(spec: dict[str, Any], fragment: str) ->
         ),
         pytest.param(
             behaving(),
-            ContainerRun(T0, at(2)),
+            ContainerRun(T0, at(1)),
             at(100),
             [(0, "a"), (1, "b")],
-            id="nothing from the moment it exits",
+            id="nothing after the second it exits in",
         ),
         pytest.param(
             behaving(run=1),
@@ -112,17 +112,17 @@ def test_bad_log_keys_are_a_config_error(spec: dict[str, Any], fragment: str) ->
         ),
         pytest.param(
             behaving(),
-            ContainerRun(T0, at(2), "boom"),
+            ContainerRun(T0, at(1), "boom"),
             at(100),
-            [(0, "a"), (1, "b"), (2, "boom")],
+            [(0, "a"), (1, "b"), (1, "boom")],
             id="the failure text ends a failed run",
         ),
         pytest.param(
             behaving(),
             ContainerRun(T0, T0, "exit"),
             at(0),
-            [(0, "exit")],
-            id="a crash prints only its failure",
+            [(0, "a"), (0, "exit")],
+            id="a crash in its first second prints that second's line and its failure",
         ),
     ],
 )

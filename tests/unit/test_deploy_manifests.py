@@ -36,7 +36,8 @@ ENV_SOURCES = ("libs/xmc/settings.py", "libs/xmc/auth_settings.py")
 Obj = dict[str, Any]
 
 #: (apiGroup, resource, verb) each service's ServiceAccount needs, from the calls in
-#: services/actuator/kube.py and services/reconciler/{watch,app,leader}.py.
+#: services/actuator/kube.py, services/reconciler/{watch,app,leader,log_capture}.py and
+#: services/ess/live_logs.py.
 ACTUATOR_NEEDS = {
     ("jobset.x-k8s.io", "jobsets", v) for v in ("get", "create", "delete", "patch")
 } | {
@@ -46,10 +47,13 @@ RECONCILER_NEEDS = (
     {("jobset.x-k8s.io", "jobsets", v) for v in ("get", "list", "watch", "patch", "delete")}
     | {("kueue.x-k8s.io", "workloads", v) for v in ("get", "list", "watch")}
     | {("", "pods", v) for v in ("get", "list", "watch")}
+    | {("", "pods/log", "get")}
     | {("batch", "jobs", "get")}
     | {("coordination.k8s.io", "leases", v) for v in ("get", "create", "update")}
     | {("visibility.kueue.x-k8s.io", "localqueues/pendingworkloads", "get")}
 )
+#: The ESS only reads a live execution's pods and their logs.
+ESS_NEEDS = {("", "pods", "get"), ("", "pods", "list"), ("", "pods/log", "get")}
 #: Kinds without a namespace among those k8s/ ships.
 CLUSTER_SCOPED = {
     "Namespace",
@@ -62,6 +66,7 @@ CLUSTER_SCOPED = {
 EXPECTED_GRANTS = {
     ("xmc", "xmc-actuator"): ACTUATOR_NEEDS,
     ("xmc", "xmc-reconciler"): RECONCILER_NEEDS,
+    ("xmc", "xmc-ess"): ESS_NEEDS,
 }
 
 
@@ -430,7 +435,7 @@ def test_rbac_grants_what_each_service_calls_and_no_more() -> None:
         assert needs <= have, f"{account} lacks {sorted(needs - have)}"
         assert have <= needs, f"{account} has more than it calls: {sorted(have - needs)}"
         assert not any("*" in part for grant in have for part in grant), account
-    assert ("xmc", "xmc-ess") not in granted, "the ESS makes no Kubernetes calls"
+    assert ("xmc", "xmc-ui") not in granted, "the dashboard makes no Kubernetes calls"
 
 
 def test_deployments_use_their_service_accounts() -> None:

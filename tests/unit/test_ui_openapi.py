@@ -353,7 +353,11 @@ def test_operations_of_the_test_service() -> None:
     assert [p["name"] for p in patch["parameters"] if p["in"] == "query"] == ["validateOnly"]
 
     watch = _operation("/v1/trees/{tree}/nodes/{node}:watch", "get")
-    assert watch["responses"]["200"]["content"] == {"text/plain": {"schema": {"type": "string"}}}
+    line = watch["responses"]["200"]["content"]["application/x-ndjson"]["schema"]
+    validator = _validator(line)
+    assert validator.is_valid({"result": {"name": "n"}})
+    assert validator.is_valid(error_body(503, "UNAVAILABLE", "the ESS went away"))
+    assert not validator.is_valid({"result": {"bogus": 1}})
 
 
 @pytest.mark.parametrize(

@@ -27,7 +27,6 @@ from xmc.store.connection import Connection
 from xmc.store.creation import CreateOutcome, NewWorkUnit, create_work_units
 from xmc.store.executions import ItemResult
 from xmc.store.listing import ListRequest
-from xmc.store.work_units import StatusHistoryEntry
 from xmc.timestamps import utc_now
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
 from xmc_api.cloud.xmanager.v1.status_message_pb2 import StatusMessage
@@ -169,10 +168,6 @@ class Store:
     async def list_work_unit_executions(self, xid: int, wid: int) -> list[WorkUnitExecution]:
         async with self.transaction() as conn:
             return await work_units.fetch_work_unit_executions(conn, xid, wid)
-
-    async def list_status_history(self, xid: int, wid: int) -> list[StatusHistoryEntry]:
-        async with self._pool.acquire() as conn:
-            return await work_units.fetch_status_history(conn, xid, wid)
 
     async def list_status_messages(
         self, xid: int, wid: int | None = None, request: ListRequest | None = None

@@ -29,6 +29,7 @@ from google.protobuf.message import Message
 
 from xmc.errors import NotFoundError
 from xmc.messages import backend_message
+from xmc.model.manifest import KeptManifest
 from xmc.model.merge import ExecutionUpdate
 from xmc.model.states import Severity, WorkUnitState
 from xmc.store import operations, outbox, scheduling
@@ -42,6 +43,13 @@ from xmc.store.artifacts import (
     update_artifact,
 )
 from xmc.store.connection import Connection, try_transaction_lock
+from xmc.store.container_logs import (
+    StoredLog,
+    experiment_log_bytes,
+    fetch_current_execution,
+    fetch_logs,
+    record_captures,
+)
 from xmc.store.creation import (
     Created,
     CreateOutcome,
@@ -67,6 +75,7 @@ from xmc.store.experiments import (
     update_experiment,
 )
 from xmc.store.listing import ListRequest
+from xmc.store.manifests import StoredManifest, fetch_manifest, record_manifest
 from xmc.store.migrate import migrate
 from xmc.store.operations import (
     ActionType,
@@ -129,6 +138,7 @@ __all__ = [
     "ExecutionTasks",
     "ExperimentAccess",
     "ItemResult",
+    "KeptManifest",
     "ListRequest",
     "NewOperation",
     "NewWorkUnit",
@@ -140,6 +150,8 @@ __all__ = [
     "SchedulingControl",
     "StateWrite",
     "Store",
+    "StoredLog",
+    "StoredManifest",
     "TaskFacts",
     "Timings",
     "UpdateOutcome",
@@ -158,10 +170,14 @@ __all__ = [
     "deployed_page_size",
     "encode_deployed_page_token",
     "enqueue_tasks",
+    "experiment_log_bytes",
     "failed_execution_write",
     "fetch_artifact",
+    "fetch_current_execution",
     "fetch_experiment",
     "fetch_experiment_priority",
+    "fetch_logs",
+    "fetch_manifest",
     "fetch_operation",
     "fetch_scheduling_control",
     "fetch_task_facts",
@@ -184,6 +200,7 @@ __all__ = [
     "oldest_unfinished_entry",
     "park_task",
     "rearm_task",
+    "record_captures",
     "restart_work_unit",
     "scan_intent_states",
     "select_work_unit_ids",
@@ -219,6 +236,7 @@ async def finish_task(
     state: StateWrite | None = None,
     response: Message | None = None,
     error: tuple[int, str] | None = None,
+    manifest: KeptManifest | None = None,
 ) -> ItemResult | None:
     """Finish ``task`` for good, in the caller's transaction, so it never half-finishes:
 
@@ -228,7 +246,9 @@ async def finish_task(
        (``write_decided_state``); its result is returned (None without a write);
     3. the task's Operation, if it has one, counts it done, with ``error`` (code,
        message) or ``response``. An Operation that no longer exists (expired after 90
-       days, or never made) is logged and skipped: the task's effect still stands.
+       days, or never made) is logged and skipped: the task's effect still stands;
+    4. ``manifest``, if any — the JobSet the task created — is recorded for its execution,
+       so it is stored exactly when the outcome "created" is (decision 0039).
     """
     await outbox.finish(conn, task, outcome=outcome, now=now)
     written = None
@@ -245,6 +265,11 @@ async def finish_task(
             )  # fmt: skip
         except NotFoundError:
             log.warning("the task's operation does not exist", operation=task.operation)
+    if manifest is not None:
+        await record_manifest(
+            conn, task.xid, task.wid, task_execution_id(task), manifest,
+            task_id=task.task_id, now=now,
+        )  # fmt: skip
     return written
 
 

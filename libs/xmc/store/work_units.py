@@ -7,7 +7,6 @@ order every writer of this package follows.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -53,18 +52,6 @@ HISTORY_COLUMNS = (
 _COPY_THRESHOLD = 64
 ACTIVE = WorkUnitExecution.WorkUnitExecutionState.ACTIVE
 INACTIVE = WorkUnitExecution.WorkUnitExecutionState.INACTIVE
-
-
-@dataclass(frozen=True)
-class StatusHistoryEntry:
-    """One row of ``work_unit_status_history``."""
-
-    eid: int
-    old_state: WorkUnitState
-    new_state: WorkUnitState
-    state_update_time: datetime
-    writer: str
-    record_time: datetime
 
 
 def work_unit_doc(work_unit: WorkUnit) -> bytes:
@@ -210,26 +197,6 @@ async def fetch_work_unit_executions(
         executions.append(execution)
     executions.append(current.current_work_unit_execution)
     return executions
-
-
-async def fetch_status_history(conn: Connection, xid: int, wid: int) -> list[StatusHistoryEntry]:
-    rows = await conn.fetch(
-        """SELECT eid, old_state, new_state, state_update_time, writer, record_time
-           FROM work_unit_status_history WHERE xid = $1 AND wid = $2 ORDER BY id""",
-        xid,
-        wid,
-    )
-    return [
-        StatusHistoryEntry(
-            eid=r["eid"],
-            old_state=WorkUnitState(r["old_state"]),
-            new_state=WorkUnitState(r["new_state"]),
-            state_update_time=r["state_update_time"],
-            writer=r["writer"],
-            record_time=r["record_time"],
-        )
-        for r in rows
-    ]
 
 
 def _work_unit_listing(alias: str, columns: str) -> ListResource:

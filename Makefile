@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: help install services proto proto-check lint test test-fast run bench compat faults screenshots clean cluster cluster-down cluster-xmc test-cluster
+.PHONY: help install services proto proto-check openapi lint test test-fast run bench compat faults screenshots clean cluster cluster-down cluster-xmc test-cluster
 
 # `make run CLUSTER=real`: XMC against the loopback cluster of `make cluster` (docs/cluster.md).
 CLUSTER ?= kubesim
@@ -23,11 +23,16 @@ install: $(STAMP) ## create .venv and install XMC with its dev tools
 services: ## Postgres on 127.0.0.1:5432 (trust) and Redis on 127.0.0.1:6379: installs and starts what is missing
 	bash tools/services.sh
 
-proto: $(STAMP) ## regenerate libs/xmc_api from proto/
+proto: $(STAMP) ## regenerate libs/xmc_api from proto/, and docs/openapi.json from it
 	$(PY) tools/gen_proto.py
+	$(PY) tools/gen_openapi.py
 
-proto-check: $(STAMP) ## fail if libs/xmc_api is stale against proto/
+proto-check: $(STAMP) ## fail if libs/xmc_api is stale against proto/, or docs/openapi.json against it
 	$(PY) tools/gen_proto.py --check
+	$(PY) tools/gen_openapi.py --check
+
+openapi: $(STAMP) ## regenerate docs/openapi.json, the REST face's OpenAPI document (docs/rest.md)
+	$(PY) tools/gen_openapi.py
 
 lint: $(STAMP) ## ruff + mypy + import-linter (the layering contracts in pyproject.toml)
 	$(VENV)/bin/ruff check .

@@ -31,9 +31,11 @@ from ui.http_rules import (
     routes_from_service,
     rules_table,
 )
+from ui.openapi import openapi_document, render
 from ui.security import json_content_type_refusal
 from ui.transcode import (
     DETAILS_KEY,
+    NDJSON,
     RequestError,
     bearer_metadata,
     build_request,
@@ -74,8 +76,8 @@ SERVICES: Final[tuple[ServiceDescriptor, ...]] = (
     SPEC_SERVICE,
     SWEEP_SERVICE,
 )
-#: The media type of a server-streaming route's answer.
-NDJSON: Final = "application/x-ndjson"
+#: Where xmc-ui serves the OpenAPI document of the REST face.
+OPENAPI_PATH: Final = "/openapi.json"
 #: Seconds one transcoded RPC may take before the caller gets 504.
 DEFAULT_TIMEOUT: Final = 30.0
 #: Statuses of errors raised here rather than by the ESS (google.rpc names).
@@ -236,12 +238,22 @@ def rest_routes(
     services: Sequence[ServiceDescriptor] = SERVICES,
     timeout: float = DEFAULT_TIMEOUT,
 ) -> list[web.RouteDef]:
-    """aiohttp routes that send every path under the rules' prefixes (``/v1/...``) here.
-    ``channel`` may be a callable, for an app that opens its channel at startup."""
+    """aiohttp routes that send every path under the rules' prefixes (``/v1/...``) here,
+    and ``GET /openapi.json``, the document of those routes (docs/rest.md). ``channel`` may
+    be a callable, for an app that opens its channel at startup."""
     face = RestFace(routes_of(services), channel, timeout=timeout)
+    document = render(openapi_document(services))
+
+    async def openapi(_request: web.Request) -> web.Response:
+        # Public like the protos it is made from: no user data, no call to the ESS.
+        return web.Response(text=document, content_type="application/json")
+
     return [
-        web.route("*", f"{prefix}/{{tail:.*}}", face.handle)
-        for prefix in path_prefixes(face.routes)
+        web.get(OPENAPI_PATH, openapi),
+        *(
+            web.route("*", f"{prefix}/{{tail:.*}}", face.handle)
+            for prefix in path_prefixes(face.routes)
+        ),
     ]
 
 

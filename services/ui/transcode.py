@@ -57,6 +57,8 @@ SCALAR_MESSAGES: Final = frozenset(
     )
 )
 _BOOLS: Final = {"true": True, "1": True, "false": False, "0": False}
+#: The media type of a server-streaming route's answer (``ui.rest``; the OpenAPI document).
+NDJSON: Final = "application/x-ndjson"
 #: The trailer a server puts a serialized google.rpc.Status in.
 DETAILS_KEY: Final = "grpc-status-details-bin"
 #: The deepest nesting of arrays and objects a request body may have. The API's deepest

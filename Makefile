@@ -86,7 +86,7 @@ faults: services $(STAMP) ## fault matrix: lost / duplicated / stuck per crash a
 	$(PY) bench/faults.py $(FAULTS_ARGS)
 
 screenshots: $(STAMP) ## the dashboard's pages, timelines and logs, from the browser tests, into docs/screenshots
-	XMC_UI_SCREENSHOTS=$(CURDIR)/docs/screenshots $(VENV)/bin/pytest tests/integration/test_ui_browser.py tests/integration/test_ui_browser_timeline.py tests/integration/test_ui_logs.py
+	XMC_UI_SCREENSHOTS=$(CURDIR)/docs/screenshots $(VENV)/bin/pytest tests/integration/test_ui_browser.py tests/integration/test_ui_browser_timeline.py tests/integration/test_ui_browser_sweep.py tests/integration/test_ui_logs.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from playwright.async_api import Browser, Page, expect
 from tests.integration.support import forever_work_unit
 from tests.integration.sweep_args import SWEEP
 from tests.integration.system import ALICE, System, running_system
+from tests.integration.test_ui_browser import shots  # noqa: F401  (a fixture)
 from tests.integration.ui_support import running_ui
 from xmc_api.cloud.xmanager.v1 import api_pb2
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
@@ -62,7 +64,11 @@ def state_of(page: Page, wid: int) -> Any:
     return page.locator(f'tr[data-wid="{wid}"] .badge')
 
 
-async def test_the_sweep_table_in_a_browser(system: System, browser: Browser) -> None:
+async def test_the_sweep_table_in_a_browser(
+    system: System,
+    browser: Browser,
+    shots: Path,  # noqa: F811
+) -> None:
     xid = await launch_sweep(system)
     async with running_ui(system.ess.channel) as base:
         page = await browser.new_page(viewport={"width": 1400, "height": 900})
@@ -124,6 +130,7 @@ async def test_the_sweep_table_in_a_browser(system: System, browser: Browser) ->
         await page.locator("th[data-col='args.layers'] a.sort").click()
         await expect_wids(page, [1, 3, 6, 4, 2])
         shared = page.url
+        await page.screenshot(path=str(shots / "experiment_sweep.png"), full_page=True)
         other = await browser.new_context()
         try:
             fresh = await other.new_page()

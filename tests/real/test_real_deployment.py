@@ -144,6 +144,7 @@ def _check_deployment(objects: dict[tuple[str, str], Obj]) -> None:
         n: [s["name"] for s in o["subjects"]] for (k, n), o in objects.items() if k == "RoleBinding"
     }
     assert bindings == {
+        "xmc-ess": ["xmc-ess"],
         "xmc-actuator": ["xmc-actuator"],
         "xmc-reconciler": ["xmc-reconciler"],
         "xmc-reconciler-leader": ["xmc-reconciler"],

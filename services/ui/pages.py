@@ -181,6 +181,7 @@ async def _work_unit_context(request: web.Request) -> dict[str, Any]:
     messages = await client.messages(xid, wid)
     current = unit.current_work_unit_execution
     timeline, timeline_error = await _part(client.timeline(xid, wid), timeline_view)
+    codes, _ = await _part(client.exit_codes(xid, [wid]), lambda found: found)
     return {
         "xid": xid,
         "unit": views.work_unit_row(unit),
@@ -191,6 +192,7 @@ async def _work_unit_context(request: web.Request) -> dict[str, Any]:
         "spec": spec_view(unit),
         "timeline": timeline,
         "timeline_error": timeline_error,
+        "exit_code": (codes or {}).get(wid),
     }
 
 

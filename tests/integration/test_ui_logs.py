@@ -55,7 +55,9 @@ async def test_the_logs_tab_shows_the_kept_log_as_text_and_downloads_it(system: 
     await eventually(lambda: gone(system, name), True, within=30)
     async with running_ui(system.ess.channel) as base, aiohttp.ClientSession() as http:
         async with http.get(f"{base}/{name}") as overview:
-            assert f'href="/{name}/logs"' in await overview.text(), "the Logs tab"
+            page = await overview.text()
+        assert f'href="/{name}/logs"' in page, "the Logs tab"
+        assert '<span class="exit-code">exit code 3</span>' in page
         async with http.get(f"{base}/{name}/logs") as answer:
             assert answer.status == 200
             page = await answer.text()

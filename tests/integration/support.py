@@ -149,6 +149,18 @@ def forever_work_unit(cpu_millicores: int = 0, *, grace_seconds: int = 1) -> Wor
     return work_unit
 
 
+def behaving_unit(behavior: dict[str, Any], *, deadline_seconds: int = 0) -> WorkUnit:
+    """A unit whose pod does what ``behavior`` says (kubesim's and the node agent's
+    ``kubesim.xmc/behavior``: run time, exit code, logs, ...), 1 s of grace after SIGTERM."""
+    work_unit = minimal_work_unit()
+    job = work_unit.executable.jobset.jobs[0]
+    job.annotations["kubesim.xmc/behavior"] = json.dumps(behavior)
+    job.termination_grace_period_seconds = 1
+    if deadline_seconds:
+        job.active_deadline_seconds = deadline_seconds
+    return work_unit
+
+
 class BuggyReads(KubeClient):
     """A Kubernetes client whose next ``bugs`` reads raise as a bug would (not a
     ``KubeError``): loops must log such a failure and go on."""

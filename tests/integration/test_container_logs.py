@@ -10,14 +10,13 @@ test_logs_live.py, on real processes.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import grpc
 import pytest
 
 from kubesim.resources import JOBSET, POD
-from tests.integration.support import minimal_work_unit
+from tests.integration.support import behaving_unit
 from tests.integration.system import ALICE, System, running_system
 from tests.integration.test_cli import xmc
 from tests.integration.test_failure_reasons import create, failed, jobset_name
@@ -31,14 +30,6 @@ pytestmark = pytest.mark.slow
 
 S = WorkUnitState
 LINES = ["epoch 1 loss=0.5", "<b>bold</b> & \x1b[31mred\x1b[0m", "epoch 3 loss=0.25"]
-
-
-def printing_unit(behavior: dict[str, Any]) -> Any:
-    unit = minimal_work_unit()
-    job = unit.executable.jobset.jobs[0]
-    job.annotations["kubesim.xmc/behavior"] = json.dumps(behavior)
-    job.termination_grace_period_seconds = 1
-    return unit
 
 
 def stub(system: System) -> logs_pb2_grpc.LogServiceStub:
@@ -74,7 +65,7 @@ async def test_a_failed_units_output_is_read_after_its_pods_are_gone(ess_factory
         "message": "ValueError: loss is NaN",
     }  # fmt: skip
     async with running_system(ess_factory) as system:
-        name = await create(system, printing_unit(behavior))
+        name = await create(system, behaving_unit(behavior))
         await failed(system, name)
         assert await system.reconciler.collect_orphans() == 1
         await eventually(lambda: gone(system, name), True, within=30)
@@ -110,7 +101,7 @@ async def test_a_failed_units_output_is_read_after_its_pods_are_gone(ess_factory
 async def test_a_stopped_units_output_is_kept_from_the_finalizer_path(ess_factory: Any) -> None:
     behavior = {"logs": ["step 1", "step 2"], "log_every_seconds": 0.2}
     async with running_system(ess_factory) as system:
-        name = await create(system, printing_unit(behavior))
+        name = await create(system, behaving_unit(behavior))
         await eventually(lambda: system.state(name), S.RUNNING, within=30)
 
         pod = await eventually(lambda: pod_of(system, name), within=30)
@@ -131,7 +122,7 @@ async def test_a_stopped_units_output_is_kept_from_the_finalizer_path(ess_factor
 
 async def test_bad_reads_are_refused_with_the_field_named(ess_factory: Any) -> None:
     async with running_system(ess_factory) as system:
-        name = await create(system, printing_unit({"run_seconds": 0.5}))
+        name = await create(system, behaving_unit({"run_seconds": 0.5}))
         await eventually(lambda: system.state(name), S.COMPLETED, within=30)
         for fields, code, named in (
             ({"execution_id": 7}, grpc.StatusCode.NOT_FOUND, "execution_id"),

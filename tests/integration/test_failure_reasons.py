@@ -10,7 +10,6 @@ tests/integration/test_reconciler_e2e.py (tests/integration/system.py).
 
 from __future__ import annotations
 
-import json
 from datetime import timedelta
 from typing import Any
 
@@ -19,7 +18,7 @@ import pytest
 from kubesim.resources import JOB, JOBSET, POD
 from kubesim.server import KubeSim
 from reconciler.failure import decide_failure_reason
-from tests.integration.support import minimal_work_unit
+from tests.integration.support import behaving_unit
 from tests.integration.system import ALICE, System, running_system
 from tests.integration.test_cli import xmc
 from tests.kubesim.controller_support import condition_is, make_jobset, replicated_job
@@ -36,16 +35,6 @@ pytestmark = pytest.mark.slow
 
 S = WorkUnitState
 ERROR = StructuredMessage.ERROR
-
-
-def failing_unit(behavior: dict[str, Any], *, deadline_seconds: int = 0) -> WorkUnit:
-    unit = minimal_work_unit()
-    job = unit.executable.jobset.jobs[0]
-    job.annotations["kubesim.xmc/behavior"] = json.dumps(behavior)
-    job.termination_grace_period_seconds = 1
-    if deadline_seconds:
-        job.active_deadline_seconds = deadline_seconds
-    return unit
 
 
 async def create(system: System, unit: WorkUnit) -> str:
@@ -77,7 +66,7 @@ def job_name(name: str) -> str:
 
 async def test_a_container_that_exits_1_names_its_exit_code(ess_factory: Any) -> None:
     async with running_system(ess_factory) as system:
-        name = await create(system, failing_unit({"run_seconds": 1, "exit_code": 1}))
+        name = await create(system, behaving_unit({"run_seconds": 1, "exit_code": 1}))
         reason = await failed(system, name)
 
         job = job_name(name)
@@ -89,7 +78,7 @@ async def test_a_container_that_exits_1_names_its_exit_code(ess_factory: Any) ->
 
 async def test_an_oom_killed_container_says_so(ess_factory: Any) -> None:
     async with running_system(ess_factory) as system:
-        name = await create(system, failing_unit({"oom_killed": True, "run_seconds": 1}))
+        name = await create(system, behaving_unit({"oom_killed": True, "run_seconds": 1}))
         reason = await failed(system, name)
         assert "exited with code 137 (OOMKilled)" in reason
         assert await system.messages(name) == [(1, ERROR, reason)]
@@ -97,7 +86,7 @@ async def test_an_oom_killed_container_says_so(ess_factory: Any) -> None:
 
 async def test_a_job_past_its_deadline_says_deadline_exceeded(ess_factory: Any) -> None:
     async with running_system(ess_factory) as system:
-        name = await create(system, failing_unit({"run_seconds": None}, deadline_seconds=3))
+        name = await create(system, behaving_unit({"run_seconds": None}, deadline_seconds=3))
         reason = await failed(system, name)
         assert reason == (
             f'job "{job_name(name)}" failed (DeadlineExceeded): '
@@ -111,7 +100,7 @@ async def test_an_image_that_never_pulls_ends_at_the_deadline_with_both_reasons(
 ) -> None:
     grace = timedelta(seconds=1)
     async with running_system(ess_factory, startup_grace=grace) as system:
-        unit = failing_unit({"image_pull_error": True}, deadline_seconds=5)
+        unit = behaving_unit({"image_pull_error": True}, deadline_seconds=5)
         name = await create(system, unit)
         reason = await failed(system, name)
 
@@ -125,7 +114,7 @@ async def test_the_reason_is_stored_once_through_resyncs_and_the_finalizer(
     ess_factory: Any,
 ) -> None:
     async with running_system(ess_factory) as system:
-        name = await create(system, failing_unit({"crash": True}))
+        name = await create(system, behaving_unit({"crash": True}))
         reason = await failed(system, name)
 
         # Re-observe it as a resync and a new leader would, then let the orphan sweep
@@ -151,7 +140,7 @@ async def test_the_finalizer_path_writes_the_reason_when_it_writes_first(
     # A batcher that never flushes on its own: only the finalizer's synchronous write
     # lands before the JobSet is gone (the final flush at shutdown then changes nothing).
     async with running_system(ess_factory, flush_interval=3600) as system:
-        name = await create(system, failing_unit({"crash": True}))
+        name = await create(system, behaving_unit({"crash": True}))
 
         async def kubesim_failed() -> bool:
             conditions = ((system.jobset(name) or {}).get("status") or {}).get("conditions")
@@ -171,7 +160,7 @@ async def test_the_finalizer_path_writes_the_reason_when_it_writes_first(
 
 async def test_the_cli_shows_the_reason(ess_factory: Any) -> None:
     async with running_system(ess_factory) as system:
-        name = await create(system, failing_unit({"run_seconds": 1, "exit_code": 3}))
+        name = await create(system, behaving_unit({"run_seconds": 1, "exit_code": 3}))
         reason = await failed(system, name)
 
         shown = await xmc(system.ess, "wu", "get", name)

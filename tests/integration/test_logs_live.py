@@ -23,17 +23,18 @@ import grpc
 import pytest
 
 from tests.integration.local_run import LocalSystem, local_run
-from tests.integration.support import minimal_work_unit
+from tests.integration.support import behaving_unit
 from tests.integration.test_system_e2e import Client
 from tests.waiting import eventually
 from xmc.model.states import WorkUnitState
-from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 from xmc_api.xmc.v1 import logs_pb2, logs_pb2_grpc
 
 pytestmark = pytest.mark.slow
 
 S = WorkUnitState
 LINES = [f"step {i}" for i in range(1, 9)]
+#: Every line printed (at 0, 0.5, … 3.5 s), then 1 s more.
+PRINTING = {"logs": LINES, "log_every_seconds": 0.5, "run_seconds": 4.5}
 
 
 @pytest.fixture(scope="module")
@@ -49,19 +50,13 @@ async def client(live_system: LocalSystem) -> Any:
     await made.channel.close()
 
 
-def printing(seconds: float) -> WorkUnit:
-    unit = minimal_work_unit()
-    job = unit.executable.jobset.jobs[0]
-    behavior = {"logs": LINES, "log_every_seconds": 0.5, "run_seconds": seconds}
-    job.annotations["kubesim.xmc/behavior"] = json.dumps(behavior)
-    job.termination_grace_period_seconds = 1
-    return unit
-
-
 async def test_xmc_logs_follow_prints_lines_as_written_and_ends_with_the_unit(
     client: Client,
 ) -> None:
-    name = await client.work_unit(await client.experiment(), printing(4.5))
+    name = await client.work_unit(
+        await client.experiment(),
+        behaving_unit(PRINTING),
+    )
     await eventually(lambda: client.state(name), S.RUNNING, within=30)
     xid, wid = name.split("/")[1::2]
     process = await asyncio.create_subprocess_exec(
@@ -83,7 +78,10 @@ async def test_xmc_logs_follow_prints_lines_as_written_and_ends_with_the_unit(
 async def test_the_rest_stream_follows_and_the_kept_log_outlives_the_jobset(
     client: Client,
 ) -> None:
-    name = await client.work_unit(await client.experiment(), printing(4.5))
+    name = await client.work_unit(
+        await client.experiment(),
+        behaving_unit(PRINTING),
+    )
     await eventually(lambda: client.state(name), S.RUNNING, within=30)
     url = f"{client.system.ui_url}/v1/{name}/logs?follow=true"
     text = b""

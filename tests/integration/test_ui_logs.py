@@ -7,7 +7,6 @@ Debian's Chromium the live tail, following a running unit's lines as they are wr
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ import aiohttp
 import pytest
 from playwright.async_api import Browser, ConsoleMessage, expect
 
-from tests.integration.support import minimal_work_unit
+from tests.integration.support import behaving_unit
 from tests.integration.system import System, running_system
 from tests.integration.test_container_logs import gone
 from tests.integration.test_failure_reasons import create, failed
@@ -24,20 +23,11 @@ from tests.integration.test_ui_browser import shots  # noqa: F401  (a fixture)
 from tests.integration.ui_support import running_ui
 from tests.waiting import eventually
 from xmc.model.states import WorkUnitState
-from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 
 pytestmark = pytest.mark.slow
 
 S = WorkUnitState
 HOSTILE = '<img src=x onerror="document.title=1"> & \x1b[31mred\x1b[0m'
-
-
-def printing(behavior: dict[str, Any]) -> WorkUnit:
-    unit = minimal_work_unit()
-    job = unit.executable.jobset.jobs[0]
-    job.annotations["kubesim.xmc/behavior"] = json.dumps(behavior)
-    job.termination_grace_period_seconds = 1
-    return unit
 
 
 @pytest.fixture
@@ -49,7 +39,7 @@ async def system(ess_factory: Any) -> AsyncIterator[System]:
 async def test_the_logs_tab_shows_the_kept_log_as_text_and_downloads_it(system: System) -> None:
     behavior = {"logs": ["epoch 1", HOSTILE], "log_every_seconds": 0.2, "run_seconds": 1,
                 "exit_code": 3, "message": "boom"}  # fmt: skip
-    name = await create(system, printing(behavior))
+    name = await create(system, behaving_unit(behavior))
     await failed(system, name)
     assert await system.reconciler.collect_orphans() == 1
     await eventually(lambda: gone(system, name), True, within=30)
@@ -88,7 +78,7 @@ async def test_the_live_tail_follows_a_running_unit(
     shots: Path,  # noqa: F811
 ) -> None:
     lines = ["step 1", HOSTILE, *(f"step {i}" for i in range(3, 11))]
-    name = await create(system, printing({"logs": lines, "log_every_seconds": 0.5,
+    name = await create(system, behaving_unit({"logs": lines, "log_every_seconds": 0.5,
                                           "run_seconds": 6}))  # fmt: skip
     await eventually(lambda: system.state(name), S.RUNNING, within=30)
     async with running_ui(system.ess.channel) as base:

@@ -6,28 +6,17 @@ API server, which proxies to the node agent's kubelet endpoint (docs/cluster.md)
 
 from __future__ import annotations
 
-import json
-
 from tests.integration.processes import Client
-from tests.integration.support import minimal_work_unit
+from tests.integration.support import behaving_unit
 from tests.real.support import POLL
 from tests.waiting import eventually
 from xmc.kube import JOBSETS
 from xmc.kube_client import KubeClient
 from xmc.model.states import WorkUnitState
-from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 from xmc_api.xmc.v1 import logs_pb2, logs_pb2_grpc
 
 S = WorkUnitState
 LINES = ["loading data", "<b>step 1</b> loss=0.9", "step 2 loss=0.5"]
-
-
-def printing(behavior: dict[str, object]) -> WorkUnit:
-    unit = minimal_work_unit()
-    job = unit.executable.jobset.jobs[0]
-    job.annotations["kubesim.xmc/behavior"] = json.dumps(behavior)
-    job.termination_grace_period_seconds = 1
-    return unit
 
 
 async def read(client: Client, name: str, *, follow: bool = False) -> list[logs_pb2.LogChunk]:
@@ -39,7 +28,7 @@ async def read(client: Client, name: str, *, follow: bool = False) -> list[logs_
 async def test_a_failed_units_output_outlives_its_jobset(admin: KubeClient, client: Client) -> None:
     behavior = {"logs": LINES, "log_every_seconds": 0.5, "run_seconds": 3, "exit_code": 2,
                 "message": "RuntimeError: diverged"}  # fmt: skip
-    name = await client.create(await client.experiment(), printing(behavior))
+    name = await client.create(await client.experiment(), behaving_unit(behavior))
     await eventually(lambda: client.state(name), S.FAILED, within=90, every=POLL)
     xid, wid = name.split("/")[1::2]
 
@@ -56,7 +45,7 @@ async def test_a_failed_units_output_outlives_its_jobset(admin: KubeClient, clie
 
 async def test_a_running_unit_is_followed_live_until_it_ends(client: Client) -> None:
     behavior = {"logs": LINES, "log_every_seconds": 1, "run_seconds": 4}
-    name = await client.create(await client.experiment(), printing(behavior))
+    name = await client.create(await client.experiment(), behaving_unit(behavior))
     await eventually(lambda: client.state(name), S.RUNNING, within=90, every=POLL)
     chunks = await read(client, name, follow=True)
     assert not [c.notice for c in chunks if c.notice], "the ESS reads the cluster as xmc-ess"

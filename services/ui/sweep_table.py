@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from datetime import datetime, timedelta
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlencode
 
-from ui.views import Row, fmt_time, state_bar, tail_id, work_unit_row
+from ui.views import Row, fmt_time, safe_href, state_bar, tail_id, work_unit_row
 from xmc.model.args import work_unit_args
 from xmc.query.fields import MAX_FILTER_LENGTH, is_arg_key
 from xmc.timestamps import to_datetime
@@ -155,11 +155,6 @@ def fmt_duration(value: timedelta) -> str:
     if minutes:
         return f"{minutes}m {secs:02d}s"
     return f"{secs}s"
-
-
-def safe_href(url: str) -> str:
-    """``url`` when it is http(s), else '' (a ``javascript:`` link is never drawn)."""
-    return url if urlsplit(url).scheme in ("http", "https") else ""
 
 
 def link(url: Url) -> Row:

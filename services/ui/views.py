@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
@@ -189,6 +190,11 @@ def execution_row(execution: WorkUnitExecution) -> Row:
     }
 
 
+def safe_href(url: str) -> str:
+    """``url`` when it is http(s), else '' (a ``javascript:`` link is never drawn)."""
+    return url if urlsplit(url).scheme in ("http", "https") else ""
+
+
 def message_row(message: StatusMessage) -> Row:
     content = message.content
     return {
@@ -197,7 +203,9 @@ def message_row(message: StatusMessage) -> Row:
         "severity": enum_name(Severity, content.severity),
         "source": enum_name(StructuredMessage.Source, content.source).removeprefix("SOURCE_"),
         "text": content.user_facing_text,
-        "url": content.user_facing_url.url if content.HasField("user_facing_url") else "",
+        "url": safe_href(content.user_facing_url.url)
+        if content.HasField("user_facing_url")
+        else "",
     }
 
 

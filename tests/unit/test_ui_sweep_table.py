@@ -10,6 +10,7 @@ from urllib.parse import parse_qsl, urlsplit
 import pytest
 
 from ui import sweep_table as st
+from ui import views
 from xmc.query import parse_filter
 from xmc_api.cloud.xmanager.v1.artifact_pb2 import Artifact
 from xmc_api.cloud.xmanager.v1.status_pb2 import WorkUnitStatus
@@ -195,7 +196,7 @@ def test_fmt_duration(seconds: float, text: str) -> None:
     ],
 )
 def test_only_http_links_are_drawn(url: str, href: str) -> None:
-    assert st.safe_href(url) == href
+    assert views.safe_href(url) == href
     assert st.link(Url(url=url, display_name="x")) == {"label": "x", "href": href}
 
 

@@ -159,6 +159,10 @@ def test_execution_message_jobset_and_scheduling() -> None:
         "eid": 1, "time": "", "severity": "ERROR", "source": "KUBERNETES",
         "text": "exited with code 3", "url": "",
     }  # fmt: skip
+    message.content.user_facing_url.url = "javascript:alert(1)"
+    assert views.message_row(message)["url"] == "", "only http(s) becomes a link"
+    message.content.user_facing_url.url = "https://example.com/run/3"
+    assert views.message_row(message)["url"] == "https://example.com/run/3"
 
 
 @pytest.mark.parametrize(

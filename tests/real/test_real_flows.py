@@ -40,6 +40,7 @@ from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
 from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 from xmc_api.internal.v1 import scheduling_pb2, scheduling_pb2_grpc
+from xmc_api.xmc.v1 import timeline_pb2, timeline_pb2_grpc
 
 S = WorkUnitState
 ERROR = StructuredMessage.ERROR
@@ -236,6 +237,16 @@ async def test_priority_preemption_goes_back_to_scheduling_on_the_same_execution
     again = [state for eid, state in await state_history(stack, low)]
     assert again.count(S.RUNNING) >= 2, again
     assert {eid for eid, _ in await state_history(stack, low)} == {1}
+
+    # The timeline (issue 27) shows the preemption and the time re-queued.
+    timelines = timeline_pb2_grpc.TimelineServiceStub(client.channel)
+    timeline = await timelines.GetWorkUnitTimeline(
+        timeline_pb2.GetWorkUnitTimelineRequest(name=low)
+    )
+    (execution,) = timeline.executions
+    assert execution.phases.preemptions >= 1
+    assert execution.phases.requeue.ToTimedelta().total_seconds() > 0
+    assert execution.segments[-1].ongoing
 
 
 # --- 4. global pause and resume -----------------------------------------------------------------

@@ -10,7 +10,7 @@ in SQL for a whole experiment, which is this one when the filter is empty.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 from xmc.model.args import (
     ArgGroup,
@@ -22,7 +22,12 @@ from xmc.model.args import (
 )
 from xmc.model.states import WorkUnitState
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
+from xmc_api.xmc.v1 import logs_pb2, logs_pb2_grpc
 
+from .client import Client
+
+#: Work units one ListExitCodes call may name.
+EXIT_CODES_PER_CALL: Final = 1000
 #: Arg columns shown when ``--args`` does not choose them: the first varying keys.
 DEFAULT_ARG_COLUMNS = 4
 
@@ -44,6 +49,23 @@ def arg_columns(
         return chosen
     spreads, total = key_spreads(units_args)
     return varying_keys(spreads, total)[:limit]
+
+
+def exit_codes(client: Client, parent: str, units: Sequence[WorkUnit]) -> list[str]:
+    """Each unit's current exit code as shown ("—": none known yet), a ListExitCodes per
+    thousand units (docs/logs.md)."""
+    stub = logs_pb2_grpc.LogServiceStub(client.channel())
+    wids = [int(w.name.rsplit("/", 1)[1]) for w in units]
+    codes: dict[int, str] = {}
+    for start in range(0, len(wids), EXIT_CODES_PER_CALL):
+        request = logs_pb2.ListExitCodesRequest(
+            parent=parent, work_unit_ids=wids[start : start + EXIT_CODES_PER_CALL]
+        )
+        found = client.call(stub.ListExitCodes, request)
+        for item in found.exit_codes:
+            if item.HasField("exit_code"):
+                codes[item.work_unit_id] = str(item.exit_code)
+    return [codes.get(wid, "—") for wid in wids]
 
 
 def _state(w: WorkUnit) -> WorkUnitState:

@@ -44,6 +44,7 @@ from .specs import (
 from .sweeps import (
     DEFAULT_ARG_COLUMNS,
     arg_columns,
+    exit_codes,
     group_dicts,
     group_rows,
     groups_of,
@@ -202,11 +203,16 @@ def wu_list(
         return
     units_args = [work_unit_args(w) for w in units]
     keys = arg_columns(units_args, parse_arg_list(arg_keys))
-    rows = [
-        work_unit_row(w) + [args.get(k, "") for k in keys]
-        for w, args in zip(units, units_args, strict=True)
-    ]
-    client.show([to_dict(w) for w in units], lambda: print_table(None, WU_COLUMNS + keys, rows))
+
+    def table() -> None:
+        codes = exit_codes(client, experiment_name(experiment), units)
+        rows = [
+            [*work_unit_row(w), code, *(args.get(k, "") for k in keys)]
+            for w, args, code in zip(units, units_args, codes, strict=True)
+        ]
+        print_table(None, [*WU_COLUMNS, "exit code", *keys], rows)
+
+    client.show([to_dict(w) for w in units], table)
 
 
 @wu.command("get")

@@ -92,6 +92,10 @@ async def test_a_failed_units_output_is_read_after_its_pods_are_gone(ess_factory
         assert "<b>bold</b> & \u241b[31mred\u241b[0m" in printed.stdout, "escapes shown"
         raw = await xmc(system.ess, "logs", xid, wid, "--raw", "-q")
         assert "\x1b[31mred" in raw.stdout
+        listed_cli = await xmc(system.ess, "wu", "list", xid, "--filter", "exit_code != 0")
+        assert listed_cli.exit_code == 0, listed_cli.output
+        assert "exit code" in listed_cli.stdout
+        assert "│ 3 " in listed_cli.stdout or "| 3 " in listed_cli.stdout, listed_cli.stdout
         refused = await xmc(system.ess, "logs", xid, wid, "--container", "nope")
         assert refused.exit_code == 1
         assert "NOT_FOUND" in refused.output

@@ -14,6 +14,7 @@ from google.protobuf.message import Message
 
 from xmc import labels
 from xmc.errors import InvalidArgumentError
+from xmc.model.retry_policy import RETRY_POLICY_ANNOTATION, PolicyError, retry_policy_of
 from xmc.model.states import LaunchState, Priority
 from xmc.names import MAX_CLIENT_WORK_UNIT_ID
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
@@ -144,6 +145,12 @@ def validate_jobset(jobset: JobSetExecutable, where: str) -> None:
         raise InvalidArgumentError(f"{where}.jobs: at most {_MAX_JOBS} jobs")
     names = [job.name for job in jobset.jobs]
     annotations = dict(jobset.annotations)
+    try:
+        retry_policy_of(annotations)
+    except PolicyError as error:
+        field = f"{where}.annotations[{RETRY_POLICY_ANNOTATION!r}]"
+        key = f".{error.key}" if error.key else ""
+        raise InvalidArgumentError(f"{field}{key}: {error.detail}") from None
     for i, job in enumerate(jobset.jobs):
         _validate_job(job, f"{where}.jobs[{i}]", annotations)
         if names.count(job.name) > 1:

@@ -171,6 +171,13 @@ def _bad_work_unit(mutate: Callable[[WorkUnit], None]) -> WorkUnit:
     return work_unit
 
 
+def _retry_policy(text: str) -> Callable[[WorkUnit], None]:
+    def set_policy(w: WorkUnit) -> None:
+        w.executable.jobset.annotations["xmc.dev/retry-policy"] = text
+
+    return set_policy
+
+
 def _host_network(w: WorkUnit) -> None:
     w.executable.jobset.jobs[0].host_network = True
 
@@ -212,6 +219,17 @@ def _host_network(w: WorkUnit) -> None:
             _bad_work_unit(lambda w: setattr(w.executable.jobset.jobs[0], "name", "Bad_Name")),
             "jobs[0].name: 'Bad_Name' must be a DNS label",
             id="invalid job name",
+        ),
+        pytest.param(
+            _bad_work_unit(_retry_policy('{"max_attempts": 0}')),
+            "work_unit.executable.jobset.annotations['xmc.dev/retry-policy'].max_attempts: "
+            "a whole number from 1 to 100, got 0",
+            id="retry policy out of range",
+        ),
+        pytest.param(
+            _bad_work_unit(_retry_policy("{not json")),
+            "work_unit.executable.jobset.annotations['xmc.dev/retry-policy']: not JSON",
+            id="retry policy not JSON",
         ),
     ],
 )

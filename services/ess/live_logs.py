@@ -49,10 +49,6 @@ class LiveEvent:
     notice: str = ""
 
 
-def run_key(run: ContainerRun) -> RunKey:
-    return (run.pod_uid, run.container, run.run)
-
-
 def split_lines(pending: bytes, chunk: bytes) -> tuple[bytes, bytes]:
     """(whole lines to pass on, what stays pending) after ``chunk`` arrives: streams of
     several containers interleave by whole lines, never mid-line (pure)."""
@@ -122,8 +118,8 @@ class LiveLogs:
         try:
             while True:
                 for run in await runs():
-                    if run_key(run) not in pumps and not run.previous:
-                        pumps[run_key(run)] = asyncio.create_task(self._pump(kube, run, queue))
+                    if run.key not in pumps and not run.previous:
+                        pumps[run.key] = asyncio.create_task(self._pump(kube, run, queue))
                 async for event in _drain(queue, within=POLL_SECONDS):
                     yield event
                 ended = all(p.done() for p in pumps.values()) and queue.empty()

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from ess.live_logs import LiveEvent, LiveLogs, LiveUnavailable, run_key
+from ess.live_logs import LiveEvent, LiveLogs, LiveUnavailable
 from xmc.errors import InvalidArgumentError, NotFoundError
 from xmc.model.container_logs import exit_code_of
 from xmc.model.pod_containers import ContainerRun
@@ -79,7 +79,7 @@ def live_runs(
     final = {(r.pod_uid, r.container, r.run) for r in stored if r.terminated}
     return [
         run for run in runs
-        if (not container or run.container == container) and run_key(run) not in final
+        if (not container or run.container == container) and run.key not in final
     ]  # fmt: skip
 
 
@@ -90,9 +90,9 @@ class LogService(logs_pb2_grpc.LogServiceServicer):
         self._clock = clock
 
     async def _read_plan(
-        self, name: str, execution_id: int
+        self, name: str, execution_id: int, *, every_execution: bool = False
     ) -> tuple[int, int, int, bool, list[StoredLog]]:
-        """(xid, wid, eid, live, stored rows of eid)."""
+        """(xid, wid, eid, live, stored rows of eid — or of every execution)."""
         if execution_id < 0:
             raise InvalidArgumentError(f"execution_id: must not be negative, got {execution_id}")
         xid, wid = parse_work_unit_name(name)
@@ -104,7 +104,7 @@ class LogService(logs_pb2_grpc.LogServiceServicer):
                     f"execution_id: {work_unit_name(xid, wid)} has no execution {eid} "
                     f"(its current one is {current})"
                 )
-            stored = await fetch_logs(conn, xid, wid, eid)
+            stored = await fetch_logs(conn, xid, wid, None if every_execution else eid)
         live = eid == current and WorkUnitState(state) not in EXECUTION_TERMINAL_STATES
         return xid, wid, eid, live, stored
 
@@ -116,10 +116,9 @@ class LogService(logs_pb2_grpc.LogServiceServicer):
     async def ListContainerLogs(
         self, request: logs_pb2.ListContainerLogsRequest, context: Any
     ) -> logs_pb2.ListContainerLogsResponse:
-        xid, wid, eid, live, stored = await self._read_plan(request.parent, request.execution_id)
-        if not request.execution_id:
-            async with self._store.connection() as conn:
-                stored = await fetch_logs(conn, xid, wid, None)
+        xid, wid, eid, live, stored = await self._read_plan(
+            request.parent, request.execution_id, every_execution=not request.execution_id
+        )
         response = logs_pb2.ListContainerLogsResponse(
             logs=[stored_message(row) for row in stored], current_execution_id=eid
         )

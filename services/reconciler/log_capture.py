@@ -50,13 +50,9 @@ _SEND_ATTEMPTS: Final = 5
 _BACKOFF: Final = Backoffs((0.5, 1.0, 2.0, 5.0))
 
 
-def _key(run: ContainerRun) -> tuple[str, str, int]:
-    return (run.pod_uid, run.container, run.run)
-
-
 def ended_runs(pod: Mapping[str, Any], done: set[tuple[str, str, int]]) -> list[ContainerRun]:
     """The pod's container runs that ended and are not captured yet (pure)."""
-    return [r for r in container_runs(pod) if r.terminated and _key(r) not in done]
+    return [r for r in container_runs(pod) if r.terminated and r.key not in done]
 
 
 class LogCapture:
@@ -98,7 +94,7 @@ class LogCapture:
                 metrics.LOG_CAPTURES_TOTAL.labels("dropped").inc()
                 log.warning("log capture queue full; dropped", pod=run.pod_name)
                 continue
-            done.add(_key(run))
+            done.add(run.key)
 
     def forget(self) -> None:
         """A deposed leader's queue is the next leader's work: drop it."""
@@ -141,7 +137,7 @@ class LogCapture:
             ids, uid = work_unit_ids(pod), str(metadata_of(pod).get("uid") or "")
             done = self._done.setdefault(uid, set())
             if ids is not None and uid:
-                batch.extend((ids, r) for r in container_runs(pod) if _key(r) not in done)
+                batch.extend((ids, r) for r in container_runs(pod) if r.key not in done)
         for start in range(0, len(batch), _CONCURRENCY):
             await self._capture_and_send(batch[start : start + _CONCURRENCY])
 

@@ -32,6 +32,12 @@ class ContainerRun:
     #: The run is the container's previous one (read with ``previous=true``).
     previous: bool = False
 
+    @property
+    def key(self) -> tuple[str, str, int]:
+        """What names the run across reads: its pod's UID, the container and its run (the
+        key XMC stores a capture under, ``container_logs``)."""
+        return (self.pod_uid, self.container, self.run)
+
 
 def _run(pod: Mapping[str, Any], container: str, run: int, state: Mapping[str, Any],
          *, previous: bool) -> ContainerRun | None:  # fmt: skip

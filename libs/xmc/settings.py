@@ -28,6 +28,7 @@ from pathlib import Path
 from xmc.auth_settings import AuthSettings
 from xmc.errors import InvalidArgumentError
 from xmc.model.container_logs import DEFAULT_EXPERIMENT_BYTES, DEFAULT_TAIL_BYTES
+from xmc.model.retries import DEFAULT_PER_MINUTE, MAX_PER_MINUTE
 from xmc.setting_values import (
     Env,
     ReadFile,
@@ -280,6 +281,25 @@ class LogSettings:
 
 
 @dataclass(frozen=True)
+class RetrySettings:
+    """Automatic retries (docs/retries.md), decided by the ESS."""
+
+    #: XMC_RETRIES_PER_MINUTE — the cluster's cap on automatic retries: past it, retries
+    #: are spaced 60/N seconds apart, so a sweep failing at once cannot storm the cluster.
+    per_minute: int = DEFAULT_PER_MINUTE
+
+    @classmethod
+    def _from_env(cls, env: Env) -> RetrySettings:
+        d = cls()
+        value = number(env, "XMC_RETRIES_PER_MINUTE", d.per_minute, what="a number of retries")
+        if not (1 <= value <= MAX_PER_MINUTE and value == int(value)):
+            raise InvalidArgumentError(
+                f"XMC_RETRIES_PER_MINUTE: a whole number from 1 to {MAX_PER_MINUTE}, got {value!r}"
+            )
+        return cls(per_minute=int(value))
+
+
+@dataclass(frozen=True)
 class CliSettings:
     """The ``xmc`` command line (its ``--endpoint`` and ``--token`` flags read
     XMANAGER_ENDPOINT and XMC_AUTH_TOKEN themselves, through click)."""
@@ -307,6 +327,7 @@ class XmcSettings:
     ui: UiSettings = field(default_factory=UiSettings)
     cli: CliSettings = field(default_factory=CliSettings)
     logs: LogSettings = field(default_factory=LogSettings)
+    retries: RetrySettings = field(default_factory=RetrySettings)
 
 
 def load_settings(env: Env | None = None, *, read_file: ReadFile | None = None) -> XmcSettings:
@@ -325,6 +346,7 @@ def load_settings(env: Env | None = None, *, read_file: ReadFile | None = None) 
         ui=UiSettings._from_env(env),
         cli=CliSettings._from_env(env),
         logs=LogSettings._from_env(env),
+        retries=RetrySettings._from_env(env),
     )
     settings.core.validate()
     settings.auth.validate()

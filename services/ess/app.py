@@ -34,6 +34,8 @@ from ess.manifests import SpecService
 from ess.operations_service import OperationsService
 from ess.relay import OutboxRelay
 from ess.resume import ResumeWorker
+from ess.retries import Retries
+from ess.retry_service import RetryService
 from ess.service import ExperimentStateService
 from ess.sweeps import SweepService
 from ess.timelines import TimelineService
@@ -41,6 +43,7 @@ from xmc.auth_settings import AuthSettings
 from xmc.errors import InvalidArgumentError
 from xmc.health import Check, probe
 from xmc.model.outbox import RelaySettings
+from xmc.model.retries import DEFAULT_PER_MINUTE
 from xmc.redis_client import connect_redis
 from xmc.settings import LogSettings, Settings, XmcSettings
 from xmc.store.transactions import (
@@ -66,6 +69,8 @@ from xmc_api.internal.v1 import logs_pb2_grpc as internal_logs_pb2_grpc
 from xmc_api.xmc.v1 import (
     logs_pb2,
     logs_pb2_grpc,
+    retry_pb2,
+    retry_pb2_grpc,
     spec_pb2,
     spec_pb2_grpc,
     sweep_pb2,
@@ -87,6 +92,7 @@ SERVICE_NAMES = (
     internal_logs_pb2.DESCRIPTOR.services_by_name["ContainerLogService"].full_name,
     spec_pb2.DESCRIPTOR.services_by_name["SpecService"].full_name,
     sweep_pb2.DESCRIPTOR.services_by_name["SweepService"].full_name,
+    retry_pb2.DESCRIPTOR.services_by_name["RetryService"].full_name,
 )
 
 
@@ -110,6 +116,8 @@ class EssOptions:
     auth: AuthSettings = field(default_factory=AuthSettings)
     #: What is kept of each container's log, and each experiment's cap.
     logs: LogSettings = field(default_factory=LogSettings)
+    #: XMC_RETRIES_PER_MINUTE: the cluster's cap on automatic retries (docs/retries.md).
+    retries_per_minute: int = DEFAULT_PER_MINUTE
 
     @classmethod
     def from_settings(cls, settings: XmcSettings) -> EssOptions:
@@ -120,6 +128,7 @@ class EssOptions:
             tls_key_file=settings.tls.key_file,
             auth=settings.auth,
             logs=settings.logs,
+            retries_per_minute=settings.retries.per_minute,
         )
 
 
@@ -213,7 +222,10 @@ class EssServer:
             OperationsService(self.store, clock=self.clock), server
         )
         executions_pb2_grpc.add_WorkUnitExecutionServiceServicer_to_server(
-            WorkUnitExecutionService(self.store), server
+            WorkUnitExecutionService(
+                self.store, Retries(per_minute=options.retries_per_minute), committed=relay.wake
+            ),
+            server,
         )
         scheduling_pb2_grpc.add_SchedulingServiceServicer_to_server(
             SchedulingService(self.store, self.redis, names, clock=self.clock), server
@@ -230,6 +242,7 @@ class EssServer:
         )
         spec_pb2_grpc.add_SpecServiceServicer_to_server(SpecService(self.store), server)
         sweep_pb2_grpc.add_SweepServiceServicer_to_server(SweepService(self.store), server)
+        retry_pb2_grpc.add_RetryServiceServicer_to_server(RetryService(self.store), server)
         health_servicer = self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         reflection.enable_server_reflection(

@@ -103,6 +103,10 @@ class Store:
         async with self._pool.acquire() as conn, conn.transaction():
             yield conn
 
+    def clock(self) -> datetime:
+        """The time on the store's clock (what its own writes are stamped with)."""
+        return self._clock()
+
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[Connection]:
         """A pooled connection outside any transaction: for a single read, which then

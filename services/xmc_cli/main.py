@@ -23,6 +23,7 @@ from .client import DEFAULT_ENDPOINT, Client, fmt_time, parse_endpoint, pass_cli
 from .experiments import experiments
 from .launch import launch
 from .logs import logs
+from .retries import retry_policy
 from .timelines import wu_timeline
 from .watching import watch
 from .work_units import print_operation, wu
@@ -186,7 +187,7 @@ def operations_wait(client: Client, name: str, timeout: float) -> None:
 
 
 wu.add_command(wu_timeline)
-for command in (experiments, wu, launch, watch, logs):
+for command in (experiments, wu, launch, watch, logs, retry_policy):
     cli.add_command(command)
 
 

@@ -26,6 +26,8 @@ from xmc_api.internal.v1 import scheduling_pb2, scheduling_pb2_grpc
 from xmc_api.xmc.v1 import (
     logs_pb2,
     logs_pb2_grpc,
+    retry_pb2,
+    retry_pb2_grpc,
     spec_pb2,
     spec_pb2_grpc,
     sweep_pb2,
@@ -82,6 +84,7 @@ class Ess:
         self._scheduling = scheduling_pb2_grpc.SchedulingServiceStub(channel)
         self._timelines = timeline_pb2_grpc.TimelineServiceStub(channel)
         self._logs = logs_pb2_grpc.LogServiceStub(channel)
+        self._retries = retry_pb2_grpc.RetryServiceStub(channel)
         self._spec = spec_pb2_grpc.SpecServiceStub(channel)
         self._sweeps = sweep_pb2_grpc.SweepServiceStub(channel)
         self._metadata = metadata
@@ -170,6 +173,13 @@ class Ess:
         request = timeline_pb2.GetWorkUnitTimelineRequest(name=f"experiments/{xid}/workUnits/{wid}")
         found: timeline_pb2.WorkUnitTimeline = await self._call(
             self._timelines.GetWorkUnitTimeline, request
+        )
+        return found
+
+    async def retries(self, xid: int, wid: int) -> retry_pb2.WorkUnitRetries:
+        request = retry_pb2.GetWorkUnitRetriesRequest(name=f"experiments/{xid}/workUnits/{wid}")
+        found: retry_pb2.WorkUnitRetries = await self._call(
+            self._retries.GetWorkUnitRetries, request
         )
         return found
 

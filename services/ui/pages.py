@@ -13,6 +13,7 @@ from ui import sweep_table, views
 from ui.context import ess, render
 from ui.gateway import Ess, Page, UiError
 from ui.manifest_view import manifest_view
+from ui.retry_view import retries_view
 from ui.timeline_view import timeline_view, timings_view
 from xmc.model.work_unit_spec import spec_view
 from xmc.timestamps import utc_now
@@ -182,8 +183,11 @@ async def _work_unit_context(request: web.Request) -> dict[str, Any]:
     current = unit.current_work_unit_execution
     timeline, timeline_error = await _part(client.timeline(xid, wid), timeline_view)
     codes, _ = await _part(client.exit_codes(xid, [wid]), lambda found: found)
+    retries, retries_error = await _part(client.retries(xid, wid), retries_view)
     return {
         "xid": xid,
+        "retries": retries,
+        "retries_error": retries_error,
         "unit": views.work_unit_row(unit),
         "executions": [views.execution_row(e) for e in executions],
         "messages": [views.message_row(m) for m in messages],

@@ -1,0 +1,37 @@
+"""The work-unit page shows a unit's retries against a real ESS over gRPC (no browser):
+the attempt, the policy, each verdict, and the attempt on each execution's timeline."""
+
+from __future__ import annotations
+
+import re
+
+import aiohttp
+
+from tests.integration.ess_harness import Ess
+from tests.integration.test_retries import POLICY, experiment, failed, send, unit
+from tests.integration.ui_support import running_ui
+
+
+async def page(ui: str, path: str) -> str:
+    async with aiohttp.ClientSession() as http, http.get(f"{ui}/{path}") as response:
+        body = await response.text()
+        assert response.status == 200, body
+        return body
+
+
+async def test_the_unit_page_shows_attempts_and_verdicts(ess: Ess) -> None:
+    parent = await experiment(ess, unit(POLICY), unit())
+    name = f"{parent}/workUnits/1"
+    await send(ess, failed(ess, name, 1, code=137))
+    await send(ess, failed(ess, name, 2, code=2))
+    async with running_ui(ess.channel) as ui:
+        html = await page(ui, name)
+        bare = await page(ui, f"{parent}/workUnits/2")
+
+    assert re.search(r"attempt <b>2</b> of <b>3</b> · policy of the work unit&#39;s annotation", html)
+    rows = re.findall(r'<tr data-eid="(\d+)" data-verdict="(\w+)">', html)
+    assert rows == [("1", "retry"), ("2", "never")]
+    assert "exit code 2 is never retried" in html
+    assert '<small class="attempt">attempt 2, retried after exit code 137</small>' in html
+    assert '<p class="meta retry-verdict" data-verdict="never">not retried:' in html
+    assert "No retry policy: a failure is final" in bare

@@ -28,7 +28,8 @@ async def test_the_unit_page_shows_attempts_and_verdicts(ess: Ess) -> None:
         html = await page(ui, name)
         bare = await page(ui, f"{parent}/workUnits/2")
 
-    assert re.search(r"attempt <b>2</b> of <b>3</b> · policy of the work unit&#39;s annotation", html)
+    source = "policy of the work unit&#39;s annotation"  # escaped, as everything is
+    assert re.search(rf"attempt <b>2</b> of <b>3</b> · {source}", html)
     rows = re.findall(r'<tr data-eid="(\d+)" data-verdict="(\w+)">', html)
     assert rows == [("1", "retry"), ("2", "never")]
     assert "exit code 2 is never retried" in html

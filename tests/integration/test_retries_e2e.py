@@ -1,0 +1,68 @@
+"""Automatic retries end to end at real time (issue 28): ESS (gRPC) → Actuator → kubesim
+(HTTP, its JobSet/Kueue/kubelet simulators) → Reconciler, whose FAILED observation carries
+the failing container's exit code → the ESS's retry → the Actuator's restart, until the
+budget is spent (tests/integration/system.py)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tests.integration.support import behaving_unit, fetch_all
+from tests.integration.system import ALICE, System, running_system
+from tests.integration.test_failure_reasons import create
+from tests.waiting import eventually
+from xmc.model.retry_policy import RETRY_POLICY_ANNOTATION
+from xmc.model.states import WorkUnitState
+from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
+from xmc_api.xmc.v1 import retry_pb2, retry_pb2_grpc
+
+# The whole loop at real time: `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
+
+S = WorkUnitState
+
+
+def failing(code: int, policy: dict[str, Any]) -> WorkUnit:
+    unit = behaving_unit({"run_seconds": 1, "exit_code": code})
+    unit.executable.jobset.annotations[RETRY_POLICY_ANNOTATION] = json.dumps(policy)
+    return unit
+
+
+async def verdicts(system: System, name: str) -> list[tuple[int, str]]:
+    stub = retry_pb2_grpc.RetryServiceStub(system.ess.channel)
+    found = await stub.GetWorkUnitRetries(
+        retry_pb2.GetWorkUnitRetriesRequest(name=name), metadata=ALICE
+    )
+    return [(d.execution_id, d.verdict) for d in found.decisions]
+
+
+async def test_a_failing_unit_is_retried_until_its_budget_is_spent(ess_factory: Any) -> None:
+    async with running_system(ess_factory) as system:
+        retried = await create(
+            system, failing(137, {"max_attempts": 3, "on_exit_codes": [137], "backoff_seconds": 1})
+        )
+        never = await create(system, failing(2, {"max_attempts": 3, "never_on_exit_codes": [2]}))
+
+        want = [(1, "retry"), (2, "retry"), (3, "exhausted")]
+        assert await eventually(lambda: verdicts(system, retried), want, within=90) == want
+        assert await system.state(retried) == S.FAILED
+        history = await system.history(retried)
+        assert [eid for eid, state in history if state == S.FAILED] == [1, 2, 3]
+        assert [eid for eid, state in history if state == S.RUNNING] == [1, 2, 3]
+        # Each attempt ran its own JobSet, created once (the manifest of each execution).
+        xid, wid = (int(p) for p in retried.split("/")[1::2])
+        rows = await fetch_all(
+            system.ess.database_url,
+            "SELECT eid FROM execution_manifests WHERE xid = $1 AND wid = $2 ORDER BY eid",
+            xid,
+            wid,
+        )
+        assert [r["eid"] for r in rows] == [1, 2, 3]
+        messages = [text for eid, _sev, text in await system.messages(retried) if eid == 3]
+        assert messages[0].startswith("attempt 3 of 3, retried after exit code 137")
+
+        assert await eventually(lambda: verdicts(system, never), [(1, "never")], within=30)
+        assert await system.state(never) == S.FAILED

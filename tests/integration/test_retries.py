@@ -329,3 +329,26 @@ async def test_setting_a_default_is_checked(ess: Ess) -> None:
         grpc.StatusCode.INVALID_ARGUMENT,
         "name",
     )
+
+
+async def test_a_preemption_spends_no_attempt(ess: Ess) -> None:
+    """Kueue's preemption suspends the JobSet and re-queues it within the same execution
+    (DESCHEDULING → SCHEDULING): no execution is made, so no attempt is spent."""
+    parent = await experiment(ess, unit({"max_attempts": 2, "on_exit_codes": [137]}))
+    name = f"{parent}/workUnits/1"
+    for seconds, state in enumerate((S.RUNNING, S.DESCHEDULING, S.SCHEDULING, S.RUNNING), 1):
+        update = failed(ess, name, 1)
+        update.ClearField("failure")
+        update.execution.status.state = int(state)  # type: ignore[assignment]
+        update.execution.status.state_update_time.FromDatetime(
+            ess.clock.now + timedelta(seconds=seconds)
+        )
+        await send(ess, update)
+    late = failed(ess, name, 1, code=137)
+    late.execution.status.state_update_time.FromDatetime(ess.clock.now + timedelta(seconds=9))
+    await send(ess, late)
+    work_unit = await get(ess, name)
+    assert current(work_unit) == (2, S.RESTARTING)
+    assert work_unit.current_work_unit_execution.status.system_message.user_facing_text == (
+        "attempt 2 of 2, retried after exit code 137"
+    )

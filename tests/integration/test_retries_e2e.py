@@ -13,9 +13,11 @@ import pytest
 from tests.integration.support import behaving_unit, fetch_all
 from tests.integration.system import ALICE, System, running_system
 from tests.integration.test_failure_reasons import create
-from tests.waiting import eventually
+from tests.waiting import eventually, holds_for
+from xmc.labels import EXECUTION_ID
 from xmc.model.retry_policy import RETRY_POLICY_ANNOTATION
 from xmc.model.states import WorkUnitState
+from xmc_api.cloud.xmanager.v1 import api_pb2
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 from xmc_api.xmc.v1 import retry_pb2, retry_pb2_grpc
 
@@ -66,3 +68,31 @@ async def test_a_failing_unit_is_retried_until_its_budget_is_spent(ess_factory: 
 
         assert await eventually(lambda: verdicts(system, never), [(1, "never")], within=30)
         assert await system.state(never) == S.FAILED
+
+
+async def test_a_unit_stopped_while_its_retry_waits_is_not_started(ess_factory: Any) -> None:
+    """The retry's task is due after its backoff; a stop meanwhile stops execution 2 (it
+    has no JobSet yet) and the task, once due, is refused by the Actuator's admission
+    (execution 2 is STOPPED): no JobSet of execution 2 is ever created."""
+    async with running_system(ess_factory) as system:
+        name = await create(system, failing(137, {"max_attempts": 3, "backoff_seconds": 4}))
+        await eventually(lambda: verdicts(system, name), [(1, "retry")], within=30)
+        await system.ess.api.StopWorkUnit(api_pb2.StopWorkUnitRequest(name=name), metadata=ALICE)
+        await eventually(lambda: system.state(name), S.STOPPED, within=30)
+
+        def second_jobset() -> bool:
+            jobset = system.jobset(name)
+            labels = (jobset or {}).get("metadata", {}).get("labels", {})
+            return labels.get(EXECUTION_ID) == "2"
+
+        await holds_for(second_jobset, False, during=8)
+        assert await system.state(name) == S.STOPPED
+        xid, wid = (int(p) for p in name.split("/")[1::2])
+        rows = await fetch_all(
+            system.ess.database_url,
+            "SELECT status, outcome FROM task_outbox WHERE xid = $1 AND wid = $2 "
+            "AND origin = 'retry'",
+            xid,
+            wid,
+        )
+        assert [(r["status"], r["outcome"]) for r in rows] == [("finished", "unwanted")]

@@ -31,16 +31,19 @@ from ess.live_logs import LiveLogs
 from ess.log_capture import ContainerLogService
 from ess.logs import LogService
 from ess.manifests import SpecService
+from ess.notifications import NotificationService
 from ess.operations_service import OperationsService
 from ess.relay import OutboxRelay
 from ess.resume import ResumeWorker
 from ess.service import ExperimentStateService
 from ess.sweeps import SweepService
 from ess.timelines import TimelineService
+from ess.webhooks import WebhookWorker
 from xmc.auth_settings import AuthSettings
 from xmc.errors import InvalidArgumentError
 from xmc.health import Check, probe
 from xmc.model.outbox import RelaySettings
+from xmc.model.webhooks import WebhookSettings
 from xmc.redis_client import connect_redis
 from xmc.settings import LogSettings, Settings, XmcSettings
 from xmc.store.transactions import (
@@ -66,6 +69,8 @@ from xmc_api.internal.v1 import logs_pb2_grpc as internal_logs_pb2_grpc
 from xmc_api.xmc.v1 import (
     logs_pb2,
     logs_pb2_grpc,
+    notifications_pb2,
+    notifications_pb2_grpc,
     spec_pb2,
     spec_pb2_grpc,
     sweep_pb2,
@@ -87,6 +92,7 @@ SERVICE_NAMES = (
     internal_logs_pb2.DESCRIPTOR.services_by_name["ContainerLogService"].full_name,
     spec_pb2.DESCRIPTOR.services_by_name["SpecService"].full_name,
     sweep_pb2.DESCRIPTOR.services_by_name["SweepService"].full_name,
+    notifications_pb2.DESCRIPTOR.services_by_name["NotificationService"].full_name,
 )
 
 
@@ -110,6 +116,10 @@ class EssOptions:
     auth: AuthSettings = field(default_factory=AuthSettings)
     #: What is kept of each container's log, and each experiment's cap.
     logs: LogSettings = field(default_factory=LogSettings)
+    #: The webhook delivery worker's timeouts and retry schedule (docs/notifications.md).
+    webhooks: WebhookSettings = field(default_factory=WebhookSettings)
+    #: The dashboard's base URL, linked from notifications; empty: no link.
+    dashboard_url: str = ""
 
     @classmethod
     def from_settings(cls, settings: XmcSettings) -> EssOptions:
@@ -163,6 +173,8 @@ class EssServer:
         self._intents: Intents | None = None
         self._live_logs: LiveLogs | None = None
         self.relay: OutboxRelay | None = None
+        #: Sends queued webhook deliveries (docs/notifications.md).
+        self.webhooks: WebhookWorker | None = None
         self.redis: Any = None
         #: The OIDC issuer's keys, when XMC_AUTH_JWKS_URL is set.
         self.jwks: JwksKeys | None = None
@@ -230,6 +242,9 @@ class EssServer:
         )
         spec_pb2_grpc.add_SpecServiceServicer_to_server(SpecService(self.store), server)
         sweep_pb2_grpc.add_SweepServiceServicer_to_server(SweepService(self.store), server)
+        notifications_pb2_grpc.add_NotificationServiceServicer_to_server(
+            NotificationService(self.store, clock=self.clock), server
+        )
         health_servicer = self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         reflection.enable_server_reflection(
@@ -250,6 +265,12 @@ class EssServer:
         for name in (*SERVICE_NAMES, ""):
             await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
 
+        webhooks = self.webhooks = WebhookWorker(
+            self.store,
+            settings=options.webhooks,
+            dashboard_url=options.dashboard_url,
+            clock=self.clock,
+        )
         worker = ResumeWorker(
             self.store,
             self.redis,
@@ -263,6 +284,7 @@ class EssServer:
             asyncio.create_task(relay.run(self._stop), name="outbox-relay"),
             asyncio.create_task(worker.run(self._stop), name="resume-worker"),
             asyncio.create_task(self._janitor(), name="janitor"),
+            asyncio.create_task(webhooks.run(self._stop), name="webhook-worker"),
         ]
         if self.jwks is not None:
             # Not awaited here: probes and static tokens answer while the issuer is slow;

@@ -27,6 +27,7 @@ from xmc.model.merge import (
     merge_work_unit_execution,
     validate_batch,
 )
+from xmc.model.notifications import UnitFailure
 from xmc.model.states import WorkUnitState
 from xmc.model.stored import StoredExecution
 from xmc.store.codec import EXECUTION_COLUMNS, stored_from_row, stored_to_columns
@@ -202,12 +203,14 @@ async def _write_changed(conn: Connection, slots: dict[tuple[int, int], _Slot]) 
 def _rollup_deltas(slots: dict[tuple[int, int], _Slot]) -> dict[int, RollupDelta]:
     """Net effect per experiment: only where a work unit started and ended matters."""
     deltas: dict[int, RollupDelta] = defaultdict(RollupDelta)
-    for (xid, _wid), slot in slots.items():
+    for (xid, wid), slot in slots.items():
         if not slot.changed:
             continue
         before, after = slot.initial.state, slot.current.state
         if before != after:
             deltas[xid].state_changes.append((before, after))
+            if after == WorkUnitState.FAILED:
+                deltas[xid].failures.append(UnitFailure(wid, slot.eid))
         initial, current = slot.initial, slot.current
         if (
             initial.system_message == current.system_message

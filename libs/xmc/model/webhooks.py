@@ -39,7 +39,7 @@ class WebhookSettings:
     cap_seconds: float = 7200.0
     """Longest delay between two attempts."""
     max_attempts: int = 20
-    """Attempts in all (with the defaults, the last is about 23 h after the first)."""
+    """Attempts in all (with the defaults the last comes 15 to 21 h after the first)."""
     max_age: timedelta = timedelta(hours=24)
     """No attempt starts later than this after the event: the delivery is given up."""
 

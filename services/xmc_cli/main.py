@@ -25,6 +25,7 @@ from .launch import launch
 from .logs import logs
 from .timelines import wu_timeline
 from .watching import watch
+from .webhooks import webhooks
 from .work_units import print_operation, wu
 
 OUTPUTS = ("table", "json")
@@ -186,7 +187,7 @@ def operations_wait(client: Client, name: str, timeout: float) -> None:
 
 
 wu.add_command(wu_timeline)
-for command in (experiments, wu, launch, watch, logs):
+for command in (experiments, wu, launch, watch, logs, webhooks):
     cli.add_command(command)
 
 

@@ -16,6 +16,7 @@ import pytest
 
 from tests.integration.ess_harness import Ess, EssFactory, metadata
 from tests.integration.support import WallClock, fetch_all
+from tests.integration.test_cli import xmc, xmc_json
 from tests.integration.test_ess_api import expect_error
 from tests.integration.test_ess_internal import experiment_with_work_units, observation
 from tests.integration.webhook_receiver import Receiver
@@ -311,3 +312,35 @@ async def test_queued_deliveries_outlive_the_ess(
 
 async def _claim_nothing() -> list[Any]:
     return []
+
+
+async def test_the_cli_adds_lists_shows_deliveries_and_removes(
+    ess_factory: EssFactory, receiver: Receiver
+) -> None:
+    ess, _hooks = await start(ess_factory)
+    parent = await experiment_with_work_units(ess, 1)
+    xid = parent.split("/")[1]
+    added = await xmc(ess, "webhooks", "add", receiver.url("/ok"), "-x", xid,
+                      "--event", "work_unit.failed")  # fmt: skip
+    assert added.exit_code == 0, added.output
+    assert "secret: " in added.stdout
+    name = next(line for line in added.stdout.splitlines() if line.startswith("webhooks/"))
+    listed = await xmc_json(ess, "webhooks", "list", "-x", xid)
+    assert [(w["name"], w["events"]) for w in listed] == [(name, ["work_unit.failed"])]
+    assert "secret" not in listed[0]
+    both = await xmc(ess, "webhooks", "list", "-x", xid, "--mine")
+    assert both.exit_code != 0
+    assert "exactly one of --experiment XID and --mine" in both.output
+
+    await observe(ess, parent, 1, S.FAILED)
+    await eventually(lambda: receiver.at("/ok"), what="the post")
+    table = await eventually(
+        lambda: xmc(ess, "webhooks", "deliveries", xid),
+        lambda r: "delivered" in r.stdout,
+        what="the delivery log",
+    )
+    assert "work_unit.failed" in table.stdout
+    assert "200 ok" in table.stdout
+    removed = await xmc(ess, "webhooks", "rm", name.split("/")[1])
+    assert removed.exit_code == 0, removed.output
+    assert await xmc_json(ess, "webhooks", "list", "-x", xid) == []

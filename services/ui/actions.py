@@ -4,6 +4,7 @@ redirect, GET), so a reload never repeats an action."""
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from aiohttp import web
@@ -11,6 +12,7 @@ from aiohttp import web
 from ui import sweep_table, views
 from ui.context import ess
 from ui.gateway import UiError
+from xmc_api.xmc.v1 import notifications_pb2
 
 
 def back_to(target: str, notice: str, fallback: str) -> str:
@@ -106,6 +108,37 @@ async def selected(request: web.Request) -> web.Response:
     return await _redirect(request, notice, f"/experiments/{xid}")
 
 
+def _number(form: Any, key: str, kind: type[int] | type[float]) -> Any:
+    raw = str(form.get(key, "")).strip()
+    try:
+        return kind(raw) if raw else kind(0)
+    except ValueError:
+        raise UiError(400, f"{key}: expected a number, got {raw[:32]!r}") from None
+
+
+async def add_webhook(request: web.Request) -> web.Response:
+    """Add a webhook to the experiment. A secret left empty is made by the ESS and never
+    shown (a notice must not carry it into the URL): give one to verify signatures."""
+    xid, _ = _ids(request)
+    form = await request.post()
+    webhook = notifications_pb2.Webhook(
+        url=str(form.get("url", "")).strip(),
+        events=[str(e) for e in form.getall("event", [])],
+        failed_count=_number(form, "failed_count", int),
+        failed_fraction=_number(form, "failed_fraction", float),
+        secret=str(form.get("secret", "")),
+    )
+    name = await ess(request).add_webhook(xid, webhook)
+    return await _redirect(request, f"{name} added", f"/experiments/{xid}")
+
+
+async def delete_webhook(request: web.Request) -> web.Response:
+    xid, _ = _ids(request)
+    name = f"webhooks/{request.match_info['hook']}"
+    await ess(request).delete_webhook(name)
+    return await _redirect(request, f"{name} removed", f"/experiments/{xid}")
+
+
 async def pause(request: web.Request) -> web.Response:
     form = await request.post()
     await ess(request).pause(str(form.get("reason", "")).strip() or "paused from the dashboard")
@@ -124,5 +157,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post(r"/experiments/{xid:\d+}/stop", batch_stop)
     app.router.add_post(r"/experiments/{xid:\d+}/restart", batch_restart)
     app.router.add_post(r"/experiments/{xid:\d+}/selected", selected)
+    app.router.add_post(r"/experiments/{xid:\d+}/webhooks", add_webhook)
+    app.router.add_post(r"/experiments/{xid:\d+}/webhooks/{hook:\d+}/delete", delete_webhook)
     app.router.add_post("/scheduling/pause", pause)
     app.router.add_post("/scheduling/resume", resume)

@@ -13,6 +13,7 @@ from ui import sweep_table, views
 from ui.context import ess, render
 from ui.gateway import Ess, Page, UiError
 from ui.manifest_view import manifest_view
+from ui.notifications_view import EVENTS, SHOWN_DELIVERIES, notifications_view
 from ui.timeline_view import timeline_view, timings_view
 from xmc.model.work_unit_spec import spec_view
 from xmc.timestamps import utc_now
@@ -161,10 +162,15 @@ async def experiment(request: web.Request) -> web.Response:
     filter) is still the page, with the refusal as its notice and a 400, so the filter
     box is there to fix it."""
     xid, _ = _ids(request)
-    context, (timings, error) = await asyncio.gather(
-        _experiment_context(request), _part(ess(request).timings(xid), timings_view)
+    client = ess(request)
+    context, (timings, error), (notifications, notifications_error) = await asyncio.gather(
+        _experiment_context(request),
+        _part(client.timings(xid), timings_view),
+        _part(client.notifications(xid, SHOWN_DELIVERIES), notifications_view),
     )
     context["timings"], context["timings_error"] = timings, error
+    context["notifications"], context["notifications_error"] = notifications, notifications_error
+    context["webhook_events"] = EVENTS
     return render(request, "experiment.html", context, status=400 if context["problem"] else 200)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import aiohttp
 import grpc
 import pytest
 
@@ -19,6 +20,7 @@ from tests.integration.support import WallClock, fetch_all
 from tests.integration.test_cli import xmc, xmc_json
 from tests.integration.test_ess_api import expect_error
 from tests.integration.test_ess_internal import experiment_with_work_units, observation
+from tests.integration.ui_support import running_ui
 from tests.integration.webhook_receiver import Receiver
 from tests.waiting import eventually, holds_for
 from xmc.model.states import WorkUnitState
@@ -344,3 +346,48 @@ async def test_the_cli_adds_lists_shows_deliveries_and_removes(
     removed = await xmc(ess, "webhooks", "rm", name.split("/")[1])
     assert removed.exit_code == 0, removed.output
     assert await xmc_json(ess, "webhooks", "list", "-x", xid) == []
+
+
+async def test_the_dashboard_shows_adds_and_removes_webhooks_and_the_log(
+    ess_factory: EssFactory, receiver: Receiver
+) -> None:
+    ess, hooks = await start(ess_factory)
+    parent = await experiment_with_work_units(ess, 1)
+    xid = parent.split("/")[1]
+    async with running_ui(ess.channel) as ui, aiohttp.ClientSession() as http:
+        page = f"{ui}/experiments/{xid}"
+        async with http.get(page) as response:
+            assert response.status == 200
+            assert "No webhook on this experiment" in await response.text()
+        async with http.post(
+            f"{page}/webhooks", data={"url": "ftp://x/y"}, allow_redirects=False
+        ) as response:
+            assert response.status == 400
+            assert "webhook.url: must be http:// or https://" in await response.text()
+        form = {"url": receiver.url("/ok/T0/secret-path"), "event": "work_unit.failed",
+                "failed_count": "", "secret": ""}  # fmt: skip
+        async with http.post(f"{page}/webhooks", data=form, allow_redirects=False) as response:
+            assert response.status == 303, await response.text()
+            assert "added" in response.headers["Location"]
+        (webhook,) = (
+            await hooks.ListWebhooks(pb.ListWebhooksRequest(parent=parent), metadata=ALICE)
+        ).webhooks
+        assert webhook.events == ["work_unit.failed"]
+
+        await observe(ess, parent, 1, S.FAILED)
+        await eventually(lambda: receiver.at("/ok/T0/secret-path"), what="the post")
+
+        async def shown() -> str:
+            async with http.get(page) as response:
+                return await response.text()
+
+        text = await eventually(shown, lambda t: "200 ok" in t, what="the delivery on the page")
+        assert f"http://127.0.0.1:{receiver.port}/ok/…" in text
+        assert "secret-path" not in text
+        assert "work_unit.failed" in text
+        hook_id = webhook.name.split("/")[1]
+        async with http.post(
+            f"{page}/webhooks/{hook_id}/delete", allow_redirects=False
+        ) as response:
+            assert response.status == 303
+        assert "No webhook on this experiment" in await shown()

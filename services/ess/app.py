@@ -130,6 +130,7 @@ class EssOptions:
             tls_key_file=settings.tls.key_file,
             auth=settings.auth,
             logs=settings.logs,
+            dashboard_url=settings.ui.public_url,
         )
 
 

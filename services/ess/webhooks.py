@@ -48,7 +48,13 @@ from xmc.model.webhooks import (
     signature,
 )
 from xmc.retry import Backoffs, sleep_or_stop
-from xmc.store.transactions import DueDelivery, Store, claim_due_deliveries, record_attempt
+from xmc.store.transactions import (
+    DueDelivery,
+    Store,
+    claim_due_deliveries,
+    delete_expired_deliveries,
+    record_attempt,
+)
 
 log = structlog.get_logger()
 
@@ -59,6 +65,8 @@ WEBHOOK_ATTEMPTS = Counter(
 )
 _ERROR_BACKOFF = Backoffs((0.2, 0.5, 1.0, 2.0, 5.0))
 USER_AGENT = "xmc-webhooks/1"
+#: Seconds between two prunes of finished deliveries (``DELIVERY_RETENTION``).
+PRUNE_SECONDS = 3600.0
 
 
 class WebhookWorker:
@@ -80,6 +88,7 @@ class WebhookWorker:
         self._jitter = jitter
         self._wake = asyncio.Event()
         self._in_flight: set[asyncio.Task[None]] = set()
+        self._pruned_at = -PRUNE_SECONDS
 
     def wake(self) -> None:
         """Look for due deliveries now (a slot freed up)."""
@@ -95,6 +104,7 @@ class WebhookWorker:
                 while not stop.is_set():
                     self._wake.clear()
                     try:
+                        await self._prune()
                         claimed = await self.claim()
                         failures = 0
                     except Exception:
@@ -124,6 +134,17 @@ class WebhookWorker:
         finally:
             for waiter in waits:
                 waiter.cancel()
+
+    async def _prune(self) -> None:
+        """Drop old finished deliveries, hourly (the janitor's job, done here so the
+        notifications stay in their own module)."""
+        if time.monotonic() - self._pruned_at < PRUNE_SECONDS:
+            return
+        async with self._store.transaction() as conn:
+            dropped = await delete_expired_deliveries(conn, now=self._clock())
+        self._pruned_at = time.monotonic()
+        if dropped:
+            log.info("expired webhook deliveries dropped", deliveries=dropped)
 
     def _settled(self, task: asyncio.Task[None]) -> None:
         self._in_flight.discard(task)

@@ -385,6 +385,18 @@ async def test_the_dashboard_shows_adds_and_removes_webhooks_and_the_log(
         assert f"http://127.0.0.1:{receiver.port}/ok/…" in text
         assert "secret-path" not in text
         assert "work_unit.failed" in text
+        # The REST face of the same service (docs/rest.md), with alice's token.
+        alice = {"Authorization": "Bearer token-alice"}
+        async with http.get(f"{ui}/v1/{parent}/webhookDeliveries", headers=alice) as response:
+            assert response.status == 200
+            (delivery,) = (await response.json())["deliveries"]
+            assert delivery["status"] == "delivered"
+            assert delivery["log"][0]["httpStatus"] == 200
+        async with http.post(
+            f"{ui}/v1/users/me/webhooks", json={"url": "gopher://x"}, headers=alice
+        ) as response:
+            assert response.status == 400
+            assert "webhook.url" in (await response.json())["error"]["message"]
         hook_id = webhook.name.split("/")[1]
         async with http.post(
             f"{page}/webhooks/{hook_id}/delete", allow_redirects=False

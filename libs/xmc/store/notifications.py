@@ -29,6 +29,9 @@ from xmc.model.notifications import (
 from xmc.model.webhooks import AttemptOutcome, Decision, Verdict
 from xmc.store.connection import Connection
 
+#: Delivered and failed deliveries (with their log) are kept this long, then dropped.
+DELIVERY_RETENTION = timedelta(days=30)
+
 #: ``next_attempt`` of a new delivery (as ``xmc.store.outbox.DUE_AT_ONCE``).
 DUE_AT_ONCE = datetime.min.replace(tzinfo=UTC)
 
@@ -237,6 +240,17 @@ async def record_attempt(
         due.id, due.attempt, status, next_attempt, finish,
     )  # fmt: skip
     return bool(done)
+
+
+async def delete_expired_deliveries(conn: Connection, *, now: datetime) -> int:
+    """Drop deliveries finished more than ``DELIVERY_RETENTION`` ago; how many."""
+    dropped: int = await conn.fetchval(
+        """WITH gone AS (DELETE FROM webhook_deliveries
+                         WHERE status <> 'pending' AND finish_time < $1 RETURNING 1)
+           SELECT count(*) FROM gone""",
+        now - DELIVERY_RETENTION,
+    )
+    return dropped
 
 
 @dataclass(frozen=True)

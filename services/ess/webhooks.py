@@ -251,5 +251,7 @@ async def _read_snippet(response: aiohttp.ClientResponse) -> str:
 def _error_text(error: BaseException) -> str:
     """The error without the URL (a Slack webhook's path is its credential)."""
     if isinstance(error, aiohttp.ClientConnectorError):
+        if isinstance(error.os_error, ConnectionRefusedError):
+            return "cannot connect: connection refused"
         return f"cannot connect: {error.os_error.strerror or type(error.os_error).__name__}"
     return f"{type(error).__name__}"[:200]

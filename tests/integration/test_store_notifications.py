@@ -11,7 +11,7 @@ import pytest
 
 from tests.integration.support import minimal_work_unit, state_update
 from xmc.model.notifications import ALL_EVENTS, Threshold
-from xmc.model.states import WorkUnitState
+from xmc.model.states import LaunchState, WorkUnitState
 from xmc.model.webhooks import AttemptOutcome, Decision, Verdict
 from xmc.store.repository import Store
 from xmc.store.transactions import (
@@ -134,3 +134,21 @@ async def test_finished_deliveries_expire_pending_ones_stay(store: Store) -> Non
         assert await delete_expired_deliveries(conn, now=NOW + timedelta(days=29)) == 0
         assert await delete_expired_deliveries(conn, now=NOW + timedelta(days=31)) == 1
     assert await count(store) == 1
+
+
+async def events(store: Store) -> list[str]:
+    async with store.connection() as conn:
+        rows = await conn.fetch("SELECT event FROM webhook_deliveries ORDER BY id")
+    return [row["event"] for row in rows]
+
+
+async def test_a_launch_that_ends_after_its_units_finishes_the_experiment(store: Store) -> None:
+    xid = await experiment_with_webhook(store)
+    done = state_update(xid, 1, 1, WorkUnitState.COMPLETED, NOW + timedelta(seconds=1))
+    async with store.transaction() as conn:
+        await update_work_unit_executions(conn, [done], writer="test", now=NOW)
+    assert await events(store) == [], "still LAUNCHING: more units may come"
+    await store.update_experiment_launch_state(xid, LaunchState.COMPLETED)
+    assert await events(store) == ["experiment.finished"]
+    await store.update_experiment_launch_state(xid, LaunchState.COMPLETED)  # a repeat
+    assert await events(store) == ["experiment.finished"]

@@ -186,15 +186,21 @@ async def test_a_delivery_is_given_up_after_its_attempts(
     parent = await experiment_with_work_units(ess, 1)
     await add_webhook(hooks, parent, receiver.url("/flaky/99"), events=["work_unit.failed"])
     await add_webhook(hooks, parent, receiver.url("/gone"), events=["work_unit.failed"])
+    # Nothing listens on port 1: every attempt is refused.
+    refused = await add_webhook(hooks, parent, "http://127.0.0.1:1/x", events=["work_unit.failed"])
     await observe(ess, parent, 1, S.FAILED)
 
     log = await eventually(
         lambda: deliveries(hooks, parent),
-        lambda ds: len(ds) == 2 and all(d.status == "failed" for d in ds),
-        what="both given up",
+        lambda ds: len(ds) == 3 and all(d.status == "failed" for d in ds),
+        what="all given up",
     )
     attempts = sorted(len(d.log) for d in log)
-    assert attempts == [1, 3], "410 ends at once; 500s after max_attempts"
+    assert attempts == [1, 3, 3], "410 ends at once; 500s and refusals after max_attempts"
+    (never,) = [d for d in log if d.webhook == refused.name]
+    assert {(a.http_status, a.error) for a in never.log} == {
+        (0, "cannot connect: connection refused")
+    }
     await holds_for(lambda: len(receiver.requests), 4, during=0.4)
 
 

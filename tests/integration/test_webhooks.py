@@ -130,6 +130,23 @@ async def test_a_finished_experiment_and_a_failed_unit_are_delivered_signed(
         lambda ds: len(ds) == 2 and all(d.status == "delivered" for d in ds),
         what="both delivered in the log",
     )
+    first = await hooks.ListDeliveries(
+        pb.ListDeliveriesRequest(parent=parent, page_size=1), metadata=BOB
+    )
+    rest = await hooks.ListDeliveries(
+        pb.ListDeliveriesRequest(parent=parent, page_size=1, page_token=first.next_page_token),
+        metadata=BOB,
+    )
+    assert [d.delivery_id for d in (*first.deliveries, *rest.deliveries)] == [
+        d.delivery_id for d in log
+    ]
+    assert not rest.next_page_token
+    await expect_error(
+        hooks.ListDeliveries(pb.ListDeliveriesRequest(parent=parent, page_token="x"),
+                             metadata=ALICE),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "page_token",
+    )  # fmt: skip
     for delivery in log:
         assert delivery.webhook == webhook.name
         assert delivery.attempts == 1

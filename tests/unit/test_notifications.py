@@ -7,7 +7,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -350,3 +353,18 @@ def test_secrets() -> None:
     for bad in ("x" * 15, "x" * 257, "x" * 15 + "\n"):
         with pytest.raises(InvalidArgumentError, match=r"webhook\.secret"):
             check_secret(bad)
+
+
+def test_the_documented_verification_snippet_accepts_a_signed_delivery() -> None:
+    """docs/notifications.md's receiver code, run as written."""
+    doc = (Path(__file__).parents[2] / "docs" / "notifications.md").read_text()
+    snippet = doc.split("### Verifying a delivery", 1)[1].split("```python\n", 1)[1]
+    namespace: dict[str, Any] = {}
+    exec(snippet.split("```", 1)[0], namespace)
+    body, now = b'{"text":"hi"}', int(time.time())
+    headers = {"X-XMC-Timestamp": str(now), "X-XMC-Signature": signature("s3cret", now, body)}
+    assert namespace["verify"]("s3cret", headers, body)
+    assert not namespace["verify"]("other", headers, body)
+    stale = {**headers, "X-XMC-Timestamp": str(now - 3600)}
+    stale["X-XMC-Signature"] = signature("s3cret", now - 3600, body)
+    assert not namespace["verify"]("s3cret", stale, body), "an old signature is a replay"

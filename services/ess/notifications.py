@@ -19,7 +19,7 @@ from google.protobuf.empty_pb2 import Empty
 
 from ess.auth import acl_writer_emails, require_experiment_writer
 from ess.interceptor import caller
-from xmc.errors import InvalidArgumentError, PermissionDeniedError
+from xmc.errors import InvalidArgumentError, PermissionDeniedError, ResourceExhaustedError
 from xmc.model.notifications import ALL_EVENTS, Event, Threshold
 from xmc.model.webhooks import MAX_SECRET_LENGTH, MIN_SECRET_LENGTH, masked_url, validate_url
 from xmc.names import experiment_name, parse_experiment_name
@@ -198,9 +198,9 @@ class NotificationService(notifications_pb2_grpc.NotificationServiceServicer):
             else:
                 existing = await list_webhooks(conn, owner=parent)
             if len(existing) >= MAX_WEBHOOKS_PER_PARENT:
-                raise InvalidArgumentError(
+                raise ResourceExhaustedError(
                     f"parent: {request.parent} has {MAX_WEBHOOKS_PER_PARENT} webhooks, "
-                    "the most it may have"
+                    "the most it may have; remove one first"
                 )
             stored = await insert_webhook(
                 conn,

@@ -295,6 +295,13 @@ async def test_webhook_configuration_is_checked(
         add_webhook(hooks, "experiments/999", "https://h/x"), grpc.StatusCode.NOT_FOUND, ""
     )
     slack = await add_webhook(hooks, parent, "https://hooks.slack.com/services/T0/B0/XYZ")
+    for i in range(20):
+        await add_webhook(hooks, "users/me", f"https://h/{i}")
+    await expect_error(
+        add_webhook(hooks, "users/me", "https://h/20"),
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        "has 20 webhooks, the most it may have",
+    )
     assert slack.secret, "a secret is made when none is given"
     listed = await hooks.ListWebhooks(pb.ListWebhooksRequest(parent=parent), metadata=BOB)
     assert [w.url for w in listed.webhooks] == ["https://hooks.slack.com/services/…"]

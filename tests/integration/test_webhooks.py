@@ -266,6 +266,14 @@ async def test_webhook_configuration_is_checked(
         ({"url": ""}, "webhook.url: required"),
         ({"url": "https://" + "a" * 2100}, "webhook.url: at most 2048 characters"),
         ({"url": "https://h/x", "secret": "short"}, "webhook.secret: 16 to 256"),
+        # A NUL anywhere is refused by the ESS's request screen, naming the field.
+        ({"url": "https://h/\x00"}, "webhook.url: contains a NUL"),
+        ({"url": "https://h/x", "secret": "x" * 16 + "\x00"}, "webhook.secret: contains a NUL"),
+        ({"url": "https://h/x", "events": ["\x00"]}, "webhook.events[0]: contains a NUL"),
+        ({"url": "https://h/x\x01"}, "webhook.url: no spaces or control characters"),
+        ({"url": "https://h/x", "secret": "x" * 16 + "\x07"}, "webhook.secret: no control"),
+        ({"url": "https://h/x", "failed_fraction": float("inf")}, "webhook.failed_fraction"),
+        ({"url": "https://h/x", "failed_count": -1}, "webhook.failed_count"),
         ({"url": "https://h/x", "events": ["nope"]}, "webhook.events[0]: 'nope' is not one"),
         ({"url": "https://h/x", "failed_fraction": 1.5}, "webhook.failed_fraction"),
         (

@@ -441,3 +441,29 @@ async def test_the_dashboard_shows_adds_and_removes_webhooks_and_the_log(
         ) as response:
             assert response.status == 303
         assert "No webhook on this experiment" in await shown()
+
+
+async def test_a_worker_that_dies_mid_attempt_leaves_it_to_the_next(
+    ess_factory: EssFactory, receiver: Receiver
+) -> None:
+    """The claim is a lease: the first ESS stops while its POST hangs, nothing is recorded
+    of that attempt, and the next ESS sends the same delivery once the lease runs out."""
+    leased = dataclasses.replace(FAST, timeout_seconds=30, lease_seconds=31)
+    ess, hooks = await start(ess_factory, webhooks=leased)
+    parent = await experiment_with_work_units(ess, 1)
+    await add_webhook(hooks, parent, receiver.url("/hang-once"), events=["work_unit.failed"])
+    await observe(ess, parent, 1, S.FAILED)
+    await eventually(lambda: receiver.at("/hang-once"), what="the first, hanging, attempt")
+    await ess.server.stop(grace=0.1)  # its in-flight attempt dies with it
+
+    rows = await fetch_all(ess.database_url, "SELECT status, attempts FROM webhook_deliveries")
+    assert [(r["status"], r["attempts"]) for r in rows] == [("pending", 1)]
+    await fetch_all(ess.database_url, "UPDATE webhook_deliveries SET next_attempt = now()")
+    _next, hooks = await start(ess_factory)  # the lease is over (moved to now, not waited out)
+    got = await eventually(lambda: receiver.at("/hang-once"), lambda r: len(r) == 2)
+    assert got[0].headers["X-XMC-Delivery"] == got[1].headers["X-XMC-Delivery"]
+    assert got[0].body == got[1].body
+    (delivery,) = await eventually(
+        lambda: deliveries(hooks, parent), lambda ds: ds[0].status == "delivered"
+    )
+    assert [(a.attempt, a.http_status) for a in delivery.log] == [(2, 200)]

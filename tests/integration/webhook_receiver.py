@@ -1,6 +1,7 @@
 """A real HTTP receiver for webhook tests: an aiohttp server on a local port (22000–22999)
 whose paths answer as told — ``/ok``, ``/flaky/{n}`` (500 for the first ``n`` requests,
-then 200), ``/hang`` (never answers), ``/gone`` (410) — and which records every request it
+then 200), ``/hang`` (never answers), ``/hang-once`` (the first
+request never answers, later ones 200), ``/gone`` (410) — and which records every request it
 gets."""
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ class Receiver:
             if seen <= int(path.rsplit("/", 1)[1]):
                 return web.Response(status=500, text="down for maintenance")
             return web.Response(text="ok")
-        if path == "/hang":
+        if path == "/hang" or (path == "/hang-once" and len(self.at(path)) == 1):
             await self._release.wait()
             return web.Response(text="too late")
         if path == "/gone":

@@ -368,3 +368,10 @@ def test_the_documented_verification_snippet_accepts_a_signed_delivery() -> None
     stale = {**headers, "X-XMC-Timestamp": str(now - 3600)}
     stale["X-XMC-Signature"] = signature("s3cret", now - 3600, body)
     assert not namespace["verify"]("s3cret", stale, body), "an old signature is a replay"
+
+
+def test_the_lease_outlasts_an_attempt() -> None:
+    assert WebhookSettings().lease == timedelta(seconds=25)
+    assert WebhookSettings(timeout_seconds=1, lease_seconds=3).lease == timedelta(seconds=3)
+    with pytest.raises(ValueError, match="lease_seconds must be longer"):
+        WebhookSettings(timeout_seconds=10, lease_seconds=10)

@@ -43,15 +43,21 @@ class WebhookSettings:
     max_age: timedelta = timedelta(hours=24)
     """No attempt starts later than this after the event: the delivery is given up."""
 
+    lease_seconds: float | None = None
+    """How far a claim pushes a row's next attempt (None: ``2 × timeout + 5``). Longer than
+    an attempt can last, so no other worker starts it while this one may still be
+    sending; a worker that dies mid-attempt leaves it due again after this."""
+
     def __post_init__(self) -> None:
         if self.timeout_seconds <= 0 or self.concurrency < 1 or self.max_attempts < 1:
             raise ValueError("need timeout_seconds > 0, concurrency >= 1, max_attempts >= 1")
+        if self.lease_seconds is not None and self.lease_seconds <= self.timeout_seconds:
+            raise ValueError("lease_seconds must be longer than timeout_seconds")
 
     @property
     def lease(self) -> timedelta:
-        """How far a claim pushes a row's next attempt: past the attempt's timeout, so no
-        other worker starts it while this one may still be sending."""
-        return timedelta(seconds=2 * self.timeout_seconds + 5)
+        seconds = self.lease_seconds
+        return timedelta(seconds=2 * self.timeout_seconds + 5 if seconds is None else seconds)
 
 
 def signature(secret: str, timestamp: int, body: bytes) -> str:

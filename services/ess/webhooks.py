@@ -55,6 +55,7 @@ from xmc.store.transactions import (
     delete_expired_deliveries,
     record_attempt,
 )
+from xmc.supervise import LOOP_ITERATION_FAILURES_TOTAL
 
 log = structlog.get_logger()
 
@@ -109,6 +110,7 @@ class WebhookWorker:
                         failures = 0
                     except Exception:
                         failures += 1
+                        LOOP_ITERATION_FAILURES_TOTAL.labels("webhook-worker").inc()
                         log.exception("webhook claim failed; retrying", failures=failures)
                         await sleep_or_stop(stop, _ERROR_BACKOFF.after(failures))
                         continue

@@ -467,3 +467,25 @@ async def test_a_worker_that_dies_mid_attempt_leaves_it_to_the_next(
         lambda: deliveries(hooks, parent), lambda ds: ds[0].status == "delivered"
     )
     assert [(a.attempt, a.http_status) for a in delivery.log] == [(2, 200)]
+
+
+async def test_a_failed_claim_is_retried_and_the_worker_goes_on(
+    ess_factory: EssFactory, receiver: Receiver
+) -> None:
+    ess, hooks = await start(ess_factory)
+    worker = ess.server.webhooks
+    assert worker is not None
+    real_claim, failed = worker.claim, list[bool]()
+
+    async def claim_failing_once() -> list[Any]:
+        if not failed:
+            failed.append(True)
+            raise OSError("postgres went away")
+        return await real_claim()
+
+    worker.claim = claim_failing_once  # type: ignore[method-assign]
+    parent = await experiment_with_work_units(ess, 1)
+    await add_webhook(hooks, parent, receiver.url("/ok"), events=["work_unit.failed"])
+    await observe(ess, parent, 1, S.FAILED)
+    await eventually(lambda: receiver.at("/ok"), what="the delivery after a failed claim")
+    assert failed == [True]

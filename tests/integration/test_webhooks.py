@@ -31,8 +31,9 @@ from xmc_api.internal.v1 import executions_pb2
 from xmc_api.xmc.v1 import notifications_pb2 as pb
 from xmc_api.xmc.v1 import notifications_pb2_grpc
 
-# Real time: each test waits out retries and a receiver's timeouts (about a second).
-pytestmark = pytest.mark.slow
+#: Real time: each test so marked waits out retries and a receiver's timeouts (about a
+#: second); the configuration checks wait for nothing.
+slow = pytest.mark.slow
 
 S = WorkUnitState
 ALICE, BOB, SERVICE = metadata("alice"), metadata("bob"), metadata("reconciler")
@@ -89,6 +90,7 @@ async def deliveries(hooks: Any, parent: str) -> list[pb.Delivery]:
     return list(answer.deliveries)
 
 
+@slow
 async def test_a_finished_experiment_and_a_failed_unit_are_delivered_signed(
     ess_factory: EssFactory, receiver: Receiver
 ) -> None:
@@ -154,6 +156,7 @@ async def test_a_finished_experiment_and_a_failed_unit_are_delivered_signed(
         assert (attempt.attempt, attempt.http_status, attempt.response) == (1, 200, "ok")
 
 
+@slow
 async def test_a_receiver_that_fails_then_recovers_gets_it_once_more(
     ess_factory: EssFactory, receiver: Receiver
 ) -> None:
@@ -177,6 +180,7 @@ async def test_a_receiver_that_fails_then_recovers_gets_it_once_more(
     await holds_for(lambda: len(receiver.at("/flaky/2")), 3, during=0.5)
 
 
+@slow
 async def test_a_receiver_that_never_answers_is_cut_off_and_holds_up_no_other(
     ess_factory: EssFactory, receiver: Receiver
 ) -> None:
@@ -196,6 +200,7 @@ async def test_a_receiver_that_never_answers_is_cut_off_and_holds_up_no_other(
     assert log[hang.name].HasField("next_attempt_time")
 
 
+@slow
 async def test_a_delivery_is_given_up_after_its_attempts(
     ess_factory: EssFactory, receiver: Receiver
 ) -> None:
@@ -221,6 +226,7 @@ async def test_a_delivery_is_given_up_after_its_attempts(
     await holds_for(lambda: len(receiver.requests), 4, during=0.4)
 
 
+@slow
 async def test_user_webhooks_apply_to_their_experiments_only(
     ess_factory: EssFactory, receiver: Receiver
 ) -> None:
@@ -238,6 +244,7 @@ async def test_user_webhooks_apply_to_their_experiments_only(
     assert [w.secret for w in listed.webhooks] == [""]
 
 
+@slow
 async def test_failures_over_a_threshold_fire_once_per_crossing(
     ess_factory: EssFactory, receiver: Receiver
 ) -> None:
@@ -330,6 +337,7 @@ async def test_webhook_configuration_is_checked(
     )
 
 
+@slow
 async def test_queued_deliveries_outlive_the_ess(
     ess_factory: EssFactory, receiver: Receiver
 ) -> None:
@@ -354,6 +362,7 @@ async def _claim_nothing() -> list[Any]:
     return []
 
 
+@slow
 async def test_the_cli_adds_lists_shows_deliveries_and_removes(
     ess_factory: EssFactory, receiver: Receiver
 ) -> None:
@@ -386,6 +395,7 @@ async def test_the_cli_adds_lists_shows_deliveries_and_removes(
     assert await xmc_json(ess, "webhooks", "list", "-x", xid) == []
 
 
+@slow
 async def test_the_dashboard_shows_adds_and_removes_webhooks_and_the_log(
     ess_factory: EssFactory, receiver: Receiver
 ) -> None:
@@ -443,6 +453,7 @@ async def test_the_dashboard_shows_adds_and_removes_webhooks_and_the_log(
         assert "No webhook on this experiment" in await shown()
 
 
+@slow
 async def test_a_worker_that_dies_mid_attempt_leaves_it_to_the_next(
     ess_factory: EssFactory, receiver: Receiver
 ) -> None:
@@ -469,6 +480,7 @@ async def test_a_worker_that_dies_mid_attempt_leaves_it_to_the_next(
     assert [(a.attempt, a.http_status) for a in delivery.log] == [(2, 200)]
 
 
+@slow
 async def test_a_failed_claim_is_retried_and_the_worker_goes_on(
     ess_factory: EssFactory, receiver: Receiver
 ) -> None:

@@ -116,27 +116,38 @@ def _number(form: Any, key: str, kind: type[int] | type[float]) -> Any:
         raise UiError(400, f"{key}: expected a number, got {raw[:32]!r}") from None
 
 
-async def add_webhook(request: web.Request) -> web.Response:
-    """Add a webhook to the experiment. A secret left empty is made by the ESS and never
-    shown (a notice must not carry it into the URL): give one to verify signatures."""
-    xid, _ = _ids(request)
+async def _webhook(request: web.Request) -> notifications_pb2.Webhook:
+    """The Add form's webhook. A secret left empty is made by the ESS and never shown (a
+    notice must not carry it into the URL): give one to verify signatures."""
     form = await request.post()
-    webhook = notifications_pb2.Webhook(
+    return notifications_pb2.Webhook(
         url=str(form.get("url", "")).strip(),
         events=[str(e) for e in form.getall("event", [])],
         failed_count=_number(form, "failed_count", int),
         failed_fraction=_number(form, "failed_fraction", float),
         secret=str(form.get("secret", "")),
     )
-    name = await ess(request).add_webhook(xid, webhook)
-    return await _redirect(request, f"{name} added", f"/experiments/{xid}")
+
+
+def _page_of(request: web.Request) -> tuple[str, str]:
+    """The parent a webhook form acts on and the page it comes back to."""
+    if "xid" in request.match_info:
+        xid, _ = _ids(request)
+        return f"experiments/{xid}", f"/experiments/{xid}"
+    return "users/me", "/webhooks"
+
+
+async def add_webhook(request: web.Request) -> web.Response:
+    parent, page = _page_of(request)
+    name = await ess(request).add_webhook(parent, await _webhook(request))
+    return await _redirect(request, f"{name} added", page)
 
 
 async def delete_webhook(request: web.Request) -> web.Response:
-    xid, _ = _ids(request)
+    _, page = _page_of(request)
     name = f"webhooks/{request.match_info['hook']}"
     await ess(request).delete_webhook(name)
-    return await _redirect(request, f"{name} removed", f"/experiments/{xid}")
+    return await _redirect(request, f"{name} removed", page)
 
 
 async def pause(request: web.Request) -> web.Response:
@@ -159,5 +170,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post(r"/experiments/{xid:\d+}/selected", selected)
     app.router.add_post(r"/experiments/{xid:\d+}/webhooks", add_webhook)
     app.router.add_post(r"/experiments/{xid:\d+}/webhooks/{hook:\d+}/delete", delete_webhook)
+    app.router.add_post("/webhooks", add_webhook)
+    app.router.add_post(r"/webhooks/{hook:\d+}/delete", delete_webhook)
     app.router.add_post("/scheduling/pause", pause)
     app.router.add_post("/scheduling/resume", resume)

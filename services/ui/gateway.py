@@ -240,11 +240,15 @@ class Ess:
         )
         return list(hooks.webhooks), list(log.deliveries)
 
-    async def add_webhook(self, xid: int, webhook: notifications_pb2.Webhook) -> str:
-        """Adds it to the experiment; returns its name."""
-        request = notifications_pb2.CreateWebhookRequest(
-            parent=f"experiments/{xid}", webhook=webhook
-        )
+    async def my_webhooks(self) -> list[notifications_pb2.Webhook]:
+        """The caller's own webhooks (``users/me``)."""
+        request = notifications_pb2.ListWebhooksRequest(parent="users/me")
+        found = await self._call(self._notifications.ListWebhooks, request)
+        return list(found.webhooks)
+
+    async def add_webhook(self, parent: str, webhook: notifications_pb2.Webhook) -> str:
+        """Adds it to ``parent`` (``experiments/{xid}`` or ``users/me``); returns its name."""
+        request = notifications_pb2.CreateWebhookRequest(parent=parent, webhook=webhook)
         created: notifications_pb2.Webhook = await self._call(
             self._notifications.CreateWebhook, request
         )

@@ -13,7 +13,7 @@ from ui import sweep_table, views
 from ui.context import ess, render
 from ui.gateway import Ess, Page, UiError
 from ui.manifest_view import manifest_view
-from ui.notifications_view import EVENTS, SHOWN_DELIVERIES, notifications_view
+from ui.notifications_view import EVENTS, SHOWN_DELIVERIES, notifications_view, webhook_row
 from ui.timeline_view import timeline_view, timings_view
 from xmc.model.work_unit_spec import spec_view
 from xmc.timestamps import utc_now
@@ -236,6 +236,13 @@ async def scheduling(request: web.Request) -> web.Response:
     )
 
 
+async def webhooks(request: web.Request) -> web.Response:
+    """The caller's own webhooks (docs/notifications.md)."""
+    found = await ess(request).my_webhooks()
+    context = {"webhooks": [webhook_row(w) for w in found], "webhook_events": EVENTS}
+    return render(request, "webhooks.html", context)
+
+
 def add_routes(app: web.Application) -> None:
     app.router.add_get("/", experiments, name="experiments")
     app.router.add_get(r"/experiments/{xid:\d+}", experiment, name="experiment")
@@ -243,3 +250,4 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get(r"/experiments/{xid:\d+}/workUnits/{wid:\d+}", work_unit)
     app.router.add_get(r"/experiments/{xid:\d+}/workUnits/{wid:\d+}/live", work_unit_live)
     app.router.add_get("/scheduling", scheduling, name="scheduling")
+    app.router.add_get("/webhooks", webhooks, name="webhooks")

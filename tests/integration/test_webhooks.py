@@ -452,6 +452,39 @@ async def test_the_dashboard_shows_adds_and_removes_webhooks_and_the_log(
             assert response.status == 303
         assert "No webhook on this experiment" in await shown()
 
+        # Another site's form cannot add a webhook (and so read the notifications).
+        for path in (f"/experiments/{xid}/webhooks", "/webhooks"):
+            async with http.post(
+                f"{ui}{path}",
+                data={"url": "https://evil.example/x"},
+                headers={"Origin": "https://evil.example"},
+                allow_redirects=False,
+            ) as response:
+                assert response.status == 403
+
+        # The caller's own webhooks: /webhooks (the page's token is alice's).
+        async with http.get(f"{ui}/webhooks") as response:
+            assert response.status == 200
+            assert "No webhook of yours." in await response.text()
+        form = {"url": "https://hooks.slack.com/services/T0/B0/XYZ",
+                "event": "experiment.finished"}  # fmt: skip
+        async with http.post(f"{ui}/webhooks", data=form, allow_redirects=False) as response:
+            assert response.status == 303
+            assert response.headers["Location"].startswith("/webhooks?notice=webhooks")
+        (mine,) = (
+            await hooks.ListWebhooks(pb.ListWebhooksRequest(parent="users/me"), metadata=ALICE)
+        ).webhooks
+        async with http.get(f"{ui}/webhooks") as response:
+            text = await response.text()
+        assert "https://hooks.slack.com/services/…" in text
+        assert "XYZ" not in text
+        async with http.post(f"{ui}/{mine.name}/delete", allow_redirects=False) as response:
+            assert response.status == 303
+            assert response.headers["Location"].startswith("/webhooks?notice=")
+        assert not (
+            await hooks.ListWebhooks(pb.ListWebhooksRequest(parent="users/me"), metadata=ALICE)
+        ).webhooks
+
 
 @slow
 async def test_a_worker_that_dies_mid_attempt_leaves_it_to_the_next(

@@ -228,10 +228,18 @@ class UiSettings:
     token: str = field(default="", repr=False)
     #: XMC_UI_POLL_SECONDS — how often a page refreshes its live region.
     poll_seconds: float = 2.0
+    #: XMC_UI_PUBLIC_URL — the dashboard as its users reach it (``https://xmc.example``);
+    #: the ESS links notifications to it (docs/notifications.md). '' = no links.
+    public_url: str = ""
 
     @classmethod
     def _from_env(cls, env: Env) -> UiSettings:
         d = cls()
+        public_url = env.get("XMC_UI_PUBLIC_URL", d.public_url).strip()
+        if public_url and not public_url.startswith(("http://", "https://")):
+            raise InvalidArgumentError(
+                f"XMC_UI_PUBLIC_URL: must start with http:// or https://, got {public_url!r}"
+            )
         poll = seconds(env, "XMC_UI_POLL_SECONDS", d.poll_seconds)
         if not 0 < poll < float("inf"):
             raise InvalidArgumentError(
@@ -241,6 +249,7 @@ class UiSettings:
             listen=env.get("XMC_UI_LISTEN", d.listen),
             token=env.get("XMC_UI_TOKEN", d.token),
             poll_seconds=poll,
+            public_url=public_url,
         )
 
 

@@ -31,6 +31,7 @@ from ess.live_logs import LiveLogs
 from ess.log_capture import ContainerLogService
 from ess.logs import LogService
 from ess.manifests import SpecService
+from ess.notifications import NotificationService
 from ess.operations_service import OperationsService
 from ess.relay import OutboxRelay
 from ess.resume import ResumeWorker
@@ -39,11 +40,13 @@ from ess.retry_service import RetryService
 from ess.service import ExperimentStateService
 from ess.sweeps import SweepService
 from ess.timelines import TimelineService
+from ess.webhooks import WebhookWorker
 from xmc.auth_settings import AuthSettings
 from xmc.errors import InvalidArgumentError
 from xmc.health import Check, probe
 from xmc.model.outbox import RelaySettings
 from xmc.model.retries import DEFAULT_PER_MINUTE
+from xmc.model.webhooks import WebhookSettings
 from xmc.redis_client import connect_redis
 from xmc.settings import LogSettings, Settings, XmcSettings
 from xmc.store.transactions import (
@@ -69,6 +72,8 @@ from xmc_api.internal.v1 import logs_pb2_grpc as internal_logs_pb2_grpc
 from xmc_api.xmc.v1 import (
     logs_pb2,
     logs_pb2_grpc,
+    notifications_pb2,
+    notifications_pb2_grpc,
     retry_pb2,
     retry_pb2_grpc,
     spec_pb2,
@@ -93,6 +98,7 @@ SERVICE_NAMES = (
     spec_pb2.DESCRIPTOR.services_by_name["SpecService"].full_name,
     sweep_pb2.DESCRIPTOR.services_by_name["SweepService"].full_name,
     retry_pb2.DESCRIPTOR.services_by_name["RetryService"].full_name,
+    notifications_pb2.DESCRIPTOR.services_by_name["NotificationService"].full_name,
 )
 
 
@@ -118,6 +124,10 @@ class EssOptions:
     logs: LogSettings = field(default_factory=LogSettings)
     #: XMC_RETRIES_PER_MINUTE: the cluster's cap on automatic retries (docs/retries.md).
     retries_per_minute: int = DEFAULT_PER_MINUTE
+    #: The webhook delivery worker's timeouts and retry schedule (docs/notifications.md).
+    webhooks: WebhookSettings = field(default_factory=WebhookSettings)
+    #: The dashboard's base URL, linked from notifications; empty: no link.
+    dashboard_url: str = ""
 
     @classmethod
     def from_settings(cls, settings: XmcSettings) -> EssOptions:
@@ -129,6 +139,7 @@ class EssOptions:
             auth=settings.auth,
             logs=settings.logs,
             retries_per_minute=settings.retries.per_minute,
+            dashboard_url=settings.ui.public_url,
         )
 
 
@@ -172,6 +183,8 @@ class EssServer:
         self._intents: Intents | None = None
         self._live_logs: LiveLogs | None = None
         self.relay: OutboxRelay | None = None
+        #: Sends queued webhook deliveries (docs/notifications.md).
+        self.webhooks: WebhookWorker | None = None
         self.redis: Any = None
         #: The OIDC issuer's keys, when XMC_AUTH_JWKS_URL is set.
         self.jwks: JwksKeys | None = None
@@ -243,6 +256,9 @@ class EssServer:
         spec_pb2_grpc.add_SpecServiceServicer_to_server(SpecService(self.store), server)
         sweep_pb2_grpc.add_SweepServiceServicer_to_server(SweepService(self.store), server)
         retry_pb2_grpc.add_RetryServiceServicer_to_server(RetryService(self.store), server)
+        notifications_pb2_grpc.add_NotificationServiceServicer_to_server(
+            NotificationService(self.store, clock=self.clock), server
+        )
         health_servicer = self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         reflection.enable_server_reflection(
@@ -263,6 +279,12 @@ class EssServer:
         for name in (*SERVICE_NAMES, ""):
             await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
 
+        webhooks = self.webhooks = WebhookWorker(
+            self.store,
+            settings=options.webhooks,
+            dashboard_url=options.dashboard_url,
+            clock=self.clock,
+        )
         worker = ResumeWorker(
             self.store,
             self.redis,
@@ -276,6 +298,7 @@ class EssServer:
             asyncio.create_task(relay.run(self._stop), name="outbox-relay"),
             asyncio.create_task(worker.run(self._stop), name="resume-worker"),
             asyncio.create_task(self._janitor(), name="janitor"),
+            asyncio.create_task(webhooks.run(self._stop), name="webhook-worker"),
         ]
         if self.jwks is not None:
             # Not awaited here: probes and static tokens answer while the issuer is slow;

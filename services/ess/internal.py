@@ -18,6 +18,7 @@ from ess.interceptor import caller
 from ess.retries import Retries
 from xmc.errors import InvalidArgumentError, ResourceExhaustedError, UnavailableError
 from xmc.model.merge import ExecutionUpdate
+from xmc.model.notifications import ExperimentChange
 from xmc.model.retries import Failure
 from xmc.names import parse_work_unit_name, work_unit_ids, work_unit_name
 from xmc.store.transactions import (
@@ -30,6 +31,7 @@ from xmc.store.transactions import (
     encode_deployed_page_token,
     fetch_scheduling_control,
     list_deployed,
+    queue_settled_events,
     set_paused,
     update_work_unit_executions,
 )
@@ -134,10 +136,15 @@ class WorkUnitExecutionService(executions_pb2_grpc.WorkUnitExecutionServiceServi
             raise InvalidArgumentError("writer: at most 200 characters")
         writer = f"{identity.email}/{request.writer}" if request.writer else identity.email
         items = parse_updates(request)
+        events: list[ExperimentChange] = []
         async with self._store.transaction() as conn:
             now = self._store.clock()
-            results = await update_work_unit_executions(conn, items, writer=writer, now=now)
+            results = await update_work_unit_executions(
+                conn, items, writer=writer, now=now, events=events
+            )
             retried = await self._retries.after_update(conn, items, results, now=now)
+            # Notifications on the net effect: a retried failure is not final (decision 42).
+            await queue_settled_events(conn, events, retried, now=now)
         if retried:
             self._committed()
         response = executions_pb2.UpdateWorkUnitExecutionsResponse()

@@ -85,26 +85,27 @@ class Retries:
         results: Sequence[ItemResult],
         *,
         now: datetime,
-    ) -> int:
+    ) -> set[tuple[int, int, int]]:
         """Judge each item this batch turned FAILED that carried the run's failure; in the
-        batch's transaction. Returns how many were retried."""
-        retried = 0
+        batch's transaction. Returns the (xid, wid, eid) of the failures retried."""
+        retried = set()
         for item, result in zip(items, results, strict=True):
             if (
                 item.failure is not None
                 and result.state_changed
                 and result.state is WorkUnitState.FAILED
+                and await self._judge(conn, item, now=now)
             ):
-                retried += await self._judge(conn, item, now=now)
+                retried.add((item.xid, item.wid, item.eid))
         return retried
 
-    async def _judge(self, conn: Connection, item: ExecutionUpdate, *, now: datetime) -> int:
+    async def _judge(self, conn: Connection, item: ExecutionUpdate, *, now: datetime) -> bool:
         assert item.failure is not None
         xid, wid, eid = item.xid, item.wid, item.eid
         work_unit = await fetch_work_unit(conn, xid, wid)
         policy = unit_policy(work_unit, await fetch_experiment_retry_policy(conn, xid))
         if policy is None:
-            return 0
+            return False
         attempt = await attempt_of(conn, xid, wid, eid)
         decision = decide_retry(policy, attempt, item.failure)
         row = retry_row(
@@ -121,7 +122,7 @@ class Retries:
             await record_decision(conn, xid, wid, row)
             bound.info("failure not retried", reason=final_text(decision, attempt,
                                                                   policy.max_attempts))  # fmt: skip
-            return 0
+            return False
         assert decision.next is not None
         due = await take_retry_slot(
             conn, due=now + timedelta(seconds=policy.backoff_seconds), per_minute=self.per_minute
@@ -156,7 +157,7 @@ class Retries:
         )
         await enqueue_tasks(conn, [task], now=now, origin="retry", due=due)
         bound.info("failure retried", text=text, due=due.isoformat(), task_id=task.task_id)
-        return 1
+        return True
 
     @staticmethod
     async def _say(

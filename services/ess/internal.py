@@ -142,10 +142,10 @@ class WorkUnitExecutionService(executions_pb2_grpc.WorkUnitExecutionServiceServi
             results = await update_work_unit_executions(
                 conn, items, writer=writer, now=now, events=events
             )
-            retried = await self._retries.after_update(conn, items, results, now=now)
+            judged = await self._retries.after_update(conn, items, results, now=now)
             # Notifications on the net effect: a retried failure is not final (decision 42).
-            await queue_settled_events(conn, events, retried, now=now)
-        if retried:
+            await queue_settled_events(conn, events, judged.retried, notes=judged.notes, now=now)
+        if judged.retried:
             self._committed()
         response = executions_pb2.UpdateWorkUnitExecutionsResponse()
         add_results(response, request.updates, results)

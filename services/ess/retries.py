@@ -15,7 +15,7 @@ stream entries, which the relay re-drives from the outbox like any intent's.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Final
 
@@ -72,6 +72,15 @@ def unit_policy(work_unit: WorkUnit, experiment_default: str | None) -> RetryPol
         return None
 
 
+@dataclass
+class Judged:
+    """What a batch's retry step did, by failed execution (xid, wid, eid)."""
+
+    retried: set[tuple[int, int, int]] = field(default_factory=set)
+    #: Why a policy left a failure failed ("attempt 3 of 3: not retried (…)").
+    notes: dict[tuple[int, int, int], str] = field(default_factory=dict)
+
+
 class Retries:
     """Judges FAILED executions and retries them (see the module docstring)."""
 
@@ -85,27 +94,28 @@ class Retries:
         results: Sequence[ItemResult],
         *,
         now: datetime,
-    ) -> set[tuple[int, int, int]]:
+    ) -> Judged:
         """Judge each item this batch turned FAILED that carried the run's failure; in the
-        batch's transaction. Returns the (xid, wid, eid) of the failures retried."""
-        retried = set()
+        batch's transaction."""
+        judged = Judged()
         for item, result in zip(items, results, strict=True):
             if (
                 item.failure is not None
                 and result.state_changed
                 and result.state is WorkUnitState.FAILED
-                and await self._judge(conn, item, now=now)
             ):
-                retried.add((item.xid, item.wid, item.eid))
-        return retried
+                await self._judge(conn, item, judged, now=now)
+        return judged
 
-    async def _judge(self, conn: Connection, item: ExecutionUpdate, *, now: datetime) -> bool:
+    async def _judge(
+        self, conn: Connection, item: ExecutionUpdate, judged: Judged, *, now: datetime
+    ) -> None:
         assert item.failure is not None
         xid, wid, eid = item.xid, item.wid, item.eid
         work_unit = await fetch_work_unit(conn, xid, wid)
         policy = unit_policy(work_unit, await fetch_experiment_retry_policy(conn, xid))
         if policy is None:
-            return False
+            return
         attempt = await attempt_of(conn, xid, wid, eid)
         decision = decide_retry(policy, attempt, item.failure)
         row = retry_row(
@@ -120,9 +130,10 @@ class Retries:
         bound = log.bind(xid=xid, wid=wid, eid=eid, verdict=decision.verdict.value)
         if not decision.retry:
             await record_decision(conn, xid, wid, row)
-            bound.info("failure not retried", reason=final_text(decision, attempt,
-                                                                  policy.max_attempts))  # fmt: skip
-            return False
+            note = final_text(decision, attempt, policy.max_attempts)
+            judged.notes[(xid, wid, eid)] = note
+            bound.info("failure not retried", reason=note)
+            return
         assert decision.next is not None
         due = await take_retry_slot(
             conn, due=now + timedelta(seconds=policy.backoff_seconds), per_minute=self.per_minute
@@ -157,7 +168,7 @@ class Retries:
         )
         await enqueue_tasks(conn, [task], now=now, origin="retry", due=due)
         bound.info("failure retried", text=text, due=due.isoformat(), task_id=task.task_id)
-        return True
+        judged.retried.add((xid, wid, eid))
 
     @staticmethod
     async def _say(

@@ -13,13 +13,16 @@ import pytest
 from tests.integration.support import behaving_unit, fetch_all
 from tests.integration.system import ALICE, System, running_system
 from tests.integration.test_failure_reasons import create
+from tests.integration.webhook_receiver import Receiver
 from tests.waiting import eventually, holds_for
 from xmc.labels import EXECUTION_ID
 from xmc.model.retry_policy import RETRY_POLICY_ANNOTATION
 from xmc.model.states import WorkUnitState
 from xmc_api.cloud.xmanager.v1 import api_pb2
+from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
-from xmc_api.xmc.v1 import retry_pb2, retry_pb2_grpc
+from xmc_api.xmc.v1 import notifications_pb2 as pb
+from xmc_api.xmc.v1 import notifications_pb2_grpc, retry_pb2, retry_pb2_grpc
 
 # The whole loop at real time: `make test-fast` leaves it out.
 pytestmark = pytest.mark.slow
@@ -41,12 +44,25 @@ async def verdicts(system: System, name: str) -> list[tuple[int, str]]:
     return [(d.execution_id, d.verdict) for d in found.decisions]
 
 
-async def test_a_failing_unit_is_retried_until_its_budget_is_spent(ess_factory: Any) -> None:
+async def test_a_failing_unit_is_retried_until_its_budget_is_spent(
+    ess_factory: Any, receiver: Receiver
+) -> None:
+    """… and a webhook of its experiment hears of the last failure only."""
     async with running_system(ess_factory) as system:
-        retried = await create(
-            system, failing(137, {"max_attempts": 3, "on_exit_codes": [137], "backoff_seconds": 1})
+        parent = await new_experiment(system)
+        hooks = notifications_pb2_grpc.NotificationServiceStub(system.ess.channel)
+        await hooks.CreateWebhook(
+            pb.CreateWebhookRequest(
+                parent=parent,
+                webhook=pb.Webhook(url=receiver.url("/ok"), events=["work_unit.failed"]),
+            ),
+            metadata=ALICE,
         )
-        never = await create(system, failing(2, {"max_attempts": 3, "never_on_exit_codes": [2]}))
+        policy = {"max_attempts": 3, "on_exit_codes": [137], "backoff_seconds": 1}
+        retried = await create_in(system, parent, failing(137, policy))
+        never = await create_in(
+            system, parent, failing(2, {"max_attempts": 3, "never_on_exit_codes": [2]})
+        )
 
         want = [(1, "retry"), (2, "retry"), (3, "exhausted")]
         assert await eventually(lambda: verdicts(system, retried), want, within=90) == want
@@ -68,6 +84,37 @@ async def test_a_failing_unit_is_retried_until_its_budget_is_spent(ess_factory: 
 
         assert await eventually(lambda: verdicts(system, never), [(1, "never")], within=30)
         assert await system.state(never) == S.FAILED
+
+        def failures() -> list[tuple[str, int]]:
+            return sorted(
+                (r.json()["work_unit"]["name"], r.json()["work_unit"]["execution_id"])
+                for r in receiver.at("/ok")
+            )
+
+        want_posts = sorted([(retried, 3), (never, 1)])
+        assert await eventually(failures, want_posts, within=30) == want_posts
+        await holds_for(failures, want_posts, during=2)  # nothing for executions 1 and 2
+        (last,) = [r.json() for r in receiver.at("/ok") if r.json()["work_unit"]["name"] == retried]
+        assert last["work_unit"]["retry"] == (
+            "attempt 3 of 3: not retried (exit code 137; no attempts left)"
+        )
+        assert last["text"].endswith(
+            "failed (execution 3); attempt 3 of 3: not retried (exit code 137; no attempts left)."
+        ), last["text"]
+
+
+async def new_experiment(system: System) -> str:
+    created = await system.ess.api.CreateExperiment(
+        api_pb2.CreateExperimentRequest(experiment=Experiment()), metadata=ALICE
+    )
+    return str(created.name)
+
+
+async def create_in(system: System, parent: str, unit: WorkUnit) -> str:
+    operation = await system.ess.api.CreateWorkUnit(
+        api_pb2.CreateWorkUnitRequest(parent=parent, work_unit=unit), metadata=ALICE
+    )
+    return str(operation.name).split("/operations/")[0]
 
 
 async def test_a_unit_stopped_while_its_retry_waits_is_not_started(ess_factory: Any) -> None:

@@ -130,8 +130,12 @@ def test_may_notify_only_on_a_failure_or_a_finish() -> None:
     assert change({}, {}, active=(A.ACTIVE, A.INACTIVE)).may_notify()
 
 
-def test_every_failure_is_final_until_retries_land() -> None:
+def test_a_failure_is_final_unless_its_policy_retried_it() -> None:
     assert failure_is_final(UnitFailure(1, 1))
+    assert not failure_is_final(UnitFailure(1, 1, retried=True))
+    retried = change({S.RUNNING: 1}, {S.FAILED: 1}, failures=(UnitFailure(1, 1, retried=True),))
+    subscriptions = [Subscription(1, frozenset({Event.WORK_UNIT_FAILED}))]
+    assert plan_notifications(retried, subscriptions) == []
 
 
 @pytest.mark.parametrize(
@@ -183,6 +187,11 @@ def test_a_threshold_crosses_again_after_falling_back() -> None:
             Event.WORK_UNIT_FAILED,
             {"xid": 7, "title": "t", "wid": 3, "eid": 2},
             "Experiment 7 “t”: work unit 3 failed (execution 2).",
+        ),
+        (
+            Event.WORK_UNIT_FAILED,
+            {"xid": 7, "title": "t", "wid": 3, "eid": 3, "retry": "attempt 3 of 3: not retried"},
+            "Experiment 7 “t”: work unit 3 failed (execution 3); attempt 3 of 3: not retried.",
         ),
         (
             Event.FAILURES_OVER_THRESHOLD,

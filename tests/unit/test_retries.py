@@ -130,5 +130,5 @@ def test_retry_text(decision: RetryDecision, due: datetime, want: str) -> None:
 def test_final_text_says_why_not() -> None:
     decision = decide_retry(POLICY, Attempt(3), Failure(137))
     assert final_text(decision, Attempt(3), 3) == (
-        "attempt 3 of 3: not retried (exit code 137 on the last attempt (3))"
+        "attempt 3 of 3: not retried (exit code 137; no attempts left)"
     )

@@ -76,6 +76,9 @@ class UnitFailure:
     eid: int
     #: Its retry policy retried it in the same transaction (docs/retries.md).
     retried: bool = False
+    #: Why a policy did not retry it, e.g. "attempt 3 of 3: not retried (…)"; "" without
+    #: a policy.
+    retry_note: str = ""
 
 
 def failure_is_final(failure: UnitFailure) -> bool:
@@ -133,6 +136,8 @@ def plan_notifications(
         if Event.WORK_UNIT_FAILED in sub.events:
             for failure in finals:
                 facts = {**base, "wid": failure.wid, "eid": failure.eid}
+                if failure.retry_note:
+                    facts["retry"] = failure.retry_note
                 planned.append(Notification(sub.webhook_id, Event.WORK_UNIT_FAILED, facts))
         if (
             Event.FAILURES_OVER_THRESHOLD in sub.events
@@ -182,7 +187,8 @@ def event_text(event: Event, facts: Mapping[str, Any]) -> str:
         total = facts.get("total", 0)
         return f"{label} finished: {_summary(facts.get('counts', {}))} ({total} work units)."
     if event == Event.WORK_UNIT_FAILED:
-        return f"{label}: work unit {facts['wid']} failed (execution {facts['eid']})."
+        text = f"{label}: work unit {facts['wid']} failed (execution {facts['eid']})"
+        return f"{text}; {facts['retry']}." if facts.get("retry") else f"{text}."
     fraction = facts["failed"] / facts["total"] if facts.get("total") else 0.0
     return (
         f"{label}: {facts['failed']} of {facts['total']} work units failed "
@@ -210,6 +216,8 @@ def render_body(
             "execution_id": facts["eid"],
             "state": "FAILED",
         }
+    if "retry" in facts:
+        body["work_unit"]["retry"] = facts["retry"]
     for key in ("counts", "total", "failed", "failed_count", "failed_fraction"):
         if key in facts:
             body[key] = facts[key]

@@ -112,9 +112,7 @@ def decide_retry(policy: RetryPolicy, attempt: Attempt, failure: Failure) -> Ret
     if policy.on_exit_codes is not None and (code is None or code not in policy.on_exit_codes):
         return RetryDecision(Verdict.NOT_MATCHED, f"{cause} is not in on_exit_codes")
     if attempt.number >= policy.max_attempts:
-        return RetryDecision(
-            Verdict.EXHAUSTED, f"{cause} on the last attempt ({policy.max_attempts})"
-        )
+        return RetryDecision(Verdict.EXHAUSTED, f"{cause}; no attempts left")
     return RetryDecision(
         Verdict.RETRY, cause, Attempt(attempt.number + 1, attempt.disruptions), counted=True
     )

@@ -125,12 +125,14 @@ async def queue_settled_events(
     retried: Set[tuple[int, int, int]],
     *,
     now: datetime,
+    notes: Mapping[tuple[int, int, int], str] | None = None,
 ) -> int:
     """Queue the deliveries of ``changes`` (collected by ``apply_rollups(events=...)``) on
     the transaction's net effect, at its end: an automatic retry, decided after the FAILED
     write, turned the unit RESTARTING again and may have made the experiment ACTIVE again,
     so each experiment's state and counts are read back now, and a failure in ``retried``
-    ((xid, wid, eid)) is not final. Without this, a retried unit's failure would announce
+    ((xid, wid, eid)) is not final, and ``notes`` says why a policy left one failed.
+    Without this, a retried unit's failure would announce
     "failed for good", "experiment finished" or a threshold crossing that never happened.
     """
     if not changes:
@@ -139,9 +141,10 @@ async def queue_settled_events(
     failures: dict[int, list[UnitFailure]] = defaultdict(list)
     for change in changes:
         first.setdefault(change.xid, change)
-        failures[change.xid] += [
-            replace(f, retried=(change.xid, f.wid, f.eid) in retried) for f in change.failures
-        ]
+        for f in change.failures:
+            key = (change.xid, f.wid, f.eid)
+            note = (notes or {}).get(key, "")
+            failures[change.xid].append(replace(f, retried=key in retried, retry_note=note))
     rows = await conn.fetch(
         """SELECT xid, active_state, child_state_counts, title, creator FROM experiments
            WHERE xid = ANY($1::bigint[])""",

@@ -130,7 +130,7 @@ async def test_a_unit_stopped_while_its_retry_waits_is_not_started(ess_factory: 
         def second_jobset() -> bool:
             jobset = system.jobset(name)
             labels = (jobset or {}).get("metadata", {}).get("labels", {})
-            return labels.get(EXECUTION_ID) == "2"
+            return bool(labels.get(EXECUTION_ID) == "2")
 
         await holds_for(second_jobset, False, during=8)
         assert await system.state(name) == S.STOPPED

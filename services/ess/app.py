@@ -37,14 +37,18 @@ from ess.resume import ResumeWorker
 from ess.service import ExperimentStateService
 from ess.sweeps import SweepService
 from ess.timelines import TimelineService
+from ess.watch_hub import WatchHub, WatchSettings
+from ess.watching import WatchService
 from xmc.auth_settings import AuthSettings
 from xmc.errors import InvalidArgumentError
 from xmc.health import Check, probe
 from xmc.model.outbox import RelaySettings
+from xmc.model.watch import EXPERIMENT_EVENT_RETENTION
 from xmc.redis_client import connect_redis
 from xmc.settings import LogSettings, Settings, XmcSettings
 from xmc.store.transactions import (
     Store,
+    delete_expired_experiment_events,
     delete_expired_operations,
     delete_expired_outbox_rows,
     delete_expired_paused_tasks,
@@ -72,6 +76,8 @@ from xmc_api.xmc.v1 import (
     sweep_pb2_grpc,
     timeline_pb2,
     timeline_pb2_grpc,
+    watch_pb2,
+    watch_pb2_grpc,
 )
 
 log = structlog.get_logger()
@@ -87,6 +93,7 @@ SERVICE_NAMES = (
     internal_logs_pb2.DESCRIPTOR.services_by_name["ContainerLogService"].full_name,
     spec_pb2.DESCRIPTOR.services_by_name["SpecService"].full_name,
     sweep_pb2.DESCRIPTOR.services_by_name["SweepService"].full_name,
+    watch_pb2.DESCRIPTOR.services_by_name["WatchService"].full_name,
 )
 
 
@@ -110,6 +117,8 @@ class EssOptions:
     auth: AuthSettings = field(default_factory=AuthSettings)
     #: What is kept of each container's log, and each experiment's cap.
     logs: LogSettings = field(default_factory=LogSettings)
+    #: The push API's shared poller (decision 0043).
+    watch: WatchSettings = field(default_factory=WatchSettings)
 
     @classmethod
     def from_settings(cls, settings: XmcSettings) -> EssOptions:
@@ -131,12 +140,16 @@ async def run_janitor_once(store: Store, *, now: datetime) -> tuple[int, int, in
         dropped_ops = await delete_expired_operations(conn, now=now)
         dropped_tasks = await delete_expired_paused_tasks(conn, now=now)
         dropped_outbox = await delete_expired_outbox_rows(conn, now=now)
-    if dropped_ops or dropped_tasks or dropped_outbox:
+        dropped_events = await delete_expired_experiment_events(
+            conn, before=now - EXPERIMENT_EVENT_RETENTION
+        )
+    if dropped_ops or dropped_tasks or dropped_outbox or dropped_events:
         log.info(
             "expired rows dropped",
             operations=dropped_ops,
             paused_tasks=dropped_tasks,
             outbox_tasks=dropped_outbox,
+            experiment_events=dropped_events,
         )
     return dropped_ops, dropped_tasks, dropped_outbox
 
@@ -163,6 +176,7 @@ class EssServer:
         self._intents: Intents | None = None
         self._live_logs: LiveLogs | None = None
         self.relay: OutboxRelay | None = None
+        self.watch_hub: WatchHub | None = None
         self.redis: Any = None
         #: The OIDC issuer's keys, when XMC_AUTH_JWKS_URL is set.
         self.jwks: JwksKeys | None = None
@@ -230,6 +244,11 @@ class EssServer:
         )
         spec_pb2_grpc.add_SpecServiceServicer_to_server(SpecService(self.store), server)
         sweep_pb2_grpc.add_SweepServiceServicer_to_server(SweepService(self.store), server)
+        hub = self.watch_hub = WatchHub(self.store, options.watch)
+        self.store.on_commit(hub.wake)
+        watch_pb2_grpc.add_WatchServiceServicer_to_server(
+            WatchService(self.store, hub, clock=self.clock), server
+        )
         health_servicer = self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         reflection.enable_server_reflection(
@@ -263,6 +282,7 @@ class EssServer:
             asyncio.create_task(relay.run(self._stop), name="outbox-relay"),
             asyncio.create_task(worker.run(self._stop), name="resume-worker"),
             asyncio.create_task(self._janitor(), name="janitor"),
+            asyncio.create_task(hub.run(self._stop), name="watch-hub"),
         ]
         if self.jwks is not None:
             # Not awaited here: probes and static tokens answer while the issuer is slow;
@@ -317,6 +337,8 @@ class EssServer:
         if self._health is not None:
             # Every service name NOT_SERVING from now on, so load balancers stop routing here.
             await self._health.enter_graceful_shutdown()
+        if self.watch_hub is not None:
+            self.watch_hub.close()  # watch streams end now, not after the grace period
         if self._server is not None:
             await self._server.stop(grace)
         if self._intents is not None:

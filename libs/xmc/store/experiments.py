@@ -27,6 +27,7 @@ from xmc.query import FieldKind, FieldSpec, OrderKey
 from xmc.store.codec import optional_bytes
 from xmc.store.connection import Connection, fetch_one
 from xmc.store.listing import ListRequest, ListResource, fetch_page
+from xmc.store.watch_events import insert_experiment_event
 from xmc.timestamps import set_timestamp
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
 from xmc_api.cloud.xmanager.v1.xid_pb2 import XidAcls
@@ -135,6 +136,9 @@ async def insert_experiment(
         experiment.status.launch_id,
         optional_bytes(experiment.status, "structured_status_message"),
     )
+    await insert_experiment_event(
+        conn, row["xid"], "created", active_state=int(active), launch_state=int(launch), now=now
+    )
     return experiment_from_row(row)
 
 
@@ -212,6 +216,7 @@ async def apply_rollups(
         xids,
     )
     updates = []
+    moved: list[tuple[int, int, int]] = []  # (xid, active, launch): rare, one event row each
     for row in rows:
         delta = deltas[row["xid"]]
         states = _fold_state_counts(
@@ -228,6 +233,8 @@ async def apply_rollups(
         elif new_active == ActiveState.ACTIVE:
             complete_time = None
         child_time = now if delta.state_changes else row["last_child_status_update_time"]
+        if new_active != old_active:
+            moved.append((row["xid"], int(new_active), row["launch_state"]))
         updates.append(
             (
                 row["xid"],
@@ -247,6 +254,10 @@ async def apply_rollups(
            WHERE xid = $1""",
         updates,
     )
+    for xid, active, launch in moved:
+        await insert_experiment_event(
+            conn, xid, "state", active_state=active, launch_state=launch, now=now
+        )
 
 
 #: ``UpdateExperimentLaunchState`` may only end a launch (SPEC §2.1).
@@ -300,6 +311,9 @@ async def update_launch_state(
         int(launch_state),
         int(active),
         now,
+    )
+    await insert_experiment_event(
+        conn, xid, "state", active_state=int(active), launch_state=int(launch_state), now=now
     )
     return await fetch_experiment(conn, xid)
 

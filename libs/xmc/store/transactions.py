@@ -124,6 +124,14 @@ from xmc.store.scheduling import (
 )
 from xmc.store.status_messages import list_status_messages
 from xmc.store.timelines import PhaseStatistics, Timings, fetch_timings, fetch_unit_history
+from xmc.store.watch_events import (
+    StoredEvent,
+    delete_expired_experiment_events,
+    read_after,
+    read_horizon,
+    read_snapshot,
+    read_window,
+)
 from xmc.store.work_units import (
     WORK_UNIT_UPDATABLE,
     fetch_work_unit,
@@ -162,6 +170,7 @@ __all__ = [
     "StateWrite",
     "Store",
     "StoredArgGroup",
+    "StoredEvent",
     "StoredLog",
     "StoredManifest",
     "TaskFacts",
@@ -178,6 +187,7 @@ __all__ = [
     "create_work_units",
     "decode_deployed_page_token",
     "delete_artifact",
+    "delete_expired_experiment_events",
     "delete_expired_operations",
     "delete_expired_outbox_rows",
     "delete_expired_paused_tasks",
@@ -214,6 +224,10 @@ __all__ = [
     "migrate",
     "oldest_unfinished_entry",
     "park_task",
+    "read_after",
+    "read_horizon",
+    "read_snapshot",
+    "read_window",
     "rearm_task",
     "record_captures",
     "restart_work_unit",

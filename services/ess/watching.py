@@ -1,0 +1,174 @@
+"""``xmc.v1.WatchService``: the committed changes of experiments, streamed (docs/watch.md,
+decision 0043).
+
+Each stream registers with the shared :class:`~ess.watch_hub.WatchHub` *before* it reads
+anything, then:
+
+1. without a cursor, starts at the current horizon; with one, reads its own way from the
+   cursor to the horizon in pages (the catch-up), so a reconnect misses nothing;
+2. then takes the hub's windows; a window that does not start at or below what the
+   stream has covered (the watcher overflowed, or registered while the hub was idle)
+   sends it back to step 1 from its last delivered position;
+3. delivers only positions past the last one delivered, so the overlap of a catch-up and
+   the windows is never sent twice.
+
+A Sync opens every stream and stands in for events while nothing happens. A stream
+started without a cursor skips what had ended before it started (``Snapshot``): its
+client reads that state after the opening Sync.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from ess.interceptor import caller
+from ess.watch_hub import Subscriber, WatchHub
+from xmc.errors import InvalidArgumentError, UnavailableError
+from xmc.model.watch import (
+    CURSOR_MAX_AGE,
+    EventSource,
+    Position,
+    Scope,
+    ScopeKind,
+    Snapshot,
+    check_cursor_age,
+    decode_cursor,
+    encode_cursor,
+    parse_snapshot,
+    starts_execution,
+)
+from xmc.names import experiment_name, parse_experiment_name, status_message_name, work_unit_name
+from xmc.store.transactions import Store, StoredEvent, read_after, read_snapshot
+from xmc.timestamps import set_timestamp
+from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
+from xmc_api.xmc.v1 import watch_pb2, watch_pb2_grpc
+
+
+def event_message(event: StoredEvent, cursor: str) -> watch_pb2.WatchEvent:
+    """The wire form of one stored change."""
+    xid = event.xid
+    message = watch_pb2.WatchEvent(cursor=cursor, experiment=experiment_name(xid))
+    source = event.position.source
+    if source == EventSource.STATE:
+        change = message.state_change
+        change.work_unit = work_unit_name(xid, event.wid or 0)
+        change.execution_id = event.eid
+        change.from_state = event.a  # type: ignore[assignment]
+        change.to_state = event.b  # type: ignore[assignment]
+        set_timestamp(change.time, event.time)
+        change.writer = event.text
+        change.new_execution = starts_execution(event.a, event.b)
+    elif source == EventSource.MESSAGE:
+        status = message.message
+        status.name = status_message_name(xid, event.wid, event.position.id)
+        status.content.CopyFrom(StructuredMessage.FromString(event.content or b""))
+        status.execution_id = event.eid
+    else:
+        experiment = message.experiment_change
+        experiment.created = event.text == "created"
+        experiment.active_state = event.a  # type: ignore[assignment]
+        experiment.launch_state = event.b  # type: ignore[assignment]
+        set_timestamp(experiment.time, event.time)
+    return message
+
+
+class WatchService(watch_pb2_grpc.WatchServiceServicer):
+    def __init__(
+        self,
+        store: Store,
+        hub: WatchHub,
+        *,
+        clock: Callable[[], datetime],
+        max_cursor_age: timedelta = CURSOR_MAX_AGE,
+    ) -> None:
+        self._store = store
+        self._hub = hub
+        self._clock = clock
+        self._max_cursor_age = max_cursor_age
+
+    async def WatchExperiments(
+        self, request: watch_pb2.WatchRequest, context: Any
+    ) -> AsyncIterator[watch_pb2.WatchEvent]:
+        after = None
+        if request.cursor:
+            cursor = decode_cursor(request.cursor, field="cursor")
+            check_cursor_age(cursor, now=self._clock(), max_age=self._max_cursor_age)
+            after = cursor.position
+        scope = await self._scope(request)
+        subscriber = self._hub.subscribe(scope)
+        try:
+            async for event in self._stream(subscriber, after):
+                yield event
+        finally:
+            self._hub.unsubscribe(subscriber)
+
+    async def _scope(self, request: watch_pb2.WatchRequest) -> Scope:
+        if request.experiment:
+            if request.all_experiments:
+                raise InvalidArgumentError(
+                    "all_experiments: must not be set together with experiment"
+                )
+            xid = parse_experiment_name(request.experiment, field="experiment")
+            await self._store.get_experiment(xid)  # NOT_FOUND for an unknown experiment
+            return Scope(ScopeKind.EXPERIMENT, xid=xid)
+        if request.all_experiments:
+            return Scope(ScopeKind.ALL)
+        return Scope(ScopeKind.CREATOR, creator=caller().email)
+
+    def _cursor(self, position: Position) -> str:
+        return encode_cursor(position, self._clock())
+
+    def _sync(self, position: Position) -> watch_pb2.WatchEvent:
+        return watch_pb2.WatchEvent(cursor=self._cursor(position), sync=watch_pb2.Sync())
+
+    async def _stream(
+        self, subscriber: Subscriber, after: Position | None
+    ) -> AsyncIterator[watch_pb2.WatchEvent]:
+        settings = self._hub.settings
+        covered: int | None = None  # every event of the scope below this txid was sent
+        started = Snapshot(0, 0)  # with a cursor: nothing to skip
+        if after is None:
+            async with self._store.connection() as conn:
+                started = parse_snapshot(await read_snapshot(conn))
+            covered = started.xmin
+            after = Position.horizon(covered)
+        last = after
+        yield self._sync(last)
+
+        while True:
+            if covered is None or subscriber.overflowed:
+                # 1. Catch up from the database, one page at a time.
+                subscriber.reset()
+                async with self._store.connection() as conn:
+                    events, horizon = await read_after(
+                        conn, last, subscriber.scope, limit=settings.catch_up_page
+                    )
+                for event in events:
+                    last = event.position
+                    if not started.ended(last.txid):
+                        yield event_message(event, self._cursor(last))
+                covered = horizon if len(events) < settings.catch_up_page else None
+                continue
+            if subscriber.closed:
+                raise UnavailableError("the ESS is stopping: watch again with the last cursor")
+            if not subscriber.ready.is_set():
+                try:
+                    await asyncio.wait_for(subscriber.ready.wait(), settings.heartbeat_seconds)
+                except TimeoutError:
+                    last = max(last, Position.horizon(covered))
+                    yield self._sync(last)
+                    continue
+            # 2. The hub's windows, in order; a gap sends the stream back to step 1.
+            for window in subscriber.take():
+                if window.low > covered:
+                    covered = None
+                    break
+                for event in window.events:
+                    if event.position > last:  # 3. never twice
+                        last = event.position
+                        if not started.ended(last.txid):
+                            yield event_message(event, self._cursor(last))
+                covered = max(covered, window.high)

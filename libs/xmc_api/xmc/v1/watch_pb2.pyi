@@ -3,9 +3,10 @@
 isort:skip_file
 XMC's own push API beside the published cloud.xmanager.v1 one: the committed changes
 of one experiment, or of many, streamed as they commit (docs/watch.md, decision 0043).
-Additive: nothing here changes the published API. xmc-ui serves the same stream to
-browsers as Server-Sent Events (GET /v1/experiments/{xid}:watch, GET /v1/experiments:watch;
-docs/rest.md); a server stream has no google.api.http rule of its own.
+Additive: nothing here changes the published API. The google.api.http rule mounts the
+RPC on xmc-ui's REST face (docs/rest.md): newline-delimited JSON, or Server-Sent Events
+for a request that accepts text/event-stream (each event's id is its cursor, so a
+browser's Last-Event-ID resumes the stream).
 
 Order and resumption:
 - Events arrive in the order their transactions committed (as any reader can tell),

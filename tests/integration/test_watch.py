@@ -10,18 +10,21 @@ from datetime import timedelta
 
 import asyncpg
 import grpc
+import pytest
 
 from ess.watch_hub import WatchSettings
 from tests.integration.ess_harness import Ess, EssFactory, metadata
 from tests.integration.support import minimal_work_unit
+from tests.integration.test_cli import xmc
 from tests.integration.test_ess_api import expect_error
 from tests.integration.watching import Watcher, observe
-from tests.waiting import holds_for
+from tests.waiting import eventually, holds_for
 from xmc.model.states import ActiveState, LaunchState, WorkUnitState
 from xmc_api.cloud.xmanager.v1 import api_pb2
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
 from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
 from xmc_api.xmc.v1 import watch_pb2, watch_pb2_grpc
+from xmc_cli.client import Client
 
 S = WorkUnitState
 ALICE, BOB = metadata("alice"), metadata("bob")
@@ -249,3 +252,64 @@ async def test_one_shared_poll_for_every_watcher(ess: Ess) -> None:
         await stream.until(10)
     assert hub.polls - polls_before < watchers
     await asyncio.gather(*(stream.close() for stream in streams))
+
+
+async def test_xmc_watch_follows_the_stream(ess: Ess) -> None:
+    """``xmc watch`` holds one stream open and re-reads the experiment when it pushes a
+    change: the transcript shows each state and the watch ends once INACTIVE."""
+    hub = ess.server.watch_hub
+    assert hub is not None
+    experiment = await new_experiment(ess)
+    unit = await new_unit(ess, experiment)
+    argv = (experiment, "--until-inactive", "--interval", "0.05")
+    watching = asyncio.create_task(xmc(ess, "watch", *argv))
+    await eventually(lambda: hub.watchers, 1, within=10, what="the CLI's stream")
+    await observe(ess, unit, S.RUNNING, 10)
+    await observe(ess, unit, S.COMPLETED, 20)
+    await ess.api.UpdateExperimentLaunchState(
+        api_pb2.UpdateExperimentLaunchStateRequest(
+            name=experiment,
+            launch_state=int(LaunchState.COMPLETED),  # type: ignore[arg-type]
+        ),
+        metadata=ALICE,
+    )
+    result = await asyncio.wait_for(watching, timeout=30)
+    assert result.exit_code == 0, result.output
+    lines = [line.split("  ", 1)[1] for line in result.stdout.splitlines() if "  " in line]
+    assert lines[1] == "wu 1  INITIALIZING"
+    assert any(line.startswith("wu 1  ") and line.endswith("→ COMPLETED") for line in lines)
+    assert result.stdout.rstrip().endswith(
+        f"{experiment} is INACTIVE (launch COMPLETED): 1 COMPLETED"
+    )
+    await eventually(lambda: hub.watchers, 0, within=10, what="the stream closed")
+
+
+async def test_xmc_watch_polls_without_the_push_api(
+    ess: Ess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An ESS without the push API (UNIMPLEMENTED) leaves the watch polling, not failing."""
+    experiment = await new_experiment(ess)
+    await ess.api.UpdateExperimentLaunchState(
+        api_pb2.UpdateExperimentLaunchStateRequest(
+            name=experiment,
+            launch_state=int(LaunchState.FAILED),  # type: ignore[arg-type]
+        ),
+        metadata=ALICE,
+    )
+
+    class Refusing:
+        """A stub whose stream the ESS does not know: UNIMPLEMENTED, as from an older ESS."""
+
+        def __init__(self, channel: grpc.Channel) -> None:
+            self.WatchExperiments = channel.unary_stream(
+                "/xmc.v1.WatchService/NoSuchMethod",
+                request_serializer=watch_pb2.WatchRequest.SerializeToString,
+                response_deserializer=watch_pb2.WatchEvent.FromString,
+            )
+
+    monkeypatch.setattr(Client, "watches", property(lambda self: Refusing(self.channel())))
+    result = await xmc(ess, "watch", experiment, "--until-inactive", "--interval", "0.05")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.rstrip().endswith(
+        f"{experiment} is INACTIVE (launch FAILED): no work units"
+    )

@@ -120,3 +120,22 @@ async def test_refusals_are_json_errors_with_their_status(ess: Ess) -> None:
                 body = await response.json()
                 assert response.status == status, (path, body)
                 assert fragment in body["error"]["message"], (path, body)
+
+
+async def test_the_pages_name_their_stream(ess: Ess) -> None:
+    """The experiment and work-unit pages' live regions carry the stream ui.js follows
+    (data-watch-url; data-watch-unit narrows it to one unit), and it answers as SSE."""
+    experiment = await new_experiment(ess)
+    unit = await new_unit(ess, experiment)
+    xid, wid = experiment.split("/")[1], unit.split("/")[-1]
+    watch = f"/v1/experiments/{xid}:watch"
+    async with running_ui(ess.channel) as base, aiohttp.ClientSession(headers=ALICE) as session:
+        for page, narrowed in (
+            (f"/experiments/{xid}", ""),
+            (f"/experiments/{xid}/workUnits/{wid}", f' data-watch-unit="{unit}"'),
+        ):
+            async with session.get(f"{base}{page}") as response:
+                html = await response.text()
+            assert f'data-watch-url="{watch}"{narrowed}>' in html, page
+        async with session.get(f"{base}{watch}", headers=SSE) as response:
+            assert (await anext(events(response)))["event"] == "sync"

@@ -20,6 +20,7 @@ client reads that state after the opening Sync.
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime, timedelta
 from typing import Any
@@ -45,6 +46,9 @@ from xmc.store.transactions import Store, StoredEvent, read_after, read_snapshot
 from xmc.timestamps import set_timestamp
 from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
 from xmc_api.xmc.v1 import watch_pb2, watch_pb2_grpc
+
+#: Serialized events kept for sharing between streams (~100 bytes each).
+_WIRE_CACHE_SIZE = 50_000
 
 
 def event_message(event: StoredEvent, cursor: str) -> watch_pb2.WatchEvent:
@@ -88,10 +92,25 @@ class WatchService(watch_pb2_grpc.WatchServiceServicer):
         self._hub = hub
         self._clock = clock
         self._max_cursor_age = max_cursor_age
+        #: Serialized events by position, shared by every stream that sends them: 200
+        #: watchers of one experiment cost one encoding per event, not 200. Bounded: the
+        #: oldest are dropped first (a late reader encodes its own again).
+        self._wire_cache: OrderedDict[Position, bytes] = OrderedDict()
 
-    async def WatchExperiments(
+    def _wire(self, event: StoredEvent) -> bytes:
+        """``event`` as sent (the interceptor passes bytes through unchanged)."""
+        position = event.position
+        cached = self._wire_cache.get(position)
+        if cached is None:
+            cached = event_message(event, self._cursor(position)).SerializeToString()
+            self._wire_cache[position] = cached
+            if len(self._wire_cache) > _WIRE_CACHE_SIZE:
+                self._wire_cache.popitem(last=False)
+        return cached
+
+    async def WatchExperiments(  # type: ignore[override]  # bytes: see _wire
         self, request: watch_pb2.WatchRequest, context: Any
-    ) -> AsyncIterator[watch_pb2.WatchEvent]:
+    ) -> AsyncIterator[watch_pb2.WatchEvent | bytes]:
         after = None
         if request.cursor:
             cursor = decode_cursor(request.cursor, field="cursor")
@@ -126,7 +145,7 @@ class WatchService(watch_pb2_grpc.WatchServiceServicer):
 
     async def _stream(
         self, subscriber: Subscriber, after: Position | None
-    ) -> AsyncIterator[watch_pb2.WatchEvent]:
+    ) -> AsyncIterator[watch_pb2.WatchEvent | bytes]:
         settings = self._hub.settings
         covered: int | None = None  # every event of the scope below this txid was sent
         started = Snapshot(0, 0)  # with a cursor: nothing to skip
@@ -149,7 +168,7 @@ class WatchService(watch_pb2_grpc.WatchServiceServicer):
                 for event in events:
                     last = event.position
                     if not started.ended(last.txid):
-                        yield event_message(event, self._cursor(last))
+                        yield self._wire(event)
                 covered = horizon if len(events) < settings.catch_up_page else None
                 continue
             if subscriber.closed:
@@ -170,5 +189,5 @@ class WatchService(watch_pb2_grpc.WatchServiceServicer):
                     if event.position > last:  # 3. never twice
                         last = event.position
                         if not started.ended(last.txid):
-                            yield event_message(event, self._cursor(last))
+                            yield self._wire(event)
                 covered = max(covered, window.high)

@@ -2,12 +2,16 @@
 
 The hub keeps a **horizon** ``h``: every event of a transaction below ``h`` has been
 handed to the watchers registered at the time. A poll reads the current horizon ``H``
-(the snapshot's ``xmin``, ``xmc.store.watch_events``) and the events of transactions in
-``[h, H)`` — one query for all watchers, however many — and offers each watcher that
+(the oldest running transaction that may write this database, ``xmc.store.watch_events``)
+and the events of transactions in ``[h, H)`` — one query for all watchers, however many
+— and offers each watcher that
 window and the events of its scope. A poll runs when a transaction of this ESS commits
 (``Store.on_commit``; wakes closer than ``min_gap_seconds`` are coalesced) and every
 ``poll_seconds`` while anyone watches, for commits of other processes (the Actuator,
-other ESS replicas). With no watcher the hub does not query at all.
+other ESS replicas). A local commit is final only once every transaction of this
+database that began before it has ended, whichever process runs them; until the horizon
+passes what was committed before a wake, the hub polls every ``min_gap_seconds`` instead
+of waiting out the period. With no watcher the hub does not query at all.
 
 Memory is bounded per watcher: a watcher holding more than ``buffer_events`` undelivered
 events (a slow consumer) drops them and reads its own way back from the database from
@@ -106,6 +110,8 @@ class WatchHub:
         self._subscribers: set[Subscriber] = set()
         self._kick = asyncio.Event()
         self._horizon: int | None = None
+        #: The horizon must reach this before every local commit so far is delivered.
+        self._target = 0
         #: Polls run (each one query pair), for the bench and the tests.
         self.polls = 0
 
@@ -138,9 +144,16 @@ class WatchHub:
         settings = self.settings
         failures = 0
         while not stop.is_set():
-            timeout = settings.poll_seconds if self._subscribers else None
+            if not self._subscribers:
+                timeout: float | None = None
+            elif self._chasing():
+                timeout = settings.min_gap_seconds
+            else:
+                timeout = settings.poll_seconds
+            kicked = False
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._kick.wait(), timeout=timeout)
+                kicked = True
             self._kick.clear()
             if stop.is_set():
                 break
@@ -148,7 +161,7 @@ class WatchHub:
                 self._horizon = None  # nobody to keep a continuous record for
                 continue
             try:
-                await self.poll_once()
+                await self.poll_once(woken=kicked)
                 failures = 0
             except Exception:
                 failures += 1
@@ -157,9 +170,18 @@ class WatchHub:
             await asyncio.sleep(settings.min_gap_seconds)  # coalesce the next burst
         self.close()
 
-    async def poll_once(self) -> None:
+    def _chasing(self) -> bool:
+        """A commit of this process is not below the horizon yet (another transaction,
+        of any process, that began before it is still running): poll again soon rather
+        than at the period, since no commit of this process may come to wake the hub."""
+        return self._horizon is not None and self._horizon < self._target
+
+    async def poll_once(self, *, woken: bool = True) -> None:
         async with self._store.connection() as conn:
-            high = await read_horizon(conn)
+            high, xmax = await read_horizon(conn)
+            if woken:
+                # Every transaction this process committed before the wake is below xmax.
+                self._target = max(self._target, xmax)
             low = self._horizon
             if low is None or high <= low:
                 self._horizon = high if low is None else low

@@ -49,6 +49,19 @@ from xmc_api.xmc.v1 import watch_pb2, watch_pb2_grpc
 
 #: Serialized events kept for sharing between streams (~100 bytes each).
 _WIRE_CACHE_SIZE = 50_000
+#: Events per stream message at most (a message of ~100 KiB).
+_MAX_BATCH = 1_000
+
+
+def frame(event: bytes) -> bytes:
+    """A serialized WatchEvent as an element of ``WatchEvents.events`` (field 1, length
+    delimited): stream messages are joined from these without parsing anything."""
+    size, prefix = len(event), bytearray(b"\x0a")
+    while size > 0x7F:
+        prefix.append(size & 0x7F | 0x80)
+        size >>= 7
+    prefix.append(size)
+    return bytes(prefix) + event
 
 
 def event_message(event: StoredEvent, cursor: str) -> watch_pb2.WatchEvent:
@@ -97,20 +110,21 @@ class WatchService(watch_pb2_grpc.WatchServiceServicer):
         #: oldest are dropped first (a late reader encodes its own again).
         self._wire_cache: OrderedDict[Position, bytes] = OrderedDict()
 
-    def _wire(self, event: StoredEvent) -> bytes:
-        """``event`` as sent (the interceptor passes bytes through unchanged)."""
+    def _framed(self, event: StoredEvent) -> bytes:
+        """``event`` as one element of ``WatchEvents.events``, serialized once for every
+        stream that sends it (the interceptor passes bytes through unchanged)."""
         position = event.position
         cached = self._wire_cache.get(position)
         if cached is None:
-            cached = event_message(event, self._cursor(position)).SerializeToString()
+            cached = frame(event_message(event, self._cursor(position)).SerializeToString())
             self._wire_cache[position] = cached
             if len(self._wire_cache) > _WIRE_CACHE_SIZE:
                 self._wire_cache.popitem(last=False)
         return cached
 
-    async def WatchExperiments(  # type: ignore[override]  # bytes: see _wire
+    async def WatchExperiments(  # type: ignore[override]  # bytes: see _framed
         self, request: watch_pb2.WatchRequest, context: Any
-    ) -> AsyncIterator[watch_pb2.WatchEvent | bytes]:
+    ) -> AsyncIterator[bytes]:
         after = None
         if request.cursor:
             cursor = decode_cursor(request.cursor, field="cursor")
@@ -119,8 +133,9 @@ class WatchService(watch_pb2_grpc.WatchServiceServicer):
         scope = await self._scope(request)
         subscriber = self._hub.subscribe(scope)
         try:
-            async for event in self._stream(subscriber, after):
-                yield event
+            async for batch in self._stream(subscriber, after):
+                for start in range(0, len(batch), _MAX_BATCH):
+                    yield b"".join(batch[start : start + _MAX_BATCH])
         finally:
             self._hub.unsubscribe(subscriber)
 
@@ -140,12 +155,15 @@ class WatchService(watch_pb2_grpc.WatchServiceServicer):
     def _cursor(self, position: Position) -> str:
         return encode_cursor(position, self._clock())
 
-    def _sync(self, position: Position) -> watch_pb2.WatchEvent:
-        return watch_pb2.WatchEvent(cursor=self._cursor(position), sync=watch_pb2.Sync())
+    def _sync(self, position: Position) -> list[bytes]:
+        sync = watch_pb2.WatchEvent(cursor=self._cursor(position), sync=watch_pb2.Sync())
+        return [frame(sync.SerializeToString())]
 
     async def _stream(
         self, subscriber: Subscriber, after: Position | None
-    ) -> AsyncIterator[watch_pb2.WatchEvent | bytes]:
+    ) -> AsyncIterator[list[bytes]]:
+        """Each stream message's events, framed: a page of the catch-up, or what the
+        hub's windows held since the last message."""
         settings = self._hub.settings
         covered: int | None = None  # every event of the scope below this txid was sent
         started = Snapshot(0, 0)  # with a cursor: nothing to skip
@@ -165,10 +183,13 @@ class WatchService(watch_pb2_grpc.WatchServiceServicer):
                     events, horizon = await read_after(
                         conn, last, subscriber.scope, limit=settings.catch_up_page
                     )
+                batch = []
                 for event in events:
                     last = event.position
                     if not started.ended(last.txid):
-                        yield self._wire(event)
+                        batch.append(self._framed(event))
+                if batch:
+                    yield batch
                 covered = horizon if len(events) < settings.catch_up_page else None
                 continue
             if subscriber.closed:
@@ -181,6 +202,7 @@ class WatchService(watch_pb2_grpc.WatchServiceServicer):
                     yield self._sync(last)
                     continue
             # 2. The hub's windows, in order; a gap sends the stream back to step 1.
+            batch = []
             for window in subscriber.take():
                 if window.low > covered:
                     covered = None
@@ -189,5 +211,7 @@ class WatchService(watch_pb2_grpc.WatchServiceServicer):
                     if event.position > last:  # 3. never twice
                         last = event.position
                         if not started.ended(last.txid):
-                            yield self._wire(event)
+                            batch.append(self._framed(event))
                 covered = max(covered, window.high)
+            if batch:
+                yield batch

@@ -1,7 +1,8 @@
 """Server-Sent Events: a server-streaming RPC of the REST face for a caller that accepts
 ``text/event-stream`` (a browser's ``EventSource``; docs/rest.md, docs/watch.md).
 
-Each message is one event: ``id:`` its ``cursor`` field when it has one (so the browser
+Each message is one event — each element of a batch message (``WatchEvents``) one of its
+own: ``id:`` its ``cursor`` field when it has one (so the browser
 sends it back as ``Last-Event-ID`` when it reconnects, and the stream resumes right after
 it), ``event:`` the name of its ``kind`` oneof when it has one, ``data:`` the message in
 the proto3 JSON mapping on one line. A failure after the stream began is a last
@@ -18,7 +19,7 @@ from typing import Any, Final
 
 import grpc
 from aiohttp import web
-from google.protobuf import message_factory
+from google.protobuf import json_format, message_factory
 from google.protobuf.message import Message
 
 from ui.http_rules import HttpRoute
@@ -28,6 +29,7 @@ EVENT_STREAM: Final = "text/event-stream"
 #: Milliseconds a browser waits before reconnecting (the ``retry:`` field).
 RETRY_MS: Final = 2000
 _CURSOR: Final = "cursor"
+_BATCH: Final = "events"
 _HANG_UP_CHECK_SECONDS: Final = 1.0
 
 
@@ -59,8 +61,17 @@ def resume_from_last_event(message: Message, last_event_id: str | None) -> None:
         setattr(message, _CURSOR, last_event_id.strip())
 
 
-def event_frame(route: HttpRoute, item: Message) -> bytes:
-    """One message as an SSE event."""
+def event_frames(route: HttpRoute, item: Message) -> bytes:
+    """One stream message as SSE events: one per element of a batch (a message whose one
+    field is a repeated ``events``, as ``WatchEvents``), else one for the message."""
+    fields = item.DESCRIPTOR.fields
+    if len(fields) == 1 and fields[0].name == _BATCH and fields[0].message_type is not None:
+        elements = getattr(item, _BATCH)
+        return b"".join(_frame(e, json_format.MessageToDict(e)) for e in elements)
+    return _frame(item, response_json(route, item))
+
+
+def _frame(item: Message, data: Any) -> bytes:
     lines = []
     fields = item.DESCRIPTOR.fields_by_name
     cursor = getattr(item, _CURSOR) if _CURSOR in fields else ""
@@ -69,7 +80,7 @@ def event_frame(route: HttpRoute, item: Message) -> bytes:
     kind = item.WhichOneof("kind") if "kind" in item.DESCRIPTOR.oneofs_by_name else None
     if kind:
         lines.append(f"event: {kind}")
-    lines.append("data: " + json.dumps(response_json(route, item), separators=(",", ":")))
+    lines.append("data: " + json.dumps(data, separators=(",", ":")))
     return ("\n".join(lines) + "\n\n").encode()
 
 
@@ -103,7 +114,7 @@ async def serve_events(
                 )
                 await answer.prepare(request)
                 await answer.write(f"retry: {RETRY_MS}\n\n".encode())
-            await answer.write(event_frame(route, item))
+            await answer.write(event_frames(route, item))
     except grpc.aio.AioRpcError as error:
         if watchdog.done():
             return answer or web.Response(status=499)

@@ -142,11 +142,12 @@ class Pushes:
 
     def _read(self) -> None:
         try:
-            for event in self._call:
-                if event.WhichOneof("kind") == "sync":
-                    self._started.set()
-                else:
-                    self._changed.set()
+            for batch in self._call:
+                for event in batch.events:
+                    if event.WhichOneof("kind") == "sync":
+                        self._started.set()
+                    else:
+                        self._changed.set()
         except grpc.RpcError:
             pass  # ended: cancelled by close(), or refused or cut off (failed below)
         self.failed = not self._closing

@@ -97,13 +97,14 @@ async def test_newline_delimited_json_and_the_callers_experiments(ess: Ess) -> N
         assert response.status == 200
         assert response.content_type == "application/x-ndjson"
         first = json.loads(await response.content.readline())
-        assert "sync" in first["result"]
+        assert "sync" in first["result"]["events"][0]
         experiment = await new_experiment(ess)
         line = json.loads(await response.content.readline())
-        while "sync" in line["result"]:
+        while "sync" in line["result"]["events"][0]:
             line = json.loads(await response.content.readline())
-        assert line["result"]["experiment"] == experiment
-        assert line["result"]["experimentChange"]["created"] is True
+        (created,) = line["result"]["events"]
+        assert created["experiment"] == experiment
+        assert created["experimentChange"]["created"] is True
 
 
 async def test_refusals_are_json_errors_with_their_status(ess: Ess) -> None:

@@ -55,8 +55,8 @@ class Watcher:
 
     async def _read(self) -> None:
         try:
-            async for event in self.call:
-                self.events.append(event)
+            async for batch in self.call:
+                self.events.extend(batch.events)
         except grpc.aio.AioRpcError as error:
             self.error = error
 

@@ -4,8 +4,8 @@ changes; a create or restart is the row that starts an execution), ``status_mess
 and ``experiment_events`` (an experiment created, its active or launch state changed).
 
 Each row carries ``txid``, the writing transaction's id (migration 0009). A read is
-bounded by the statement snapshot's ``xmin``: every transaction below it has ended, so
-the rows below it are final and ``(txid, source, id)`` never gains a row behind a
+bounded by a horizon (:data:`HORIZON_SQL`): every transaction below it that could write
+here has ended, so the rows below it are final and ``(txid, source, id)`` never gains a row behind a
 position already handed out (``xmc.model.watch``). Nothing here is on a write path but
 :func:`insert_experiment_event`, called only when an experiment's state changes.
 """
@@ -62,10 +62,26 @@ _SELECT = """
     ORDER BY u.txid, u.source, u.id
     {limit}"""
 
-#: The oldest transaction still running, as of the statement's snapshot: rows below it
-#: are final. Every other transaction's rows wait until it ends — including one open in
-#: another database of the same Postgres (xids are cluster-wide): docs/watch.md.
-HORIZON_SQL = "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint"
+#: The horizon of this database: the oldest transaction still running (as of the
+#: statement's snapshot) that may write here, else the snapshot's xmax. Rows below it are
+#: final. ``pg_snapshot_xmin`` alone would be the oldest running transaction of the whole
+#: Postgres (xids are cluster-wide), so a long transaction of another database on the same
+#: server would hold every watch back; a running xid is skipped only when
+#: ``pg_stat_activity`` positively shows it as another database's (its ``backend_xid`` and
+#: ``datname`` are shown to every role). Anything else — a transaction of this database,
+#: one that ended between the snapshot and the read, a prepared transaction — holds the
+#: horizon, which is only ever conservative. ``backend_xid`` is 32 bits: compared modulo.
+HORIZON_SQL = """
+    WITH snap AS (SELECT pg_current_snapshot() AS s)
+    SELECT coalesce(
+        (SELECT min(r.x) FROM (SELECT pg_snapshot_xip(s)::text::bigint AS x FROM snap) r
+         WHERE NOT EXISTS (
+             SELECT 1 FROM pg_stat_activity a
+             WHERE a.backend_xid IS NOT NULL
+               AND a.backend_xid::text::bigint = r.x % 4294967296
+               AND a.datname IS DISTINCT FROM current_database())),
+        (SELECT pg_snapshot_xmax(s)::text::bigint FROM snap)) AS horizon,
+        (SELECT pg_snapshot_xmax(s)::text::bigint FROM snap) AS xmax"""
 
 
 def _scope_filters(scope: Scope, first_param: int) -> tuple[dict[str, str], list[Any]]:
@@ -103,9 +119,12 @@ def _events(rows: Sequence[Any]) -> list[StoredEvent]:
     ]
 
 
-async def read_horizon(conn: Connection) -> int:
-    horizon: int = await conn.fetchval(HORIZON_SQL)
-    return horizon
+async def read_horizon(conn: Connection) -> tuple[int, int]:
+    """(horizon, xmax): rows below the horizon are final; every transaction that had
+    committed when the statement began is below xmax."""
+    row = await conn.fetchrow(HORIZON_SQL)
+    assert row is not None
+    return row["horizon"], row["xmax"]
 
 
 async def read_snapshot(conn: Connection) -> str:
@@ -128,7 +147,7 @@ async def read_after(
     """A watcher's catch-up: up to ``limit`` events of ``scope`` past ``after`` and below
     the current horizon, and that horizon. Fewer than ``limit`` events means every event
     of ``scope`` below the horizon has been returned."""
-    horizon = await read_horizon(conn)
+    horizon, _ = await read_horizon(conn)
     filters, params = _scope_filters(scope, 6)
     union = _UNION.format(**filters)
     sql = _SELECT.format(

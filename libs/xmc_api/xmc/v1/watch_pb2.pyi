@@ -20,9 +20,11 @@ Order and resumption:
   current state after the first Sync and applies the events after it misses nothing.
 """
 
+from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
 from xmc_api.cloud.xmanager.v1 import status_message_pb2 as _status_message_pb2
 from xmc_api.cloud.xmanager.v1 import status_pb2 as _status_pb2
 import builtins as _builtins
@@ -66,6 +68,31 @@ class WatchRequest(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___WatchRequest: _TypeAlias = WatchRequest  # noqa: Y015
+
+@_typing.final
+class WatchEvents(_message.Message):
+    """One stream message: the events committed since the previous one, in order. Many
+    changes committed together travel together (a sweep's batch of 100 state changes is one
+    message, not 100); a Sync travels alone.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVENTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def events(self) -> _containers.RepeatedCompositeFieldContainer[Global___WatchEvent]: ...
+    def __init__(
+        self,
+        *,
+        events: _abc.Iterable[Global___WatchEvent] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["events", b"events"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WatchEvents: _TypeAlias = WatchEvents  # noqa: Y015
 
 @_typing.final
 class WatchEvent(_message.Message):

@@ -37,7 +37,7 @@ class WatchServiceStub:
         self.WatchExperiments = channel.unary_stream(
                 '/xmc.v1.WatchService/WatchExperiments',
                 request_serializer=xmc__api_dot_xmc_dot_v1_dot_watch__pb2.WatchRequest.SerializeToString,
-                response_deserializer=xmc__api_dot_xmc_dot_v1_dot_watch__pb2.WatchEvent.FromString,
+                response_deserializer=xmc__api_dot_xmc_dot_v1_dot_watch__pb2.WatchEvents.FromString,
                 _registered_method=True)
 
 
@@ -59,7 +59,7 @@ def add_WatchServiceServicer_to_server(servicer, server):
             'WatchExperiments': grpc.unary_stream_rpc_method_handler(
                     servicer.WatchExperiments,
                     request_deserializer=xmc__api_dot_xmc_dot_v1_dot_watch__pb2.WatchRequest.FromString,
-                    response_serializer=xmc__api_dot_xmc_dot_v1_dot_watch__pb2.WatchEvent.SerializeToString,
+                    response_serializer=xmc__api_dot_xmc_dot_v1_dot_watch__pb2.WatchEvents.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -88,7 +88,7 @@ class WatchService:
             target,
             '/xmc.v1.WatchService/WatchExperiments',
             xmc__api_dot_xmc_dot_v1_dot_watch__pb2.WatchRequest.SerializeToString,
-            xmc__api_dot_xmc_dot_v1_dot_watch__pb2.WatchEvent.FromString,
+            xmc__api_dot_xmc_dot_v1_dot_watch__pb2.WatchEvents.FromString,
             options,
             channel_credentials,
             insecure,

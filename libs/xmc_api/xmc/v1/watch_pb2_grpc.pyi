@@ -48,7 +48,7 @@ class WatchServiceStub:
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> WatchServiceAsyncStub: ...
-    WatchExperiments: _grpc.UnaryStreamMultiCallable[_watch_pb2.WatchRequest, _watch_pb2.WatchEvent]
+    WatchExperiments: _grpc.UnaryStreamMultiCallable[_watch_pb2.WatchRequest, _watch_pb2.WatchEvents]
     """The changes of one experiment (experiment set), of the experiments the caller
     created (neither set), or of every experiment (all_experiments). Any authenticated
     caller may watch, as any may read.
@@ -57,7 +57,7 @@ class WatchServiceStub:
 @_typing.type_check_only
 class WatchServiceAsyncStub(WatchServiceStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
-    WatchExperiments: _aio.UnaryStreamMultiCallable[_watch_pb2.WatchRequest, _watch_pb2.WatchEvent]  # type: ignore[assignment]
+    WatchExperiments: _aio.UnaryStreamMultiCallable[_watch_pb2.WatchRequest, _watch_pb2.WatchEvents]  # type: ignore[assignment]
     """The changes of one experiment (experiment set), of the experiments the caller
     created (neither set), or of every experiment (all_experiments). Any authenticated
     caller may watch, as any may read.
@@ -69,7 +69,7 @@ class WatchServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _watch_pb2.WatchRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_abc.Iterator[_watch_pb2.WatchEvent], _abc.AsyncIterator[_watch_pb2.WatchEvent]]:
+    ) -> _typing.Union[_abc.Iterator[_watch_pb2.WatchEvents], _abc.AsyncIterator[_watch_pb2.WatchEvents]]:
         """The changes of one experiment (experiment set), of the experiments the caller
         created (neither set), or of every experiment (all_experiments). Any authenticated
         caller may watch, as any may read.

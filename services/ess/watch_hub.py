@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -41,6 +42,9 @@ class WatchSettings:
     poll_seconds: float = 0.5
     #: Shortest time between two polls: a burst of commits is one poll.
     min_gap_seconds: float = 0.02
+    #: After a wake, how long to poll every ``min_gap_seconds`` while the commit that woke
+    #: the hub is not final yet (a transaction that began before it still runs).
+    chase_seconds: float = 2.0
     #: Undelivered events a watcher may hold before it falls back to the database.
     buffer_events: int = 10_000
     #: Events per catch-up read from the database.
@@ -112,6 +116,7 @@ class WatchHub:
         self._horizon: int | None = None
         #: The horizon must reach this before every local commit so far is delivered.
         self._target = 0
+        self._chase_until = 0.0
         #: Polls run (each one query pair), for the bench and the tests.
         self.polls = 0
 
@@ -173,8 +178,12 @@ class WatchHub:
     def _chasing(self) -> bool:
         """A commit of this process is not below the horizon yet (another transaction,
         of any process, that began before it is still running): poll again soon rather
-        than at the period, since no commit of this process may come to wake the hub."""
-        return self._horizon is not None and self._horizon < self._target
+        than at the period, since no commit of this process may come to wake the hub —
+        for ``chase_seconds`` after the wake at most (a transaction left open would
+        otherwise keep the hub polling at that pace)."""
+        if self._horizon is None or self._horizon >= self._target:
+            return False
+        return time.monotonic() < self._chase_until
 
     async def poll_once(self, *, woken: bool = True) -> None:
         async with self._store.connection() as conn:
@@ -182,6 +191,7 @@ class WatchHub:
             if woken:
                 # Every transaction this process committed before the wake is below xmax.
                 self._target = max(self._target, xmax)
+                self._chase_until = time.monotonic() + self.settings.chase_seconds
             low = self._horizon
             if low is None or high <= low:
                 self._horizon = high if low is None else low

@@ -12,14 +12,17 @@ import asyncpg
 import grpc
 import pytest
 
+from ess.app import run_janitor_once
 from ess.watch_hub import WatchSettings
 from tests.integration.ess_harness import Ess, EssFactory, metadata
 from tests.integration.support import minimal_work_unit
 from tests.integration.test_cli import xmc
 from tests.integration.test_ess_api import expect_error
 from tests.integration.watching import Watcher, observe
+from tests.servers import ADMIN_DSN
 from tests.waiting import eventually, holds_for
 from xmc.model.states import ActiveState, LaunchState, WorkUnitState
+from xmc.model.watch import EXPERIMENT_EVENT_RETENTION
 from xmc_api.cloud.xmanager.v1 import api_pb2
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
 from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
@@ -313,3 +316,40 @@ async def test_xmc_watch_polls_without_the_push_api(
     assert result.stdout.rstrip().endswith(
         f"{experiment} is INACTIVE (launch FAILED): no work units"
     )
+
+
+async def test_a_transaction_of_another_database_does_not_hold_the_watch(ess: Ess) -> None:
+    """xids are cluster-wide: a transaction left open in another database of the same
+    Postgres must not hold this database's events back (the horizon is this database's)."""
+    experiment = await new_experiment(ess)
+    watcher = await Watcher(ess, experiment=experiment).started()
+    elsewhere = await asyncpg.connect(ADMIN_DSN)
+    try:
+        transaction = elsewhere.transaction()
+        await transaction.start()
+        await elsewhere.fetchval("SELECT pg_current_xact_id()")  # holds an xid from here
+        unit = await new_unit(ess, experiment)
+        assert await watcher.until(1, within=10) == [created(unit)]
+        await transaction.rollback()
+    finally:
+        await elsewhere.close()
+    await watcher.close()
+
+
+async def test_the_janitor_drops_old_experiment_events_only(ess: Ess) -> None:
+    experiment = await new_experiment(ess)
+    await new_unit(ess, experiment)
+    store = ess.server.store
+    assert store is not None
+
+    async def counts() -> tuple[int, int]:
+        async with store.connection() as conn:
+            events = await conn.fetchval("SELECT count(*) FROM experiment_events")
+            history = await conn.fetchval("SELECT count(*) FROM work_unit_status_history")
+        return events, history
+
+    assert await counts() == (1, 1)
+    await run_janitor_once(store, now=ess.clock() + EXPERIMENT_EVENT_RETENTION)
+    assert await counts() == (1, 1), "kept for the whole retention"
+    await run_janitor_once(store, now=ess.clock() + EXPERIMENT_EVENT_RETENTION + timedelta(1))
+    assert await counts() == (0, 1), "history is never dropped"

@@ -81,7 +81,8 @@ HORIZON_SQL = """
                AND a.backend_xid::text::bigint = r.x % 4294967296
                AND a.datname IS DISTINCT FROM current_database())),
         (SELECT pg_snapshot_xmax(s)::text::bigint FROM snap)) AS horizon,
-        (SELECT pg_snapshot_xmax(s)::text::bigint FROM snap) AS xmax"""
+        (SELECT pg_snapshot_xmax(s)::text::bigint FROM snap) AS xmax,
+        (SELECT s::text FROM snap) AS snapshot"""
 
 
 def _scope_filters(scope: Scope, first_param: int) -> tuple[dict[str, str], list[Any]]:
@@ -128,9 +129,14 @@ async def read_horizon(conn: Connection) -> tuple[int, int]:
 
 
 async def read_snapshot(conn: Connection) -> str:
-    """The current snapshot as Postgres prints it (``xmc.model.watch.parse_snapshot``)."""
-    text: str = await conn.fetchval("SELECT pg_current_snapshot()::text")
-    return text
+    """The current snapshot as Postgres prints it (``xmc.model.watch.parse_snapshot``),
+    with this database's horizon in place of the cluster's xmin: what a stream started now
+    skips (everything below it, and what had ended between it and xmax) and where it
+    starts. Both from one statement's snapshot."""
+    row = await conn.fetchrow(HORIZON_SQL)
+    assert row is not None
+    _xmin, rest = str(row["snapshot"]).split(":", 1)
+    return f"{row['horizon']}:{rest}"
 
 
 async def read_window(conn: Connection, low: int, high: int) -> list[StoredEvent]:

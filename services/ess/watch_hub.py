@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import structlog
 
+from ess.metrics import WATCH_EVENTS, WATCHERS
 from xmc.model.watch import Scope
 from xmc.store.transactions import Store, StoredEvent, read_horizon, read_window
 
@@ -127,11 +128,13 @@ class WatchHub:
     def subscribe(self, scope: Scope) -> Subscriber:
         subscriber = Subscriber(scope, limit=self.settings.buffer_events)
         self._subscribers.add(subscriber)
+        WATCHERS.set(len(self._subscribers))
         self._kick.set()
         return subscriber
 
     def unsubscribe(self, subscriber: Subscriber) -> None:
         self._subscribers.discard(subscriber)
+        WATCHERS.set(len(self._subscribers))
 
     def close(self) -> None:
         """The ESS is stopping: end every stream now (its client resumes elsewhere with
@@ -198,6 +201,7 @@ class WatchHub:
                 return
             events = await read_window(conn, low, high)
         self.polls += 1
+        WATCH_EVENTS.inc(len(events))
         self._horizon = high
         self._fan_out(low, high, events)
 

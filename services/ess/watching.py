@@ -26,6 +26,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ess.interceptor import caller
+from ess.metrics import WATCH_CATCH_UPS
 from ess.watch_hub import Subscriber, WatchHub
 from xmc.errors import InvalidArgumentError, UnavailableError
 from xmc.model.watch import (
@@ -179,6 +180,7 @@ class WatchService(watch_pb2_grpc.WatchServiceServicer):
             if covered is None or subscriber.overflowed:
                 # 1. Catch up from the database, one page at a time.
                 subscriber.reset()
+                WATCH_CATCH_UPS.inc()
                 async with self._store.connection() as conn:
                     events, horizon = await read_after(
                         conn, last, subscriber.scope, limit=settings.catch_up_page

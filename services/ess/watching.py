@@ -134,7 +134,7 @@ class WatchService(watch_pb2_grpc.WatchServiceServicer):
         scope = await self._scope(request)
         subscriber = self._hub.subscribe(scope)
         try:
-            async for batch in self._stream(subscriber, after):
+            async for batch in self._stream(subscriber, after, once=request.once):
                 for start in range(0, len(batch), _MAX_BATCH):
                     yield b"".join(batch[start : start + _MAX_BATCH])
         finally:
@@ -161,7 +161,7 @@ class WatchService(watch_pb2_grpc.WatchServiceServicer):
         return [frame(sync.SerializeToString())]
 
     async def _stream(
-        self, subscriber: Subscriber, after: Position | None
+        self, subscriber: Subscriber, after: Position | None, *, once: bool = False
     ) -> AsyncIterator[list[bytes]]:
         """Each stream message's events, framed: a page of the catch-up, or what the
         hub's windows held since the last message."""
@@ -194,6 +194,9 @@ class WatchService(watch_pb2_grpc.WatchServiceServicer):
                     yield batch
                 covered = horizon if len(events) < settings.catch_up_page else None
                 continue
+            if once:  # caught up: where a later call resumes, and the end
+                yield self._sync(max(last, Position.horizon(covered)))
+                return
             if subscriber.closed:
                 raise UnavailableError("the ESS is stopping: watch again with the last cursor")
             if not subscriber.ready.is_set():

@@ -353,3 +353,25 @@ async def test_the_janitor_drops_old_experiment_events_only(ess: Ess) -> None:
     assert await counts() == (1, 1), "kept for the whole retention"
     await run_janitor_once(store, now=ess.clock() + EXPERIMENT_EVENT_RETENTION + timedelta(1))
     assert await counts() == (0, 1), "history is never dropped"
+
+
+async def test_once_reads_what_changed_since_a_cursor_and_ends(ess: Ess) -> None:
+    experiment = await new_experiment(ess)
+    stub = watch_pb2_grpc.WatchServiceStub(ess.channel)
+
+    async def once(cursor: str = "") -> list[watch_pb2.WatchEvent]:
+        request = watch_pb2.WatchRequest(experiment=experiment, cursor=cursor, once=True)
+        call = stub.WatchExperiments(request, metadata=ALICE)
+        return [event async for batch in call for event in batch.events]
+
+    (start, end) = await once()
+    assert (start.WhichOneof("kind"), end.WhichOneof("kind")) == ("sync", "sync")
+    unit = await new_unit(ess, experiment)
+    await observe(ess, unit, S.RUNNING, 10)
+
+    async def since_start() -> list[watch_pb2.WatchEvent]:
+        return (await once(end.cursor))[1:-1]
+
+    changes = await eventually(since_start, lambda found: len(found) == 2, what="both")
+    assert [S(e.state_change.to_state) for e in changes] == [S.INITIALIZING, S.RUNNING]
+    assert (await once(changes[-1].cursor))[1:-1] == [], "nothing twice"

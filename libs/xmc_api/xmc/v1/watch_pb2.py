@@ -28,7 +28,7 @@ from xmc_api.cloud.xmanager.v1 import status_pb2 as xmc__api_dot_cloud_dot_xmana
 from xmc_api.cloud.xmanager.v1 import status_message_pb2 as xmc__api_dot_cloud_dot_xmanager_dot_v1_dot_status__message__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1axmc_api/xmc/v1/watch.proto\x12\x06xmc.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a&xmc_api/cloud/xmanager/v1/status.proto\x1a.xmc_api/cloud/xmanager/v1/status_message.proto\"K\n\x0cWatchRequest\x12\x12\n\nexperiment\x18\x01 \x01(\t\x12\x0e\n\x06\x63ursor\x18\x02 \x01(\t\x12\x17\n\x0f\x61ll_experiments\x18\x03 \x01(\x08\"1\n\x0bWatchEvents\x12\"\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x12.xmc.v1.WatchEvent\"\xf7\x01\n\nWatchEvent\x12\x0e\n\x06\x63ursor\x18\x01 \x01(\t\x12\x12\n\nexperiment\x18\x02 \x01(\t\x12\x1c\n\x04sync\x18\n \x01(\x0b\x32\x0c.xmc.v1.SyncH\x00\x12\x33\n\x0cstate_change\x18\x0b \x01(\x0b\x32\x1b.xmc.v1.WorkUnitStateChangeH\x00\x12\x33\n\x07message\x18\x0c \x01(\x0b\x32 .cloud.xmanager.v1.StatusMessageH\x00\x12\x35\n\x11\x65xperiment_change\x18\r \x01(\x0b\x32\x18.xmc.v1.ExperimentChangeH\x00\x42\x06\n\x04kind\"\x06\n\x04Sync\"\x97\x02\n\x13WorkUnitStateChange\x12\x11\n\twork_unit\x18\x01 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x02 \x01(\x03\x12\x43\n\nfrom_state\x18\x03 \x01(\x0e\x32/.cloud.xmanager.v1.WorkUnitStatus.WorkUnitState\x12\x41\n\x08to_state\x18\x04 \x01(\x0e\x32/.cloud.xmanager.v1.WorkUnitStatus.WorkUnitState\x12(\n\x04time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06writer\x18\x06 \x01(\t\x12\x15\n\rnew_execution\x18\x07 \x01(\x08\"\xdb\x01\n\x10\x45xperimentChange\x12\x0f\n\x07\x63reated\x18\x01 \x01(\x08\x12\x45\n\x0c\x61\x63tive_state\x18\x02 \x01(\x0e\x32/.cloud.xmanager.v1.ExperimentStatus.ActiveState\x12\x45\n\x0claunch_state\x18\x03 \x01(\x0e\x32/.cloud.xmanager.v1.ExperimentStatus.LaunchState\x12(\n\x04time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp2\x97\x01\n\x0cWatchService\x12\x86\x01\n\x10WatchExperiments\x12\x14.xmc.v1.WatchRequest\x1a\x13.xmc.v1.WatchEvents\"E\x82\xd3\xe4\x93\x02?\x12$/v1/{experiment=experiments/*}:watchZ\x17\x12\x15/v1/experiments:watch0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1axmc_api/xmc/v1/watch.proto\x12\x06xmc.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a&xmc_api/cloud/xmanager/v1/status.proto\x1a.xmc_api/cloud/xmanager/v1/status_message.proto\"Y\n\x0cWatchRequest\x12\x12\n\nexperiment\x18\x01 \x01(\t\x12\x0e\n\x06\x63ursor\x18\x02 \x01(\t\x12\x17\n\x0f\x61ll_experiments\x18\x03 \x01(\x08\x12\x0c\n\x04once\x18\x04 \x01(\x08\"1\n\x0bWatchEvents\x12\"\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x12.xmc.v1.WatchEvent\"\xf7\x01\n\nWatchEvent\x12\x0e\n\x06\x63ursor\x18\x01 \x01(\t\x12\x12\n\nexperiment\x18\x02 \x01(\t\x12\x1c\n\x04sync\x18\n \x01(\x0b\x32\x0c.xmc.v1.SyncH\x00\x12\x33\n\x0cstate_change\x18\x0b \x01(\x0b\x32\x1b.xmc.v1.WorkUnitStateChangeH\x00\x12\x33\n\x07message\x18\x0c \x01(\x0b\x32 .cloud.xmanager.v1.StatusMessageH\x00\x12\x35\n\x11\x65xperiment_change\x18\r \x01(\x0b\x32\x18.xmc.v1.ExperimentChangeH\x00\x42\x06\n\x04kind\"\x06\n\x04Sync\"\x97\x02\n\x13WorkUnitStateChange\x12\x11\n\twork_unit\x18\x01 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x02 \x01(\x03\x12\x43\n\nfrom_state\x18\x03 \x01(\x0e\x32/.cloud.xmanager.v1.WorkUnitStatus.WorkUnitState\x12\x41\n\x08to_state\x18\x04 \x01(\x0e\x32/.cloud.xmanager.v1.WorkUnitStatus.WorkUnitState\x12(\n\x04time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06writer\x18\x06 \x01(\t\x12\x15\n\rnew_execution\x18\x07 \x01(\x08\"\xdb\x01\n\x10\x45xperimentChange\x12\x0f\n\x07\x63reated\x18\x01 \x01(\x08\x12\x45\n\x0c\x61\x63tive_state\x18\x02 \x01(\x0e\x32/.cloud.xmanager.v1.ExperimentStatus.ActiveState\x12\x45\n\x0claunch_state\x18\x03 \x01(\x0e\x32/.cloud.xmanager.v1.ExperimentStatus.LaunchState\x12(\n\x04time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp2\x97\x01\n\x0cWatchService\x12\x86\x01\n\x10WatchExperiments\x12\x14.xmc.v1.WatchRequest\x1a\x13.xmc.v1.WatchEvents\"E\x82\xd3\xe4\x93\x02?\x12$/v1/{experiment=experiments/*}:watchZ\x17\x12\x15/v1/experiments:watch0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,17 +38,17 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_WATCHSERVICE'].methods_by_name['WatchExperiments']._loaded_options = None
   _globals['_WATCHSERVICE'].methods_by_name['WatchExperiments']._serialized_options = b'\202\323\344\223\002?\022$/v1/{experiment=experiments/*}:watchZ\027\022\025/v1/experiments:watch'
   _globals['_WATCHREQUEST']._serialized_start=189
-  _globals['_WATCHREQUEST']._serialized_end=264
-  _globals['_WATCHEVENTS']._serialized_start=266
-  _globals['_WATCHEVENTS']._serialized_end=315
-  _globals['_WATCHEVENT']._serialized_start=318
-  _globals['_WATCHEVENT']._serialized_end=565
-  _globals['_SYNC']._serialized_start=567
-  _globals['_SYNC']._serialized_end=573
-  _globals['_WORKUNITSTATECHANGE']._serialized_start=576
-  _globals['_WORKUNITSTATECHANGE']._serialized_end=855
-  _globals['_EXPERIMENTCHANGE']._serialized_start=858
-  _globals['_EXPERIMENTCHANGE']._serialized_end=1077
-  _globals['_WATCHSERVICE']._serialized_start=1080
-  _globals['_WATCHSERVICE']._serialized_end=1231
+  _globals['_WATCHREQUEST']._serialized_end=278
+  _globals['_WATCHEVENTS']._serialized_start=280
+  _globals['_WATCHEVENTS']._serialized_end=329
+  _globals['_WATCHEVENT']._serialized_start=332
+  _globals['_WATCHEVENT']._serialized_end=579
+  _globals['_SYNC']._serialized_start=581
+  _globals['_SYNC']._serialized_end=587
+  _globals['_WORKUNITSTATECHANGE']._serialized_start=590
+  _globals['_WORKUNITSTATECHANGE']._serialized_end=869
+  _globals['_EXPERIMENTCHANGE']._serialized_start=872
+  _globals['_EXPERIMENTCHANGE']._serialized_end=1091
+  _globals['_WATCHSERVICE']._serialized_start=1094
+  _globals['_WATCHSERVICE']._serialized_end=1245
 # @@protoc_insertion_point(module_scope)

@@ -45,6 +45,7 @@ class WatchRequest(_message.Message):
     EXPERIMENT_FIELD_NUMBER: _builtins.int
     CURSOR_FIELD_NUMBER: _builtins.int
     ALL_EXPERIMENTS_FIELD_NUMBER: _builtins.int
+    ONCE_FIELD_NUMBER: _builtins.int
     experiment: _builtins.str
     """experiments/{xid}; empty: the caller's own experiments, or every one with
     all_experiments.
@@ -54,16 +55,22 @@ class WatchRequest(_message.Message):
     all_experiments: resume right after it. Empty: start from now.
     """
     all_experiments: _builtins.bool
+    once: _builtins.bool
+    """End the stream once caught up: the events committed so far (after cursor), then a
+    Sync whose cursor a later call resumes from. For a client that reads changes in
+    turns rather than holding a stream open.
+    """
     def __init__(
         self,
         *,
         experiment: _builtins.str = ...,
         cursor: _builtins.str = ...,
         all_experiments: _builtins.bool = ...,
+        once: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["all_experiments", b"all_experiments", "cursor", b"cursor", "experiment", b"experiment"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["all_experiments", b"all_experiments", "cursor", b"cursor", "experiment", b"experiment", "once", b"once"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

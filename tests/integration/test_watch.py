@@ -375,3 +375,30 @@ async def test_once_reads_what_changed_since_a_cursor_and_ends(ess: Ess) -> None
     changes = await eventually(since_start, lambda found: len(found) == 2, what="both")
     assert [S(e.state_change.to_state) for e in changes] == [S.INITIALIZING, S.RUNNING]
     assert (await once(changes[-1].cursor))[1:-1] == [], "nothing twice"
+
+
+async def test_a_change_committed_by_another_replica_arrives(ess_factory: EssFactory) -> None:
+    """Two ESS replicas on one database: a watcher of one sees what the other commits
+    (no wake crosses processes: the hub's period finds it)."""
+    first, second = await ess_factory(), await ess_factory()
+    experiment = await new_experiment(first)
+    watcher = await Watcher(first, experiment=experiment).started()
+    unit = await new_unit(second, experiment)
+    await observe(second, unit, S.RUNNING, 10)
+    assert await watcher.until(2) == [created(unit), moved(unit, "INITIALIZING", "RUNNING")]
+    await watcher.close()
+
+
+async def test_a_stopping_ess_ends_its_streams_at_once(ess_factory: EssFactory) -> None:
+    """UNAVAILABLE (reconnect with the last cursor), without waiting out the grace period."""
+    ess = await ess_factory()
+    experiment = await new_experiment(ess)
+    watcher = await Watcher(ess, experiment=experiment).started()
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    await ess.server.stop(grace=10)
+    assert loop.time() - began < 5
+    await eventually(lambda: watcher.error, what="the stream's end")
+    assert watcher.error is not None
+    assert watcher.error.code() == grpc.StatusCode.UNAVAILABLE
+    assert "cursor" in (watcher.error.details() or "")

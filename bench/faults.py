@@ -3,9 +3,10 @@
 Each run starts the four services as OS processes (``tests.stack``) on a fresh database
 and a fresh private Redis, at kubesim time scale 1, and drives one experiment:
 
-1. create 10 work units that run until stopped (S), 5 that run until restarted (R) and 10
-   that complete on their own in ~3 s (C); wait until every S and R is RUNNING;
-2. at once: stop every S, restart every R, create 10 more C;
+1. create 10 work units that run until stopped (S), 5 that run until restarted (R), 10
+   that complete on their own in ~3 s (C) and 3 that exit 137 after 1 s under a retry
+   policy of 3 attempts (F, docs/retries.md); wait until every S and R is RUNNING;
+2. at once: stop every S, restart every R, create 10 more C and 3 more F;
 3. the fault, as soon as those RPCs have returned (their tasks are in flight): SIGKILL a
    service, ``--outage`` seconds, start it again; or SIGKILL the private Redis (no
    persistence: streams and consumer group are gone), ``--outage`` seconds, start it; or
@@ -15,13 +16,17 @@ and a fresh private Redis, at kubesim time scale 1, and drives one experiment:
    re-creates a stopped JobSet shows only then).
 
 End states: C is COMPLETED on execution 1; S is STOPPED on execution 1 and its JobSet is
-gone; R is RUNNING on execution 2 and a JobSet of execution 2 exists, not being deleted.
+gone; R is RUNNING on execution 2 and a JobSet of execution 2 exists, not being deleted; F
+is FAILED on execution 3, each of its three executions' JobSets created once (two
+automatic retries of its failures: none lost, none twice).
 
 Counts, from what the ESS (gRPC) and kubesim (its HTTP API and a JobSet watch) show:
 
 - **lost** — per intent (RPC): a create (restart) whose JobSet of execution 1 (2) the
   cluster never saw; a stop whose JobSet still exists with no ``deletionTimestamp`` (no
-  one ever deleted it); or any intent whose Operation is not done, or done with an error.
+  one ever deleted it); or any intent whose Operation is not done, or done with an error;
+  per automatic retry: an F unit's execution 2 or 3 whose JobSet the cluster never saw,
+  or a retry's Operation not done, or done with an error.
 - **duplicated** — executions the cluster created more than once (``JobSetLedger``), plus
   units whose current execution is past the intended one.
 - **stuck** — units not in their end state.
@@ -48,7 +53,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
@@ -56,14 +61,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import aiohttp
 import grpc
+from bench.fault_counts import Counts, Intent, JobSet, Observed, count
 from google.longrunning import operations_grpc_pb2
 from google.longrunning.operations_proto_pb2 import ListOperationsRequest
 
 from tests.integration.postgres_server import PostgresServer
 from tests.integration.redis_server import RedisServer
-from tests.integration.support import forever_work_unit, minimal_work_unit
+from tests.integration.support import behaving_unit, forever_work_unit, minimal_work_unit
 from tests.stack import JobSetLedger, Stack, StackOptions, create_database, drop_database
-from xmc.labels import EXECUTION_ID, jobset_name
+from xmc.labels import EXECUTION_ID
+from xmc.model.retry_policy import RETRY_POLICY_ANNOTATION
 from xmc.model.states import WorkUnitState
 from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
@@ -75,45 +82,19 @@ SCENARIOS = (
     "postgres-restart",
 )  # fmt: skip
 OPTIONS = StackOptions(claim_idle=5.0, repair_after=10.0, repair_interval=2.0)
-#: The (execution, state) a unit of each role ends in.
-END: dict[str, tuple[int, WorkUnitState]] = {
-    "complete": (1, S.COMPLETED), "stop": (1, S.STOPPED), "restart": (2, S.RUNNING),
-}  # fmt: skip
+#: F's policy: two retries of exit code 137, a second apart.
+RETRY_POLICY = '{"max_attempts": 3, "on_exit_codes": [137], "backoff_seconds": 1}'
+
+
+def failing_unit() -> WorkUnit:
+    """An F unit: exits 137 after a second, every time, under :data:`RETRY_POLICY`."""
+    unit = behaving_unit({"run_seconds": 1, "exit_code": 137})
+    unit.executable.jobset.annotations[RETRY_POLICY_ANNOTATION] = RETRY_POLICY
+    return unit
+
+
 RPC_TIMEOUT = 5.0
 POLL = 0.25
-
-
-@dataclass(frozen=True)
-class Intent:
-    kind: str  # "create" | "stop" | "restart"
-    unit: str
-    operation: str
-
-
-@dataclass(frozen=True)
-class JobSet:
-    execution: str
-    deleting: bool
-
-
-@dataclass
-class Observed:
-    """One look at the system; no units and no operations when the ESS did not answer."""
-
-    units: dict[str, tuple[int, WorkUnitState]] = field(default_factory=dict)
-    operations: dict[str, tuple[bool, int]] = field(default_factory=dict)  # done, error code
-    jobsets: dict[str, JobSet] = field(default_factory=dict)  # live now, by name
-    created: frozenset[tuple[str, str]] = frozenset()  # (name, execution) ever created
-    duplicated: tuple[tuple[str, str], ...] = ()
-
-
-@dataclass
-class Counts:
-    lost: int = 0
-    duplicated: int = 0
-    stuck: int = 0
-    died: int = 0
-    notes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -129,61 +110,6 @@ class Run:
     def clean(self) -> bool:
         c = self.counts
         return c.lost == c.duplicated == c.stuck == c.died == 0 and self.error is None
-
-
-def unit_jobset(unit: str) -> str:
-    """``experiments/{xid}/workUnits/{wid}`` → the JobSet name the Actuator gives it."""
-    parts = unit.split("/")
-    return jobset_name(int(parts[1]), int(parts[3]))
-
-
-def lost_reason(intent: Intent, obs: Observed) -> str | None:
-    """Why ``intent`` had no effect, or None if it had one."""
-    name = unit_jobset(intent.unit)
-    done, code = obs.operations.get(intent.operation, (False, 0))
-    live = obs.jobsets.get(name)
-    if not done:
-        return "operation not done"
-    if code:
-        return f"operation done with error code {code}"
-    if intent.kind == "create" and (name, "1") not in obs.created:
-        return "no JobSet of execution 1 was ever created"
-    if intent.kind == "restart" and (name, "2") not in obs.created:
-        return "no JobSet of execution 2 was ever created"
-    if intent.kind == "stop" and live is not None and not live.deleting:
-        return f"JobSet (execution {live.execution}) still there, never deleted"
-    return None
-
-
-def stuck_reason(unit: str, role: str, obs: Observed) -> str | None:
-    """Why ``unit`` is not in its end state, or None if it is."""
-    seen, (eid, state) = obs.units.get(unit), END[role]
-    if seen != (eid, state):
-        return f"at {seen and (seen[0], seen[1].name)}, want {(eid, state.name)}"
-    live = obs.jobsets.get(unit_jobset(unit))
-    if role == "stop" and live is not None:
-        return f"STOPPED but its JobSet is still there (deleting={live.deleting})"
-    if role == "restart" and (live is None or live.execution != "2" or live.deleting):
-        return f"RUNNING but its JobSet is {live}"
-    return None
-
-
-def count(roles: dict[str, str], intents: list[Intent], obs: Observed) -> Counts:
-    counts = Counts()
-    for intent in intents:
-        if reason := lost_reason(intent, obs):
-            counts.lost += 1
-            counts.notes.append(f"lost {intent.kind} {intent.unit}: {reason}")
-    for unit, role in sorted(roles.items()):
-        if reason := stuck_reason(unit, role, obs):
-            counts.stuck += 1
-            counts.notes.append(f"stuck {role} {unit}: {reason}")
-        if (seen := obs.units.get(unit)) and seen[0] > END[role][0]:
-            counts.duplicated += 1
-            counts.notes.append(f"duplicated {unit}: on execution {seen[0]}")
-    counts.duplicated += len(obs.duplicated)
-    counts.notes += [f"duplicated JobSet {name} execution {eid}" for name, eid in obs.duplicated]
-    return counts
 
 
 class Client:
@@ -275,9 +201,11 @@ async def workload(
             first = await asyncio.gather(
                 *(client.create(parent, forever_work_unit()) for _ in range(15)),
                 *(client.create(parent, minimal_work_unit()) for _ in range(10)),
+                *(client.create(parent, failing_unit()) for _ in range(3)),
             )
             to_stop, to_restart = [i.unit for i in first[:10]], [i.unit for i in first[10:15]]
-            roles = {i.unit: "complete" for i in first[15:]}
+            roles = {i.unit: "complete" for i in first[15:25]}
+            roles |= {i.unit: "retry" for i in first[25:]}
             roles |= {u: "stop" for u in to_stop} | {u: "restart" for u in to_restart}
 
             async def running() -> bool:
@@ -289,8 +217,11 @@ async def workload(
                 *(client.stop(u) for u in to_stop),
                 *(client.restart(u) for u in to_restart),
                 *(client.create(parent, minimal_work_unit()) for _ in range(10)),
+                *(client.create(parent, failing_unit()) for _ in range(3)),
             )
-            roles |= {i.unit: "complete" for i in second if i.kind == "create"}
+            created = [i for i in second if i.kind == "create"]
+            roles |= {i.unit: "complete" for i in created[:10]}
+            roles |= {i.unit: "retry" for i in created[10:]}
             intents = [*first, *second]
             fault = time.monotonic()
             await inject(scenario, stack, redis, pg, args.outage)

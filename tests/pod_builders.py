@@ -105,6 +105,14 @@ class PodBuilder:
         self._obj["status"].update(reason=reason, message=message)
         return self
 
+    def disruption(self, reason: str = "PreemptionByScheduler") -> Self:
+        """The ``DisruptionTarget`` condition the control plane sets on a pod it deletes
+        for reasons not of the pod's making (k8s.io/api/core/v1 ``DisruptionTarget``)."""
+        self._obj["status"].setdefault("conditions", []).append(
+            {"type": "DisruptionTarget", "status": "True", "reason": reason}
+        )
+        return self
+
     def obj(self) -> Obj:
         return copy.deepcopy(self._obj)
 

@@ -147,6 +147,8 @@ async def serve(settings: Settings, run: LocalRunSettings, ui: UiSettings) -> in
         "XMC_KUBE_URL": f"http://127.0.0.1:{run.kubesim_port}",
         "XMC_TASK_SIGNING_KEY": settings.task_signing_key or DEV_SIGNING_KEY,
         "XMC_AUTH_DISABLED": "true",
+        # Notifications link to the dashboard (docs/notifications.md), unless set already.
+        "XMC_UI_PUBLIC_URL": ui.public_url or _ui_url(ui),
     }
     commands: dict[str, list[str]] = {
         "kubesim": [
@@ -279,9 +281,13 @@ def _kube_lines(run: LocalRunSettings) -> str:
     )
 
 
+def _ui_url(ui: UiSettings) -> str:
+    host, port = split_listen(ui.listen)
+    return f"http://{host}:{port}"
+
+
 def _banner(endpoint: str, run: LocalRunSettings, ui: UiSettings) -> None:
-    ui_host, ui_port = split_listen(ui.listen)
-    ui_url = f"http://{ui_host}:{ui_port}"
+    ui_url = _ui_url(ui)
     print(
         f"""
 XMC is running.

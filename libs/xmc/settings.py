@@ -28,6 +28,7 @@ from pathlib import Path
 from xmc.auth_settings import AuthSettings
 from xmc.errors import InvalidArgumentError
 from xmc.model.container_logs import DEFAULT_EXPERIMENT_BYTES, DEFAULT_TAIL_BYTES
+from xmc.model.retries import DEFAULT_PER_MINUTE, MAX_PER_MINUTE
 from xmc.setting_values import (
     Env,
     ReadFile,
@@ -227,10 +228,18 @@ class UiSettings:
     token: str = field(default="", repr=False)
     #: XMC_UI_POLL_SECONDS — how often a page refreshes its live region.
     poll_seconds: float = 2.0
+    #: XMC_UI_PUBLIC_URL — the dashboard as its users reach it (``https://xmc.example``);
+    #: the ESS links notifications to it (docs/notifications.md). '' = no links.
+    public_url: str = ""
 
     @classmethod
     def _from_env(cls, env: Env) -> UiSettings:
         d = cls()
+        public_url = env.get("XMC_UI_PUBLIC_URL", d.public_url).strip()
+        if public_url and not public_url.startswith(("http://", "https://")):
+            raise InvalidArgumentError(
+                f"XMC_UI_PUBLIC_URL: must start with http:// or https://, got {public_url!r}"
+            )
         poll = seconds(env, "XMC_UI_POLL_SECONDS", d.poll_seconds)
         if not 0 < poll < float("inf"):
             raise InvalidArgumentError(
@@ -240,6 +249,7 @@ class UiSettings:
             listen=env.get("XMC_UI_LISTEN", d.listen),
             token=env.get("XMC_UI_TOKEN", d.token),
             poll_seconds=poll,
+            public_url=public_url,
         )
 
 
@@ -280,6 +290,25 @@ class LogSettings:
 
 
 @dataclass(frozen=True)
+class RetrySettings:
+    """Automatic retries (docs/retries.md), decided by the ESS."""
+
+    #: XMC_RETRIES_PER_MINUTE — the cluster's cap on automatic retries: past it, retries
+    #: are spaced 60/N seconds apart, so a sweep failing at once cannot storm the cluster.
+    per_minute: int = DEFAULT_PER_MINUTE
+
+    @classmethod
+    def _from_env(cls, env: Env) -> RetrySettings:
+        d = cls()
+        value = number(env, "XMC_RETRIES_PER_MINUTE", d.per_minute, what="a number of retries")
+        if not (1 <= value <= MAX_PER_MINUTE and value == int(value)):
+            raise InvalidArgumentError(
+                f"XMC_RETRIES_PER_MINUTE: a whole number from 1 to {MAX_PER_MINUTE}, got {value!r}"
+            )
+        return cls(per_minute=int(value))
+
+
+@dataclass(frozen=True)
 class CliSettings:
     """The ``xmc`` command line (its ``--endpoint`` and ``--token`` flags read
     XMANAGER_ENDPOINT and XMC_AUTH_TOKEN themselves, through click)."""
@@ -307,6 +336,7 @@ class XmcSettings:
     ui: UiSettings = field(default_factory=UiSettings)
     cli: CliSettings = field(default_factory=CliSettings)
     logs: LogSettings = field(default_factory=LogSettings)
+    retries: RetrySettings = field(default_factory=RetrySettings)
 
 
 def load_settings(env: Env | None = None, *, read_file: ReadFile | None = None) -> XmcSettings:
@@ -325,6 +355,7 @@ def load_settings(env: Env | None = None, *, read_file: ReadFile | None = None) 
         ui=UiSettings._from_env(env),
         cli=CliSettings._from_env(env),
         logs=LogSettings._from_env(env),
+        retries=RetrySettings._from_env(env),
     )
     settings.core.validate()
     settings.auth.validate()

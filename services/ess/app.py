@@ -31,19 +31,25 @@ from ess.live_logs import LiveLogs
 from ess.log_capture import ContainerLogService
 from ess.logs import LogService
 from ess.manifests import SpecService
+from ess.notifications import NotificationService
 from ess.operations_service import OperationsService
 from ess.relay import OutboxRelay
 from ess.resume import ResumeWorker
+from ess.retries import Retries
+from ess.retry_service import RetryService
 from ess.service import ExperimentStateService
 from ess.sweeps import SweepService
 from ess.timelines import TimelineService
 from ess.watch_hub import WatchHub, WatchSettings
 from ess.watching import WatchService
+from ess.webhooks import WebhookWorker
 from xmc.auth_settings import AuthSettings
 from xmc.errors import InvalidArgumentError
 from xmc.health import Check, probe
 from xmc.model.outbox import RelaySettings
+from xmc.model.retries import DEFAULT_PER_MINUTE
 from xmc.model.watch import EXPERIMENT_EVENT_RETENTION
+from xmc.model.webhooks import WebhookSettings
 from xmc.redis_client import connect_redis
 from xmc.settings import LogSettings, Settings, XmcSettings
 from xmc.store.transactions import (
@@ -70,6 +76,10 @@ from xmc_api.internal.v1 import logs_pb2_grpc as internal_logs_pb2_grpc
 from xmc_api.xmc.v1 import (
     logs_pb2,
     logs_pb2_grpc,
+    notifications_pb2,
+    notifications_pb2_grpc,
+    retry_pb2,
+    retry_pb2_grpc,
     spec_pb2,
     spec_pb2_grpc,
     sweep_pb2,
@@ -94,6 +104,8 @@ SERVICE_NAMES = (
     spec_pb2.DESCRIPTOR.services_by_name["SpecService"].full_name,
     sweep_pb2.DESCRIPTOR.services_by_name["SweepService"].full_name,
     watch_pb2.DESCRIPTOR.services_by_name["WatchService"].full_name,
+    retry_pb2.DESCRIPTOR.services_by_name["RetryService"].full_name,
+    notifications_pb2.DESCRIPTOR.services_by_name["NotificationService"].full_name,
 )
 
 
@@ -119,6 +131,12 @@ class EssOptions:
     logs: LogSettings = field(default_factory=LogSettings)
     #: The push API's shared poller (decision 0043).
     watch: WatchSettings = field(default_factory=WatchSettings)
+    #: XMC_RETRIES_PER_MINUTE: the cluster's cap on automatic retries (docs/retries.md).
+    retries_per_minute: int = DEFAULT_PER_MINUTE
+    #: The webhook delivery worker's timeouts and retry schedule (docs/notifications.md).
+    webhooks: WebhookSettings = field(default_factory=WebhookSettings)
+    #: The dashboard's base URL, linked from notifications; empty: no link.
+    dashboard_url: str = ""
 
     @classmethod
     def from_settings(cls, settings: XmcSettings) -> EssOptions:
@@ -129,6 +147,8 @@ class EssOptions:
             tls_key_file=settings.tls.key_file,
             auth=settings.auth,
             logs=settings.logs,
+            retries_per_minute=settings.retries.per_minute,
+            dashboard_url=settings.ui.public_url,
         )
 
 
@@ -177,6 +197,8 @@ class EssServer:
         self._live_logs: LiveLogs | None = None
         self.relay: OutboxRelay | None = None
         self.watch_hub: WatchHub | None = None
+        #: Sends queued webhook deliveries (docs/notifications.md).
+        self.webhooks: WebhookWorker | None = None
         self.redis: Any = None
         #: The OIDC issuer's keys, when XMC_AUTH_JWKS_URL is set.
         self.jwks: JwksKeys | None = None
@@ -227,7 +249,10 @@ class EssServer:
             OperationsService(self.store, clock=self.clock), server
         )
         executions_pb2_grpc.add_WorkUnitExecutionServiceServicer_to_server(
-            WorkUnitExecutionService(self.store), server
+            WorkUnitExecutionService(
+                self.store, Retries(per_minute=options.retries_per_minute), committed=relay.wake
+            ),
+            server,
         )
         scheduling_pb2_grpc.add_SchedulingServiceServicer_to_server(
             SchedulingService(self.store, self.redis, names, clock=self.clock), server
@@ -249,6 +274,10 @@ class EssServer:
         watch_pb2_grpc.add_WatchServiceServicer_to_server(
             WatchService(self.store, hub, clock=self.clock), server
         )
+        retry_pb2_grpc.add_RetryServiceServicer_to_server(RetryService(self.store), server)
+        notifications_pb2_grpc.add_NotificationServiceServicer_to_server(
+            NotificationService(self.store, clock=self.clock), server
+        )
         health_servicer = self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         reflection.enable_server_reflection(
@@ -269,6 +298,12 @@ class EssServer:
         for name in (*SERVICE_NAMES, ""):
             await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
 
+        webhooks = self.webhooks = WebhookWorker(
+            self.store,
+            settings=options.webhooks,
+            dashboard_url=options.dashboard_url,
+            clock=self.clock,
+        )
         worker = ResumeWorker(
             self.store,
             self.redis,
@@ -283,6 +318,7 @@ class EssServer:
             asyncio.create_task(worker.run(self._stop), name="resume-worker"),
             asyncio.create_task(self._janitor(), name="janitor"),
             asyncio.create_task(hub.run(self._stop), name="watch-hub"),
+            asyncio.create_task(webhooks.run(self._stop), name="webhook-worker"),
         ]
         if self.jwks is not None:
             # Not awaited here: probes and static tokens answer while the issuer is slow;

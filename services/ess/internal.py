@@ -15,8 +15,11 @@ from google.protobuf.message import Message
 
 from ess.auth import require_service
 from ess.interceptor import caller
+from ess.retries import Retries
 from xmc.errors import InvalidArgumentError, ResourceExhaustedError, UnavailableError
 from xmc.model.merge import ExecutionUpdate
+from xmc.model.notifications import ExperimentChange
+from xmc.model.retries import Failure
 from xmc.names import parse_work_unit_name, work_unit_ids, work_unit_name
 from xmc.store.transactions import (
     ItemResult,
@@ -28,7 +31,9 @@ from xmc.store.transactions import (
     encode_deployed_page_token,
     fetch_scheduling_control,
     list_deployed,
+    queue_settled_events,
     set_paused,
+    update_work_unit_executions,
 )
 from xmc.streams import REDIS_UNAVAILABLE, StreamNames
 from xmc.timestamps import set_timestamp
@@ -73,9 +78,19 @@ def parse_updates(
                 update.execution,
                 tuple(update.update_mask.paths),
                 update.force_status_message_update,
+                _failure(update) if update.HasField("failure") else None,
             )
         )
     return items
+
+
+def _failure(update: executions_pb2.WorkUnitExecutionUpdate) -> Failure:
+    facts = update.failure
+    return Failure(
+        exit_code=facts.exit_code if facts.HasField("exit_code") else None,
+        disrupted=facts.disrupted,
+        cause=facts.cause[:64],
+    )
 
 
 def add_results(
@@ -98,8 +113,19 @@ def add_results(
 
 
 class WorkUnitExecutionService(executions_pb2_grpc.WorkUnitExecutionServiceServicer):
-    def __init__(self, store: Store) -> None:
+    """``committed`` is called after a batch whose transaction retried a failed unit
+    (its RESTART task waits in the outbox: the relay's ``wake``)."""
+
+    def __init__(
+        self,
+        store: Store,
+        retries: Retries | None = None,
+        *,
+        committed: Callable[[], None] = lambda: None,
+    ) -> None:
         self._store = store
+        self._retries = retries or Retries()
+        self._committed = committed
 
     async def UpdateWorkUnitExecutions(
         self, request: executions_pb2.UpdateWorkUnitExecutionsRequest, context: Any
@@ -109,9 +135,18 @@ class WorkUnitExecutionService(executions_pb2_grpc.WorkUnitExecutionServiceServi
         if len(request.writer) > 200:
             raise InvalidArgumentError("writer: at most 200 characters")
         writer = f"{identity.email}/{request.writer}" if request.writer else identity.email
-        results = await self._store.update_work_unit_executions(
-            parse_updates(request), writer=writer
-        )
+        items = parse_updates(request)
+        events: list[ExperimentChange] = []
+        async with self._store.transaction() as conn:
+            now = self._store.clock()
+            results = await update_work_unit_executions(
+                conn, items, writer=writer, now=now, events=events
+            )
+            judged = await self._retries.after_update(conn, items, results, now=now)
+            # Notifications on the net effect: a retried failure is not final (decision 42).
+            await queue_settled_events(conn, events, judged.retried, notes=judged.notes, now=now)
+        if judged.retried:
+            self._committed()
         response = executions_pb2.UpdateWorkUnitExecutionsResponse()
         add_results(response, request.updates, results)
         return response

@@ -4,7 +4,7 @@ authenticated caller may read, as with every other read of the ESS."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -18,7 +18,14 @@ from xmc.names import (
     parse_work_unit_name,
     work_unit_name,
 )
-from xmc.store.transactions import PhaseStatistics, Store, fetch_timings, fetch_unit_history
+from xmc.store.transactions import (
+    PhaseStatistics,
+    Store,
+    StoredDecision,
+    fetch_decisions,
+    fetch_timings,
+    fetch_unit_history,
+)
 from xmc.timestamps import set_timestamp
 from xmc_api.cloud.xmanager.v1.status_pb2 import WorkUnitStatus
 from xmc_api.xmc.v1 import timeline_pb2, timeline_pb2_grpc
@@ -75,6 +82,23 @@ def execution_message(execution: timeline.ExecutionTimeline) -> timeline_pb2.Exe
     return message
 
 
+def add_attempts(
+    executions: Sequence[timeline_pb2.ExecutionTimeline], decisions: Sequence[StoredDecision]
+) -> None:
+    """Each execution's place in the unit's retries, from the verdicts on its failures."""
+    judged = {d.eid: d for d in decisions}
+    made = {d.retry_eid: d for d in decisions if d.retry_eid is not None}
+    for execution in executions:
+        by_retry = made.get(execution.execution_id)
+        execution.attempt = by_retry.retry_attempt or 1 if by_retry else 1
+        if by_retry is not None:
+            execution.retried_after = by_retry.reason
+        verdict = judged.get(execution.execution_id)
+        if verdict is not None:
+            execution.retry_verdict = verdict.verdict
+            execution.retry_reason = verdict.reason
+
+
 def _statistics(stats: PhaseStatistics) -> timeline_pb2.PhaseStatistics:
     message = timeline_pb2.PhaseStatistics(count=stats.count, ongoing=stats.ongoing)
     if stats.median is not None and stats.p90 is not None:
@@ -92,8 +116,9 @@ class TimelineService(timeline_pb2_grpc.TimelineServiceServicer):
         self, request: timeline_pb2.GetWorkUnitTimelineRequest, context: Any
     ) -> timeline_pb2.WorkUnitTimeline:
         xid, wid = parse_work_unit_name(request.name)
-        async with self._store.connection() as conn:
+        async with self._store.transaction() as conn:
             history = await fetch_unit_history(conn, xid, wid)
+            decisions = await fetch_decisions(conn, xid, wid)
         now = self._clock()
         response = timeline_pb2.WorkUnitTimeline(
             name=work_unit_name(xid, wid),
@@ -101,6 +126,7 @@ class TimelineService(timeline_pb2_grpc.TimelineServiceServicer):
                 execution_message(e) for e in timeline.work_unit_timeline(history, now=now)
             ],
         )
+        add_attempts(response.executions, decisions)
         set_timestamp(response.now, now)
         return response
 

@@ -32,7 +32,7 @@ import structlog
 from reconciler.batcher import BatcherOptions, UpdateBatcher
 from reconciler.ess_client import EssClient
 from reconciler.evidence import read_failure_evidence
-from reconciler.failure import decide_failure_reason, failure_message
+from reconciler.failure import DescribedFailure, decide_failure_reason, describe_failure
 from reconciler.finalizer import Finalizer
 from reconciler.leader import LeaderElector, LeaseSettings
 from reconciler.log_capture import LogCapture
@@ -63,7 +63,6 @@ from xmc.model.jobset import reads_pods, to_work_unit_state
 from xmc.model.states import WorkUnitState
 from xmc.settings import LogSettings
 from xmc.supervise import every, finish, supervise
-from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
 
 log = structlog.get_logger()
 Obj = dict[str, Any]
@@ -170,7 +169,7 @@ class Reconciler:
             clock=clock,
             max_retry_age=self.options.max_stopped_write_retry_age,
             stopping=self._stopping,
-            describe_failure=self._failure_message,
+            describe_failure=self._describe_failure,
             capture_logs=self._capture_logs,
         )
         self.logs = LogCapture(
@@ -338,9 +337,17 @@ class Reconciler:
         meta = jobset["metadata"]
         if meta.get("deletionTimestamp") and FINALIZER in (meta.get("finalizers") or []):
             self.finalizer.soon(meta["name"])
-        failure = await self._failure_message(jobset)
+        described = await self._describe_failure(jobset)
         pods = jobset_pods(jobset, self._cached_pods(meta["name"]))
-        self._observe(observe_jobset(jobset, observed_at=self._clock(), failure=failure, pods=pods))
+        self._observe(
+            observe_jobset(
+                jobset,
+                observed_at=self._clock(),
+                failure=described.message if described else None,
+                pods=pods,
+                facts=described.facts if described else None,
+            )
+        )
         self._diagnose(jobset)
 
     def _cached_pods(self, jobset_name: str) -> list[Obj]:
@@ -354,7 +361,7 @@ class Reconciler:
                 observe_pods(jobset, pods, now=self._clock(), grace=self.options.startup_grace)
             )
 
-    async def _failure_message(self, jobset: Obj) -> StructuredMessage | None:
+    async def _describe_failure(self, jobset: Obj) -> DescribedFailure | None:
         """Why a FAILED JobSet failed (``reconciler.failure``), for its terminal
         observation and the finalizer's write; None for any other JobSet. Never raises:
         a reason that cannot be decided must not cost the FAILED state itself."""
@@ -364,7 +371,7 @@ class Reconciler:
             jobs, pods = await read_failure_evidence(
                 self._kube, self.options.namespace, jobset, cached_pods=self._cached_pods
             )
-            return failure_message(jobset, decide_failure_reason(jobset, jobs, pods))
+            return describe_failure(jobset, decide_failure_reason(jobset, jobs, pods))
         except Exception:
             log.exception("failure reason not decided", jobset=jobset["metadata"]["name"])
             return None

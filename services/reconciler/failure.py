@@ -36,9 +36,9 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from reconciler.observe import (
     STARTUP_FAILURE_REASONS,
@@ -49,6 +49,7 @@ from xmc.kjson import as_mapping, as_sequence, as_str, condition_of, labels_of, 
 from xmc.messages import printable
 from xmc.timestamps import parse_rfc3339
 from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
+from xmc_api.internal.v1.executions_pb2 import RunFailure
 
 #: Characters of ``user_facing_text`` at most (the cut ends in "…").
 MAX_TEXT: Final = 1000
@@ -57,6 +58,10 @@ JOB_NAME_LABEL: Final = "batch.kubernetes.io/job-name"
 LEGACY_JOB_NAME_LABEL: Final = "job-name"
 JOB_UID_LABEL: Final = "batch.kubernetes.io/controller-uid"
 RESTART_ATTEMPT_LABEL: Final = "jobset.sigs.k8s.io/restart-attempt"
+#: The pod condition the control plane sets on a pod it is about to delete for reasons
+#: not of the pod's making (preemption, eviction, taint manager, pod GC, kubelet's
+#: node-pressure eviction): k8s.io/api/core/v1 ``DisruptionTarget``.
+DISRUPTION_TARGET: Final = "DisruptionTarget"
 
 #: Job failure reasons for which the Job controller itself deleted the running pods.
 JOB_STOPPED_ITS_PODS: Final = frozenset({"DeadlineExceeded"})
@@ -93,6 +98,18 @@ class FailureReason:
     text: str
     #: The failed Job, "" when not known.
     job: str = ""
+    #: The failing container's exit code (CONTAINER only): what a retry policy matches.
+    exit_code: int | None = None
+    #: A pod of the failed Job carries ``DisruptionTarget``: preempted, evicted or its
+    #: node lost, not failed of its own (a retry of it spends no attempt).
+    disrupted: bool = False
+
+    def facts(self) -> RunFailure:
+        """The facts the ESS judges a retry on (``internal.v1.RunFailure``)."""
+        facts = RunFailure(disrupted=self.disrupted, cause=self.cause.value)
+        if self.exit_code is not None:
+            facts.exit_code = self.exit_code
+        return facts
 
 
 NOT_FAILED: Final = FailureReason(FailureCause.NOT_FAILED, "")
@@ -152,6 +169,7 @@ class _PodFailure:
     cause: FailureCause
     detail: str
     job: str
+    exit_code: int | None = None
 
 
 def _container_detail(kind: str, container: str, pod: str, terminated: Mapping[str, Any]) -> str:
@@ -188,7 +206,9 @@ def _container_failures(pod: Mapping[str, Any]) -> list[_PodFailure]:
                     continue
                 detail = _container_detail(kind, as_str(container.get("name")), name, terminated)
                 at = parse_rfc3339(terminated.get("finishedAt"))
-                found.append(_PodFailure(at, name, order, FailureCause.CONTAINER, detail, job))
+                found.append(
+                    _PodFailure(at, name, order, FailureCause.CONTAINER, detail, job, code)
+                )
     return found
 
 
@@ -297,6 +317,22 @@ def decide_failure_reason(
         and (not job_uid or labels_of(p).get(JOB_UID_LABEL, job_uid) == job_uid)
     ]
     prefix = _job_prefix(name, condition) if name else f'JobSet "{_name(jobset)}" failed'
+    return _decide(jobset, failed, name, condition, prefix, job_pods)
+
+
+def _disrupted(pod: Mapping[str, Any]) -> bool:
+    return condition_of(pod, DISRUPTION_TARGET, status="True") is not None
+
+
+def _decide(
+    jobset: Mapping[str, Any],
+    failed: Mapping[str, Any],
+    name: str,
+    condition: Mapping[str, Any] | None,
+    prefix: str,
+    job_pods: Sequence[Mapping[str, Any]],
+) -> FailureReason:
+    """Steps 2–5 of the module docstring, on the failed Job's pods."""
 
     # 2. The Job stopped its pods itself: its reason, and what kept a container from starting.
     if condition is not None and as_str(condition.get("reason")) in JOB_STOPPED_ITS_PODS:
@@ -309,15 +345,28 @@ def decide_failure_reason(
     # 3. A pod that failed on its own, then 4. a container that never started.
     evidence = _first_failure(job_pods) or _stuck(job_pods)
     if evidence is not None:
-        return FailureReason(evidence.cause, _bounded(f"{prefix}: {evidence.detail}"), name)
+        text = _bounded(f"{prefix}: {evidence.detail}")
+        pod = next((p for p in job_pods if _name(p) == evidence.pod), {})
+        return FailureReason(evidence.cause, text, name, evidence.exit_code, _disrupted(pod))
 
-    # 5. The Job's condition alone, then the JobSet's.
+    # 5. The Job's condition alone, then the JobSet's; disrupted if a pod of it was.
+    disrupted = any(_disrupted(p) for p in job_pods)
     if condition is not None:
         message = as_str(condition.get("message")).strip()
-        return FailureReason(
-            FailureCause.JOB, _bounded(f"{prefix}: {message}" if message else prefix), name
-        )
-    return _jobset_only(jobset, failed, name)
+        text = _bounded(f"{prefix}: {message}" if message else prefix)
+        return FailureReason(FailureCause.JOB, text, name, disrupted=disrupted)
+    return replace(_jobset_only(jobset, failed, name), disrupted=disrupted)
+
+
+class DescribedFailure(NamedTuple):
+    """A FAILED JobSet's reason, as the terminal write carries it."""
+
+    message: StructuredMessage | None
+    facts: RunFailure
+
+
+def describe_failure(jobset: Mapping[str, Any], reason: FailureReason) -> DescribedFailure:
+    return DescribedFailure(failure_message(jobset, reason), reason.facts())
 
 
 def failure_message(jobset: Mapping[str, Any], reason: FailureReason) -> StructuredMessage | None:

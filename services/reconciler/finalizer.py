@@ -34,19 +34,20 @@ from reconciler.ess_client import (
     TerminalWrite,
     judge_terminal_write,
 )
+from reconciler.failure import DescribedFailure
 from reconciler.observation import Observation
 from reconciler.observe import FinalizerAction, decide_finalizer, finalizer_removal_patch
 from xmc.kube import JOBSETS, KubeError, KubeFailure
 from xmc.kube_client import KubeClient
 from xmc.model.states import WorkUnitState
 from xmc.retry import Backoffs, sleep_or_stop
-from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
 
 log = structlog.get_logger()
 Obj = dict[str, Any]
-#: Why a FAILED JobSet failed, as its terminal write's ``system_message`` (None: nothing
-#: to say); ``Reconciler._failure_message``, which never raises.
-DescribeFailure = Callable[[Obj], Awaitable[StructuredMessage | None]]
+#: Why a FAILED JobSet failed, as its terminal write's ``system_message`` and as facts for
+#: the retry decision (None: nothing to say); ``Reconciler._describe_failure``, which
+#: never raises.
+DescribeFailure = Callable[[Obj], Awaitable[DescribedFailure | None]]
 #: Keeps the JobSet's containers' logs before its pods go (``LogCapture``); bounded in
 #: time and never raises.
 CaptureLogs = Callable[[Obj], Awaitable[None]]
@@ -137,15 +138,16 @@ class Finalizer:
         jobset = await self.kube.get(JOBSETS, self.namespace, name)
         if jobset is None:
             return _Step.DONE
-        failure = None
+        described = None
         if self.describe_failure is not None:
-            failure = await self.describe_failure(jobset)
+            described = await self.describe_failure(jobset)
         decision = decide_finalizer(
             jobset,
             now=self.clock(),
             last_write_failed=last_write_failed,
             max_retry_age=self.max_retry_age,
-            failure=failure,
+            failure=described.message if described else None,
+            facts=described.facts if described else None,
         )
         if decision.action == FinalizerAction.NOT_OURS:
             return _Step.DONE

@@ -11,7 +11,7 @@ from google.protobuf.field_mask_pb2 import FieldMask
 from xmc.messages import scrub_nul
 from xmc.names import work_unit_name
 from xmc_api.cloud.xmanager.v1.work_unit_execution_pb2 import WorkUnitExecution
-from xmc_api.internal.v1.executions_pb2 import WorkUnitExecutionUpdate
+from xmc_api.internal.v1.executions_pb2 import RunFailure, WorkUnitExecutionUpdate
 
 
 class Source(enum.StrEnum):
@@ -33,6 +33,8 @@ class Observation:
     execution: WorkUnitExecution
     update_mask: tuple[str, ...]
     force_status_message_update: bool = False
+    #: With a FAILED state: why the run failed, for the ESS's retry decision.
+    failure: RunFailure | None = None
 
     @property
     def slot(self) -> tuple[int, int, Source]:
@@ -46,6 +48,7 @@ class Observation:
             execution=self.execution,
             update_mask=FieldMask(paths=list(self.update_mask)),
             force_status_message_update=self.force_status_message_update,
+            failure=self.failure,
         )
         scrub_nul(update.execution)
         return update

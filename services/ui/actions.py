@@ -4,6 +4,7 @@ redirect, GET), so a reload never repeats an action."""
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from aiohttp import web
@@ -11,6 +12,7 @@ from aiohttp import web
 from ui import sweep_table, views
 from ui.context import ess
 from ui.gateway import UiError
+from xmc_api.xmc.v1 import notifications_pb2
 
 
 def back_to(target: str, notice: str, fallback: str) -> str:
@@ -106,6 +108,48 @@ async def selected(request: web.Request) -> web.Response:
     return await _redirect(request, notice, f"/experiments/{xid}")
 
 
+def _number(form: Any, key: str, kind: type[int] | type[float]) -> Any:
+    raw = str(form.get(key, "")).strip()
+    try:
+        return kind(raw) if raw else kind(0)
+    except ValueError:
+        raise UiError(400, f"{key}: expected a number, got {raw[:32]!r}") from None
+
+
+async def _webhook(request: web.Request) -> notifications_pb2.Webhook:
+    """The Add form's webhook. A secret left empty is made by the ESS and never shown (a
+    notice must not carry it into the URL): give one to verify signatures."""
+    form = await request.post()
+    return notifications_pb2.Webhook(
+        url=str(form.get("url", "")).strip(),
+        events=[str(e) for e in form.getall("event", [])],
+        failed_count=_number(form, "failed_count", int),
+        failed_fraction=_number(form, "failed_fraction", float),
+        secret=str(form.get("secret", "")),
+    )
+
+
+def _page_of(request: web.Request) -> tuple[str, str]:
+    """The parent a webhook form acts on and the page it comes back to."""
+    if "xid" in request.match_info:
+        xid, _ = _ids(request)
+        return f"experiments/{xid}", f"/experiments/{xid}"
+    return "users/me", "/webhooks"
+
+
+async def add_webhook(request: web.Request) -> web.Response:
+    parent, page = _page_of(request)
+    name = await ess(request).add_webhook(parent, await _webhook(request))
+    return await _redirect(request, f"{name} added", page)
+
+
+async def delete_webhook(request: web.Request) -> web.Response:
+    _, page = _page_of(request)
+    name = f"webhooks/{request.match_info['hook']}"
+    await ess(request).delete_webhook(name)
+    return await _redirect(request, f"{name} removed", page)
+
+
 async def pause(request: web.Request) -> web.Response:
     form = await request.post()
     await ess(request).pause(str(form.get("reason", "")).strip() or "paused from the dashboard")
@@ -124,5 +168,9 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post(r"/experiments/{xid:\d+}/stop", batch_stop)
     app.router.add_post(r"/experiments/{xid:\d+}/restart", batch_restart)
     app.router.add_post(r"/experiments/{xid:\d+}/selected", selected)
+    app.router.add_post(r"/experiments/{xid:\d+}/webhooks", add_webhook)
+    app.router.add_post(r"/experiments/{xid:\d+}/webhooks/{hook:\d+}/delete", delete_webhook)
+    app.router.add_post("/webhooks", add_webhook)
+    app.router.add_post(r"/webhooks/{hook:\d+}/delete", delete_webhook)
     app.router.add_post("/scheduling/pause", pause)
     app.router.add_post("/scheduling/resume", resume)

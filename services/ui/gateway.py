@@ -26,6 +26,10 @@ from xmc_api.internal.v1 import scheduling_pb2, scheduling_pb2_grpc
 from xmc_api.xmc.v1 import (
     logs_pb2,
     logs_pb2_grpc,
+    notifications_pb2,
+    notifications_pb2_grpc,
+    retry_pb2,
+    retry_pb2_grpc,
     spec_pb2,
     spec_pb2_grpc,
     sweep_pb2,
@@ -82,8 +86,10 @@ class Ess:
         self._scheduling = scheduling_pb2_grpc.SchedulingServiceStub(channel)
         self._timelines = timeline_pb2_grpc.TimelineServiceStub(channel)
         self._logs = logs_pb2_grpc.LogServiceStub(channel)
+        self._retries = retry_pb2_grpc.RetryServiceStub(channel)
         self._spec = spec_pb2_grpc.SpecServiceStub(channel)
         self._sweeps = sweep_pb2_grpc.SweepServiceStub(channel)
+        self._notifications = notifications_pb2_grpc.NotificationServiceStub(channel)
         self._metadata = metadata
 
     async def _call(self, method: Any, request: Any) -> Any:
@@ -173,6 +179,13 @@ class Ess:
         )
         return found
 
+    async def retries(self, xid: int, wid: int) -> retry_pb2.WorkUnitRetries:
+        request = retry_pb2.GetWorkUnitRetriesRequest(name=f"experiments/{xid}/workUnits/{wid}")
+        found: retry_pb2.WorkUnitRetries = await self._call(
+            self._retries.GetWorkUnitRetries, request
+        )
+        return found
+
     async def container_logs(self, xid: int, wid: int) -> logs_pb2.ListContainerLogsResponse:
         """Every execution's container runs, stored and live."""
         request = logs_pb2.ListContainerLogsRequest(parent=f"experiments/{xid}/workUnits/{wid}")
@@ -222,6 +235,38 @@ class Ess:
                 return None
             raise rpc_error(error) from None
         return found
+
+    async def notifications(
+        self, xid: int, deliveries: int
+    ) -> tuple[list[notifications_pb2.Webhook], list[notifications_pb2.Delivery]]:
+        """The experiment's webhooks and its newest ``deliveries`` deliveries."""
+        parent = f"experiments/{xid}"
+        hooks = await self._call(
+            self._notifications.ListWebhooks, notifications_pb2.ListWebhooksRequest(parent=parent)
+        )
+        log = await self._call(
+            self._notifications.ListDeliveries,
+            notifications_pb2.ListDeliveriesRequest(parent=parent, page_size=deliveries),
+        )
+        return list(hooks.webhooks), list(log.deliveries)
+
+    async def my_webhooks(self) -> list[notifications_pb2.Webhook]:
+        """The caller's own webhooks (``users/me``)."""
+        request = notifications_pb2.ListWebhooksRequest(parent="users/me")
+        found = await self._call(self._notifications.ListWebhooks, request)
+        return list(found.webhooks)
+
+    async def add_webhook(self, parent: str, webhook: notifications_pb2.Webhook) -> str:
+        """Adds it to ``parent`` (``experiments/{xid}`` or ``users/me``); returns its name."""
+        request = notifications_pb2.CreateWebhookRequest(parent=parent, webhook=webhook)
+        created: notifications_pb2.Webhook = await self._call(
+            self._notifications.CreateWebhook, request
+        )
+        return created.name
+
+    async def delete_webhook(self, name: str) -> None:
+        request = notifications_pb2.DeleteWebhookRequest(name=name)
+        await self._call(self._notifications.DeleteWebhook, request)
 
     async def stop(self, xid: int, wid: int) -> None:
         request = api_pb2.StopWorkUnitRequest(name=f"experiments/{xid}/workUnits/{wid}")

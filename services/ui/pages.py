@@ -13,6 +13,8 @@ from ui import sweep_table, views
 from ui.context import ess, render
 from ui.gateway import Ess, Page, UiError
 from ui.manifest_view import manifest_view
+from ui.notifications_view import EVENTS, SHOWN_DELIVERIES, notifications_view, webhook_row
+from ui.retry_view import retries_view
 from ui.timeline_view import timeline_view, timings_view
 from xmc.model.work_unit_spec import spec_view
 from xmc.timestamps import utc_now
@@ -161,10 +163,15 @@ async def experiment(request: web.Request) -> web.Response:
     filter) is still the page, with the refusal as its notice and a 400, so the filter
     box is there to fix it."""
     xid, _ = _ids(request)
-    context, (timings, error) = await asyncio.gather(
-        _experiment_context(request), _part(ess(request).timings(xid), timings_view)
+    client = ess(request)
+    context, (timings, error), (notifications, notifications_error) = await asyncio.gather(
+        _experiment_context(request),
+        _part(client.timings(xid), timings_view),
+        _part(client.notifications(xid, SHOWN_DELIVERIES), notifications_view),
     )
     context["timings"], context["timings_error"] = timings, error
+    context["notifications"], context["notifications_error"] = notifications, notifications_error
+    context["webhook_events"] = EVENTS
     return render(request, "experiment.html", context, status=400 if context["problem"] else 200)
 
 
@@ -182,8 +189,11 @@ async def _work_unit_context(request: web.Request) -> dict[str, Any]:
     current = unit.current_work_unit_execution
     timeline, timeline_error = await _part(client.timeline(xid, wid), timeline_view)
     codes, _ = await _part(client.exit_codes(xid, [wid]), lambda found: found)
+    retries, retries_error = await _part(client.retries(xid, wid), retries_view)
     return {
         "xid": xid,
+        "retries": retries,
+        "retries_error": retries_error,
         "unit": views.work_unit_row(unit),
         "executions": [views.execution_row(e) for e in executions],
         "messages": [views.message_row(m) for m in messages],
@@ -230,6 +240,13 @@ async def scheduling(request: web.Request) -> web.Response:
     )
 
 
+async def webhooks(request: web.Request) -> web.Response:
+    """The caller's own webhooks (docs/notifications.md)."""
+    found = await ess(request).my_webhooks()
+    context = {"webhooks": [webhook_row(w) for w in found], "webhook_events": EVENTS}
+    return render(request, "webhooks.html", context)
+
+
 def add_routes(app: web.Application) -> None:
     app.router.add_get("/", experiments, name="experiments")
     app.router.add_get(r"/experiments/{xid:\d+}", experiment, name="experiment")
@@ -237,3 +254,4 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get(r"/experiments/{xid:\d+}/workUnits/{wid:\d+}", work_unit)
     app.router.add_get(r"/experiments/{xid:\d+}/workUnits/{wid:\d+}/live", work_unit_live)
     app.router.add_get("/scheduling", scheduling, name="scheduling")
+    app.router.add_get("/webhooks", webhooks, name="webhooks")

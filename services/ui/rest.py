@@ -51,7 +51,15 @@ from ui.transcode import (
 # Imported for their descriptors: Operation.metadata and .response are Any values that
 # name these types, and MessageToDict resolves them in the default pool.
 from xmc_api.cloud.xmanager.v1 import api_pb2, operations_pb2, work_unit_pb2  # noqa: F401
-from xmc_api.xmc.v1 import logs_pb2, spec_pb2, sweep_pb2, timeline_pb2, watch_pb2
+from xmc_api.xmc.v1 import (
+    logs_pb2,
+    notifications_pb2,
+    retry_pb2,
+    spec_pb2,
+    sweep_pb2,
+    timeline_pb2,
+    watch_pb2,
+)
 
 log = structlog.get_logger()
 
@@ -71,6 +79,12 @@ SWEEP_SERVICE: Final[ServiceDescriptor] = sweep_pb2.DESCRIPTOR.services_by_name[
 LOG_SERVICE: Final[ServiceDescriptor] = logs_pb2.DESCRIPTOR.services_by_name["LogService"]
 #: The push API (docs/watch.md): the one stream that is also served as Server-Sent Events.
 WATCH_SERVICE: Final[ServiceDescriptor] = watch_pb2.DESCRIPTOR.services_by_name["WatchService"]
+#: Automatic retries: experiments' default policies, units' attempts (docs/retries.md).
+RETRY_SERVICE: Final[ServiceDescriptor] = retry_pb2.DESCRIPTOR.services_by_name["RetryService"]
+#: Webhooks and their delivery log (docs/notifications.md).
+NOTIFICATION_SERVICE: Final[ServiceDescriptor] = notifications_pb2.DESCRIPTOR.services_by_name[
+    "NotificationService"
+]
 #: Every service the REST face mounts; a path goes to the first route that matches, in
 #: this order, so the published API's routes come first.
 SERVICES: Final[tuple[ServiceDescriptor, ...]] = (
@@ -80,6 +94,8 @@ SERVICES: Final[tuple[ServiceDescriptor, ...]] = (
     SPEC_SERVICE,
     SWEEP_SERVICE,
     WATCH_SERVICE,
+    RETRY_SERVICE,
+    NOTIFICATION_SERVICE,
 )
 #: Where xmc-ui serves the OpenAPI document of the REST face.
 OPENAPI_PATH: Final = "/openapi.json"

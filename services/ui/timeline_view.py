@@ -193,7 +193,18 @@ def execution_view(execution: timeline_pb2.ExecutionTimeline, now: str) -> Row:
         ],
         "requeue": fmt_duration(p.requeue.ToTimedelta()),
         "preemptions": p.preemptions,
+        # Under a retry policy: "attempt 2, retried after exit code 137".
+        "attempt": _attempt(execution),
+        "retry_verdict": execution.retry_verdict,
+        "retry_reason": execution.retry_reason,
     }
+
+
+def _attempt(execution: timeline_pb2.ExecutionTimeline) -> str:
+    if not (execution.retried_after or execution.retry_verdict):
+        return ""
+    text = f"attempt {execution.attempt or 1}"
+    return f"{text}, retried after {execution.retried_after}" if execution.retried_after else text
 
 
 def timeline_view(timeline: timeline_pb2.WorkUnitTimeline) -> list[Row]:

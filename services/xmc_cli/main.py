@@ -23,8 +23,10 @@ from .client import DEFAULT_ENDPOINT, Client, fmt_time, parse_endpoint, pass_cli
 from .experiments import experiments
 from .launch import launch
 from .logs import logs
+from .retries import retry_policy
 from .timelines import wu_timeline
 from .watching import watch
+from .webhooks import webhooks
 from .work_units import print_operation, wu
 
 OUTPUTS = ("table", "json")
@@ -186,7 +188,7 @@ def operations_wait(client: Client, name: str, timeout: float) -> None:
 
 
 wu.add_command(wu_timeline)
-for command in (experiments, wu, launch, watch, logs):
+for command in (experiments, wu, launch, watch, logs, retry_policy, webhooks):
     cli.add_command(command)
 
 

@@ -43,6 +43,11 @@ def execution_summary(execution: timeline_pb2.ExecutionTimeline) -> str:
         _phase("run", p.run, p.run_ongoing, p.HasField("run")),
         f"requeued {fmt_duration(p.requeue.ToTimedelta())}, {p.preemptions} preemption(s)",
     ]
+    if execution.retried_after or execution.retry_verdict:  # under a retry policy
+        attempt = f"attempt {execution.attempt or 1}"
+        if execution.retried_after:
+            attempt += f", retried after {execution.retried_after}"
+        parts.insert(1, attempt)
     return " · ".join(parts)
 
 
@@ -65,6 +70,8 @@ def _print_timeline(timeline: timeline_pb2.WorkUnitTimeline) -> None:
             for t in execution.state_totals
         )
         click.echo("  in each state: " + " · ".join(totals))
+        if execution.retry_verdict:
+            click.echo(f"  retry: {execution.retry_verdict} ({execution.retry_reason})")
         print_table(None, ["time", "from", "to", "in state", "writer"], rows)
 
 

@@ -18,6 +18,7 @@ from xmc_api.cloud.xmanager.v1.status_message_pb2 import StatusMessage
 from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
 from xmc_api.cloud.xmanager.v1.work_unit_execution_pb2 import WorkUnitExecution
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
+from xmc_api.xmc.v1 import retry_pb2
 
 from .client import (
     Client,
@@ -33,6 +34,7 @@ from .client import (
     to_dict,
     work_unit_name,
 )
+from .retries import fetch_retries, print_retries
 from .specs import (
     DEFAULT_JOB_NAME,
     DEFAULT_QUEUE,
@@ -223,15 +225,17 @@ def wu_get(client: Client, work_unit: str) -> None:
     w: WorkUnit = client.call(
         client.api.GetWorkUnit, api_pb2.GetWorkUnitRequest(name=work_unit_name(work_unit))
     )
-    client.show(to_dict(w), lambda: _print_work_unit(w))
+    retries = fetch_retries(client, w.name)
+    client.show({**to_dict(w), "retries": to_dict(retries)}, lambda: _print_work_unit(w, retries))
 
 
-def _print_work_unit(w: WorkUnit) -> None:
+def _print_work_unit(w: WorkUnit, retries: retry_pb2.WorkUnitRetries) -> None:
     print_table(w.name, WU_COLUMNS, [work_unit_row(w)])
     status = w.current_work_unit_execution.status
     for label, message in (("system", status.system_message), ("user", status.user_message)):
         if message.user_facing_text:
             click.echo(f"{label}: {message.user_facing_text}")
+    print_retries(retries)
 
 
 def print_operation(client: Client, op: operations_proto_pb2.Operation) -> None:

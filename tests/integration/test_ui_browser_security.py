@@ -57,7 +57,13 @@ fetch("{ui}/v1/experiments", {{method: "POST", mode: "no-cors",
 <input name="confirm" value="on"></form><script>document.forms[0].submit();</script>""",
 }
 #: Every page of the dashboard, framed by the attacker.
-PAGES = ("/", "/experiments/{xid}", "/experiments/{xid}/workUnits/1", "/scheduling")
+PAGES = (
+    "/",
+    "/experiments/{xid}",
+    "/experiments/{xid}/workUnits/1",
+    "/scheduling",
+    "/webhooks",
+)
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ import pytest
 
 from tests.compat.support import SERVICE_EMAIL, SERVICE_TOKEN, USER_EMAIL, USER_TOKEN
 from tests.integration.processes import Client, running_stack
+from tests.integration.webhook_receiver import receiver  # noqa: F401  (a fixture)
 from tests.real.support import (
     ADMIN_KUBECONFIG,
     KUBECONFIGS,

@@ -102,8 +102,10 @@ def pod(name: str = POD, *, job: str = JOB, phase: str = "Failed") -> PodBuilder
     return PodBuilder(name).of_jobset(JS, JS_UID, restart_attempt=0).of_job(job).phase(phase)
 
 
-def reason(cause: FailureCause, text: str, job_name: str = JOB) -> FailureReason:
-    return FailureReason(cause, text, job_name)
+def reason(
+    cause: FailureCause, text: str, job_name: str = JOB, *, code: int | None = None
+) -> FailureReason:
+    return FailureReason(cause, text, job_name, exit_code=code)
 
 
 PREFIX = f'job "{JOB}" failed (BackoffLimitExceeded)'
@@ -120,7 +122,9 @@ CASES = [
         failed_jobset(),
         [job()],
         [pod().container("main", terminated(1)).obj()],
-        reason(C.CONTAINER, f'{PREFIX}: container "main" {OF_POD} exited with code 1 (Error)'),
+        reason(
+            C.CONTAINER, f'{PREFIX}: container "main" {OF_POD} exited with code 1 (Error)', code=1
+        ),
         id="a container exits 1",
     ),
     pytest.param(
@@ -128,7 +132,9 @@ CASES = [
         [job()],
         [pod().container("main", terminated(137, "OOMKilled")).obj()],
         reason(
-            C.CONTAINER, f'{PREFIX}: container "main" {OF_POD} exited with code 137 (OOMKilled)'
+            C.CONTAINER,
+            f'{PREFIX}: container "main" {OF_POD} exited with code 137 (OOMKilled)',
+            code=137,
         ),
         id="a container is OOMKilled",
     ),
@@ -139,6 +145,7 @@ CASES = [
         reason(
             C.CONTAINER,
             f'{PREFIX}: container "main" {OF_POD} exited with code 2 (Error): loss is NaN',
+            code=2,
         ),
         id="the termination message is quoted",
     ),
@@ -152,7 +159,9 @@ CASES = [
             .obj()
         ],
         reason(
-            C.CONTAINER, f'{PREFIX}: init container "fetch" {OF_POD} exited with code 3 (Error)'
+            C.CONTAINER,
+            f'{PREFIX}: init container "fetch" {OF_POD} exited with code 3 (Error)',
+            code=3,
         ),
         id="an init container fails",
     ),
@@ -164,7 +173,9 @@ CASES = [
             .container("main", waiting("CrashLoopBackOff"), last=terminated(1))
             .obj()
         ],
-        reason(C.CONTAINER, f'{PREFIX}: container "main" {OF_POD} exited with code 1 (Error)'),
+        reason(
+            C.CONTAINER, f'{PREFIX}: container "main" {OF_POD} exited with code 1 (Error)', code=1
+        ),
         id="a container restarted in place: its last state",
     ),
     pytest.param(
@@ -177,7 +188,9 @@ CASES = [
             .container("logger", terminated(143, at="2026-01-02T03:04:00Z"))
             .obj()
         ],
-        reason(C.CONTAINER, f'{PREFIX}: container "main" {OF_POD} exited with code 1 (Error)'),
+        reason(
+            C.CONTAINER, f'{PREFIX}: container "main" {OF_POD} exited with code 1 (Error)', code=1
+        ),
         id="the earliest non-zero exit of the pod, not a clean one",
     ),
     pytest.param(
@@ -188,7 +201,9 @@ CASES = [
             pod().container("main", terminated(137, "OOMKilled", at=T_FAIL)).obj(),
         ],
         reason(
-            C.CONTAINER, f'{PREFIX}: container "main" {OF_POD} exited with code 137 (OOMKilled)'
+            C.CONTAINER,
+            f'{PREFIX}: container "main" {OF_POD} exited with code 137 (OOMKilled)',
+            code=137,
         ),
         id="the first failed pod of the job",
     ),
@@ -201,7 +216,9 @@ CASES = [
             .obj(),
             pod().container("main", terminated(1)).obj(),
         ],
-        reason(C.CONTAINER, f'{PREFIX}: container "main" {OF_POD} exited with code 1 (Error)'),
+        reason(
+            C.CONTAINER, f'{PREFIX}: container "main" {OF_POD} exited with code 1 (Error)', code=1
+        ),
         id="the job the JobSet names, not another failed one",
     ),
     pytest.param(
@@ -263,6 +280,7 @@ CASES = [
             C.CONTAINER,
             f'job "{JOB}" failed (PodFailurePolicy): container "main" {OF_POD} '
             "exited with code 42 (Error)",
+            code=42,
         ),
         id="PodFailurePolicy: the container it matched",
     ),
@@ -321,7 +339,9 @@ CASES = [
         [],
         [pod().container("main", terminated(1)).obj()],
         reason(
-            C.CONTAINER, f'job "{JOB}" failed: container "main" {OF_POD} exited with code 1 (Error)'
+            C.CONTAINER,
+            f'job "{JOB}" failed: container "main" {OF_POD} exited with code 1 (Error)',
+            code=1,
         ),
         id="no job named: the job of the first failed pod",
     ),
@@ -358,7 +378,9 @@ CASES = [
         failed_jobset(),
         [job()],
         [pod().deleting("2026-01-02T03:06:00Z").container("main", terminated(1, at=T_FAIL)).obj()],
-        reason(C.CONTAINER, f'{PREFIX}: container "main" {OF_POD} exited with code 1 (Error)'),
+        reason(
+            C.CONTAINER, f'{PREFIX}: container "main" {OF_POD} exited with code 1 (Error)', code=1
+        ),
         id="a pod deleted after its container failed still tells",
     ),
 ]
@@ -486,3 +508,40 @@ def test_the_reason_replaces_an_earlier_startup_error() -> None:
     assert [m.user_facing_text for _, m in result.new_messages] == ["job failed"]
     stored = StructuredMessage.FromString(result.execution.system_message)
     assert stored.user_facing_text == "job failed"
+
+
+# --- the facts a retry decision reads ---------------------------------------------------
+
+
+def test_a_disrupted_pod_marks_the_failure_disrupted() -> None:
+    got = decide_failure_reason(
+        failed_jobset(),
+        [job()],
+        [pod().disruption("DeletionByTaintManager").container("main", terminated(137)).obj()],
+    )
+    assert got.disrupted
+    assert got.exit_code == 137
+
+
+def test_a_disrupted_bystander_pod_does_not_mark_a_container_failure() -> None:
+    """The evidence is the pod that failed on its own; another pod of the Job that was
+    evicted and replaced did not end the run."""
+    got = decide_failure_reason(
+        failed_jobset(),
+        [job()],
+        [
+            pod("a").container("main", terminated(1, at=T_FAIL)).obj(),
+            pod("b", phase="Running").disruption().obj(),
+        ],
+    )
+    assert (got.exit_code, got.disrupted) == (1, False)
+
+
+def test_the_facts_carry_the_exit_code_only_when_known() -> None:
+    with_code = FailureReason(C.CONTAINER, "x", JOB, exit_code=137, disrupted=False).facts()
+    assert with_code.HasField("exit_code")
+    assert with_code.exit_code == 137
+    assert with_code.cause == "container"
+    without = FailureReason(C.JOB, "deadline", JOB, disrupted=True).facts()
+    assert not without.HasField("exit_code")
+    assert without.disrupted

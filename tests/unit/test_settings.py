@@ -20,6 +20,7 @@ from xmc.settings import (
     ServiceClientSettings,
     Settings,
     TlsSettings,
+    UiSettings,
     XmcSettings,
     load_cli_settings,
     load_settings,
@@ -136,6 +137,12 @@ def test_an_empty_environment_gives_every_default() -> None:
         pytest.param(
             {"XMC_AUTH_DISABLED": "yes"}, "auth", AuthSettings(disabled=True), id="auth flag"
         ),
+        pytest.param(
+            {"XMC_UI_PUBLIC_URL": " https://xmc.example/ "},
+            "ui",
+            UiSettings(public_url="https://xmc.example/"),
+            id="the dashboard's public url (notification links)",
+        ),
     ],
 )
 def test_values_are_read_into_their_group(env: dict[str, str], group: str, expected: Any) -> None:
@@ -167,6 +174,11 @@ def test_values_are_read_into_their_group(env: dict[str, str], group: str, expec
             {"XMC_METRICS_BASE_PORT": "70000"},
             "XMC_METRICS_BASE_PORT: expected a port number",
             id="port out of range",
+        ),
+        pytest.param(
+            {"XMC_UI_PUBLIC_URL": "xmc.example"},
+            "XMC_UI_PUBLIC_URL: must start with http:// or https://",
+            id="public url",
         ),
         pytest.param(
             {"XMC_KUBESIM_TIME_SCALE": "fast"},

@@ -23,6 +23,7 @@ from xmc.model.masks import STATE_PATH as STATE_PATH
 from xmc.model.masks import SYSTEM_MESSAGE_PATH as SYSTEM_MESSAGE_PATH
 from xmc.model.masks import USER_MESSAGE_PATH as USER_MESSAGE_PATH
 from xmc.model.masks import accepted_before, accepted_mask_paths, mask_paths
+from xmc.model.retries import Failure
 from xmc.model.states import (
     EXECUTION_TERMINAL_STATES,
     WORK_UNIT_STATUS_RETAINING_STATES,
@@ -70,6 +71,8 @@ class ExecutionUpdate(NamedTuple):
     execution: WorkUnitExecution
     update_mask: tuple[str, ...]
     force_status_message_update: bool = False
+    #: With a FAILED state: why the run failed, for the retry decision (``ess.retries``).
+    failure: Failure | None = None
 
 
 class MergeResult(NamedTuple):

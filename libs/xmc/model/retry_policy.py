@@ -91,3 +91,15 @@ def retry_policy_of(annotations: Mapping[str, str]) -> RetryPolicy | None:
     """The policy a JobSet's annotations set, None when they set none."""
     text = annotations.get(RETRY_POLICY_ANNOTATION)
     return None if text is None else parse_retry_policy(text)
+
+
+def policy_json(policy: RetryPolicy) -> str:
+    """The policy as normalized JSON (every key, codes sorted): what XMC stores and
+    shows, so two spellings of one policy read the same."""
+    document: dict[str, Any] = {"max_attempts": policy.max_attempts}
+    if policy.on_exit_codes is not None:
+        document["on_exit_codes"] = sorted(policy.on_exit_codes)
+    document["never_on_exit_codes"] = sorted(policy.never_on_exit_codes)
+    backoff = policy.backoff_seconds
+    document["backoff_seconds"] = int(backoff) if backoff == int(backoff) else backoff
+    return json.dumps(document, separators=(", ", ": "))

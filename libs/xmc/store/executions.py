@@ -27,6 +27,7 @@ from xmc.model.merge import (
     merge_work_unit_execution,
     validate_batch,
 )
+from xmc.model.notifications import ExperimentChange, UnitFailure
 from xmc.model.states import WorkUnitState
 from xmc.model.stored import StoredExecution
 from xmc.store.codec import EXECUTION_COLUMNS, stored_from_row, stored_to_columns
@@ -119,9 +120,15 @@ async def _lock_work_units(
 
 
 async def update_work_unit_executions(
-    conn: Connection, items: Sequence[ExecutionUpdate], *, writer: str, now: datetime
+    conn: Connection,
+    items: Sequence[ExecutionUpdate],
+    *,
+    writer: str,
+    now: datetime,
+    events: list[ExperimentChange] | None = None,
 ) -> list[ItemResult]:
-    """Run one batch; the caller provides the transaction (see module docstring)."""
+    """Run one batch; the caller provides the transaction (see module docstring).
+    ``events``: the notifications are collected there, not queued (``apply_rollups``)."""
     validate_batch(items)
     if not items:
         return []
@@ -184,7 +191,7 @@ async def update_work_unit_executions(
     await insert_history(conn, history)
     if messages:
         await conn.execute(_INSERT_MESSAGES, *zip(*messages, strict=True))
-    await apply_rollups(conn, _rollup_deltas(slots), now=now, execution_update=True)
+    await apply_rollups(conn, _rollup_deltas(slots), now=now, execution_update=True, events=events)
     return results
 
 
@@ -202,12 +209,14 @@ async def _write_changed(conn: Connection, slots: dict[tuple[int, int], _Slot]) 
 def _rollup_deltas(slots: dict[tuple[int, int], _Slot]) -> dict[int, RollupDelta]:
     """Net effect per experiment: only where a work unit started and ended matters."""
     deltas: dict[int, RollupDelta] = defaultdict(RollupDelta)
-    for (xid, _wid), slot in slots.items():
+    for (xid, wid), slot in slots.items():
         if not slot.changed:
             continue
         before, after = slot.initial.state, slot.current.state
         if before != after:
             deltas[xid].state_changes.append((before, after))
+            if after == WorkUnitState.FAILED:
+                deltas[xid].failures.append(UnitFailure(wid, slot.eid))
         initial, current = slot.initial, slot.current
         if (
             initial.system_message == current.system_message

@@ -15,6 +15,7 @@ from typing import Any
 
 from xmc.errors import FailedPreconditionError, NotFoundError
 from xmc.masks import apply_update_mask
+from xmc.model.notifications import ExperimentChange, UnitFailure
 from xmc.model.rollups import (
     apply_child_state_change,
     apply_severity_change,
@@ -27,6 +28,7 @@ from xmc.query import FieldKind, FieldSpec, OrderKey
 from xmc.store.codec import optional_bytes
 from xmc.store.connection import Connection, fetch_one
 from xmc.store.listing import ListRequest, ListResource, fetch_page
+from xmc.store.notifications import queue_events
 from xmc.store.watch_events import insert_experiment_event
 from xmc.timestamps import set_timestamp
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
@@ -176,6 +178,8 @@ class RollupDelta:
     severity_changes: list[tuple[Severity | None, Severity | None]] = field(default_factory=list)
     #: The experiment's next free work-unit id must be at least this (creates).
     min_next_wid: int | None = None
+    #: Units that became FAILED (for notifications; docs/notifications.md).
+    failures: list[UnitFailure] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         return bool(self.state_changes or self.severity_changes or self.min_next_wid)
@@ -197,9 +201,15 @@ async def apply_rollups(
     *,
     now: datetime,
     execution_update: bool,
+    events: list[ExperimentChange] | None = None,
 ) -> None:
     """Recompute counts, ``active_state`` and ``complete_time`` of the touched experiments
     (``DenormalizeWorkUnitStatus`` + ``updateExperimentFromExecutions`` of the reference).
+
+    The notifications the change raises are queued here, unless ``events`` is given: then
+    they are appended to it, for a caller that changes more in the same transaction (an
+    automatic retry turns a unit that failed RESTARTING again) to queue them once, on the
+    transaction's net effect (``xmc.store.notifications.queue_settled_events``).
 
     Called after the work-unit rows are locked, so the lock order is always work units
     first, then experiments in xid order. ``complete_time`` is set only when an execution
@@ -211,12 +221,13 @@ async def apply_rollups(
         return
     rows = await conn.fetch(
         """SELECT xid, launch_state, active_state, child_state_counts, message_severity_counts,
-                  complete_time, last_child_status_update_time
+                  complete_time, last_child_status_update_time, title, creator
            FROM experiments WHERE xid = ANY($1::bigint[]) ORDER BY xid FOR UPDATE""",
         xids,
     )
     updates = []
     moved: list[tuple[int, int, int]] = []  # (xid, active, launch): rare, one event row each
+    changes: list[ExperimentChange] = []
     for row in rows:
         delta = deltas[row["xid"]]
         states = _fold_state_counts(
@@ -235,6 +246,8 @@ async def apply_rollups(
         child_time = now if delta.state_changes else row["last_child_status_update_time"]
         if new_active != old_active:
             moved.append((row["xid"], int(new_active), row["launch_state"]))
+        if delta.failures or (old_active, new_active) == _FINISHING:
+            changes.append(_change(row, old_active, new_active, states, delta.failures))
         updates.append(
             (
                 row["xid"],
@@ -258,6 +271,33 @@ async def apply_rollups(
         await insert_experiment_event(
             conn, xid, "state", active_state=active, launch_state=launch, now=now
         )
+    if changes and events is not None:
+        events.extend(changes)
+    elif changes:
+        await queue_events(conn, changes, {r["xid"]: r["creator"] for r in rows}, now=now)
+
+
+_FINISHING = (ActiveState.ACTIVE, ActiveState.INACTIVE)
+
+
+def _change(
+    row: Mapping[str, Any],
+    before: ActiveState,
+    after: ActiveState,
+    states: Mapping[WorkUnitState, int],
+    failures: list[UnitFailure],
+) -> ExperimentChange:
+    """What notifications need of one experiment's rollup change (built only when a unit
+    failed or the experiment finished: the observation path's common case skips it)."""
+    return ExperimentChange(
+        xid=row["xid"],
+        title=row["title"],
+        before=before,
+        after=after,
+        counts_before=state_counts_from_array(row["child_state_counts"]),
+        counts_after=states,
+        failures=tuple(failures),
+    )
 
 
 #: ``UpdateExperimentLaunchState`` may only end a launch (SPEC §2.1).
@@ -288,7 +328,8 @@ async def update_launch_state(
     transaction; a repeat of the current state changes nothing (not even ``update_time``);
     a launch-state change alone never sets ``complete_time`` (SPEC §3.3)."""
     row = await conn.fetchrow(
-        """SELECT launch_state, child_state_counts FROM experiments WHERE xid = $1 FOR UPDATE""",
+        """SELECT xid, launch_state, active_state, child_state_counts, title, creator
+           FROM experiments WHERE xid = $1 FOR UPDATE""",
         xid,
     )
     if row is None:
@@ -302,7 +343,8 @@ async def update_launch_state(
             f"launch_state: cannot move {current.name} → {launch_state.name}; "
             "only LAUNCHING → COMPLETED or FAILED is allowed"
         )
-    active = compute_active_state(launch_state, state_counts_from_array(row["child_state_counts"]))
+    states = state_counts_from_array(row["child_state_counts"])
+    active = compute_active_state(launch_state, states)
     await conn.execute(
         """UPDATE experiments SET launch_state = $2, active_state = $3, update_time = $4,
                status_update_time = $4
@@ -315,6 +357,10 @@ async def update_launch_state(
     await insert_experiment_event(
         conn, xid, "state", active_state=int(active), launch_state=int(launch_state), now=now
     )
+    before = ActiveState(row["active_state"])
+    if (before, active) == _FINISHING:  # the launch ended after its last unit did
+        change = _change(row, before, active, states, [])
+        await queue_events(conn, [change], {xid: row["creator"]}, now=now)
     return await fetch_experiment(conn, xid)
 
 

@@ -89,10 +89,16 @@ def _row(row: Record) -> OutboxTask:
 
 
 async def enqueue(
-    conn: Connection, tasks: Sequence[Task], *, now: datetime, origin: str = "intent"
+    conn: Connection,
+    tasks: Sequence[Task],
+    *,
+    now: datetime,
+    origin: str = "intent",
+    due: datetime = DUE_AT_ONCE,
 ) -> None:
     """Record tasks to publish, in the caller's (the intent's) transaction; ``origin``
-    "repair" marks the repair sweep's re-drives."""
+    "repair" marks the repair sweep's re-drives, "retry" an automatic retry, whose task is
+    published no earlier than ``due`` (its backoff, on the ESS's clock)."""
     if not tasks:
         return
     await conn.execute(
@@ -109,7 +115,7 @@ async def enqueue(
         [t.SerializeToString(deterministic=True) for t in tasks],
         now,
         origin,
-        DUE_AT_ONCE,
+        due,
     )
 
 

@@ -111,6 +111,10 @@ class Store:
         for callback in self._committed:
             callback()
 
+    def clock(self) -> datetime:
+        """The time on the store's clock (what its own writes are stamped with)."""
+        return self._clock()
+
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[Connection]:
         """A pooled connection outside any transaction: for a single read, which then

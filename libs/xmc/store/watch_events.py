@@ -3,7 +3,7 @@ order, from the tables they are written to anyway — ``work_unit_status_history
 changes; a create or restart is the row that starts an execution), ``status_messages``
 and ``experiment_events`` (an experiment created, its active or launch state changed).
 
-Each row carries ``txid``, the writing transaction's id (migration 0009). A read is
+Each row carries ``txid``, the writing transaction's id (migration 0011). A read is
 bounded by a horizon (:data:`HORIZON_SQL`): every transaction below it that could write
 here has ended, so the rows below it are final and ``(txid, source, id)`` never gains a row behind a
 position already handed out (``xmc.model.watch``). Nothing here is on a write path but

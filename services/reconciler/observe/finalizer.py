@@ -15,6 +15,7 @@ from xmc.kjson import as_sequence, metadata_of
 from xmc.labels import FINALIZER
 from xmc.timestamps import as_utc, parse_rfc3339
 from xmc_api.cloud.xmanager.v1.structured_message_pb2 import StructuredMessage
+from xmc_api.internal.v1.executions_pb2 import RunFailure
 
 DEFAULT_MAX_STOPPED_WRITE_RETRY_AGE: Final = timedelta(minutes=10)
 
@@ -47,19 +48,21 @@ def decide_finalizer(
     last_write_failed: bool,
     max_retry_age: timedelta = DEFAULT_MAX_STOPPED_WRITE_RETRY_AGE,
     failure: StructuredMessage | None = None,
+    facts: RunFailure | None = None,
 ) -> FinalizerDecision:
     """Hold the deletion until the terminal state is written, but never forever.
 
     The write targets the eid from the JobSet's label, so an old execution's JobSet is
     fenced off from a newer execution by the store (§5.1). A JobSet whose labels name no
     execution can never be written for, so its finalizer goes at once. ``failure`` is
-    the reason a FAILED JobSet failed (see :func:`observe_jobset`).
+    the reason a FAILED JobSet failed and ``facts`` the same as data (see
+    :func:`observe_jobset`).
     """
     metadata = metadata_of(jobset)
     deletion = metadata.get("deletionTimestamp")
     if not deletion or FINALIZER not in as_sequence(metadata.get("finalizers")):
         return FinalizerDecision(FinalizerAction.NOT_OURS, None, "no XMC finalizer to release")
-    observation = observe_jobset(jobset, observed_at=now, failure=failure)
+    observation = observe_jobset(jobset, observed_at=now, failure=failure, facts=facts)
     if observation is None:
         return FinalizerDecision(
             FinalizerAction.REMOVE_ANYWAY, None, "no valid XMC labels: nothing to write"

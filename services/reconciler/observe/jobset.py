@@ -32,6 +32,7 @@ from xmc_api.cloud.xmanager.v1.work_unit_execution_pb2 import (
     WorkUnitExecution,
     WorkUnitExecutionMetadata,
 )
+from xmc_api.internal.v1.executions_pb2 import RunFailure
 
 JOBSET_MASK: Final = ("status.state", "status.detailed_status", "metadata")
 #: A FAILED JobSet's observation also says why (``reconciler.failure``).
@@ -117,6 +118,7 @@ def observe_jobset(
     observed_at: datetime,
     failure: StructuredMessage | None = None,
     pods: PodSummary = NO_PODS,
+    facts: RunFailure | None = None,
 ) -> Observation | None:
     """The JobSet row of SPEC §4: state (R1–R9, R4 reading ``pods`` too), detailed status
     and metadata.
@@ -125,7 +127,8 @@ def observe_jobset(
     ``system_message`` of a FAILED observation only, forced: it is the execution's last
     word and must replace an earlier ERROR such as the startup diagnostic it may explain.
     A resend changes nothing — a FAILED execution is immutable, and an equal message is
-    not stored twice (§5.3) — so the status messages get it once.
+    not stored twice (§5.3) — so the status messages get it once. ``facts`` (the same
+    reason as data) ride along with a FAILED state for the ESS's retry decision.
 
     None when the JobSet carries no valid XMC labels: it is not ours to report; and None
     while its Jobs are finishing (``is_finishing``, docs/decisions/0030): its status then
@@ -142,10 +145,12 @@ def observe_jobset(
     )
     set_timestamp(status.state_update_time, _jobset_state_update_time(jobset, observed_at))
     execution = WorkUnitExecution(status=status, metadata=jobset_metadata(jobset))
-    if failure is None or state != WorkUnitState.FAILED:
+    if state != WorkUnitState.FAILED:
         return Observation(xid, wid, eid, Source.JOBSET, execution, JOBSET_MASK)
+    if failure is None:
+        return Observation(xid, wid, eid, Source.JOBSET, execution, JOBSET_MASK, failure=facts)
     execution.status.system_message.CopyFrom(failure)
     return Observation(
         xid, wid, eid, Source.JOBSET, execution, FAILED_JOBSET_MASK,
-        force_status_message_update=True,
+        force_status_message_update=True, failure=facts,
     )  # fmt: skip

@@ -28,7 +28,7 @@ from xmc_api.cloud.xmanager.v1 import status_pb2 as xmc__api_dot_cloud_dot_xmana
 from xmc_api.cloud.xmanager.v1 import work_unit_execution_pb2 as xmc__api_dot_cloud_dot_xmanager_dot_v1_dot_work__unit__execution__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n$xmc_api/internal/v1/executions.proto\x12\x0fxmc.internal.v1\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a&xmc_api/cloud/xmanager/v1/status.proto\x1a\x33xmc_api/cloud/xmanager/v1/work_unit_execution.proto\"\xd1\x01\n\x17WorkUnitExecutionUpdate\x12\x11\n\twork_unit\x18\x01 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x02 \x01(\x03\x12\x37\n\texecution\x18\x03 \x01(\x0b\x32$.cloud.xmanager.v1.WorkUnitExecution\x12/\n\x0bupdate_mask\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\x12#\n\x1b\x66orce_status_message_update\x18\x05 \x01(\x08\"l\n\x1fUpdateWorkUnitExecutionsRequest\x12\x39\n\x07updates\x18\x01 \x03(\x0b\x32(.xmc.internal.v1.WorkUnitExecutionUpdate\x12\x0e\n\x06writer\x18\x02 \x01(\t\"\xe5\x02\n\x1dUpdateWorkUnitExecutionResult\x12\x11\n\twork_unit\x18\x01 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x02 \x01(\x03\x12G\n\x07outcome\x18\x03 \x01(\x0e\x32\x36.xmc.internal.v1.UpdateWorkUnitExecutionResult.Outcome\x12\x15\n\rstate_changed\x18\x04 \x01(\x08\x12>\n\x05state\x18\x05 \x01(\x0e\x32/.cloud.xmanager.v1.WorkUnitStatus.WorkUnitState\x12\x17\n\x0fstate_rejection\x18\x06 \x01(\t\"b\n\x07Outcome\x12\x17\n\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x0b\n\x07\x41PPLIED\x10\x01\x12\r\n\tUNCHANGED\x10\x02\x12\x13\n\x0fSTALE_EXECUTION\x10\x03\x12\r\n\tNOT_FOUND\x10\x04\"c\n UpdateWorkUnitExecutionsResponse\x12?\n\x07results\x18\x01 \x03(\x0b\x32..xmc.internal.v1.UpdateWorkUnitExecutionResult\"F\n\x1dListDeployedExecutionsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"\xe4\x01\n\x11\x44\x65ployedExecution\x12\x11\n\twork_unit\x18\x01 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x02 \x01(\x03\x12>\n\x05state\x18\x03 \x01(\x0e\x32/.cloud.xmanager.v1.WorkUnitStatus.WorkUnitState\x12\x35\n\x11state_update_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x64\x65ploy_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"q\n\x1eListDeployedExecutionsResponse\x12\x36\n\nexecutions\x18\x01 \x03(\x0b\x32\".xmc.internal.v1.DeployedExecution\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t2\x96\x02\n\x18WorkUnitExecutionService\x12\x7f\n\x18UpdateWorkUnitExecutions\x12\x30.xmc.internal.v1.UpdateWorkUnitExecutionsRequest\x1a\x31.xmc.internal.v1.UpdateWorkUnitExecutionsResponse\x12y\n\x16ListDeployedExecutions\x12..xmc.internal.v1.ListDeployedExecutionsRequest\x1a/.xmc.internal.v1.ListDeployedExecutionsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n$xmc_api/internal/v1/executions.proto\x12\x0fxmc.internal.v1\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a&xmc_api/cloud/xmanager/v1/status.proto\x1a\x33xmc_api/cloud/xmanager/v1/work_unit_execution.proto\"\xff\x01\n\x17WorkUnitExecutionUpdate\x12\x11\n\twork_unit\x18\x01 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x02 \x01(\x03\x12\x37\n\texecution\x18\x03 \x01(\x0b\x32$.cloud.xmanager.v1.WorkUnitExecution\x12/\n\x0bupdate_mask\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\x12#\n\x1b\x66orce_status_message_update\x18\x05 \x01(\x08\x12,\n\x07\x66\x61ilure\x18\x06 \x01(\x0b\x32\x1b.xmc.internal.v1.RunFailure\"T\n\nRunFailure\x12\x16\n\texit_code\x18\x01 \x01(\x05H\x00\x88\x01\x01\x12\x11\n\tdisrupted\x18\x02 \x01(\x08\x12\r\n\x05\x63\x61use\x18\x03 \x01(\tB\x0c\n\n_exit_code\"l\n\x1fUpdateWorkUnitExecutionsRequest\x12\x39\n\x07updates\x18\x01 \x03(\x0b\x32(.xmc.internal.v1.WorkUnitExecutionUpdate\x12\x0e\n\x06writer\x18\x02 \x01(\t\"\xe5\x02\n\x1dUpdateWorkUnitExecutionResult\x12\x11\n\twork_unit\x18\x01 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x02 \x01(\x03\x12G\n\x07outcome\x18\x03 \x01(\x0e\x32\x36.xmc.internal.v1.UpdateWorkUnitExecutionResult.Outcome\x12\x15\n\rstate_changed\x18\x04 \x01(\x08\x12>\n\x05state\x18\x05 \x01(\x0e\x32/.cloud.xmanager.v1.WorkUnitStatus.WorkUnitState\x12\x17\n\x0fstate_rejection\x18\x06 \x01(\t\"b\n\x07Outcome\x12\x17\n\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x0b\n\x07\x41PPLIED\x10\x01\x12\r\n\tUNCHANGED\x10\x02\x12\x13\n\x0fSTALE_EXECUTION\x10\x03\x12\r\n\tNOT_FOUND\x10\x04\"c\n UpdateWorkUnitExecutionsResponse\x12?\n\x07results\x18\x01 \x03(\x0b\x32..xmc.internal.v1.UpdateWorkUnitExecutionResult\"F\n\x1dListDeployedExecutionsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"\xe4\x01\n\x11\x44\x65ployedExecution\x12\x11\n\twork_unit\x18\x01 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x02 \x01(\x03\x12>\n\x05state\x18\x03 \x01(\x0e\x32/.cloud.xmanager.v1.WorkUnitStatus.WorkUnitState\x12\x35\n\x11state_update_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x64\x65ploy_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"q\n\x1eListDeployedExecutionsResponse\x12\x36\n\nexecutions\x18\x01 \x03(\x0b\x32\".xmc.internal.v1.DeployedExecution\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t2\x96\x02\n\x18WorkUnitExecutionService\x12\x7f\n\x18UpdateWorkUnitExecutions\x12\x30.xmc.internal.v1.UpdateWorkUnitExecutionsRequest\x1a\x31.xmc.internal.v1.UpdateWorkUnitExecutionsResponse\x12y\n\x16ListDeployedExecutions\x12..xmc.internal.v1.ListDeployedExecutionsRequest\x1a/.xmc.internal.v1.ListDeployedExecutionsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,21 +36,23 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'xmc_api.internal.v1.executi
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_WORKUNITEXECUTIONUPDATE']._serialized_start=218
-  _globals['_WORKUNITEXECUTIONUPDATE']._serialized_end=427
-  _globals['_UPDATEWORKUNITEXECUTIONSREQUEST']._serialized_start=429
-  _globals['_UPDATEWORKUNITEXECUTIONSREQUEST']._serialized_end=537
-  _globals['_UPDATEWORKUNITEXECUTIONRESULT']._serialized_start=540
-  _globals['_UPDATEWORKUNITEXECUTIONRESULT']._serialized_end=897
-  _globals['_UPDATEWORKUNITEXECUTIONRESULT_OUTCOME']._serialized_start=799
-  _globals['_UPDATEWORKUNITEXECUTIONRESULT_OUTCOME']._serialized_end=897
-  _globals['_UPDATEWORKUNITEXECUTIONSRESPONSE']._serialized_start=899
-  _globals['_UPDATEWORKUNITEXECUTIONSRESPONSE']._serialized_end=998
-  _globals['_LISTDEPLOYEDEXECUTIONSREQUEST']._serialized_start=1000
-  _globals['_LISTDEPLOYEDEXECUTIONSREQUEST']._serialized_end=1070
-  _globals['_DEPLOYEDEXECUTION']._serialized_start=1073
-  _globals['_DEPLOYEDEXECUTION']._serialized_end=1301
-  _globals['_LISTDEPLOYEDEXECUTIONSRESPONSE']._serialized_start=1303
-  _globals['_LISTDEPLOYEDEXECUTIONSRESPONSE']._serialized_end=1416
-  _globals['_WORKUNITEXECUTIONSERVICE']._serialized_start=1419
-  _globals['_WORKUNITEXECUTIONSERVICE']._serialized_end=1697
+  _globals['_WORKUNITEXECUTIONUPDATE']._serialized_end=473
+  _globals['_RUNFAILURE']._serialized_start=475
+  _globals['_RUNFAILURE']._serialized_end=559
+  _globals['_UPDATEWORKUNITEXECUTIONSREQUEST']._serialized_start=561
+  _globals['_UPDATEWORKUNITEXECUTIONSREQUEST']._serialized_end=669
+  _globals['_UPDATEWORKUNITEXECUTIONRESULT']._serialized_start=672
+  _globals['_UPDATEWORKUNITEXECUTIONRESULT']._serialized_end=1029
+  _globals['_UPDATEWORKUNITEXECUTIONRESULT_OUTCOME']._serialized_start=931
+  _globals['_UPDATEWORKUNITEXECUTIONRESULT_OUTCOME']._serialized_end=1029
+  _globals['_UPDATEWORKUNITEXECUTIONSRESPONSE']._serialized_start=1031
+  _globals['_UPDATEWORKUNITEXECUTIONSRESPONSE']._serialized_end=1130
+  _globals['_LISTDEPLOYEDEXECUTIONSREQUEST']._serialized_start=1132
+  _globals['_LISTDEPLOYEDEXECUTIONSREQUEST']._serialized_end=1202
+  _globals['_DEPLOYEDEXECUTION']._serialized_start=1205
+  _globals['_DEPLOYEDEXECUTION']._serialized_end=1433
+  _globals['_LISTDEPLOYEDEXECUTIONSRESPONSE']._serialized_start=1435
+  _globals['_LISTDEPLOYEDEXECUTIONSRESPONSE']._serialized_end=1548
+  _globals['_WORKUNITEXECUTIONSERVICE']._serialized_start=1551
+  _globals['_WORKUNITEXECUTIONSERVICE']._serialized_end=1829
 # @@protoc_insertion_point(module_scope)

@@ -38,6 +38,7 @@ class WorkUnitExecutionUpdate(_message.Message):
     EXECUTION_FIELD_NUMBER: _builtins.int
     UPDATE_MASK_FIELD_NUMBER: _builtins.int
     FORCE_STATUS_MESSAGE_UPDATE_FIELD_NUMBER: _builtins.int
+    FAILURE_FIELD_NUMBER: _builtins.int
     work_unit: _builtins.str
     """experiments/{xid}/workUnits/{wid}"""
     execution_id: _builtins.int
@@ -54,6 +55,12 @@ class WorkUnitExecutionUpdate(_message.Message):
         status.user_message, status.scheduling_information, status.detailed_status, metadata.
         """
 
+    @_builtins.property
+    def failure(self) -> Global___RunFailure:
+        """With a FAILED state only: what the Reconciler knows of why the run failed, for the
+        retry decision (docs/retries.md). Unset: XMC knows nothing more than the state.
+        """
+
     def __init__(
         self,
         *,
@@ -62,14 +69,53 @@ class WorkUnitExecutionUpdate(_message.Message):
         execution: _work_unit_execution_pb2.WorkUnitExecution | None = ...,
         update_mask: _field_mask_pb2.FieldMask | None = ...,
         force_status_message_update: _builtins.bool = ...,
+        failure: Global___RunFailure | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["execution", b"execution", "update_mask", b"update_mask"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["execution", b"execution", "failure", b"failure", "update_mask", b"update_mask"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["execution", b"execution", "execution_id", b"execution_id", "force_status_message_update", b"force_status_message_update", "update_mask", b"update_mask", "work_unit", b"work_unit"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["execution", b"execution", "execution_id", b"execution_id", "failure", b"failure", "force_status_message_update", b"force_status_message_update", "update_mask", b"update_mask", "work_unit", b"work_unit"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___WorkUnitExecutionUpdate: _TypeAlias = WorkUnitExecutionUpdate  # noqa: Y015
+
+@_typing.final
+class RunFailure(_message.Message):
+    """Why a run failed, as facts a retry policy can be matched against."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EXIT_CODE_FIELD_NUMBER: _builtins.int
+    DISRUPTED_FIELD_NUMBER: _builtins.int
+    CAUSE_FIELD_NUMBER: _builtins.int
+    exit_code: _builtins.int
+    """The failing container's exit code; unset when no container exited with a non-zero
+    code before its pod was deleted (a Job deadline, a container that never started).
+    """
+    disrupted: _builtins.bool
+    """A pod of the failed Job carries the DisruptionTarget condition (preempted, evicted,
+    its node gone): the run did not fail of its own, so a retry spends no attempt.
+    """
+    cause: _builtins.str
+    """Where the reason came from (reconciler.failure's FailureCause): container, pod,
+    startup, job or jobset.
+    """
+    def __init__(
+        self,
+        *,
+        exit_code: _builtins.int | None = ...,
+        disrupted: _builtins.bool = ...,
+        cause: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_exit_code", b"_exit_code", "exit_code", b"exit_code"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_exit_code", b"_exit_code", "cause", b"cause", "disrupted", b"disrupted", "exit_code", b"exit_code"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__exit_code: _TypeAlias = _typing.Literal["exit_code"]  # noqa: Y015
+    _WhichOneofArgType__exit_code: _TypeAlias = _typing.Literal["_exit_code", b"_exit_code"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__exit_code) -> _WhichOneofReturnType__exit_code | None: ...
+
+Global___RunFailure: _TypeAlias = RunFailure  # noqa: Y015
 
 @_typing.final
 class UpdateWorkUnitExecutionsRequest(_message.Message):

@@ -219,6 +219,10 @@ class ExecutionTimeline(_message.Message):
     SEGMENTS_FIELD_NUMBER: _builtins.int
     PHASES_FIELD_NUMBER: _builtins.int
     STATE_TOTALS_FIELD_NUMBER: _builtins.int
+    ATTEMPT_FIELD_NUMBER: _builtins.int
+    RETRIED_AFTER_FIELD_NUMBER: _builtins.int
+    RETRY_VERDICT_FIELD_NUMBER: _builtins.int
+    RETRY_REASON_FIELD_NUMBER: _builtins.int
     execution_id: _builtins.int
     state: _status_pb2.WorkUnitStatus.WorkUnitState.ValueType
     """The state the execution is in now (or ended in)."""
@@ -228,6 +232,17 @@ class ExecutionTimeline(_message.Message):
     """A restart replaced it before it reached a terminal state (its history ends there):
     its last state ends at the next execution's creation, and nothing of it is ongoing.
     """
+    attempt: _builtins.int
+    """Its attempt in the unit's chain of automatic retries (docs/retries.md): 1 for an
+    execution a create or a person's restart made.
+    """
+    retried_after: _builtins.str
+    """Made by an automatic retry: why, e.g. "exit code 137" (empty otherwise)."""
+    retry_verdict: _builtins.str
+    """Its failure was judged against a retry policy: the verdict (retry, not_matched,
+    never, exhausted, disruptions) and why; empty otherwise.
+    """
+    retry_reason: _builtins.str
     @_builtins.property
     def changes(self) -> _containers.RepeatedCompositeFieldContainer[Global___StateChange]:
         """Its state changes, in the order the ESS committed them; the first is its creation
@@ -257,10 +272,14 @@ class ExecutionTimeline(_message.Message):
         segments: _abc.Iterable[Global___StateSegment] | None = ...,
         phases: Global___PhaseDurations | None = ...,
         state_totals: _abc.Iterable[Global___StateTotal] | None = ...,
+        attempt: _builtins.int = ...,
+        retried_after: _builtins.str = ...,
+        retry_verdict: _builtins.str = ...,
+        retry_reason: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["phases", b"phases"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["changes", b"changes", "execution_id", b"execution_id", "phases", b"phases", "segments", b"segments", "state", b"state", "state_totals", b"state_totals", "superseded", b"superseded", "terminal", b"terminal"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "changes", b"changes", "execution_id", b"execution_id", "phases", b"phases", "retried_after", b"retried_after", "retry_reason", b"retry_reason", "retry_verdict", b"retry_verdict", "segments", b"segments", "state", b"state", "state_totals", b"state_totals", "superseded", b"superseded", "terminal", b"terminal"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

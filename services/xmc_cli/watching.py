@@ -120,6 +120,8 @@ def fetch(client: Client, parent: str) -> tuple[Experiment, list[WorkUnit]]:
 
 #: Seconds to wait for a new stream's opening Sync before polling instead.
 STREAM_START_SECONDS = 5.0
+#: While the stream is unavailable, how often to try opening it again.
+STREAM_RETRY_SECONDS = 30.0
 #: With the stream up and quiet, the experiment is still re-read this often (a safety net:
 #: the stream says what changed, this only bounds how stale a missed wake could leave it).
 QUIET_REREAD_SECONDS = 30.0
@@ -175,23 +177,26 @@ def refreshes(
     ``interval``), or every ``interval`` while the stream is unavailable; the first read
     follows the stream's opening Sync, so nothing between the two is missed."""
     pushes: Pushes | None = None
+    retry_at = 0.0  # when to try the stream again after it failed
     try:
         while True:
-            if pushes is None or pushes.failed:
+            if (pushes is None or pushes.failed) and time.monotonic() >= retry_at:
                 if pushes is not None:
                     pushes.close()
                 pushes = Pushes(client, parent)
                 if not pushes.started():
                     pushes.close()
+                    pushes.failed = True  # no Sync in time: poll, as when refused
+                if pushes.failed:
+                    retry_at = time.monotonic() + STREAM_RETRY_SECONDS
             yield fetch(client, parent)
             began = time.monotonic()
-            if pushes.failed:
+            if pushes is None or pushes.failed:
                 time.sleep(interval)  # polling: the stream is not there
                 continue
             pushes.wait(QUIET_REREAD_SECONDS)
-            time.sleep(
-                max(0.0, interval - (time.monotonic() - began))
-            )  # at most one read per interval
+            # At most one read per interval, however many changes arrive.
+            time.sleep(max(0.0, interval - (time.monotonic() - began)))
     finally:
         if pushes is not None:
             pushes.close()

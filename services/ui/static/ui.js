@@ -4,14 +4,14 @@
 //
 // When the element also has data-watch-url (the push API's Server-Sent Events, docs/watch.md)
 // and the browser has EventSource, the region is re-fetched when a change is pushed (at
-// most one fetch per MIN_GAP_MS, and every QUIET_MS as a safety net) instead of every
-// data-live-ms. data-watch-unit narrows the changes that count to one work unit's. While
+// most one fetch per MIN_GAP_MS) instead of every data-live-ms, and every QUIET_MS
+// regardless: the durations a page shows (runtime, time in state) tick without any change. data-watch-unit narrows the changes that count to one work unit's. While
 // the stream is down (EventSource reconnects by itself, resuming from Last-Event-ID), the
 // region polls every data-live-ms as it always did.
 "use strict";
 
 const MIN_GAP_MS = 300;
-const QUIET_MS = 30000;
+const QUIET_MS = 10000;
 const PUSHED = ["state_change", "message", "experiment_change"];
 
 function concerns(unit, kind, data) {

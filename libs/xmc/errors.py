@@ -38,6 +38,12 @@ class UnauthenticatedError(XmcError):
     code = "UNAUTHENTICATED"
 
 
+class OutOfRangeError(XmcError):
+    """A position past what is kept (a watch cursor older than its retention)."""
+
+    code = "OUT_OF_RANGE"
+
+
 class ResourceExhaustedError(XmcError):
     code = "RESOURCE_EXHAUSTED"
 

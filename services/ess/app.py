@@ -40,17 +40,21 @@ from ess.retry_service import RetryService
 from ess.service import ExperimentStateService
 from ess.sweeps import SweepService
 from ess.timelines import TimelineService
+from ess.watch_hub import WatchHub, WatchSettings
+from ess.watching import WatchService
 from ess.webhooks import WebhookWorker
 from xmc.auth_settings import AuthSettings
 from xmc.errors import InvalidArgumentError
 from xmc.health import Check, probe
 from xmc.model.outbox import RelaySettings
 from xmc.model.retries import DEFAULT_PER_MINUTE
+from xmc.model.watch import EXPERIMENT_EVENT_RETENTION
 from xmc.model.webhooks import WebhookSettings
 from xmc.redis_client import connect_redis
 from xmc.settings import LogSettings, Settings, XmcSettings
 from xmc.store.transactions import (
     Store,
+    delete_expired_experiment_events,
     delete_expired_operations,
     delete_expired_outbox_rows,
     delete_expired_paused_tasks,
@@ -82,6 +86,8 @@ from xmc_api.xmc.v1 import (
     sweep_pb2_grpc,
     timeline_pb2,
     timeline_pb2_grpc,
+    watch_pb2,
+    watch_pb2_grpc,
 )
 
 log = structlog.get_logger()
@@ -97,6 +103,7 @@ SERVICE_NAMES = (
     internal_logs_pb2.DESCRIPTOR.services_by_name["ContainerLogService"].full_name,
     spec_pb2.DESCRIPTOR.services_by_name["SpecService"].full_name,
     sweep_pb2.DESCRIPTOR.services_by_name["SweepService"].full_name,
+    watch_pb2.DESCRIPTOR.services_by_name["WatchService"].full_name,
     retry_pb2.DESCRIPTOR.services_by_name["RetryService"].full_name,
     notifications_pb2.DESCRIPTOR.services_by_name["NotificationService"].full_name,
 )
@@ -122,6 +129,8 @@ class EssOptions:
     auth: AuthSettings = field(default_factory=AuthSettings)
     #: What is kept of each container's log, and each experiment's cap.
     logs: LogSettings = field(default_factory=LogSettings)
+    #: The push API's shared poller (decision 0043).
+    watch: WatchSettings = field(default_factory=WatchSettings)
     #: XMC_RETRIES_PER_MINUTE: the cluster's cap on automatic retries (docs/retries.md).
     retries_per_minute: int = DEFAULT_PER_MINUTE
     #: The webhook delivery worker's timeouts and retry schedule (docs/notifications.md).
@@ -151,12 +160,16 @@ async def run_janitor_once(store: Store, *, now: datetime) -> tuple[int, int, in
         dropped_ops = await delete_expired_operations(conn, now=now)
         dropped_tasks = await delete_expired_paused_tasks(conn, now=now)
         dropped_outbox = await delete_expired_outbox_rows(conn, now=now)
-    if dropped_ops or dropped_tasks or dropped_outbox:
+        dropped_events = await delete_expired_experiment_events(
+            conn, before=now - EXPERIMENT_EVENT_RETENTION
+        )
+    if dropped_ops or dropped_tasks or dropped_outbox or dropped_events:
         log.info(
             "expired rows dropped",
             operations=dropped_ops,
             paused_tasks=dropped_tasks,
             outbox_tasks=dropped_outbox,
+            experiment_events=dropped_events,
         )
     return dropped_ops, dropped_tasks, dropped_outbox
 
@@ -183,6 +196,7 @@ class EssServer:
         self._intents: Intents | None = None
         self._live_logs: LiveLogs | None = None
         self.relay: OutboxRelay | None = None
+        self.watch_hub: WatchHub | None = None
         #: Sends queued webhook deliveries (docs/notifications.md).
         self.webhooks: WebhookWorker | None = None
         self.redis: Any = None
@@ -255,6 +269,11 @@ class EssServer:
         )
         spec_pb2_grpc.add_SpecServiceServicer_to_server(SpecService(self.store), server)
         sweep_pb2_grpc.add_SweepServiceServicer_to_server(SweepService(self.store), server)
+        hub = self.watch_hub = WatchHub(self.store, options.watch)
+        self.store.on_commit(hub.wake)
+        watch_pb2_grpc.add_WatchServiceServicer_to_server(
+            WatchService(self.store, hub, clock=self.clock), server
+        )
         retry_pb2_grpc.add_RetryServiceServicer_to_server(RetryService(self.store), server)
         notifications_pb2_grpc.add_NotificationServiceServicer_to_server(
             NotificationService(self.store, clock=self.clock), server
@@ -298,6 +317,7 @@ class EssServer:
             asyncio.create_task(relay.run(self._stop), name="outbox-relay"),
             asyncio.create_task(worker.run(self._stop), name="resume-worker"),
             asyncio.create_task(self._janitor(), name="janitor"),
+            asyncio.create_task(hub.run(self._stop), name="watch-hub"),
             asyncio.create_task(webhooks.run(self._stop), name="webhook-worker"),
         ]
         if self.jwks is not None:
@@ -353,6 +373,8 @@ class EssServer:
         if self._health is not None:
             # Every service name NOT_SERVING from now on, so load balancers stop routing here.
             await self._health.enter_graceful_shutdown()
+        if self.watch_hub is not None:
+            self.watch_hub.close()  # watch streams end now, not after the grace period
         if self._server is not None:
             await self._server.stop(grace)
         if self._intents is not None:

@@ -47,3 +47,11 @@ JWKS_FETCHES = Counter(
     ["outcome"],
 )
 JWKS_KEYS = Gauge("xmc_ess_jwks_keys", "Signature keys held from XMC_AUTH_JWKS_URL")
+WATCHERS = Gauge("xmc_ess_watchers", "Open WatchExperiments streams on this ESS (docs/watch.md)")
+WATCH_EVENTS = Counter(
+    "xmc_ess_watch_events_total", "Events the watch hub read and offered to its watchers"
+)
+WATCH_CATCH_UPS = Counter(
+    "xmc_ess_watch_catch_ups_total",
+    "Database reads of one watcher: a resume from a cursor, or a watcher that overflowed",
+)

@@ -53,7 +53,9 @@ _STREAM: Final = (
     'The stream, as newline-delimited JSON: a line `{"result": …}` for each message and,'
     " if the stream fails after it began, a last line with the error object (a failure"
     " before the first message is an error answer of its own status). The schema is one"
-    " line's."
+    " line's. A request that accepts `text/event-stream` gets Server-Sent Events instead:"
+    " `data:` one message, `id:` its cursor where it has one (`Last-Event-ID` resumes),"
+    " `event:` the kind of message, and a last `event: error` if the stream fails."
 )
 #: How a path parameter's value travels (``ui.http_rules.split_path``, ``_decode``).
 _SEGMENT: Final = (
@@ -213,7 +215,11 @@ def _ok(schemas: SchemaSet, route: HttpRoute) -> dict[str, Any]:
                 ref(ERROR),
             ]
         }
-        return {"description": _STREAM, "content": {NDJSON: {"schema": line}}}
+        events = {"type": "string", "description": "Server-Sent Events (docs/watch.md)."}
+        return {
+            "description": _STREAM,
+            "content": {NDJSON: {"schema": line}, "text/event-stream": {"schema": events}},
+        }
     if route.response_body:
         schema = schemas.field(field_at(route.output_type, route.response_body))
     else:

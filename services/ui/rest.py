@@ -11,6 +11,7 @@ Every failure is a JSON error in the Google API shape, never a stack trace.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable, Sequence
 from typing import Any, Final, TypeAlias
@@ -33,6 +34,7 @@ from ui.http_rules import (
 )
 from ui.openapi import openapi_document, render
 from ui.security import json_content_type_refusal
+from ui.sse import cancel_on_hang_up, resume_from_last_event, serve_events, wants_event_stream
 from ui.transcode import (
     DETAILS_KEY,
     NDJSON,
@@ -56,6 +58,7 @@ from xmc_api.xmc.v1 import (
     spec_pb2,
     sweep_pb2,
     timeline_pb2,
+    watch_pb2,
 )
 
 log = structlog.get_logger()
@@ -74,6 +77,8 @@ SPEC_SERVICE: Final[ServiceDescriptor] = spec_pb2.DESCRIPTOR.services_by_name["S
 SWEEP_SERVICE: Final[ServiceDescriptor] = sweep_pb2.DESCRIPTOR.services_by_name["SweepService"]
 #: Container logs, kept and live (docs/logs.md).
 LOG_SERVICE: Final[ServiceDescriptor] = logs_pb2.DESCRIPTOR.services_by_name["LogService"]
+#: The push API (docs/watch.md): the one stream that is also served as Server-Sent Events.
+WATCH_SERVICE: Final[ServiceDescriptor] = watch_pb2.DESCRIPTOR.services_by_name["WatchService"]
 #: Automatic retries: experiments' default policies, units' attempts (docs/retries.md).
 RETRY_SERVICE: Final[ServiceDescriptor] = retry_pb2.DESCRIPTOR.services_by_name["RetryService"]
 #: Webhooks and their delivery log (docs/notifications.md).
@@ -88,6 +93,7 @@ SERVICES: Final[tuple[ServiceDescriptor, ...]] = (
     LOG_SERVICE,
     SPEC_SERVICE,
     SWEEP_SERVICE,
+    WATCH_SERVICE,
     RETRY_SERVICE,
     NOTIFICATION_SERVICE,
 )
@@ -177,6 +183,9 @@ class RestFace:
     async def _call(
         self, request: web.Request, route: HttpRoute, message: Any
     ) -> web.StreamResponse:
+        if route.server_streaming and wants_event_stream(request.headers.get("Accept")):
+            resume_from_last_event(message, request.headers.get("Last-Event-ID"))
+            return await serve_events(request, self.channel(), route, message, refuse=_rpc_error)
         if route.server_streaming:
             return await self._stream(request, route, message)
         output = message_factory.GetMessageClass(route.output_type)
@@ -209,6 +218,7 @@ class RestFace:
         metadata = bearer_metadata(request.headers.get("Authorization"))
         stream = call(message, metadata=metadata)
         answer: web.StreamResponse | None = None
+        watchdog = asyncio.create_task(cancel_on_hang_up(request, stream))
         try:
             async for item in stream:
                 if answer is None:
@@ -217,11 +227,18 @@ class RestFace:
                 line = {"result": response_json(route, item)}
                 await answer.write(json.dumps(line).encode() + b"\n")
         except grpc.aio.AioRpcError as error:
+            if watchdog.done():
+                return answer or web.Response(status=499)
             if answer is None:
                 return _rpc_error(error)
             body = json.loads(_rpc_error(error).text or "{}")
             await answer.write(json.dumps(body).encode() + b"\n")
+        except asyncio.CancelledError:
+            if not watchdog.done():
+                raise  # not the hang-up: this handler itself is being cancelled
+            return answer or web.Response(status=499)
         finally:
+            watchdog.cancel()
             stream.cancel()
         if answer is None:  # no message at all: an empty, complete stream
             answer = web.StreamResponse(headers={"Content-Type": NDJSON})

@@ -22,6 +22,7 @@ from xmc.model.states import WorkUnitState
 from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 from xmc_api.internal.v1 import scheduling_pb2_grpc
+from xmc_api.xmc.v1 import watch_pb2_grpc
 
 DEFAULT_ENDPOINT = "127.0.0.1:50051"
 _WU_SHORT = re.compile(r"^(\d+)/(\d+)$")
@@ -127,6 +128,15 @@ class Client:
     @property
     def scheduling(self) -> scheduling_pb2_grpc.SchedulingServiceStub:
         return scheduling_pb2_grpc.SchedulingServiceStub(self.channel())
+
+    @property
+    def watches(self) -> watch_pb2_grpc.WatchServiceStub:
+        return watch_pb2_grpc.WatchServiceStub(self.channel())
+
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        """The caller's credentials, for a call made outside :meth:`call` (a stream read on
+        a thread of its own: ``xmc watch``)."""
+        return self._metadata()
 
     def _metadata(self) -> tuple[tuple[str, str], ...]:
         metadata: tuple[tuple[str, str], ...] = ()

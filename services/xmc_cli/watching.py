@@ -1,23 +1,30 @@
-"""``xmc watch``: follow an experiment's work-unit states by polling the ESS.
+"""``xmc watch``: follow an experiment's work-unit states.
+
+The ESS pushes the experiment's changes (``xmc.v1.WatchService``, docs/watch.md): the
+watch re-reads the experiment when a change arrives — at most once per ``--interval`` —
+instead of every interval whatever happens. Against an ESS without the push API, or while
+its stream is down, it polls every ``--interval`` as before (:class:`Pushes`).
 
 On a terminal the view is a live table. Anywhere else (a pipe, a file, a test) a table
 redrawn in place is unreadable, so the output is a transcript instead: one timestamped
 line per change seen (``wu 3  STARTING → RUNNING``). What changed is decided by the pure
 :func:`changes`, from two :class:`Snapshot` values; the loop only fetches and prints.
 
-The ESS keeps only current states, so a state shorter than the poll interval can be
+The transcript compares what two reads saw, so a state shorter than the interval can be
 missed; a kubesim job made to run longer (``--annotation kubesim.xmc/behavior=...``)
 shows every one.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
 import click
+import grpc
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
@@ -25,6 +32,7 @@ from rich.table import Table
 from xmc_api.cloud.xmanager.v1 import api_pb2
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
+from xmc_api.xmc.v1 import watch_pb2
 
 from .client import (
     TABLE_WIDTH,
@@ -110,6 +118,90 @@ def fetch(client: Client, parent: str) -> tuple[Experiment, list[WorkUnit]]:
     return experiment, list_work_units(client, parent)
 
 
+#: Seconds to wait for a new stream's opening Sync before polling instead.
+STREAM_START_SECONDS = 5.0
+#: While the stream is unavailable, how often to try opening it again.
+STREAM_RETRY_SECONDS = 30.0
+#: With the stream up and quiet, the experiment is still re-read this often (a safety net:
+#: the stream says what changed, this only bounds how stale a missed wake could leave it).
+QUIET_REREAD_SECONDS = 30.0
+
+
+class Pushes:
+    """The push stream of one experiment, read on a thread of its own: :meth:`wait` says
+    whether anything changed since the last wait. ``failed`` once the stream ended (an
+    ESS without the push API answers UNIMPLEMENTED; a restarting one, UNAVAILABLE)."""
+
+    def __init__(self, client: Client, parent: str) -> None:
+        self._changed = threading.Event()
+        self._started = threading.Event()
+        self._closing = False
+        self.failed = False
+        self._call = client.watches.WatchExperiments(
+            watch_pb2.WatchRequest(experiment=parent), metadata=client.metadata()
+        )
+        threading.Thread(target=self._read, name="xmc-watch-stream", daemon=True).start()
+
+    def _read(self) -> None:
+        try:
+            for batch in self._call:
+                for event in batch.events:
+                    if event.WhichOneof("kind") == "sync":
+                        self._started.set()
+                    else:
+                        self._changed.set()
+        except grpc.RpcError:
+            pass  # ended: cancelled by close(), or refused or cut off (failed below)
+        self.failed = not self._closing
+        self._started.set()
+        self._changed.set()
+
+    def started(self, within: float = STREAM_START_SECONDS) -> bool:
+        """The stream is open: every change from here on wakes :meth:`wait`."""
+        return self._started.wait(within) and not self.failed
+
+    def wait(self, timeout: float) -> bool:
+        changed = self._changed.wait(timeout)
+        self._changed.clear()
+        return changed
+
+    def close(self) -> None:
+        self._closing = True
+        self._call.cancel()
+
+
+def refreshes(
+    client: Client, parent: str, *, interval: float
+) -> Iterator[tuple[Experiment, list[WorkUnit]]]:
+    """The experiment as read after each change the ESS pushes (at most one read per
+    ``interval``), or every ``interval`` while the stream is unavailable; the first read
+    follows the stream's opening Sync, so nothing between the two is missed."""
+    pushes: Pushes | None = None
+    retry_at = 0.0  # when to try the stream again after it failed
+    try:
+        while True:
+            if (pushes is None or pushes.failed) and time.monotonic() >= retry_at:
+                if pushes is not None:
+                    pushes.close()
+                pushes = Pushes(client, parent)
+                if not pushes.started():
+                    pushes.close()
+                    pushes.failed = True  # no Sync in time: poll, as when refused
+                if pushes.failed:
+                    retry_at = time.monotonic() + STREAM_RETRY_SECONDS
+            yield fetch(client, parent)
+            began = time.monotonic()
+            if pushes is None or pushes.failed:
+                time.sleep(interval)  # polling: the stream is not there
+                continue
+            pushes.wait(QUIET_REREAD_SECONDS)
+            # At most one read per interval, however many changes arrive.
+            time.sleep(max(0.0, interval - (time.monotonic() - began)))
+    finally:
+        if pushes is not None:
+            pushes.close()
+
+
 def watch_table(parent: str, experiment: Experiment, units: list[WorkUnit]) -> Table:
     status = f"{active_name(experiment.status)}, launch {launch_name(experiment.status)}"
     title = f'{parent} "{experiment.title}" — {status} — {len(units)} work units'
@@ -117,14 +209,12 @@ def watch_table(parent: str, experiment: Experiment, units: list[WorkUnit]) -> T
 
 
 def follow(client: Client, parent: str, *, interval: float, until_inactive: bool) -> Followed:
-    """Poll every ``interval`` seconds until Ctrl-C or, with ``until_inactive``, until the
-    experiment is INACTIVE (its launch is closed and every work unit is terminal)."""
+    """Re-read the experiment as it changes (:func:`refreshes`) until Ctrl-C or, with
+    ``until_inactive``, until it is INACTIVE (launch closed, every work unit terminal)."""
     console = Console(width=TABLE_WIDTH)
 
     def polls() -> Iterator[tuple[Experiment, list[WorkUnit]]]:
-        while True:
-            yield fetch(client, parent)
-            time.sleep(interval)
+        return refreshes(client, parent, interval=interval)
 
     last: Snapshot | None = None
     try:
@@ -153,7 +243,13 @@ def follow(client: Client, parent: str, *, interval: float, until_inactive: bool
 
 @click.command("watch")
 @click.argument("experiment")
-@click.option("--interval", type=float, default=1.0, show_default=True, help="Seconds.")
+@click.option(
+    "--interval",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="Seconds: at most one re-read per interval (every interval without the push API).",
+)
 @click.option("--once", is_flag=True, help="Print one snapshot and exit.")
 @click.option(
     "--until-inactive",

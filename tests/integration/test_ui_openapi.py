@@ -167,8 +167,8 @@ async def seed(base: str) -> dict[str, list[str]]:
 
 def config(ids: dict[str, list[str]]) -> str:
     """schemathesis.toml: the seeded ids in 70 % of the path parameters, logs read without
-    following, the coverage phase in positive mode only (its negative cases are many and
-    the fuzzing phase has some)."""
+    following, watches read once, the coverage phase in positive mode only (its negative
+    cases are many and the fuzzing phase has some)."""
     lines = []
     for name, values in ids.items():
         lines += [f"[dictionaries.{name}]", f"values = {json.dumps(values)}"]
@@ -177,6 +177,8 @@ def config(ids: dict[str, list[str]]) -> str:
     # A followed log of a live execution ends only when the execution does, which no
     # Actuator here ever makes happen: schemathesis reads logs without following.
     lines.append('"query.follow" = "false"')
+    # Likewise a watch, which ends only when its caller hangs up: read once, caught up.
+    lines.append('"query.once" = "true"')
     lines += ["[phases.coverage.generation]", 'mode = "positive"']
     return "\n".join(lines) + "\n"
 

@@ -29,6 +29,7 @@ from xmc.store.codec import optional_bytes
 from xmc.store.connection import Connection, fetch_one
 from xmc.store.listing import ListRequest, ListResource, fetch_page
 from xmc.store.notifications import queue_events
+from xmc.store.watch_events import insert_experiment_event
 from xmc.timestamps import set_timestamp
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
 from xmc_api.cloud.xmanager.v1.xid_pb2 import XidAcls
@@ -137,6 +138,9 @@ async def insert_experiment(
         experiment.status.launch_id,
         optional_bytes(experiment.status, "structured_status_message"),
     )
+    await insert_experiment_event(
+        conn, row["xid"], "created", active_state=int(active), launch_state=int(launch), now=now
+    )
     return experiment_from_row(row)
 
 
@@ -222,6 +226,7 @@ async def apply_rollups(
         xids,
     )
     updates = []
+    moved: list[tuple[int, int, int]] = []  # (xid, active, launch): rare, one event row each
     changes: list[ExperimentChange] = []
     for row in rows:
         delta = deltas[row["xid"]]
@@ -239,6 +244,8 @@ async def apply_rollups(
         elif new_active == ActiveState.ACTIVE:
             complete_time = None
         child_time = now if delta.state_changes else row["last_child_status_update_time"]
+        if new_active != old_active:
+            moved.append((row["xid"], int(new_active), row["launch_state"]))
         if delta.failures or (old_active, new_active) == _FINISHING:
             changes.append(_change(row, old_active, new_active, states, delta.failures))
         updates.append(
@@ -260,6 +267,10 @@ async def apply_rollups(
            WHERE xid = $1""",
         updates,
     )
+    for xid, active, launch in moved:
+        await insert_experiment_event(
+            conn, xid, "state", active_state=active, launch_state=launch, now=now
+        )
     if changes and events is not None:
         events.extend(changes)
     elif changes:
@@ -342,6 +353,9 @@ async def update_launch_state(
         int(launch_state),
         int(active),
         now,
+    )
+    await insert_experiment_event(
+        conn, xid, "state", active_state=int(active), launch_state=int(launch_state), now=now
     )
     before = ActiveState(row["active_state"])
     if (before, active) == _FINISHING:  # the launch ended after its last unit did

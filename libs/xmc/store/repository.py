@@ -80,6 +80,12 @@ class Store:
     def __init__(self, pool: asyncpg.Pool, *, clock: Clock = utc_now) -> None:
         self._pool = pool
         self._clock = clock
+        self._committed: list[Callable[[], None]] = []
+
+    def on_commit(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` after every transaction of :meth:`transaction` commits (the
+        watch hub's wake, decision 0043): it must be cheap and must not raise."""
+        self._committed.append(callback)
 
     @classmethod
     async def connect(
@@ -102,6 +108,8 @@ class Store:
     async def transaction(self) -> AsyncIterator[Connection]:
         async with self._pool.acquire() as conn, conn.transaction():
             yield conn
+        for callback in self._committed:
+            callback()
 
     def clock(self) -> datetime:
         """The time on the store's clock (what its own writes are stamped with)."""

@@ -150,6 +150,14 @@ from xmc.store.scheduling import (
 )
 from xmc.store.status_messages import list_status_messages
 from xmc.store.timelines import PhaseStatistics, Timings, fetch_timings, fetch_unit_history
+from xmc.store.watch_events import (
+    StoredEvent,
+    delete_expired_experiment_events,
+    read_after,
+    read_horizon,
+    read_snapshot,
+    read_window,
+)
 from xmc.store.work_units import (
     WORK_UNIT_UPDATABLE,
     fetch_work_unit,
@@ -192,6 +200,7 @@ __all__ = [
     "StoredAttempt",
     "StoredDecision",
     "StoredDelivery",
+    "StoredEvent",
     "StoredLog",
     "StoredManifest",
     "StoredWebhook",
@@ -212,6 +221,7 @@ __all__ = [
     "decode_deployed_page_token",
     "delete_artifact",
     "delete_expired_deliveries",
+    "delete_expired_experiment_events",
     "delete_expired_operations",
     "delete_expired_outbox_rows",
     "delete_expired_paused_tasks",
@@ -257,6 +267,10 @@ __all__ = [
     "oldest_unfinished_entry",
     "park_task",
     "queue_settled_events",
+    "read_after",
+    "read_horizon",
+    "read_snapshot",
+    "read_window",
     "rearm_task",
     "record_attempt",
     "record_captures",

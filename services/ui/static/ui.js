@@ -1,13 +1,37 @@
-// Live regions: every element with data-live-url is re-fetched every data-live-ms
-// milliseconds and its HTML replaced when it changed. The server renders the fragment
-// with the same template as the page, so this file knows nothing about work units.
+// Live regions: every element with data-live-url is re-fetched and its HTML replaced when
+// it changed. The server renders the fragment with the same template as the page, so this
+// file knows nothing about work units.
+//
+// When the element also has data-watch-url (the push API's Server-Sent Events, docs/watch.md)
+// and the browser has EventSource, the region is re-fetched when a change is pushed (at
+// most one fetch per MIN_GAP_MS) instead of every data-live-ms, and every QUIET_MS
+// regardless: the durations a page shows (runtime, time in state) tick without any change. data-watch-unit narrows the changes that count to one work unit's. While
+// the stream is down (EventSource reconnects by itself, resuming from Last-Event-ID), the
+// region polls every data-live-ms as it always did.
 "use strict";
+
+const MIN_GAP_MS = 300;
+const QUIET_MS = 10000;
+const PUSHED = ["state_change", "message", "experiment_change"];
+
+function concerns(unit, kind, data) {
+  if (!unit) { return true; }
+  try {
+    const event = JSON.parse(data);
+    if (kind === "state_change") { return event.stateChange.workUnit === unit; }
+    if (kind === "message") { return event.message.name.startsWith(unit + "/"); }
+  } catch (_) { return true; /* unreadable: refresh to be safe */ }
+  return true;
+}
 
 function startLive(region) {
   const url = region.dataset.liveUrl;
   const every = Number(region.dataset.liveMs) || 2000;
   const banner = document.querySelector(".live-error");
   let last = region.innerHTML;
+  let pushed = false;
+  let timer = null;
+  let lastFetch = Date.now();
 
   async function refresh() {
     try {
@@ -32,11 +56,47 @@ function startLive(region) {
         banner.textContent = "Live updates failed: " + error.message;
         banner.hidden = false;
       }
-    } finally {
-      setTimeout(refresh, every);
     }
   }
-  setTimeout(refresh, every);
+
+  function schedule(delay) {
+    clearTimeout(timer);
+    timer = setTimeout(tick, Math.max(0, delay));
+  }
+
+  async function tick() {
+    timer = null;
+    lastFetch = Date.now();
+    await refresh();
+    if (timer === null) { schedule(pushed ? QUIET_MS : every); }
+  }
+
+  function changed() { schedule(lastFetch + MIN_GAP_MS - Date.now()); }
+
+  if (region.dataset.watchUrl && window.EventSource) {
+    const unit = region.dataset.watchUnit || "";
+    const source = new EventSource(region.dataset.watchUrl);
+    source.addEventListener("sync", () => {
+      if (!pushed) {
+        // The stream is open: what changed before it opened is read once, then only news.
+        pushed = true;
+        region.dataset.liveMode = "push";
+        changed();
+      }
+    });
+    PUSHED.forEach((kind) => source.addEventListener(kind, (event) => {
+      if (concerns(unit, kind, event.data)) { changed(); }
+    }));
+    source.addEventListener("error", () => {
+      if (pushed) {
+        pushed = false;
+        region.dataset.liveMode = "poll";
+        schedule(every);
+      }
+    });
+  }
+  region.dataset.liveMode = "poll";
+  schedule(every);
 }
 
 // Live tail: a button with data-follow-url streams that text/plain answer into the element

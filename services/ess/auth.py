@@ -40,6 +40,7 @@ from xmc.claims import JwtProblem, TimeProblem, check_claim_times, classify_jwt_
 from xmc.errors import PermissionDeniedError, UnauthenticatedError, UnavailableError
 from xmc.setting_values import load_public_key
 from xmc.timestamps import utc_now
+from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
 from xmc_api.cloud.xmanager.v1.xid_pb2 import XidAcls
 
 AUTHORIZATION: Final = "authorization"
@@ -250,6 +251,16 @@ def require_experiment_writer(
             f"{experiment_name}: {identity.email} may not change this experiment "
             "(only its creator, an ACL owner or writer, or an admin)"
         )
+
+
+def require_writer_of(identity: Identity, experiment: Experiment) -> None:
+    """:func:`require_experiment_writer` on an experiment as the store returns it."""
+    require_experiment_writer(
+        identity,
+        experiment_name=experiment.name,
+        creator=experiment.creator,
+        writers=acl_writer_emails(experiment.acls),
+    )
 
 
 # --- token checks ----------------------------------------------------------------------

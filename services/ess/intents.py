@@ -16,7 +16,7 @@ from datetime import datetime
 
 from google.longrunning.operations_proto_pb2 import Operation
 
-from ess.auth import Identity, acl_writer_emails, require_experiment_writer
+from ess.auth import Identity, require_writer_of
 from ess.creates import CreateCoalescer
 from xmc.errors import FailedPreconditionError
 from xmc.model.merge import ExecutionUpdate
@@ -53,15 +53,6 @@ WRITER = "ess"
 #: UPDATE would move its last-edit label past the pending Delete (which would then be
 #: rejected as stale, stranding the stop).
 _NO_UPDATE_STATES = EXECUTION_TERMINAL_STATES | {WorkUnitState.STOPPING}
-
-
-def _require_writer(identity: Identity, experiment: Experiment) -> None:
-    require_experiment_writer(
-        identity,
-        experiment_name=experiment.name,
-        creator=experiment.creator,
-        writers=acl_writer_emails(experiment.acls),
-    )
 
 
 def _eid(work_unit: WorkUnit) -> int:
@@ -128,7 +119,7 @@ class Intents:
         self, conn: Connection, identity: Identity, xid: int
     ) -> Experiment:
         experiment = await fetch_experiment(conn, xid)
-        _require_writer(identity, experiment)
+        require_writer_of(identity, experiment)
         return experiment
 
     # --- create ------------------------------------------------------------------------

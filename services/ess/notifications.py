@@ -17,7 +17,7 @@ from typing import Any
 
 from google.protobuf.empty_pb2 import Empty
 
-from ess.auth import acl_writer_emails, require_experiment_writer
+from ess.auth import require_writer_of
 from ess.interceptor import caller
 from xmc.errors import InvalidArgumentError, PermissionDeniedError, ResourceExhaustedError
 from xmc.model.notifications import ALL_EVENTS, Event, Threshold
@@ -175,13 +175,7 @@ class NotificationService(notifications_pb2_grpc.NotificationServiceServicer):
         self._clock = clock
 
     async def _require_writer(self, conn: Any, xid: int) -> None:
-        experiment = await fetch_experiment(conn, xid)
-        require_experiment_writer(
-            caller(),
-            experiment_name=experiment.name,
-            creator=experiment.creator,
-            writers=acl_writer_emails(experiment.acls),
-        )
+        require_writer_of(caller(), await fetch_experiment(conn, xid))
 
     async def CreateWebhook(self, request: pb.CreateWebhookRequest, context: Any) -> pb.Webhook:
         identity = caller()

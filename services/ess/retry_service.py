@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ess.auth import acl_writer_emails, require_experiment_writer
+from ess.auth import require_writer_of
 from ess.interceptor import caller
 from ess.retries import unit_policy
 from xmc.errors import InvalidArgumentError, NotFoundError
@@ -89,13 +89,7 @@ class RetryService(retry_pb2_grpc.RetryServiceServicer):
         xid = parse_experiment_name(request.name)
         text = _normalized(request.policy, "policy")
         async with self._store.transaction() as conn:
-            experiment = await fetch_experiment(conn, xid)
-            require_experiment_writer(
-                caller(),
-                experiment_name=experiment.name,
-                creator=experiment.creator,
-                writers=acl_writer_emails(experiment.acls),
-            )
+            require_writer_of(caller(), await fetch_experiment(conn, xid))
             if not await set_experiment_retry_policy(conn, xid, text):
                 raise NotFoundError(f"name: {experiment_name(xid)} does not exist")
         return retry_pb2.ExperimentRetryPolicy(

@@ -13,6 +13,7 @@ import pytest
 from tests.integration.support import behaving_unit, fetch_all
 from tests.integration.system import ALICE, System, running_system
 from tests.integration.test_failure_reasons import create
+from tests.integration.watching import Watcher, describe
 from tests.integration.webhook_receiver import Receiver
 from tests.waiting import eventually, holds_for
 from xmc.labels import EXECUTION_ID
@@ -22,7 +23,13 @@ from xmc_api.cloud.xmanager.v1 import api_pb2
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 from xmc_api.xmc.v1 import notifications_pb2 as pb
-from xmc_api.xmc.v1 import notifications_pb2_grpc, retry_pb2, retry_pb2_grpc
+from xmc_api.xmc.v1 import (
+    notifications_pb2_grpc,
+    retry_pb2,
+    retry_pb2_grpc,
+    watch_pb2,
+    watch_pb2_grpc,
+)
 
 # The whole loop at real time: `make test-fast` leaves it out.
 pytestmark = pytest.mark.slow
@@ -58,6 +65,7 @@ async def test_a_failing_unit_is_retried_until_its_budget_is_spent(
             ),
             metadata=ALICE,
         )
+        watcher = await Watcher(system.ess, experiment=parent).started()
         policy = {"max_attempts": 3, "on_exit_codes": [137], "backoff_seconds": 1}
         retried = await create_in(system, parent, failing(137, policy))
         never = await create_in(
@@ -94,6 +102,7 @@ async def test_a_failing_unit_is_retried_until_its_budget_is_spent(
         want_posts = sorted([(retried, 3), (never, 1)])
         assert await eventually(failures, want_posts, within=30) == want_posts
         await holds_for(failures, want_posts, during=2)  # nothing for executions 1 and 2
+        await pushed_attempts(system, watcher, retried)
         (last,) = [r.json() for r in receiver.at("/ok") if r.json()["work_unit"]["name"] == retried]
         assert last["work_unit"]["retry"] == (
             "attempt 3 of 3: not retried (exit code 137; no attempts left)"
@@ -101,6 +110,48 @@ async def test_a_failing_unit_is_retried_until_its_budget_is_spent(
         assert last["text"].endswith(
             "failed (execution 3); attempt 3 of 3: not retried (exit code 137; no attempts left)."
         ), last["text"]
+
+
+async def pushed_attempts(system: System, watcher: Watcher, unit: str) -> None:
+    """The push API streamed each attempt as committed: the failures, the retries'
+    new executions and their messages; a client resuming from the first retry's cursor
+    reads the rest of the same stream, nothing missed and nothing twice."""
+    wanted = {"FAILED", "RESTARTING"}
+    attempts = [
+        (eid, to, new)
+        for kind, name, eid, _from, to, new in (c for c in watcher.changes() if c[0] == "state")
+        if name == unit and to in wanted
+    ]
+    assert attempts == [
+        (1, "FAILED", False),
+        (2, "RESTARTING", True),
+        (2, "FAILED", False),
+        (3, "RESTARTING", True),
+        (3, "FAILED", False),
+    ]
+    texts = [c[2] for c in watcher.changes() if c[0] == "message" and c[1].startswith(unit)]
+    assert [t.split(",")[0] for t in texts if t.startswith("attempt")] == [
+        "attempt 2 of 3",
+        "attempt 3 of 3",
+    ]
+    events = watcher.change_events()
+    first_retry = next(
+        i
+        for i, e in enumerate(events)
+        if describe(e)[:5] == ("state", unit, 2, "FAILED", "RESTARTING")
+    )
+    stub = watch_pb2_grpc.WatchServiceStub(system.ess.channel)
+    rest: list[watch_pb2.WatchEvent] = []
+    request = watch_pb2.WatchRequest(experiment=watcher_experiment(unit), once=True,
+                                     cursor=events[first_retry].cursor)  # fmt: skip
+    async for batch in stub.WatchExperiments(request, metadata=ALICE):
+        rest += [e for e in batch.events if e.WhichOneof("kind") != "sync"]
+    assert [e.cursor for e in rest] == [e.cursor for e in events[first_retry + 1 :]]
+    await watcher.close()
+
+
+def watcher_experiment(unit: str) -> str:
+    return unit.split("/workUnits/")[0]
 
 
 async def new_experiment(system: System) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 from google.protobuf.field_mask_pb2 import FieldMask
@@ -43,10 +43,16 @@ def describe(event: watch_pb2.WatchEvent) -> tuple[Any, ...]:
     return ("sync",)
 
 
+class Channelled(Protocol):
+    """What a watcher needs of an ESS harness (``Ess``, the process stack's ``Client``)."""
+
+    channel: grpc.aio.Channel
+
+
 class Watcher:
     """One stream, read into ``events`` until closed; ``error`` if it ended with one."""
 
-    def __init__(self, ess: Ess, who: str = "alice", **request: Any) -> None:
+    def __init__(self, ess: Channelled, who: str = "alice", **request: Any) -> None:
         stub = watch_pb2_grpc.WatchServiceStub(ess.channel)
         self.call = stub.WatchExperiments(watch_pb2.WatchRequest(**request), metadata=metadata(who))
         self.events: list[watch_pb2.WatchEvent] = []

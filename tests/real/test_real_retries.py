@@ -12,6 +12,7 @@ import json
 
 from tests.integration.processes import Client
 from tests.integration.support import behaving_unit
+from tests.integration.watching import Watcher
 from tests.integration.webhook_receiver import Receiver
 from tests.real.support import POLL, state_history
 from tests.stack import Stack
@@ -41,6 +42,7 @@ async def test_a_unit_exiting_137_is_retried_until_its_budget_is_spent(
             webhook=pb.Webhook(url=receiver.url("/ok"), events=["work_unit.failed"]),
         )
     )
+    watcher = await Watcher(client, experiment=parent).started()
     name = await client.create(parent, unit)
     stub = retry_pb2_grpc.RetryServiceStub(client.channel)
 
@@ -63,3 +65,19 @@ async def test_a_unit_exiting_137_is_retried_until_its_budget_is_spent(
 
     assert await eventually(posted, [(name, 2)], within=60, every=POLL) == [(name, 2)]
     await holds_for(posted, [(name, 2)], during=2)
+
+    # The push API streamed both attempts as they were committed.
+    states = [change for change in watcher.changes() if change[0] == "state"]
+    pushed = [
+        (eid, to, new)
+        for _kind, unit_name, eid, _from, to, new in states
+        if unit_name == name and to in ("FAILED", "RESTARTING", "RUNNING")
+    ]
+    await watcher.close()
+    assert pushed == [
+        (1, "RUNNING", False),
+        (1, "FAILED", False),
+        (2, "RESTARTING", True),
+        (2, "RUNNING", False),
+        (2, "FAILED", False),
+    ], pushed

@@ -16,7 +16,12 @@ from xmc.model.retry_policy import (
     parse_retry_policy,
     policy_json,
 )
-from xmc.names import experiment_name, parse_experiment_name, parse_work_unit_name
+from xmc.names import (
+    experiment_name,
+    parse_execution_name,
+    parse_experiment_name,
+    parse_work_unit_name,
+)
 from xmc.store.transactions import (
     Store,
     StoredDecision,
@@ -103,7 +108,7 @@ class RetryService(retry_pb2_grpc.RetryServiceServicer):
         async with self._store.transaction() as conn:
             work_unit = await fetch_work_unit(conn, xid, wid)
             default = await fetch_experiment_retry_policy(conn, xid)
-            eid = int(work_unit.current_work_unit_execution.name.rsplit("/", 1)[1])
+            _, _, eid = parse_execution_name(work_unit.current_work_unit_execution.name)
             attempt = await attempt_of(conn, xid, wid, eid)
             decisions = await fetch_decisions(conn, xid, wid)
         policy = unit_policy(work_unit, default)

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -135,19 +134,6 @@ async def fetch_decisions(conn: Connection, xid: int, wid: int) -> list[StoredDe
         wid,
     )
     return [_decision(r) for r in rows]
-
-
-async def fetch_latest_decisions(
-    conn: Connection, xid: int, wids: Sequence[int]
-) -> dict[int, StoredDecision]:
-    """Each unit's most recent verdict (for listings)."""
-    rows = await conn.fetch(
-        f"""SELECT DISTINCT ON (wid) wid, {_COLUMNS} FROM retry_decisions
-            WHERE xid = $1 AND wid = ANY($2::bigint[]) ORDER BY wid, eid DESC""",
-        xid,
-        list(wids),
-    )
-    return {r["wid"]: StoredDecision(**{k: v for k, v in r.items() if k != "wid"}) for r in rows}
 
 
 async def fetch_experiment_retry_policy(conn: Connection, xid: int) -> str | None:

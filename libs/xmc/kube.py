@@ -58,7 +58,10 @@ class Resource:
     def api_version(self) -> str:
         return f"{self.group}/{self.version}" if self.group else self.version
 
-    def collection(self, namespace: str) -> str:
+    def collection(self, namespace: str | None) -> str:
+        """``namespace`` None: a cluster-scoped resource's (or every namespace's) list."""
+        if namespace is None:
+            return f"{self.prefix}/{self.plural}"
         return f"{self.prefix}/namespaces/{quote(namespace, safe='')}/{self.plural}"
 
     def item(self, namespace: str, name: str) -> str:
@@ -69,6 +72,9 @@ JOBSETS: Final = Resource("jobset.x-k8s.io", "v1alpha2", "jobsets")
 WORKLOADS: Final = Resource("kueue.x-k8s.io", "v1beta2", "workloads")
 PODS: Final = Resource("", "v1", "pods")
 LEASES: Final = Resource("coordination.k8s.io", "v1", "leases")
+#: Cluster-scoped: list with namespace None.
+CLUSTER_QUEUES: Final = Resource("kueue.x-k8s.io", "v1beta2", "clusterqueues")
+LOCAL_QUEUES: Final = Resource("kueue.x-k8s.io", "v1beta2", "localqueues")
 
 
 def pending_workloads_path(namespace: str, queue: str) -> str:

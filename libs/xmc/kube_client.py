@@ -178,7 +178,7 @@ class KubeClient:
     async def list_page(
         self,
         resource: Resource,
-        namespace: str,
+        namespace: str | None,
         *,
         label_selector: str | None = None,
         limit: int | None = None,
@@ -206,6 +206,20 @@ class KubeClient:
         return await self.request(
             "GET", resource.collection(namespace), query=query, request_timeout=request_timeout
         )
+
+    async def list_all(
+        self, resource: Resource, namespace: str | None, *, page: int = 500
+    ) -> list[Obj]:
+        """Every item of a list, page by page (``namespace`` None: cluster-scoped); a
+        continue token that expires mid-way is EXPIRED, like any read of a stale page."""
+        items: list[Obj] = []
+        token: str | None = None
+        while True:
+            answer = await self.list_page(resource, namespace, limit=page, continue_token=token)
+            items += [i for i in answer.get("items") or () if isinstance(i, dict)]
+            token = (answer.get("metadata") or {}).get("continue") or None
+            if token is None:
+                return items
 
     async def pending_workloads(
         self,

@@ -56,6 +56,15 @@ def jobset_name(xid: int, wid: int) -> str:
     return f"xmc-{xid}-{wid}"
 
 
+_JOBSET_NAME: Final = re.compile(r"^xmc-([1-9][0-9]*)-([1-9][0-9]*)$")
+
+
+def parse_jobset_name(name: str) -> tuple[int, int] | None:
+    """(xid, wid) of a name :func:`jobset_name` made; None for any other name."""
+    match = _JOBSET_NAME.match(name)
+    return (int(match[1]), int(match[2])) if match else None
+
+
 def last_edit_label(operation_time: datetime) -> str:
     """Microseconds since the epoch, zero-padded: label-safe and ordering-preserving.
 

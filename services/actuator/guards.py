@@ -198,7 +198,9 @@ def verify_duplicate_jobset(existing: Mapping[str, Any], task: Task) -> Duplicat
 
 def decide_update(jobset: Mapping[str, Any] | None, task: Task) -> UpdateDecision:
     """Update: patch the mutable labels (priority class; queue name only while suspended,
-    since Kueue ignores a queue change once the workload is admitted) and the last edit."""
+    since Kueue ignores a queue change once the workload is admitted) and the last edit.
+    SET_PRIORITY (an admin's change, ``payload.priority_class``) takes the same guards
+    (execution id, last edit) and patches the class it names and the last edit."""
     target = task.target_eid
     if jobset is None:
         return UpdateDecision(UpdateAction.NOTHING, "no JobSet: nothing to patch")
@@ -213,12 +215,12 @@ def decide_update(jobset: Mapping[str, Any] | None, task: Task) -> UpdateDecisio
     work_unit = task.payload.work_unit
     patch_labels = {
         labels.LAST_EDIT: labels.last_edit_label(to_datetime(task.operation_time)),
-        labels.PRIORITY_CLASS: labels.priority_class_name(
-            task.payload.experiment_priority, work_unit.priority
-        ),
+        labels.PRIORITY_CLASS: task.payload.priority_class
+        or labels.priority_class_name(task.payload.experiment_priority, work_unit.priority),
     }
     queue = work_unit.executable.scheduling_constraints.queue_name
-    if live.suspended and queue:
+    # An admin's SET_PRIORITY changes the class only; an UPDATE also follows the queue.
+    if live.suspended and queue and task.kind == Task.UPDATE:
         patch_labels[labels.QUEUE_NAME] = queue
     return UpdateDecision(
         UpdateAction.PATCH,

@@ -1,4 +1,5 @@
-"""The Actuator's task handlers (SPEC §7.2): Create, Delete, Restart and Update of JobSets.
+"""The Actuator's task handlers (SPEC §7.2): Create, Delete, Restart and Update of JobSets,
+and an admin's priority change (SET_PRIORITY, handled as an Update of the class label).
 
 Each handler is the thin shell around a pure decision of :mod:`actuator.guards`: read the
 live JobSet, ask the decider, act on Kubernetes, record the result in Postgres, and return
@@ -107,12 +108,15 @@ class JobSetHandlers:
             Task.DELETE: self._delete,
             Task.RESTART: self._restart,
             Task.UPDATE: self._update,
+            Task.SET_PRIORITY: self._update,
         }
 
     async def handle(self, task: Task) -> TaskResult:
         kind = Task.Kind.Name(task.kind) if task.kind in Task.Kind.values() else str(task.kind)
+        # An admin's SET_PRIORITY names who asked.
+        asked = {"requested_by": task.payload.requested_by} if task.payload.requested_by else {}
         with structlog.contextvars.bound_contextvars(
-            task_id=task.task_id, xid=task.xid, wid=task.wid, eid=task_execution_id(task)
+            task_id=task.task_id, xid=task.xid, wid=task.wid, eid=task_execution_id(task), **asked
         ):
             action = self._actions.get(task.kind)
             try:

@@ -86,7 +86,8 @@ class PauseFlag:
 class PauseAction(enum.StrEnum):
     """What a paused (or running) scheduler means for one task."""
 
-    #: Not paused, or a DELETE (a stop must never wait for a resume).
+    #: Not paused, a DELETE (a stop must never wait for a resume), or a SET_PRIORITY (a
+    #: relabel starts nothing, and a queue paused still orders its Workloads).
     PROCEED = "proceed"
     #: UPDATE: parked only; the work unit's state is not the update's to change.
     PARK = "park"

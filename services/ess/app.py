@@ -23,6 +23,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from ess.auth import Authenticator
+from ess.cluster import LazyKube
 from ess.intents import Intents
 from ess.interceptor import EssInterceptor
 from ess.internal import SchedulingService, WorkUnitExecutionService
@@ -33,6 +34,7 @@ from ess.logs import LogService
 from ess.manifests import SpecService
 from ess.notifications import NotificationService
 from ess.operations_service import OperationsService
+from ess.queues import QueueService
 from ess.relay import OutboxRelay
 from ess.resume import ResumeWorker
 from ess.retries import Retries
@@ -78,6 +80,8 @@ from xmc_api.xmc.v1 import (
     logs_pb2_grpc,
     notifications_pb2,
     notifications_pb2_grpc,
+    queue_pb2,
+    queue_pb2_grpc,
     retry_pb2,
     retry_pb2_grpc,
     spec_pb2,
@@ -106,6 +110,7 @@ SERVICE_NAMES = (
     watch_pb2.DESCRIPTOR.services_by_name["WatchService"].full_name,
     retry_pb2.DESCRIPTOR.services_by_name["RetryService"].full_name,
     notifications_pb2.DESCRIPTOR.services_by_name["NotificationService"].full_name,
+    queue_pb2.DESCRIPTOR.services_by_name["QueueService"].full_name,
 )
 
 
@@ -194,7 +199,8 @@ class EssServer:
         self._health: health.aio.HealthServicer | None = None
         self.store: Store | None = None
         self._intents: Intents | None = None
-        self._live_logs: LiveLogs | None = None
+        #: The read-only cluster client (live logs, the queue view), made on first use.
+        self._kube: LazyKube | None = None
         self.relay: OutboxRelay | None = None
         self.watch_hub: WatchHub | None = None
         #: Sends queued webhook deliveries (docs/notifications.md).
@@ -260,9 +266,13 @@ class EssServer:
         timeline_pb2_grpc.add_TimelineServiceServicer_to_server(
             TimelineService(self.store, clock=self.clock), server
         )
-        self._live_logs = LiveLogs(settings, tail_bytes=options.logs.tail_bytes)
+        kube = self._kube = LazyKube(settings)
+        live_logs = LiveLogs(kube, tail_bytes=options.logs.tail_bytes)
         logs_pb2_grpc.add_LogServiceServicer_to_server(
-            LogService(self.store, self._live_logs, clock=self.clock), server
+            LogService(self.store, live_logs, clock=self.clock), server
+        )
+        queue_pb2_grpc.add_QueueServiceServicer_to_server(
+            QueueService(self.store, intents, kube, clock=self.clock), server
         )
         internal_logs_pb2_grpc.add_ContainerLogServiceServicer_to_server(
             ContainerLogService(self.store, options.logs, clock=self.clock), server
@@ -387,8 +397,8 @@ class EssServer:
         await finish(self._background, within=grace)
         if self.redis is not None:
             await self.redis.aclose()
-        if self._live_logs is not None:
-            await self._live_logs.close()
+        if self._kube is not None:
+            await self._kube.close()
         if self.store is not None:
             await self.store.close()
         log.info("ess stopped")

@@ -20,6 +20,7 @@ from ess.auth import Identity, require_writer_of
 from ess.creates import CreateCoalescer
 from xmc.errors import FailedPreconditionError
 from xmc.model.merge import ExecutionUpdate
+from xmc.model.queues import priority_change_problem
 from xmc.model.resume import TaskKind
 from xmc.model.states import EXECUTION_TERMINAL_STATES, WorkUnitState
 from xmc.names import parse_work_unit_name, work_unit_name
@@ -309,3 +310,33 @@ class Intents:
         async with self._store.transaction() as conn:
             await self._writable_experiment(conn, identity, xid)
             return await update_experiment(conn, xid, source, paths, now=self._clock())
+
+    # --- an admin's priority change ----------------------------------------------------
+
+    async def set_priority(self, identity: Identity, xid: int, wid: int, priority_class: str
+                           ) -> Task:  # fmt: skip
+        """``xmc.v1.QueueService.SetWorkUnitPriority`` (the caller checked the admin): a
+        SET_PRIORITY task for the current execution, committed to the outbox, where the
+        intent is recorded (class, requester, time); the work unit itself is unchanged,
+        so a restart goes back to the unit's own class."""
+        async with self._store.transaction() as conn:
+            experiment = await fetch_experiment(conn, xid)
+            work_unit = await fetch_work_unit(conn, xid, wid)
+            state = WorkUnitState(work_unit.current_work_unit_execution.status.state)
+            if problem := priority_change_problem(state):
+                raise FailedPreconditionError(
+                    f"name: work unit {wid} of experiment {xid}: {problem}"
+                )
+            task = self._task(
+                TaskKind.SET_PRIORITY,
+                "",
+                work_unit,
+                target_eid=_eid(work_unit),
+                eid=_eid(work_unit),
+                experiment_priority=experiment.priority,
+            )
+            task.payload.priority_class = priority_class
+            task.payload.requested_by = identity.email
+            await self._enqueue(conn, [task])
+        self.tasks_committed()
+        return task

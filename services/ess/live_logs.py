@@ -1,10 +1,7 @@
 """The live half of ``xmc.v1.LogService``: a running execution's container logs, read from
-the API server (docs/logs.md). The ESS reads pods and their logs and nothing else
-(k8s/base: the ESS's read-only Role).
-
-The client is made on the first live read, not at start: an ESS whose cluster is out of
-reach (or not configured, as in a store-only test) still serves every stored log, and a
-live read then says why it has nothing (:class:`LiveUnavailable`).
+the API server (docs/logs.md) with the ESS's read-only client (:mod:`ess.cluster`). An
+ESS whose cluster is out of reach still serves every stored log, and a live read then
+says why it has nothing (:class:`LiveUnavailable`).
 """
 
 from __future__ import annotations
@@ -16,12 +13,12 @@ from typing import Final
 
 import structlog
 
+from ess.cluster import ClusterUnavailable, LazyKube
 from xmc.kube import PODS, KubeError
 from xmc.kube_client import KubeClient
 from xmc.labels import EXECUTION_ID, EXPERIMENT_ID, WORK_UNIT_ID
 from xmc.model.pod_containers import ContainerRun, container_runs
 from xmc.pod_logs import follow_log, read_tail
-from xmc.settings import Settings
 
 log = structlog.get_logger()
 
@@ -37,8 +34,8 @@ _MAX_PENDING: Final = 64 * 1024
 RunKey = tuple[str, str, int]
 
 
-class LiveUnavailable(Exception):
-    """The cluster cannot be read (not configured, or out of reach)."""
+#: The cluster cannot be read (not configured, or out of reach).
+LiveUnavailable = ClusterUnavailable
 
 
 @dataclass(frozen=True)
@@ -60,31 +57,20 @@ def split_lines(pending: bytes, chunk: bytes) -> tuple[bytes, bytes]:
 
 
 class LiveLogs:
-    def __init__(self, settings: Settings, *, tail_bytes: int) -> None:
-        self._settings = settings
+    def __init__(self, kube: LazyKube, *, tail_bytes: int) -> None:
+        self._kube = kube
+        self._namespace = kube.namespace
         self._tail_bytes = tail_bytes
-        self._kube: KubeClient | None = None
-        self._lock = asyncio.Lock()
 
     async def _client(self) -> KubeClient:
-        async with self._lock:
-            if self._kube is None:
-                try:
-                    self._kube = await KubeClient.from_settings(self._settings)
-                except Exception as error:
-                    raise LiveUnavailable(f"no Kubernetes configuration: {error}") from error
-            return self._kube
-
-    async def close(self) -> None:
-        if self._kube is not None:
-            await self._kube.close()
+        return await self._kube.client()
 
     async def runs(self, xid: int, wid: int, eid: int) -> list[ContainerRun]:
         """The container runs of the execution's pods that have a log."""
         kube = await self._client()
         selector = f"{EXPERIMENT_ID}={xid},{WORK_UNIT_ID}={wid},{EXECUTION_ID}={eid}"
         try:
-            page = await kube.list_page(PODS, self._settings.namespace, label_selector=selector)
+            page = await kube.list_page(PODS, self._namespace, label_selector=selector)
         except KubeError as error:
             raise LiveUnavailable(f"cannot list the pods: {error}") from error
         return [run for pod in page.get("items") or [] for run in container_runs(pod)]
@@ -96,7 +82,7 @@ class LiveLogs:
             yield LiveEvent(run, start=True)
             try:
                 data, _ = await read_tail(
-                    kube, self._settings.namespace, run.pod_name, run.container,
+                    kube, self._namespace, run.pod_name, run.container,
                     limit=self._tail_bytes, tail_lines=TAIL_LINES, previous=run.previous,
                 )  # fmt: skip
                 yield LiveEvent(run, data=data)
@@ -136,7 +122,7 @@ class LiveLogs:
         pending = b""
         try:
             async with follow_log(
-                kube, self._settings.namespace, run.pod_name, run.container, tail_lines=TAIL_LINES
+                kube, self._namespace, run.pod_name, run.container, tail_lines=TAIL_LINES
             ) as chunks:
                 async for chunk in chunks:
                     lines, pending = split_lines(pending, chunk)

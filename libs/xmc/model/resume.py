@@ -22,6 +22,7 @@ class TaskKind(enum.IntEnum):
     DELETE = 2
     RESTART = 3
     UPDATE = 4
+    SET_PRIORITY = 5
 
 
 #: Work-unit states in which no parked task may run any more.

@@ -27,7 +27,7 @@ from xmc_api.cloud.xmanager.v1 import priority_pb2 as xmc__api_dot_cloud_dot_xma
 from xmc_api.cloud.xmanager.v1 import work_unit_pb2 as xmc__api_dot_cloud_dot_xmanager_dot_v1_dot_work__unit__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fxmc_api/internal/v1/tasks.proto\x12\x0fxmc.internal.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a(xmc_api/cloud/xmanager/v1/priority.proto\x1a)xmc_api/cloud/xmanager/v1/work_unit.proto\"\xb4\x02\n\x04Task\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12(\n\x04kind\x18\x02 \x01(\x0e\x32\x1a.xmc.internal.v1.Task.Kind\x12\x0b\n\x03xid\x18\x03 \x01(\x03\x12\x0b\n\x03wid\x18\x04 \x01(\x03\x12\x12\n\ntarget_eid\x18\x05 \x01(\x03\x12\x11\n\toperation\x18\x06 \x01(\t\x12\x32\n\x0eoperation_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12-\n\x07payload\x18\x08 \x01(\x0b\x32\x1c.xmc.internal.v1.TaskPayload\"M\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\n\n\x06\x43REATE\x10\x01\x12\n\n\x06\x44\x45LETE\x10\x02\x12\x0b\n\x07RESTART\x10\x03\x12\n\n\x06UPDATE\x10\x04\"\x84\x01\n\x0bTaskPayload\x12.\n\twork_unit\x18\x01 \x01(\x0b\x32\x1b.cloud.xmanager.v1.WorkUnit\x12\x0b\n\x03\x65id\x18\x02 \x01(\x03\x12\x38\n\x13\x65xperiment_priority\x18\x03 \x01(\x0e\x32\x1b.cloud.xmanager.v1.Priorityb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fxmc_api/internal/v1/tasks.proto\x12\x0fxmc.internal.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a(xmc_api/cloud/xmanager/v1/priority.proto\x1a)xmc_api/cloud/xmanager/v1/work_unit.proto\"\xc6\x02\n\x04Task\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12(\n\x04kind\x18\x02 \x01(\x0e\x32\x1a.xmc.internal.v1.Task.Kind\x12\x0b\n\x03xid\x18\x03 \x01(\x03\x12\x0b\n\x03wid\x18\x04 \x01(\x03\x12\x12\n\ntarget_eid\x18\x05 \x01(\x03\x12\x11\n\toperation\x18\x06 \x01(\t\x12\x32\n\x0eoperation_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12-\n\x07payload\x18\x08 \x01(\x0b\x32\x1c.xmc.internal.v1.TaskPayload\"_\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\n\n\x06\x43REATE\x10\x01\x12\n\n\x06\x44\x45LETE\x10\x02\x12\x0b\n\x07RESTART\x10\x03\x12\n\n\x06UPDATE\x10\x04\x12\x10\n\x0cSET_PRIORITY\x10\x05\"\xb2\x01\n\x0bTaskPayload\x12.\n\twork_unit\x18\x01 \x01(\x0b\x32\x1b.cloud.xmanager.v1.WorkUnit\x12\x0b\n\x03\x65id\x18\x02 \x01(\x03\x12\x38\n\x13\x65xperiment_priority\x18\x03 \x01(\x0e\x32\x1b.cloud.xmanager.v1.Priority\x12\x16\n\x0epriority_class\x18\x04 \x01(\t\x12\x14\n\x0crequested_by\x18\x05 \x01(\tb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,9 +35,9 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'xmc_api.internal.v1.tasks_p
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_TASK']._serialized_start=171
-  _globals['_TASK']._serialized_end=479
+  _globals['_TASK']._serialized_end=497
   _globals['_TASK_KIND']._serialized_start=402
-  _globals['_TASK_KIND']._serialized_end=479
-  _globals['_TASKPAYLOAD']._serialized_start=482
-  _globals['_TASKPAYLOAD']._serialized_end=614
+  _globals['_TASK_KIND']._serialized_end=497
+  _globals['_TASKPAYLOAD']._serialized_start=500
+  _globals['_TASKPAYLOAD']._serialized_end=678
 # @@protoc_insertion_point(module_scope)

@@ -35,6 +35,10 @@ class Task(_message.Message):
         DELETE: Task._Kind.ValueType  # 2
         RESTART: Task._Kind.ValueType  # 3
         UPDATE: Task._Kind.ValueType  # 4
+        SET_PRIORITY: Task._Kind.ValueType  # 5
+        """An admin's priority change (xmc.v1.QueueService.SetWorkUnitPriority): relabel the
+        JobSet with payload.priority_class; nothing else of it changes.
+        """
 
     class Kind(_Kind, metaclass=_KindEnumTypeWrapper): ...
     KIND_UNSPECIFIED: Task.Kind.ValueType  # 0
@@ -42,6 +46,10 @@ class Task(_message.Message):
     DELETE: Task.Kind.ValueType  # 2
     RESTART: Task.Kind.ValueType  # 3
     UPDATE: Task.Kind.ValueType  # 4
+    SET_PRIORITY: Task.Kind.ValueType  # 5
+    """An admin's priority change (xmc.v1.QueueService.SetWorkUnitPriority): relabel the
+    JobSet with payload.priority_class; nothing else of it changes.
+    """
 
     TASK_ID_FIELD_NUMBER: _builtins.int
     KIND_FIELD_NUMBER: _builtins.int
@@ -90,9 +98,15 @@ class TaskPayload(_message.Message):
     WORK_UNIT_FIELD_NUMBER: _builtins.int
     EID_FIELD_NUMBER: _builtins.int
     EXPERIMENT_PRIORITY_FIELD_NUMBER: _builtins.int
+    PRIORITY_CLASS_FIELD_NUMBER: _builtins.int
+    REQUESTED_BY_FIELD_NUMBER: _builtins.int
     eid: _builtins.int
     """For RESTART, the new execution's eid = N + 1."""
     experiment_priority: _priority_pb2.Priority.ValueType
+    priority_class: _builtins.str
+    """SET_PRIORITY: the WorkloadPriorityClass the JobSet gets."""
+    requested_by: _builtins.str
+    """SET_PRIORITY: who asked (an admin's email), for the Actuator's log."""
     @_builtins.property
     def work_unit(self) -> _work_unit_pb2.WorkUnit: ...
     def __init__(
@@ -101,10 +115,12 @@ class TaskPayload(_message.Message):
         work_unit: _work_unit_pb2.WorkUnit | None = ...,
         eid: _builtins.int = ...,
         experiment_priority: _priority_pb2.Priority.ValueType = ...,
+        priority_class: _builtins.str = ...,
+        requested_by: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["work_unit", b"work_unit"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["eid", b"eid", "experiment_priority", b"experiment_priority", "work_unit", b"work_unit"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["eid", b"eid", "experiment_priority", b"experiment_priority", "priority_class", b"priority_class", "requested_by", b"requested_by", "work_unit", b"work_unit"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

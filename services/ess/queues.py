@@ -1,0 +1,187 @@
+"""``xmc.v1.QueueService`` (docs/queues.md): Kueue's queues as the cluster reports them,
+each admitted and pending Workload mapped to its XMC work unit, and an admin's priority
+change of a unit.
+
+Reads go to the API server on each call, with the ESS's read-only client
+(:mod:`ess.cluster`; decision 0046): one list of ClusterQueues, one of the namespace's
+LocalQueues, and for one queue's page one list of the namespace's Workloads and one
+visibility summary per LocalQueue feeding it, and one read of each experiment listed.
+Nothing is cached or stored: the page is the cluster now. A cluster that cannot be read
+is UNAVAILABLE, saying why; a visibility API that does not answer only leaves the pending
+Workloads without positions (the page says so).
+
+The priority change is an intent like any other: the task goes to the outbox in the
+transaction that checks the unit (:meth:`ess.intents.Intents.set_priority`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+import structlog
+
+from ess.cluster import ClusterUnavailable, LazyKube
+from ess.intents import Intents
+from ess.interceptor import caller
+from xmc.errors import (
+    InvalidArgumentError,
+    NotFoundError,
+    PermissionDeniedError,
+    UnavailableError,
+)
+from xmc.kjson import as_str, metadata_of
+from xmc.kube import CLUSTER_QUEUES, LOCAL_QUEUES, WORKLOADS, KubeError
+from xmc.kube_client import KubeClient
+from xmc.model.queues import (
+    Positions,
+    experiment_ids,
+    local_queues_of,
+    queue_message,
+    resolve_queue,
+)
+from xmc.names import experiment_name, parse_work_unit_name
+from xmc.priority_classes import PRIORITY_CLASSES
+from xmc.store.transactions import Store, fetch_experiment
+from xmc_api.xmc.v1 import queue_pb2, queue_pb2_grpc
+
+log = structlog.get_logger()
+
+Obj = dict[str, Any]
+
+#: The longest queue name (a DNS-1123 subdomain, as Kubernetes names objects).
+MAX_NAME = 253
+
+
+class QueueService(queue_pb2_grpc.QueueServiceServicer):
+    def __init__(self, store: Store, intents: Intents, kube: LazyKube, *, clock: Any) -> None:
+        self._store = store
+        self._intents = intents
+        self._kube = kube
+        self._clock = clock
+
+    async def ListQueues(
+        self, request: queue_pb2.ListQueuesRequest, context: Any
+    ) -> queue_pb2.ListQueuesResponse:
+        kube = await self._client()
+        cluster_queues, local_queues = await self._queues(kube)
+        now: datetime = self._clock()
+        queues = [
+            queue_message(cq, local_queues, (), Positions({}), now=now, with_workloads=False)
+            for cq in sorted(cluster_queues, key=lambda cq: as_str(metadata_of(cq).get("name")))
+        ]
+        return queue_pb2.ListQueuesResponse(queues=queues)
+
+    async def GetQueue(self, request: queue_pb2.GetQueueRequest, context: Any) -> queue_pb2.Queue:
+        name = request.name.strip()
+        if not name or len(name) > MAX_NAME:
+            raise InvalidArgumentError(f"name: a queue name of 1 to {MAX_NAME} characters")
+        kube = await self._client()
+        cluster_queues, local_queues = await self._queues(kube)
+        ref = resolve_queue(name, cluster_queues, local_queues)
+        cluster_queue = next(
+            (
+                cq
+                for cq in cluster_queues
+                if metadata_of(cq).get("name") == (ref and ref.cluster_queue)
+            ),
+            None,
+        )
+        if ref is None or cluster_queue is None:
+            raise NotFoundError(
+                f"name: no ClusterQueue, nor LocalQueue in namespace {self._kube.namespace}, "
+                f"named {name!r}"
+            )
+        feeding = (
+            [ref.local_queue]
+            if ref.local_queue
+            else local_queues_of(ref.cluster_queue, local_queues)
+        )
+        workloads = await self._read(kube.list_all(WORKLOADS, self._kube.namespace), "Workloads")
+        return queue_message(
+            cluster_queue,
+            local_queues,
+            workloads,
+            await self._positions(kube, feeding),
+            now=self._clock(),
+            local_queue=ref.local_queue,
+            titles=await self._titles(workloads),
+        )
+
+    async def SetWorkUnitPriority(
+        self, request: queue_pb2.SetWorkUnitPriorityRequest, context: Any
+    ) -> queue_pb2.SetWorkUnitPriorityResponse:
+        identity = caller()
+        if not identity.is_admin:
+            raise PermissionDeniedError(
+                f"SetWorkUnitPriority: {identity.email} is not an admin (XMC_ADMINS)"
+            )
+        xid, wid = parse_work_unit_name(request.name)
+        if request.priority_class not in PRIORITY_CLASSES:
+            raise InvalidArgumentError(
+                f"priority_class: {request.priority_class!r} is not one of XMC's "
+                f"WorkloadPriorityClasses ({', '.join(PRIORITY_CLASSES)})"
+            )
+        task = await self._intents.set_priority(identity, xid, wid, request.priority_class)
+        log.info(
+            "priority change committed",
+            xid=xid,
+            wid=wid,
+            priority_class=request.priority_class,
+            task_id=task.task_id,
+        )
+        return queue_pb2.SetWorkUnitPriorityResponse(
+            name=request.name,
+            priority_class=request.priority_class,
+            execution_id=task.target_eid,
+            task_id=task.task_id,
+        )
+
+    # --- reads -------------------------------------------------------------------------
+
+    async def _client(self) -> KubeClient:
+        try:
+            return await self._kube.client()
+        except ClusterUnavailable as error:
+            raise UnavailableError(f"the cluster cannot be read: {error}") from error
+
+    async def _queues(self, kube: KubeClient) -> tuple[list[Obj], list[Obj]]:
+        cluster_queues = await self._read(kube.list_all(CLUSTER_QUEUES, None), "ClusterQueues")
+        local_queues = await self._read(
+            kube.list_all(LOCAL_QUEUES, self._kube.namespace), "LocalQueues"
+        )
+        return cluster_queues, local_queues
+
+    async def _read(self, listing: Any, what: str) -> list[Obj]:
+        try:
+            items: list[Obj] = await listing
+        except KubeError as error:
+            raise UnavailableError(f"cannot list Kueue's {what}: {error}") from error
+        return items
+
+    async def _positions(self, kube: KubeClient, local_queues: Sequence[str]) -> Positions:
+        """Kueue's visibility API, one summary per LocalQueue; positions are in the
+        ClusterQueue, so the summaries of its LocalQueues merge into one order."""
+        by_name: dict[str, int] = {}
+        for queue in local_queues:
+            try:
+                summary = await kube.pending_workloads(self._kube.namespace, queue)
+            except KubeError as error:
+                return Positions({}, f"Kueue's visibility API did not answer: {error}")
+            for item in summary.get("items") or ():
+                position = item.get("positionInClusterQueue") if isinstance(item, Mapping) else None
+                if isinstance(position, int):
+                    by_name[as_str(metadata_of(item).get("name"))] = position
+        return Positions(by_name)
+
+    async def _titles(self, workloads: Sequence[Obj]) -> dict[str, str]:
+        """Experiment name → title of the experiments listed (one read each)."""
+        titles: dict[str, str] = {}
+        async with self._store.connection() as conn:
+            for xid in experiment_ids(workloads):
+                try:
+                    titles[experiment_name(xid)] = (await fetch_experiment(conn, xid)).title
+                except NotFoundError:
+                    continue  # a JobSet of a deleted experiment: no title
+        return titles

@@ -150,6 +150,16 @@ async def delete_webhook(request: web.Request) -> web.Response:
     return await _redirect(request, f"{name} removed", page)
 
 
+async def set_priority(request: web.Request) -> web.Response:
+    """An admin's priority change from a queue page (the ESS refuses anyone else)."""
+    xid, wid = _ids(request)
+    form = await request.post()
+    priority_class = str(form.get("priority_class", "")).strip()
+    await ess(request).set_priority(xid, wid, priority_class)
+    notice = f"work unit {wid} of experiment {xid}: {priority_class} requested"
+    return await _redirect(request, notice, "/queues")
+
+
 async def pause(request: web.Request) -> web.Response:
     form = await request.post()
     await ess(request).pause(str(form.get("reason", "")).strip() or "paused from the dashboard")
@@ -165,6 +175,7 @@ def add_routes(app: web.Application) -> None:
     unit = r"/experiments/{xid:\d+}/workUnits/{wid:\d+}"
     app.router.add_post(f"{unit}/stop", stop)
     app.router.add_post(f"{unit}/restart", restart)
+    app.router.add_post(f"{unit}/priority", set_priority)
     app.router.add_post(r"/experiments/{xid:\d+}/stop", batch_stop)
     app.router.add_post(r"/experiments/{xid:\d+}/restart", batch_restart)
     app.router.add_post(r"/experiments/{xid:\d+}/selected", selected)

@@ -28,6 +28,8 @@ from xmc_api.xmc.v1 import (
     logs_pb2_grpc,
     notifications_pb2,
     notifications_pb2_grpc,
+    queue_pb2,
+    queue_pb2_grpc,
     retry_pb2,
     retry_pb2_grpc,
     spec_pb2,
@@ -90,6 +92,7 @@ class Ess:
         self._spec = spec_pb2_grpc.SpecServiceStub(channel)
         self._sweeps = sweep_pb2_grpc.SweepServiceStub(channel)
         self._notifications = notifications_pb2_grpc.NotificationServiceStub(channel)
+        self._queues = queue_pb2_grpc.QueueServiceStub(channel)
         self._metadata = metadata
 
     async def _call(self, method: Any, request: Any) -> Any:
@@ -299,3 +302,19 @@ class Ess:
         await self._call(
             self._scheduling.ResumeScheduling, scheduling_pb2.ResumeSchedulingRequest()
         )
+
+    async def queues(self) -> list[queue_pb2.Queue]:
+        found = await self._call(self._queues.ListQueues, queue_pb2.ListQueuesRequest())
+        return list(found.queues)
+
+    async def queue(self, name: str) -> queue_pb2.Queue:
+        found: queue_pb2.Queue = await self._call(
+            self._queues.GetQueue, queue_pb2.GetQueueRequest(name=name)
+        )
+        return found
+
+    async def set_priority(self, xid: int, wid: int, priority_class: str) -> None:
+        request = queue_pb2.SetWorkUnitPriorityRequest(
+            name=f"experiments/{xid}/workUnits/{wid}", priority_class=priority_class
+        )
+        await self._call(self._queues.SetWorkUnitPriority, request)

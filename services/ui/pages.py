@@ -1,4 +1,5 @@
-"""The GET pages: experiments, one experiment's work units, one work unit, scheduling; and
+"""The GET pages: experiments, one experiment's work units, one work unit, scheduling,
+the queues; and
 the HTML fragments their live regions poll."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from ui.context import ess, render
 from ui.gateway import Ess, Page, UiError
 from ui.manifest_view import manifest_view
 from ui.notifications_view import EVENTS, SHOWN_DELIVERIES, notifications_view, webhook_row
+from ui.queue_view import queue_summary, queue_view
 from ui.retry_view import retries_view
 from ui.timeline_view import timeline_view, timings_view
 from xmc.model.work_unit_spec import spec_view
@@ -240,6 +242,26 @@ async def scheduling(request: web.Request) -> web.Response:
     )
 
 
+async def queues(request: web.Request) -> web.Response:
+    """Every ClusterQueue with its quota, usage and counts (docs/queues.md)."""
+    found = await ess(request).queues()
+    return render(request, "queues.html", {"queues": [queue_summary(q) for q in found]})
+
+
+async def _queue_context(request: web.Request) -> dict[str, Any]:
+    name = request.match_info["name"]
+    return {"queue": queue_view(await ess(request).queue(name)), "asked": name}
+
+
+async def queue(request: web.Request) -> web.Response:
+    """One queue: quota and usage, admitted and pending units, an admin's priority change."""
+    return render(request, "queue.html", await _queue_context(request))
+
+
+async def queue_live(request: web.Request) -> web.Response:
+    return render(request, "queue_live.html", await _queue_context(request))
+
+
 async def webhooks(request: web.Request) -> web.Response:
     """The caller's own webhooks (docs/notifications.md)."""
     found = await ess(request).my_webhooks()
@@ -255,3 +277,6 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get(r"/experiments/{xid:\d+}/workUnits/{wid:\d+}/live", work_unit_live)
     app.router.add_get("/scheduling", scheduling, name="scheduling")
     app.router.add_get("/webhooks", webhooks, name="webhooks")
+    app.router.add_get("/queues", queues, name="queues")
+    app.router.add_get(r"/queues/{name:[a-z0-9][-a-z0-9.]*}", queue)
+    app.router.add_get(r"/queues/{name:[a-z0-9][-a-z0-9.]*}/live", queue_live)

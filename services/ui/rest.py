@@ -54,6 +54,7 @@ from xmc_api.cloud.xmanager.v1 import api_pb2, operations_pb2, work_unit_pb2  # 
 from xmc_api.xmc.v1 import (
     logs_pb2,
     notifications_pb2,
+    queue_pb2,
     retry_pb2,
     spec_pb2,
     sweep_pb2,
@@ -85,6 +86,8 @@ RETRY_SERVICE: Final[ServiceDescriptor] = retry_pb2.DESCRIPTOR.services_by_name[
 NOTIFICATION_SERVICE: Final[ServiceDescriptor] = notifications_pb2.DESCRIPTOR.services_by_name[
     "NotificationService"
 ]
+#: Kueue's queues and an admin's priority change (docs/queues.md).
+QUEUE_SERVICE: Final[ServiceDescriptor] = queue_pb2.DESCRIPTOR.services_by_name["QueueService"]
 #: Every service the REST face mounts; a path goes to the first route that matches, in
 #: this order, so the published API's routes come first.
 SERVICES: Final[tuple[ServiceDescriptor, ...]] = (
@@ -96,6 +99,7 @@ SERVICES: Final[tuple[ServiceDescriptor, ...]] = (
     WATCH_SERVICE,
     RETRY_SERVICE,
     NOTIFICATION_SERVICE,
+    QUEUE_SERVICE,
 )
 #: Where xmc-ui serves the OpenAPI document of the REST face.
 OPENAPI_PATH: Final = "/openapi.json"

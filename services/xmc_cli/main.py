@@ -23,6 +23,7 @@ from .client import DEFAULT_ENDPOINT, Client, fmt_time, parse_endpoint, pass_cli
 from .experiments import experiments
 from .launch import launch
 from .logs import logs
+from .queues import queue, set_priority
 from .retries import retry_policy
 from .timelines import wu_timeline
 from .watching import watch
@@ -188,7 +189,8 @@ def operations_wait(client: Client, name: str, timeout: float) -> None:
 
 
 wu.add_command(wu_timeline)
-for command in (experiments, wu, launch, watch, logs, retry_policy, webhooks):
+wu.add_command(set_priority)
+for command in (experiments, wu, launch, watch, logs, retry_policy, webhooks, queue):
     cli.add_command(command)
 
 

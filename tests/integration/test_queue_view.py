@@ -1,0 +1,161 @@
+"""The queue and quota view end to end on kubesim (docs/queues.md): the ESS reads Kueue's
+ClusterQueue, LocalQueues, Workloads and visibility API (``xmc.v1.QueueService``), the
+REST face serves it, and an admin's priority change goes ESS (outbox) → Actuator (JobSet
+label) → kubesim's Kueue (Workload priority) → a pending unit moves ahead in the queue.
+
+Three 40-CPU units on the 64-CPU ``cluster-queue``: the first (normal priority) is
+admitted, the two low-priority ones wait. Raising the third to the first's class puts it
+ahead of the second without preempting the first (``LowerPriority`` preempts only lower).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiohttp
+import grpc
+import pytest
+
+from kubesim.resources import WORKLOAD
+from tests.integration.ess_harness import metadata
+from tests.integration.support import forever_work_unit
+from tests.integration.system import ALICE, System, running_system
+from tests.integration.ui_support import running_ui
+from tests.waiting import eventually
+from xmc.labels import PRIORITY_CLASS
+from xmc.model.states import WorkUnitState
+from xmc_api.cloud.xmanager.v1 import api_pb2
+from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
+from xmc_api.cloud.xmanager.v1.priority_pb2 import Priority
+from xmc_api.xmc.v1 import queue_pb2, queue_pb2_grpc
+
+pytestmark = pytest.mark.slow
+
+ROOT = metadata("root")
+RAISED = "xmc-priority-normal-normal"
+
+
+async def launch_contended(system: System, title: str = "contended sweep") -> list[str]:
+    """Three 40-CPU units; the first admitted before the others are created."""
+    api = system.ess.api
+    experiment = await api.CreateExperiment(
+        api_pb2.CreateExperimentRequest(experiment=Experiment(title=title)), metadata=ALICE
+    )
+    names = []
+    for index in range(3):
+        unit = forever_work_unit(40_000)
+        if index:
+            unit.priority = Priority.LOW
+        operation = await api.CreateWorkUnit(
+            api_pb2.CreateWorkUnitRequest(parent=experiment.name, work_unit=unit), metadata=ALICE
+        )
+        names.append(str(operation.name).split("/operations/")[0])
+        if not index:
+            await eventually(lambda: system.state(names[0]), WorkUnitState.RUNNING, within=60)
+    return names
+
+
+def queues(system: System) -> queue_pb2_grpc.QueueServiceStub:
+    return queue_pb2_grpc.QueueServiceStub(system.ess.channel)
+
+
+async def pending_units(system: System, name: str = "cluster-queue") -> list[tuple[int, str]]:
+    found = await queues(system).GetQueue(queue_pb2.GetQueueRequest(name=name), metadata=ALICE)
+    return [(w.position, w.work_unit) for w in found.pending]
+
+
+def workload_priority(system: System, unit: str) -> int | None:
+    jobset = system.jobset(unit)
+    for workload in system.sim.store.list(WORKLOAD):
+        owners = workload["metadata"].get("ownerReferences") or []
+        if jobset and any(o.get("uid") == jobset["metadata"]["uid"] for o in owners):
+            return int(workload["spec"].get("priority") or 0)
+    return None
+
+
+@pytest.fixture
+async def system(ess_factory: Any) -> Any:
+    async with running_system(ess_factory) as started:
+        yield started
+
+
+async def test_the_queue_view_and_an_admins_priority_change(system: System) -> None:
+    first, second, third = await launch_contended(system)
+    want = [(1, second), (2, third)]
+    assert await eventually(lambda: pending_units(system), want, within=30) == want
+
+    found = await queues(system).GetQueue(
+        queue_pb2.GetQueueRequest(name="cluster-queue"), metadata=ALICE
+    )
+    assert [w.work_unit for w in found.admitted] == [first]
+    admitted = found.admitted[0]
+    assert admitted.priority_class == RAISED and admitted.priority == 500
+    assert admitted.flavors == ["default-flavor"] and admitted.experiment_title == "contended sweep"
+    assert found.pending[0].priority_class == "xmc-priority-normal-low"
+    assert found.pending[0].message  # Kueue's why: insufficient unused quota
+    cpu = next(q for q in found.quotas if q.resource == "cpu")
+    assert (cpu.flavor, cpu.nominal_quota, cpu.reserved) == ("default-flavor", "64", "40")
+    assert found.local_queues == ["cpu-queue", "gpu-queue"]
+    assert (found.admitted_workloads, found.pending_workloads) == (1, 2)
+    # A LocalQueue's name resolves to its ClusterQueue, listing that LocalQueue's units.
+    assert await pending_units(system, "cpu-queue") == want
+
+    listed = await queues(system).ListQueues(queue_pb2.ListQueuesRequest(), metadata=ALICE)
+    assert [q.cluster_queue for q in listed.queues] == ["cluster-queue"]
+    assert not listed.queues[0].pending
+
+    # Refusals: a researcher, a class that is not XMC's, a queue that does not exist.
+    request = queue_pb2.SetWorkUnitPriorityRequest(name=third, priority_class=RAISED)
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await queues(system).SetWorkUnitPriority(request, metadata=ALICE)
+    assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    bad = queue_pb2.SetWorkUnitPriorityRequest(name=third, priority_class="urgent")
+    with pytest.raises(grpc.aio.AioRpcError) as invalid:
+        await queues(system).SetWorkUnitPriority(bad, metadata=ROOT)
+    assert invalid.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "priority_class" in (invalid.value.details() or "")
+    with pytest.raises(grpc.aio.AioRpcError) as missing:
+        await queues(system).GetQueue(queue_pb2.GetQueueRequest(name="nope"), metadata=ALICE)
+    assert missing.value.code() == grpc.StatusCode.NOT_FOUND
+
+    # The admin's change: the JobSet's label, the Workload's priority, the queue's order.
+    changed = await queues(system).SetWorkUnitPriority(request, metadata=ROOT)
+    assert (changed.priority_class, changed.execution_id) == (RAISED, 1)
+
+    def label() -> str:
+        return ((system.jobset(third) or {})["metadata"].get("labels") or {}).get(PRIORITY_CLASS)
+
+    assert await eventually(label, RAISED, within=30) == RAISED
+    assert await eventually(lambda: workload_priority(system, third), 500, within=30) == 500
+    moved = [(1, third), (2, second)]
+    assert await eventually(lambda: pending_units(system), moved, within=30) == moved
+    assert await system.state(first) == WorkUnitState.RUNNING  # equal priority: no preemption
+
+
+async def test_the_queue_view_over_rest(system: System) -> None:
+    first, second, third = await launch_contended(system, "rest sweep")
+    want = [(1, second), (2, third)]
+    assert await eventually(lambda: pending_units(system), want, within=30) == want
+    # The REST face takes the caller's own token (the UI's default is for pages only).
+    alice = {"Authorization": "Bearer token-alice"}
+    session = aiohttp.ClientSession(headers=alice)
+    async with running_ui(system.ess.channel) as base, session as http:
+        async with http.get(f"{base}/v1/queues") as answer:
+            assert answer.status == 200
+            body = await answer.json()
+        assert [q["clusterQueue"] for q in body["queues"]] == ["cluster-queue"]
+        async with http.get(f"{base}/v1/queues/cluster-queue") as answer:
+            one = await answer.json()
+        assert [w["workUnit"] for w in one["pending"]] == [second, third]
+        assert [w["position"] for w in one["pending"]] == [1, 2]
+        async with http.get(f"{base}/v1/queues/nope") as answer:
+            assert answer.status == 404
+        url = f"{base}/v1/{third}:setPriority"
+        async with http.post(url, json={"priorityClass": RAISED}) as answer:
+            assert answer.status == 403  # alice is no admin
+        root = {"Authorization": "Bearer token-root"}
+        async with http.post(url, json={"priorityClass": RAISED}, headers=root) as answer:
+            assert answer.status == 200, await answer.text()
+            assert (await answer.json())["priorityClass"] == RAISED
+    moved = [(1, third), (2, second)]
+    assert await eventually(lambda: pending_units(system), moved, within=30) == moved

@@ -18,7 +18,7 @@ import pytest
 
 from kubesim.resources import WORKLOAD
 from tests.integration.ess_harness import metadata
-from tests.integration.support import forever_work_unit
+from tests.integration.support import fetch_all, forever_work_unit
 from tests.integration.system import ALICE, System, running_system
 from tests.integration.ui_support import running_ui
 from tests.waiting import eventually
@@ -89,8 +89,8 @@ async def test_the_queue_view_and_an_admins_priority_change(system: System) -> N
     )
     assert [w.work_unit for w in found.admitted] == [first]
     admitted = found.admitted[0]
-    assert admitted.priority_class == RAISED and admitted.priority == 500
-    assert admitted.flavors == ["default-flavor"] and admitted.experiment_title == "contended sweep"
+    assert (admitted.priority_class, admitted.priority) == (RAISED, 500)
+    assert (admitted.flavors, admitted.experiment_title) == (["default-flavor"], "contended sweep")
     assert found.pending[0].priority_class == "xmc-priority-normal-low"
     assert found.pending[0].message  # Kueue's why: insufficient unused quota
     cpu = next(q for q in found.quotas if q.resource == "cpu")
@@ -130,10 +130,19 @@ async def test_the_queue_view_and_an_admins_priority_change(system: System) -> N
     moved = [(1, third), (2, second)]
     assert await eventually(lambda: pending_units(system), moved, within=30) == moved
     assert await system.state(first) == WorkUnitState.RUNNING  # equal priority: no preemption
+    # The intent is in Postgres: its task's outbox row (kind SET_PRIORITY), carried out.
+    xid, wid = (int(p) for p in third.split("/")[1::2])
+    rows = await fetch_all(
+        system.ess.database_url,
+        "SELECT status, outcome FROM task_outbox WHERE xid = $1 AND wid = $2 AND kind = 5",
+        xid,
+        wid,
+    )
+    assert [(r["status"], r["outcome"]) for r in rows] == [("finished", "done")]
 
 
 async def test_the_queue_view_over_rest(system: System) -> None:
-    first, second, third = await launch_contended(system, "rest sweep")
+    _, second, third = await launch_contended(system, "rest sweep")
     want = [(1, second), (2, third)]
     assert await eventually(lambda: pending_units(system), want, within=30) == want
     # The REST face takes the caller's own token (the UI's default is for pages only).

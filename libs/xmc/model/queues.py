@@ -261,29 +261,27 @@ def experiment_ids(workloads: Iterable[Obj]) -> list[int]:
     return sorted(xids)
 
 
-#: States whose execution has a JobSet an admin's priority change can relabel.
-_RELABELLABLE: frozenset[WorkUnitState] = frozenset(
+#: States in which no JobSet of the execution can be relabelled: none exists while
+#: scheduling is paused (the parked create carries the unit's own class), and a relabel of
+#: one stopping or ended would move its last-edit label past the pending delete.
+_NOT_RELABELLABLE: frozenset[WorkUnitState] = frozenset(
     {
-        WorkUnitState.SCHEDULING,
-        WorkUnitState.STARTING,
-        WorkUnitState.RUNNING,
-        WorkUnitState.PARTIALLY_FAILED,
-        WorkUnitState.DESCHEDULING,
+        WorkUnitState.SCHEDULING_PAUSED,
+        WorkUnitState.STOPPING,
+        WorkUnitState.STOPPED,
+        WorkUnitState.COMPLETED,
+        WorkUnitState.FAILED,
     }
 )
 
 
 def priority_change_problem(state: WorkUnitState) -> str | None:
     """Why a unit in ``state`` cannot get another priority class now, or None when it
-    can. Before its JobSet exists the task would find nothing to relabel (and the create
-    still to come carries the unit's own class); once it is stopping or ended, a relabel
-    would move the last-edit label past the pending delete."""
-    if state in _RELABELLABLE:
+    can. INITIALIZING and RESTARTING are allowed: the stored state lags the cluster, and a
+    unit already waiting in Kueue's queue may not have been observed yet (a change that
+    meets no JobSet is skipped by the Actuator)."""
+    if state not in _NOT_RELABELLABLE:
         return None
-    if state in (
-        WorkUnitState.INITIALIZING,
-        WorkUnitState.RESTARTING,
-        WorkUnitState.SCHEDULING_PAUSED,
-    ):
-        return f"its execution is {state.name}: its JobSet is not created yet"
+    if state is WorkUnitState.SCHEDULING_PAUSED:
+        return "scheduling is paused: its JobSet is not created yet"
     return f"its execution is {state.name}: its JobSet is going or gone"

@@ -19,15 +19,15 @@ Row = dict[str, Any]
 
 
 def fill_percent(used: str, nominal: str) -> int | None:
-    """``used`` of ``nominal`` in whole percent (above 100 when borrowing); None when
-    either is not a quantity or nothing is nominal."""
+    """``used`` of ``nominal`` in whole percent, rounded down (above 100 when borrowing);
+    None when either is not a quantity or nothing is nominal."""
     try:
         amount, whole = parse_quantity(used or "0"), parse_quantity(nominal)
     except ValueError:
         return None
     if whole <= 0:
         return None
-    return int((amount * 100 / whole).to_integral_value())
+    return int(amount * 100 / whole)
 
 
 def quota_row(quota: FlavorQuota) -> Row:

@@ -454,6 +454,13 @@ def patch(*, queue: str | None = None, priority: str = "xmc-priority-high-low") 
     return {"metadata": {"labels": patch_labels}}
 
 
+def admin_change(priority_class: str) -> Task:
+    changed = task(Task.SET_PRIORITY)
+    changed.payload.priority_class = priority_class
+    changed.payload.requested_by = "root@example.com"
+    return changed
+
+
 @pytest.mark.parametrize(
     ("jobset", "the_task", "expected"),
     [
@@ -528,6 +535,28 @@ def patch(*, queue: str | None = None, priority: str = "xmc-priority-high-low") 
                 UID,
             ),
             id="older execution is aligned and patched",
+        ),
+        pytest.param(
+            live("3", suspend=True),
+            admin_change("xmc-priority-high-high"),
+            UpdateDecision(
+                UpdateAction.PATCH, PATCH_REASON, patch(priority="xmc-priority-high-high"), UID
+            ),
+            id="an admin's SET_PRIORITY: its class, never the queue",
+        ),
+        pytest.param(
+            live("3", last_edit=LATER),
+            admin_change("xmc-priority-low-low"),
+            UpdateDecision(UpdateAction.STALE_REQUEST, STALE_REASON),
+            id="SET_PRIORITY older than the last edit is rejected",
+        ),
+        pytest.param(
+            live("4"),
+            admin_change("xmc-priority-low-low"),
+            UpdateDecision(
+                UpdateAction.SUPERSEDED, "JobSet runs execution 4, newer than the target 3"
+            ),
+            id="SET_PRIORITY of an older execution: skip",
         ),
     ],
 )

@@ -37,7 +37,7 @@ Obj = dict[str, Any]
 
 #: (apiGroup, resource, verb) each service's ServiceAccount needs, from the calls in
 #: services/actuator/kube.py, services/reconciler/{watch,app,leader,log_capture}.py and
-#: services/ess/live_logs.py.
+#: services/ess/live_logs.py and queues.py.
 ACTUATOR_NEEDS = {
     ("jobset.x-k8s.io", "jobsets", v) for v in ("get", "create", "delete", "patch")
 } | {
@@ -52,8 +52,14 @@ RECONCILER_NEEDS = (
     | {("coordination.k8s.io", "leases", v) for v in ("get", "create", "update")}
     | {("visibility.kueue.x-k8s.io", "localqueues/pendingworkloads", "get")}
 )
-#: The ESS only reads a live execution's pods and their logs.
-ESS_NEEDS = {("", "pods", "get"), ("", "pods", "list"), ("", "pods/log", "get")}
+#: The ESS only reads: a live execution's pods and their logs (services/ess/live_logs.py),
+#: and Kueue's queues, Workloads and pending positions (services/ess/queues.py).
+ESS_NEEDS = (
+    {("", "pods", "get"), ("", "pods", "list"), ("", "pods/log", "get")}
+    | {("kueue.x-k8s.io", r, v) for r in ("clusterqueues", "localqueues", "workloads")
+       for v in ("get", "list")}
+    | {("visibility.kueue.x-k8s.io", "localqueues/pendingworkloads", "get")}
+)  # fmt: skip
 #: Kinds without a namespace among those k8s/ ships.
 CLUSTER_SCOPED = {
     "Namespace",

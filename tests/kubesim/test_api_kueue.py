@@ -86,7 +86,7 @@ def slow_to_stop(rjob: Obj, grace_seconds: int = 120) -> Obj:
     return rjob
 
 
-async def patch_labels(cluster: Cluster, name: str, labels: dict[str, str]) -> None:
+async def patch_labels(cluster: Cluster, name: str, labels: dict[str, str | None]) -> None:
     await cluster.custom.patch_namespaced_custom_object(
         "jobset.x-k8s.io",
         "v1alpha2",
@@ -261,6 +261,27 @@ async def test_changing_the_priority_class_of_an_admitted_jobset_updates_its_wor
     assert workload["spec"]["priorityClassName"] == HIGH
     assert workload["spec"]["priorityClassRef"]["name"] == HIGH
     assert condition_is(workload, "Admitted"), "a priority change does not evict"
+
+
+async def test_an_admitted_workload_keeps_its_class_when_the_label_goes(cluster: Cluster) -> None:
+    """Kueue's CEL rule (``priorityClassRef`` cannot be removed while quota is reserved):
+    upstream's update is refused, so the Workload keeps its class and priority."""
+    await cluster.create_jobset(
+        make_jobset("job", replicated_job(behavior=FOREVER), priority_class=LOW)
+    )
+    await eventually(lambda: _admitted(cluster, "job"), what="the JobSet to be admitted")
+    before = await cluster.workload_of("job")
+    await patch_labels(cluster, "job", {"kueue.x-k8s.io/priority-class": None})
+    await patch_labels(cluster, "job", {"xmc.test/touched": "1"})  # another reconcile
+
+    async def seen() -> Obj | None:
+        jobset = await cluster.jobset("job")
+        touched = (jobset["metadata"].get("labels") or {}).get("xmc.test/touched")
+        return await cluster.workload_of("job") if touched else None
+
+    workload = await eventually(seen, what="the JobSet's next reconcile")
+    assert workload["spec"]["priorityClassRef"] == before["spec"]["priorityClassRef"]
+    assert workload["spec"]["priority"] == before["spec"]["priority"]
 
 
 async def test_a_missing_workload_priority_class_creates_no_workload(cluster: Cluster) -> None:

@@ -217,14 +217,16 @@ class KueueController:
         self._update_workload_spec(workload, {"queueName": queue})
 
     def _sync_priority(self, jobset: Mapping[str, Any], workload: Mapping[str, Any]) -> None:
-        """Upstream ``UpdateWorkloadPriority``: a changed class name is resolved and
-        written (while the class is missing nothing changes); a Workload that reserved
-        quota without a class cannot be given one."""
+        """Upstream ``UpdateWorkloadPriority`` (v0.17.0, docs/kubesim.md): a changed class
+        name is resolved and written (while the class is missing nothing changes). While
+        quota is reserved the CRD's CEL rule refuses adding or removing
+        ``priorityClassRef``: a Workload admitted without a class cannot be given one, nor
+        one admitted with a class lose it (upstream's update fails and is retried)."""
         class_name = (jobset["metadata"].get("labels") or {}).get(PRIORITY_CLASS_LABEL, "")
         spec = workload.get("spec") or {}
         if class_name == spec.get("priorityClassName", ""):
             return
-        if not spec.get("priorityClassName") and is_admitted(workload):
+        if (not spec.get("priorityClassName") or not class_name) and is_admitted(workload):
             return
         priority = self._priority(jobset)
         if priority is None:

@@ -108,6 +108,14 @@ class Intents:
             operation_time=self._clock(),
         )
 
+    def _current(self, kind: TaskKind, work_unit: WorkUnit, experiment: Experiment) -> Task:
+        """A task on the unit's current execution that carries no Operation (UPDATE and
+        SET_PRIORITY: a relabel, not a new execution)."""
+        eid = _eid(work_unit)
+        return self._task(
+            kind, "", work_unit, target_eid=eid, eid=eid, experiment_priority=experiment.priority
+        )
+
     async def _enqueue(self, conn: Connection, tasks: Sequence[Task]) -> None:
         """Put tasks in the outbox, in the caller's transaction."""
         await enqueue_tasks(conn, tasks, now=self._clock())
@@ -291,15 +299,7 @@ class Intents:
             state = WorkUnitState(updated.current_work_unit_execution.status.state)
             patch = "priority" in paths and state not in _NO_UPDATE_STATES
             if patch:
-                task = self._task(
-                    TaskKind.UPDATE,
-                    "",
-                    updated,
-                    target_eid=_eid(updated),
-                    eid=_eid(updated),
-                    experiment_priority=experiment.priority,
-                )
-                await self._enqueue(conn, [task])
+                await self._enqueue(conn, [self._current(TaskKind.UPDATE, updated, experiment)])
         if patch:
             self.tasks_committed()
         return updated
@@ -327,14 +327,7 @@ class Intents:
                 raise FailedPreconditionError(
                     f"name: work unit {wid} of experiment {xid}: {problem}"
                 )
-            task = self._task(
-                TaskKind.SET_PRIORITY,
-                "",
-                work_unit,
-                target_eid=_eid(work_unit),
-                eid=_eid(work_unit),
-                experiment_priority=experiment.priority,
-            )
+            task = self._current(TaskKind.SET_PRIORITY, work_unit, experiment)
             task.payload.priority_class = priority_class
             task.payload.requested_by = identity.email
             await self._enqueue(conn, [task])

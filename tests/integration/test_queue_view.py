@@ -122,8 +122,10 @@ async def test_the_queue_view_and_an_admins_priority_change(system: System) -> N
     changed = await queues(system).SetWorkUnitPriority(request, metadata=ROOT)
     assert (changed.priority_class, changed.execution_id) == (RAISED, 1)
 
-    def label() -> str:
-        return ((system.jobset(third) or {})["metadata"].get("labels") or {}).get(PRIORITY_CLASS)
+    def label() -> str | None:
+        jobset = system.jobset(third) or {"metadata": {}}
+        found: str | None = (jobset["metadata"].get("labels") or {}).get(PRIORITY_CLASS)
+        return found
 
     assert await eventually(label, RAISED, within=30) == RAISED
     assert await eventually(lambda: workload_priority(system, third), 500, within=30) == 500

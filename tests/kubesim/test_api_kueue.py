@@ -271,6 +271,7 @@ async def test_an_admitted_workload_keeps_its_class_when_the_label_goes(cluster:
     )
     await eventually(lambda: _admitted(cluster, "job"), what="the JobSet to be admitted")
     before = await cluster.workload_of("job")
+    assert before is not None
     await patch_labels(cluster, "job", {"kueue.x-k8s.io/priority-class": None})
     await patch_labels(cluster, "job", {"xmc.test/touched": "1"})  # another reconcile
 
@@ -279,7 +280,7 @@ async def test_an_admitted_workload_keeps_its_class_when_the_label_goes(cluster:
         touched = (jobset["metadata"].get("labels") or {}).get("xmc.test/touched")
         return await cluster.workload_of("job") if touched else None
 
-    workload = await eventually(seen, what="the JobSet's next reconcile")
+    workload: Obj = await eventually(seen, what="the JobSet's next reconcile")
     assert workload["spec"]["priorityClassRef"] == before["spec"]["priorityClassRef"]
     assert workload["spec"]["priority"] == before["spec"]["priority"]
 

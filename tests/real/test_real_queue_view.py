@@ -38,8 +38,8 @@ async def test_the_queue_view_from_the_real_kueue_and_a_priority_change(
         if index:
             unit.priority = Priority.LOW
         units.append(await client.create(experiment, unit))
-        want = S.RUNNING if not index else S.SCHEDULING
-        await eventually(lambda: client.state(units[-1]), want, within=90, every=POLL)
+        state = S.RUNNING if not index else S.SCHEDULING
+        await eventually(lambda: client.state(units[-1]), state, within=90, every=POLL)
     first, second, third = units
 
     async def pending() -> list[tuple[int, str]]:
@@ -73,7 +73,7 @@ async def test_the_queue_view_from_the_real_kueue_and_a_priority_change(
 
     assert await eventually(label, RAISED, within=60, every=POLL) == RAISED
 
-    async def workload_priority() -> tuple[int, str]:
+    async def workload_priority() -> tuple[Any, Any]:
         workload = await _workload_of(admin, jobset_name(third))
         spec = workload["spec"]
         return spec.get("priority"), (spec.get("priorityClassRef") or {}).get("name")

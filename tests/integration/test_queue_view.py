@@ -20,6 +20,7 @@ from kubesim.resources import WORKLOAD
 from tests.integration.ess_harness import metadata
 from tests.integration.support import fetch_all, forever_work_unit
 from tests.integration.system import ALICE, System, running_system
+from tests.integration.test_cli import xmc, xmc_json
 from tests.integration.ui_support import running_ui
 from tests.waiting import eventually
 from xmc.labels import PRIORITY_CLASS
@@ -143,7 +144,7 @@ async def test_the_queue_view_and_an_admins_priority_change(system: System) -> N
     assert [(r["status"], r["outcome"]) for r in rows] == [("finished", "done")]
 
 
-async def test_the_queue_view_over_rest(system: System) -> None:
+async def test_the_queue_view_over_rest_and_the_cli(system: System) -> None:
     _, second, third = await launch_contended(system, "rest sweep")
     want = [(1, second), (2, third)]
     assert await eventually(lambda: pending_units(system), want, within=30) == want
@@ -170,3 +171,24 @@ async def test_the_queue_view_over_rest(system: System) -> None:
             assert (await answer.json())["priorityClass"] == RAISED
     moved = [(1, third), (2, second)]
     assert await eventually(lambda: pending_units(system), moved, within=30) == moved
+
+    # The CLI: every queue's quota, one queue's order, an admin's change.
+    listed = await xmc_json(system.ess, "queue")
+    assert [q["cluster_queue"] for q in listed["queues"]] == ["cluster-queue"]
+    table = await xmc(system.ess, "queue", "cpu-queue")
+    assert table.exit_code == 0, table.output
+    assert third in table.stdout, table.stdout
+    higher = "xmc-priority-normal-high"  # above the first's: may preempt it
+    refused = await xmc(system.ess, "wu", "set-priority", second, higher)
+    assert refused.exit_code != 0
+    assert "PERMISSION_DENIED" in refused.output
+    short = second.removeprefix("experiments/").replace("/workUnits/", "/")  # "1/2"
+    changed = await xmc_json(system.ess, "wu", "set-priority", short, higher, token="token-root")
+    assert (changed["name"], changed["priority_class"]) == (second, higher)
+
+    async def relabelled() -> str | None:
+        found = await xmc_json(system.ess, "queue", "cluster-queue")
+        rows = found.get("admitted", []) + found.get("pending", [])
+        return next((w.get("priority_class") for w in rows if w["work_unit"] == second), None)
+
+    assert await eventually(relabelled, higher, within=30) == higher

@@ -40,6 +40,7 @@ import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
 
+from kubesim.server import KubeSim
 from tests.integration.ess_harness import SIGNING_KEY
 from tests.integration.test_ui_rest import _client
 from tests.servers import REDIS_URL
@@ -95,8 +96,13 @@ class Live:
 @pytest.fixture
 async def live(database_url: str, tmp_path: Path) -> AsyncIterator[Live]:
     """An ESS (authentication on: one static token) and an xmc-ui in front of it, as OS
-    processes; their logs are printed when the test fails."""
-    ess_port, ui_port, no_cluster = free_ports(3)
+    processes, and a kubesim for the ESS's cluster reads; their logs are printed when the
+    test fails."""
+    ess_port, ui_port = free_ports(2)
+    # The cluster: a kubesim with its default queues (the queue routes read them), and
+    # no pods (a live log read finds none).
+    sim = KubeSim(controllers=True)
+    await sim.start()
     prefix = f"openapi-{uuid.uuid4().hex[:8]}:"
     env = {
         **os.environ,
@@ -107,9 +113,7 @@ async def live(database_url: str, tmp_path: Path) -> AsyncIterator[Live]:
         "XMC_TASK_SIGNING_KEY": SIGNING_KEY,
         "XMC_AUTH_STATIC_TOKENS": f"{TOKEN}=alice@example.com",
         "XMC_STREAM_PREFIX": prefix,
-        # No cluster: a live log read finds it unreachable at once, whatever kubeconfig
-        # the machine has.
-        "XMC_KUBE_URL": f"http://127.0.0.1:{no_cluster}",
+        "XMC_KUBE_URL": sim.url,
     }
     logs = {name: (tmp_path / f"{name}.log").open("wb") for name in ("ess", "ui")}
     ess = await asyncio.create_subprocess_exec(
@@ -128,6 +132,7 @@ async def live(database_url: str, tmp_path: Path) -> AsyncIterator[Live]:
             if process.returncode is None:
                 process.send_signal(signal.SIGTERM)
             await asyncio.wait_for(process.wait(), timeout=30)
+        await sim.stop()
         for log in logs.values():
             log.close()
         client = aioredis.from_url(REDIS_URL)

@@ -16,7 +16,7 @@ transaction that checks the unit (:meth:`ess.intents.Intents.set_priority`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -38,6 +38,7 @@ from xmc.model.queues import (
     Positions,
     experiment_ids,
     local_queues_of,
+    named,
     queue_message,
     resolve_queue,
 )
@@ -55,7 +56,9 @@ MAX_NAME = 253
 
 
 class QueueService(queue_pb2_grpc.QueueServiceServicer):
-    def __init__(self, store: Store, intents: Intents, kube: LazyKube, *, clock: Any) -> None:
+    def __init__(
+        self, store: Store, intents: Intents, kube: LazyKube, *, clock: Callable[[], datetime]
+    ) -> None:
         self._store = store
         self._intents = intents
         self._kube = kube
@@ -66,7 +69,7 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
     ) -> queue_pb2.ListQueuesResponse:
         kube = await self._client()
         cluster_queues, local_queues = await self._queues(kube)
-        now: datetime = self._clock()
+        now = self._clock()
         queues = [
             queue_message(cq, local_queues, (), Positions({}), now=now, with_workloads=False)
             for cq in sorted(cluster_queues, key=lambda cq: as_str(metadata_of(cq).get("name")))
@@ -80,18 +83,16 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
         kube = await self._client()
         cluster_queues, local_queues = await self._queues(kube)
         ref = resolve_queue(name, cluster_queues, local_queues)
-        cluster_queue = next(
-            (
-                cq
-                for cq in cluster_queues
-                if metadata_of(cq).get("name") == (ref and ref.cluster_queue)
-            ),
-            None,
-        )
-        if ref is None or cluster_queue is None:
+        if ref is None:
             raise NotFoundError(
                 f"name: no ClusterQueue, nor LocalQueue in namespace {self._kube.namespace}, "
                 f"named {name!r}"
+            )
+        cluster_queue = named(cluster_queues, ref.cluster_queue)
+        if cluster_queue is None:
+            raise NotFoundError(
+                f"name: LocalQueue {name!r} submits to ClusterQueue "
+                f"{ref.cluster_queue!r}, which does not exist"
             )
         feeding = (
             [ref.local_queue]

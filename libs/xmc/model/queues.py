@@ -35,16 +35,19 @@ class QueueRef:
     local_queue: str = ""
 
 
+def named(objects: Iterable[Obj], name: str) -> Obj | None:
+    """The object called ``name`` among ``objects``, or None."""
+    return next((o for o in objects if metadata_of(o).get("name") == name), None)
+
+
 def resolve_queue(
     name: str, cluster_queues: Iterable[Obj], local_queues: Iterable[Obj]
 ) -> QueueRef | None:
     """A ClusterQueue's name wins over a LocalQueue's; None when neither has it."""
-    if any(metadata_of(cq).get("name") == name for cq in cluster_queues):
+    if named(cluster_queues, name) is not None:
         return QueueRef(name)
-    for lq in local_queues:
-        if metadata_of(lq).get("name") == name:
-            return QueueRef(cluster_queue_of(lq), name)
-    return None
+    local = named(local_queues, name)
+    return QueueRef(cluster_queue_of(local), name) if local is not None else None
 
 
 def cluster_queue_of(local_queue: Obj) -> str:

@@ -33,6 +33,8 @@ from ess.logs import LogService
 from ess.manifests import SpecService
 from ess.notifications import NotificationService
 from ess.operations_service import OperationsService
+from ess.quota_service import QuotaService
+from ess.quotas import QuotaGate
 from ess.relay import OutboxRelay
 from ess.resume import ResumeWorker
 from ess.retries import Retries
@@ -50,6 +52,7 @@ from xmc.model.outbox import RelaySettings
 from xmc.model.retries import DEFAULT_PER_MINUTE
 from xmc.model.watch import EXPERIMENT_EVENT_RETENTION
 from xmc.model.webhooks import WebhookSettings
+from xmc.quota_settings import QuotaSettings
 from xmc.redis_client import connect_redis
 from xmc.settings import LogSettings, Settings, XmcSettings
 from xmc.store.transactions import (
@@ -78,6 +81,8 @@ from xmc_api.xmc.v1 import (
     logs_pb2_grpc,
     notifications_pb2,
     notifications_pb2_grpc,
+    quota_pb2,
+    quota_pb2_grpc,
     retry_pb2,
     retry_pb2_grpc,
     spec_pb2,
@@ -106,6 +111,7 @@ SERVICE_NAMES = (
     watch_pb2.DESCRIPTOR.services_by_name["WatchService"].full_name,
     retry_pb2.DESCRIPTOR.services_by_name["RetryService"].full_name,
     notifications_pb2.DESCRIPTOR.services_by_name["NotificationService"].full_name,
+    quota_pb2.DESCRIPTOR.services_by_name["QuotaService"].full_name,
 )
 
 
@@ -137,6 +143,8 @@ class EssOptions:
     webhooks: WebhookSettings = field(default_factory=WebhookSettings)
     #: The dashboard's base URL, linked from notifications; empty: no link.
     dashboard_url: str = ""
+    #: Default limits and the limits table's reread interval (docs/quotas.md).
+    quotas: QuotaSettings = field(default_factory=QuotaSettings)
 
     @classmethod
     def from_settings(cls, settings: XmcSettings) -> EssOptions:
@@ -149,6 +157,7 @@ class EssOptions:
             logs=settings.logs,
             retries_per_minute=settings.retries.per_minute,
             dashboard_url=settings.ui.public_url,
+            quotas=settings.quotas,
         )
 
 
@@ -222,7 +231,16 @@ class EssServer:
         relay = self.relay = OutboxRelay(
             self.store, self.redis, names, publisher, clock=self.clock, settings=options.relay
         )
-        intents = self._intents = Intents(self.store, clock=self.clock, committed=relay.wake)
+        gate = QuotaGate(
+            self.store,
+            default=options.quotas.default,
+            refresh_seconds=options.quotas.refresh_seconds,
+            clock=self.clock,
+        )
+        await gate.load()
+        intents = self._intents = Intents(
+            self.store, clock=self.clock, committed=relay.wake, quotas=gate
+        )
 
         auth = options.auth
         if auth.jwks_url:
@@ -243,7 +261,7 @@ class EssServer:
             ],
         )
         api_pb2_grpc.add_ExperimentStateServiceServicer_to_server(
-            ExperimentStateService(self.store, intents, clock=self.clock), server
+            ExperimentStateService(self.store, intents, clock=self.clock, quotas=gate), server
         )
         operations_grpc_pb2.add_OperationsServicer_to_server(
             OperationsService(self.store, clock=self.clock), server
@@ -278,6 +296,7 @@ class EssServer:
         notifications_pb2_grpc.add_NotificationServiceServicer_to_server(
             NotificationService(self.store, clock=self.clock), server
         )
+        quota_pb2_grpc.add_QuotaServiceServicer_to_server(QuotaService(self.store, gate), server)
         health_servicer = self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         reflection.enable_server_reflection(
@@ -319,6 +338,7 @@ class EssServer:
             asyncio.create_task(self._janitor(), name="janitor"),
             asyncio.create_task(hub.run(self._stop), name="watch-hub"),
             asyncio.create_task(webhooks.run(self._stop), name="webhook-worker"),
+            asyncio.create_task(gate.run(self._stop), name="quota-refresh"),
         ]
         if self.jwks is not None:
             # Not awaited here: probes and static tokens answer while the issuer is slow;

@@ -35,15 +35,15 @@ class QuotaServiceStub:
         Args:
             channel: A grpc.Channel.
         """
-        self.GetQuota = channel.unary_unary(
-                '/xmc.v1.QuotaService/GetQuota',
-                request_serializer=xmc__api_dot_xmc_dot_v1_dot_quota__pb2.GetQuotaRequest.SerializeToString,
-                response_deserializer=xmc__api_dot_xmc_dot_v1_dot_quota__pb2.Quota.FromString,
-                _registered_method=True)
         self.ListQuotas = channel.unary_unary(
                 '/xmc.v1.QuotaService/ListQuotas',
                 request_serializer=xmc__api_dot_xmc_dot_v1_dot_quota__pb2.ListQuotasRequest.SerializeToString,
                 response_deserializer=xmc__api_dot_xmc_dot_v1_dot_quota__pb2.ListQuotasResponse.FromString,
+                _registered_method=True)
+        self.GetQuota = channel.unary_unary(
+                '/xmc.v1.QuotaService/GetQuota',
+                request_serializer=xmc__api_dot_xmc_dot_v1_dot_quota__pb2.GetQuotaRequest.SerializeToString,
+                response_deserializer=xmc__api_dot_xmc_dot_v1_dot_quota__pb2.Quota.FromString,
                 _registered_method=True)
         self.SetQuota = channel.unary_unary(
                 '/xmc.v1.QuotaService/SetQuota',
@@ -65,16 +65,16 @@ class QuotaServiceStub:
 class QuotaServiceServicer:
     """Missing associated documentation comment in .proto file."""
 
-    def GetQuota(self, request, context):
-        """The limits that apply to a principal and its usage now (a principal without a quota
-        of its own answers with the limits it gets, and where they come from).
+    def ListQuotas(self, request, context):
+        """Every quota an admin set. (Before GetQuota: its rule would take /v1/quotas too.)
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def ListQuotas(self, request, context):
-        """Every quota an admin set.
+    def GetQuota(self, request, context):
+        """The limits that apply to a principal and its usage now (a principal without a quota
+        of its own answers with the limits it gets, and where they come from).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -106,15 +106,15 @@ class QuotaServiceServicer:
 
 def add_QuotaServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
-            'GetQuota': grpc.unary_unary_rpc_method_handler(
-                    servicer.GetQuota,
-                    request_deserializer=xmc__api_dot_xmc_dot_v1_dot_quota__pb2.GetQuotaRequest.FromString,
-                    response_serializer=xmc__api_dot_xmc_dot_v1_dot_quota__pb2.Quota.SerializeToString,
-            ),
             'ListQuotas': grpc.unary_unary_rpc_method_handler(
                     servicer.ListQuotas,
                     request_deserializer=xmc__api_dot_xmc_dot_v1_dot_quota__pb2.ListQuotasRequest.FromString,
                     response_serializer=xmc__api_dot_xmc_dot_v1_dot_quota__pb2.ListQuotasResponse.SerializeToString,
+            ),
+            'GetQuota': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetQuota,
+                    request_deserializer=xmc__api_dot_xmc_dot_v1_dot_quota__pb2.GetQuotaRequest.FromString,
+                    response_serializer=xmc__api_dot_xmc_dot_v1_dot_quota__pb2.Quota.SerializeToString,
             ),
             'SetQuota': grpc.unary_unary_rpc_method_handler(
                     servicer.SetQuota,
@@ -143,33 +143,6 @@ class QuotaService:
     """Missing associated documentation comment in .proto file."""
 
     @staticmethod
-    def GetQuota(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/xmc.v1.QuotaService/GetQuota',
-            xmc__api_dot_xmc_dot_v1_dot_quota__pb2.GetQuotaRequest.SerializeToString,
-            xmc__api_dot_xmc_dot_v1_dot_quota__pb2.Quota.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
     def ListQuotas(request,
             target,
             options=(),
@@ -186,6 +159,33 @@ class QuotaService:
             '/xmc.v1.QuotaService/ListQuotas',
             xmc__api_dot_xmc_dot_v1_dot_quota__pb2.ListQuotasRequest.SerializeToString,
             xmc__api_dot_xmc_dot_v1_dot_quota__pb2.ListQuotasResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetQuota(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/xmc.v1.QuotaService/GetQuota',
+            xmc__api_dot_xmc_dot_v1_dot_quota__pb2.GetQuotaRequest.SerializeToString,
+            xmc__api_dot_xmc_dot_v1_dot_quota__pb2.Quota.FromString,
             options,
             channel_credentials,
             insecure,

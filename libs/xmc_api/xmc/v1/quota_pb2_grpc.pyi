@@ -42,12 +42,12 @@ class QuotaServiceStub:
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> QuotaServiceAsyncStub: ...
+    ListQuotas: _grpc.UnaryUnaryMultiCallable[_quota_pb2.ListQuotasRequest, _quota_pb2.ListQuotasResponse]
+    """Every quota an admin set. (Before GetQuota: its rule would take /v1/quotas too.)"""
     GetQuota: _grpc.UnaryUnaryMultiCallable[_quota_pb2.GetQuotaRequest, _quota_pb2.Quota]
     """The limits that apply to a principal and its usage now (a principal without a quota
     of its own answers with the limits it gets, and where they come from).
     """
-    ListQuotas: _grpc.UnaryUnaryMultiCallable[_quota_pb2.ListQuotasRequest, _quota_pb2.ListQuotasResponse]
-    """Every quota an admin set."""
     SetQuota: _grpc.UnaryUnaryMultiCallable[_quota_pb2.SetQuotaRequest, _quota_pb2.Quota]
     """Set a principal's limits (replacing all four: a limit left unset is unlimited). It
     binds at once on the ESS that served it, within XMC_QUOTA_REFRESH_SECONDS on others.
@@ -62,12 +62,12 @@ class QuotaServiceStub:
 @_typing.type_check_only
 class QuotaServiceAsyncStub(QuotaServiceStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
+    ListQuotas: _aio.UnaryUnaryMultiCallable[_quota_pb2.ListQuotasRequest, _quota_pb2.ListQuotasResponse]  # type: ignore[assignment]
+    """Every quota an admin set. (Before GetQuota: its rule would take /v1/quotas too.)"""
     GetQuota: _aio.UnaryUnaryMultiCallable[_quota_pb2.GetQuotaRequest, _quota_pb2.Quota]  # type: ignore[assignment]
     """The limits that apply to a principal and its usage now (a principal without a quota
     of its own answers with the limits it gets, and where they come from).
     """
-    ListQuotas: _aio.UnaryUnaryMultiCallable[_quota_pb2.ListQuotasRequest, _quota_pb2.ListQuotasResponse]  # type: ignore[assignment]
-    """Every quota an admin set."""
     SetQuota: _aio.UnaryUnaryMultiCallable[_quota_pb2.SetQuotaRequest, _quota_pb2.Quota]  # type: ignore[assignment]
     """Set a principal's limits (replacing all four: a limit left unset is unlimited). It
     binds at once on the ESS that served it, within XMC_QUOTA_REFRESH_SECONDS on others.
@@ -81,6 +81,14 @@ class QuotaServiceAsyncStub(QuotaServiceStub):
 
 class QuotaServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
+    def ListQuotas(
+        self,
+        request: _quota_pb2.ListQuotasRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_quota_pb2.ListQuotasResponse, _abc.Awaitable[_quota_pb2.ListQuotasResponse]]:
+        """Every quota an admin set. (Before GetQuota: its rule would take /v1/quotas too.)"""
+
+    @_abc_1.abstractmethod
     def GetQuota(
         self,
         request: _quota_pb2.GetQuotaRequest,
@@ -89,14 +97,6 @@ class QuotaServiceServicer(metaclass=_abc_1.ABCMeta):
         """The limits that apply to a principal and its usage now (a principal without a quota
         of its own answers with the limits it gets, and where they come from).
         """
-
-    @_abc_1.abstractmethod
-    def ListQuotas(
-        self,
-        request: _quota_pb2.ListQuotasRequest,
-        context: _ServicerContext,
-    ) -> _typing.Union[_quota_pb2.ListQuotasResponse, _abc.Awaitable[_quota_pb2.ListQuotasResponse]]:
-        """Every quota an admin set."""
 
     @_abc_1.abstractmethod
     def SetQuota(

@@ -23,6 +23,7 @@ from .client import DEFAULT_ENDPOINT, Client, fmt_time, parse_endpoint, pass_cli
 from .experiments import experiments
 from .launch import launch
 from .logs import logs
+from .quotas import quota
 from .retries import retry_policy
 from .timelines import wu_timeline
 from .watching import watch
@@ -188,7 +189,7 @@ def operations_wait(client: Client, name: str, timeout: float) -> None:
 
 
 wu.add_command(wu_timeline)
-for command in (experiments, wu, launch, watch, logs, retry_policy, webhooks):
+for command in (experiments, wu, launch, watch, logs, retry_policy, webhooks, quota):
     cli.add_command(command)
 
 

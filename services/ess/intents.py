@@ -18,8 +18,8 @@ from google.longrunning.operations_proto_pb2 import Operation
 
 from ess.auth import Identity, require_writer_of
 from ess.creates import CreateCoalescer
-from ess.quotas import QuotaGate, caller_bound
-from xmc.errors import FailedPreconditionError
+from ess.quotas import QuotaGate, caller_bound, held
+from xmc.errors import FailedPreconditionError, QuotaExceededError
 from xmc.model.merge import ExecutionUpdate
 from xmc.model.resume import TaskKind
 from xmc.model.states import EXECUTION_TERMINAL_STATES, WorkUnitState
@@ -133,9 +133,12 @@ class Intents:
         """CreateWorkUnit (grouped with concurrent ones into one transaction); with a
         client-chosen ``wid`` a repeat returns the first Operation and creates nothing.
         A caller whose quota refused it within the last second is refused here, before
-        it costs a transaction (``ess.quotas``)."""
-        bound = caller_bound(self._quotas, identity)
-        return await self._creates.submit(identity, xid, work_unit, wid, bound)
+        it costs a transaction; a refusal is answered after its hold (``ess.quotas``)."""
+        try:
+            bound = caller_bound(self._quotas, identity)
+            return await self._creates.submit(identity, xid, work_unit, wid, bound)
+        except QuotaExceededError as refusal:
+            raise await held(refusal) from None
 
     async def enqueue_creates(self, conn: Connection, created: Sequence[Created]) -> None:
         """The CREATE tasks of freshly created work units, in their creating transaction."""

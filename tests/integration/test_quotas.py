@@ -76,7 +76,7 @@ async def test_a_flooder_is_refused_with_the_limit_named_and_nothing_half_create
     """The ESS's clock is fixed, so the bucket never refills: alice gets exactly her
     burst (the experiment took one token), every other create is RESOURCE_EXHAUSTED, and
     bob's reads all answer meanwhile."""
-    await set_quota(ess, "quotas/users/alice@example.com", creates_per_second=1, creates_burst=6)
+    await set_quota(ess, "quotas/users/alice@example.com", creates_per_second=0.25, creates_burst=6)
     parent = await new_experiment(ess)
     theirs = await new_experiment(ess, BOB)
 
@@ -96,20 +96,21 @@ async def test_a_flooder_is_refused_with_the_limit_named_and_nothing_half_create
     assert answered == 40
     assert {r.code() for r in refused} == {EXHAUSTED}
     details = refused[0].details() or ""
-    assert "user:alice@example.com may create at most 1" in details
-    assert "per second (burst 6); retry in" in details
+    assert "user:alice@example.com may create at most 0.25" in details
+    assert "per second (burst 6); retry in 4.00 s" in details
+    # Answered after a hold of 1 s (real time; the ESS's clock stands still): 3 s left.
     trailers = dict(refused[0].trailing_metadata() or ())
-    assert trailers["retry-after"] == "1"
+    assert trailers["retry-after"] == "3"
     status = status_pb2.Status.FromString(trailers["grpc-status-details-bin"])
     retry = error_details_pb2.RetryInfo()
     assert status.details[0].Unpack(retry)
-    assert retry.retry_delay.ToTimedelta().total_seconds() > 0
+    assert retry.retry_delay.ToTimedelta().total_seconds() == 3
     # Exactly the admitted units exist, each with its Operation and its task.
     assert await stored_counts(ess, int(parent.split("/")[1])) == (5, 5, 5)
     # Bob is not throttled by alice's quota (no default is set).
     assert isinstance(await create(ess, theirs, BOB), str)
     # Time refills the bucket (past the remembered refusal too).
-    ess.clock.advance(2)
+    ess.clock.advance(8)
     assert [isinstance(await create(ess, parent), str) for _ in range(3)] == [True, True, False]
 
 

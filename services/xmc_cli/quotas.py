@@ -4,6 +4,8 @@ listing and reconciling are for admins; anyone may read their own quota."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 import click
 
 from xmc.errors import InvalidArgumentError
@@ -26,7 +28,10 @@ def _name(principal: str) -> str:
         fail(str(error))
 
 
-def _limit(quota: quota_pb2.Quota, field: str) -> str:
+Limit = Literal["creates_per_second", "creates_burst", "live_work_units", "live_experiments"]
+
+
+def _limit(quota: quota_pb2.Quota, field: Limit) -> str:
     return f"{getattr(quota, field):g}" if quota.HasField(field) else "-"
 
 

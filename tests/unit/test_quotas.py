@@ -104,10 +104,12 @@ def test_experiments_and_work_units_count_separately_but_share_the_bucket() -> N
     gate = admission(limits)
     assert gate.admit((ALICE,), "experiment") is None
     refusal = gate.admit((ALICE,), "experiment")
-    assert refusal is not None and refusal.limit == "live_experiments"
+    assert refusal is not None
+    assert refusal.limit == "live_experiments"
     assert gate.admit((ALICE,), "work_unit") is None  # the second token
     refusal = gate.admit((ALICE,), "work_unit")
-    assert refusal is not None and refusal.limit == "creates_per_second"
+    assert refusal is not None
+    assert refusal.limit == "creates_per_second"
 
 
 def test_a_create_is_admitted_only_if_every_principal_admits_it_and_a_refusal_spends_nothing() -> (
@@ -117,7 +119,8 @@ def test_a_create_is_admitted_only_if_every_principal_admits_it_and_a_refusal_sp
     gate = admission(limits)
     assert gate.admit((ALICE, ML), "work_unit") is None
     refusal = gate.admit((ALICE, ML), "work_unit")
-    assert refusal is not None and refusal.principal == ML
+    assert refusal is not None
+    assert refusal.principal == ML
     # The refused create took no token of alice's bucket: 4 left.
     assert gate.usage[ALICE].tokens == pytest.approx(4)
     assert gate.admit((ALICE,), "work_unit") is None  # alone (not in ml), alice still may
@@ -192,7 +195,7 @@ def test_quota_names_round_trip(name: str, principal: str) -> None:
 
 @pytest.mark.parametrize("name", ["quotas/teams/ml", "quotas/users/", "quota/default", "x"])
 def test_bad_quota_names_name_the_field(name: str) -> None:
-    with pytest.raises(InvalidArgumentError, match="^name: "):
+    with pytest.raises(InvalidArgumentError, match=r"^name: "):
         parse_quota_name(name)
 
 
@@ -252,7 +255,8 @@ def test_only_new_units_are_offered_to_the_quota() -> None:
     before = plan_work_unit_ids(
         [IdRequest(1, 5)], next_wid={1: 6}, created_before={(1, 5)}, admit=admit
     )
-    assert before.created_before == {0: (1, 5)} and asked == [0, 1, 2]
+    assert before.created_before == {0: (1, 5)}
+    assert asked == [0, 1, 2]
 
 
 def test_a_quota_refusal_carries_retry_after_and_the_rich_status() -> None:
@@ -266,7 +270,8 @@ def test_a_quota_refusal_carries_retry_after_and_the_rich_status() -> None:
     status = status_pb2.Status.FromString(blob)
     assert (status.code, status.message) == (8, "quota: over")
     retry, failure = error_details_pb2.RetryInfo(), error_details_pb2.QuotaFailure()
-    assert status.details[0].Unpack(retry) and status.details[1].Unpack(failure)
+    assert status.details[0].Unpack(retry)
+    assert status.details[1].Unpack(failure)
     assert retry.retry_delay.ToTimedelta() == timedelta(seconds=0.25)
     assert failure.violations[0].subject == ALICE
     assert refusal_trailers(ValueError("no"), "no") == ()

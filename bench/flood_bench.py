@@ -26,17 +26,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
 import sys
 import time
-import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import grpc
-from bench.ess_rpc import ADMIN_DSN, REDIS_URL, free_port
+from bench.ess_rpc import ADMIN_DSN, free_port, start_ess
 from bench.workloads import work_unit
 
 from tests.stack import create_database, drop_database
@@ -49,28 +47,6 @@ TOKENS = {"flooder": "flooder@example.com", "bystander": "bob@example.com", "adm
 
 def who(name: str) -> tuple[tuple[str, str], ...]:
     return (("authorization", f"Bearer token-{name}"),)
-
-
-async def start(dsn: str, port: int) -> asyncio.subprocess.Process:
-    env = {
-        **os.environ,
-        "XMC_DATABASE_URL": dsn,
-        "XMC_REDIS_URL": REDIS_URL,
-        "XMC_ESS_LISTEN": f"127.0.0.1:{port}",
-        "XMC_TASK_SIGNING_KEY": "bench-signing-key-of-at-least-32-bytes",
-        "XMC_AUTH_STATIC_TOKENS": ",".join(f"token-{k}={v}" for k, v in TOKENS.items()),
-        "XMC_AUTH_ADMINS": TOKENS["admin"],
-        "XMC_STREAM_PREFIX": f"bench-{uuid.uuid4().hex[:8]}:",
-    }
-    exe = str(Path(sys.executable).with_name("xmc-ess"))
-    proc = await asyncio.create_subprocess_exec(
-        exe, "serve", env=env,
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
-    )  # fmt: skip
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
-    await asyncio.wait_for(channel.channel_ready(), timeout=30)
-    await channel.close()
-    return proc
 
 
 async def bystander(
@@ -144,7 +120,13 @@ async def main(args: argparse.Namespace) -> None:
         return
     dsn = await create_database(ADMIN_DSN)
     args.port = free_port()
-    proc = await start(dsn, args.port)
+    tokens = ",".join(f"token-{k}={v}" for k, v in TOKENS.items())
+    proc = await start_ess(
+        dsn,
+        args.port,
+        service=False,
+        extra_env={"XMC_AUTH_STATIC_TOKENS": tokens, "XMC_AUTH_ADMINS": TOKENS["admin"]},
+    )
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{args.port}")
     try:
         stub = api_pb2_grpc.ExperimentStateServiceStub(channel)

@@ -14,6 +14,7 @@ from ess.quotas import QuotaGate
 from xmc.errors import InvalidArgumentError, NotFoundError, PermissionDeniedError
 from xmc.model.quotas import (
     Limits,
+    Usage,
     check_limits,
     limits_source,
     parse_quota_name,
@@ -56,9 +57,16 @@ def limits_of(quota: quota_pb2.Quota) -> Limits:
 
 
 def quota_message(
-    principal: str, limits: Limits, source: str, stored: StoredQuota | None
+    principal: str,
+    limits: Limits,
+    source: str,
+    stored: StoredQuota | None,
+    usage: Usage | None,
 ) -> quota_pb2.Quota:
     message = quota_pb2.Quota(name=quota_name(principal), principal=principal, source=source)
+    if usage is not None:
+        message.usage.live_work_units = usage.live_work_units
+        message.usage.live_experiments = usage.live_experiments
     if limits.creates_per_second is not None:
         message.creates_per_second = limits.creates_per_second
     if limits.creates_burst is not None:
@@ -84,11 +92,7 @@ class QuotaService(quota_pb2_grpc.QuotaServiceServicer):
             usage = (await fetch_usage(conn, [principal])).get(principal)
         table = {p: row.limits for p, row in rows.items()}
         limits, source = limits_source(principal, table, self._gate.default)
-        message = quota_message(principal, limits, source, rows.get(principal))
-        if usage is not None:
-            message.usage.live_work_units = usage.live_work_units
-            message.usage.live_experiments = usage.live_experiments
-        return message
+        return quota_message(principal, limits, source, rows.get(principal), usage)
 
     async def GetQuota(self, request: quota_pb2.GetQuotaRequest, context: Any) -> quota_pb2.Quota:
         principal = parse_quota_name(request.name)
@@ -110,12 +114,10 @@ class QuotaService(quota_pb2_grpc.QuotaServiceServicer):
             rows = await fetch_quotas(conn)
             usage = await fetch_usage(conn, [row.principal for row in rows])
         response = quota_pb2.ListQuotasResponse()
-        for row in rows:
-            message = quota_message(row.principal, row.limits, "quota", row)
-            if (used := usage.get(row.principal)) is not None:
-                message.usage.live_work_units = used.live_work_units
-                message.usage.live_experiments = used.live_experiments
-            response.quotas.append(message)
+        response.quotas.extend(
+            quota_message(row.principal, row.limits, "quota", row, usage.get(row.principal))
+            for row in rows
+        )
         return response
 
     async def SetQuota(self, request: quota_pb2.SetQuotaRequest, context: Any) -> quota_pb2.Quota:

@@ -231,12 +231,7 @@ class EssServer:
         relay = self.relay = OutboxRelay(
             self.store, self.redis, names, publisher, clock=self.clock, settings=options.relay
         )
-        gate = QuotaGate(
-            self.store,
-            default=options.quotas.default,
-            refresh_seconds=options.quotas.refresh_seconds,
-            clock=self.clock,
-        )
+        gate = QuotaGate(self.store, options.quotas, clock=self.clock)
         await gate.load()
         intents = self._intents = Intents(
             self.store, clock=self.clock, committed=relay.wake, quotas=gate

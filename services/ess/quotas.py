@@ -34,6 +34,7 @@ import structlog
 from ess.auth import Identity
 from xmc.errors import QuotaExceededError
 from xmc.model.quotas import Admission, Limits, applicable_limits, principals_of
+from xmc.quota_settings import QuotaSettings
 from xmc.store.transactions import (
     Connection,
     Store,
@@ -68,16 +69,11 @@ UNBOUND = Bound((), {})
 
 class QuotaGate:
     def __init__(
-        self,
-        store: Store,
-        *,
-        default: Limits,
-        refresh_seconds: float,
-        clock: Callable[[], datetime],
+        self, store: Store, settings: QuotaSettings, *, clock: Callable[[], datetime]
     ) -> None:
         self._store = store
-        self._default = default
-        self._refresh = refresh_seconds
+        self._default = settings.default
+        self._refresh = settings.refresh_seconds
         self._clock = clock
         self._table: dict[str, Limits] = {}
         #: principal -> (when refused, until when refused from memory, the refusal)

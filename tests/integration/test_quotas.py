@@ -148,6 +148,11 @@ async def test_a_live_limit_holds_exactly_across_two_replicas_and_follows_observ
         quota_pb2.GetQuotaRequest(name="quotas/users/alice@example.com"), metadata=ALICE
     )
     assert (quota.usage.live_work_units, quota.source) == (10, "quota")
+    # The counts kept on the way equal a recount from the rows.
+    recount = await quotas(first).ReconcileQuotaUsage(
+        quota_pb2.ReconcileQuotaUsageRequest(), metadata=ROOT
+    )
+    assert recount.corrected == 0
 
 
 async def test_the_bucket_is_shared_by_replicas(ess_factory: EssFactory) -> None:

@@ -25,6 +25,7 @@ from xmc.model.quotas import (
 )
 from xmc.model.work_unit_ids import IdRequest, plan_work_unit_ids
 from xmc.quota_settings import parse_limits
+from xmc.settings import load_settings
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 ALICE = "user:alice@x.com"
@@ -289,3 +290,18 @@ def test_a_quota_refusal_carries_retry_after_and_the_rich_status() -> None:
 )
 def test_groups_from_the_token(claims: dict[str, object], expected: set[str]) -> None:
     assert groups_claim(claims, "groups") == expected
+
+
+def test_the_quota_settings_are_read_with_the_others() -> None:
+    env = {
+        "XMC_QUOTA_DEFAULT": "creates_per_second=20,live_work_units=5000",
+        "XMC_QUOTA_REFRESH_SECONDS": "2",
+        "XMC_AUTH_GROUPS_CLAIM": "roles",
+    }
+    settings = load_settings(env)
+    assert settings.quotas.default == Limits(creates_per_second=20, live_work_units=5000)
+    assert settings.quotas.refresh_seconds == 2
+    assert settings.auth.groups_claim == "roles"
+    assert load_settings({}).quotas.default.unlimited
+    with pytest.raises(InvalidArgumentError, match=r"^XMC_QUOTA_REFRESH_SECONDS: between"):
+        load_settings({"XMC_QUOTA_REFRESH_SECONDS": "0"})

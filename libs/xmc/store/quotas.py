@@ -176,9 +176,11 @@ async def reconcile_usage(conn: Connection) -> int:
     repair path: one pass over the rows, run by an admin, never per create). It holds
     off creates and liveness changes for its length (a table lock on the counters and
     the deltas), so neither can slip between the recount and the write. Returns how
-    many counter rows it corrected."""
+    many counter rows it corrected (pending deltas folded in first: a count they complete
+    is not a correction)."""
     await conn.execute("LOCK TABLE quota_usage, quota_deltas IN EXCLUSIVE MODE")
-    await conn.execute("DELETE FROM quota_deltas")
+    pending = await conn.fetch("SELECT DISTINCT principal FROM quota_deltas")
+    await lock_usage(conn, [row["principal"] for row in pending])
     await conn.execute(f"CREATE TEMP TABLE quota_truth ON COMMIT DROP AS {_TRUTH}")
     await conn.execute(
         "INSERT INTO quota_usage (principal) SELECT principal FROM quota_truth "

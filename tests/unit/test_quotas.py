@@ -4,11 +4,13 @@ the token bucket, live counts, which limits bind whom, names and settings."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import cast
 
 import pytest
 from google.rpc import error_details_pb2, status_pb2
 
-from ess.auth import groups_claim
+from ess.auth import Identity, groups_claim
+from ess.quotas import QuotaGate
 from ess.status_codes import refusal_trailers
 from xmc.errors import InvalidArgumentError, QuotaExceededError
 from xmc.model.quotas import (
@@ -24,8 +26,9 @@ from xmc.model.quotas import (
     refill,
 )
 from xmc.model.work_unit_ids import IdRequest, plan_work_unit_ids
-from xmc.quota_settings import parse_limits
+from xmc.quota_settings import QuotaSettings, parse_limits
 from xmc.settings import load_settings
+from xmc.store.transactions import Store
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 ALICE = "user:alice@x.com"
@@ -305,3 +308,28 @@ def test_the_quota_settings_are_read_with_the_others() -> None:
     assert load_settings({}).quotas.default.unlimited
     with pytest.raises(InvalidArgumentError, match=r"^XMC_QUOTA_REFRESH_SECONDS: between"):
         load_settings({"XMC_QUOTA_REFRESH_SECONDS": "0"})
+
+
+def test_a_refused_principal_is_refused_from_memory_until_its_wait_or_a_second() -> None:
+    clock = [T0]
+    gate = QuotaGate(
+        cast(Store, None),
+        QuotaSettings(default=Limits(creates_per_second=0.1)),
+        clock=lambda: clock[0],
+    )
+    bound = gate.bound(Identity("alice@x.com"))
+    assert bound.limits == {ALICE: Limits(creates_per_second=0.1)}
+    gate.refuse_early(bound)  # nothing remembered yet
+    gate.remember(
+        QuotaExceededError(
+            "quota: over", principal=ALICE, limit="creates_per_second", value=0.1, retry_after=10
+        )
+    )
+    clock[0] = at(0.5)
+    with pytest.raises(QuotaExceededError) as refused:
+        gate.refuse_early(bound)
+    assert refused.value.retry_after == pytest.approx(9.5)
+    clock[0] = at(1.0)  # remembered for a second at most: Postgres decides again
+    gate.refuse_early(bound)
+    unbound = gate.bound(Identity("bob@x.com", groups=frozenset({"ml"})))
+    assert unbound.principals == ("user:bob@x.com", ML)

@@ -8,9 +8,10 @@ exact admission inside the create transaction, and a cheap early refusal.
   Postgres (``xmc.store.quotas``): exact across replicas, whatever their number.
 - A refused principal is remembered for the refusal's retry-after, at most a second:
   within it, its creates are refused before any transaction, so a flooder's refused
-  calls cost Postgres nothing. A refusal is never remembered longer than the bucket
-  needs to refill one token, so this refuses nothing Postgres would have admitted
-  (unless an admin raised the limit within that second).
+  calls cost Postgres nothing. A bucket's refusal is never remembered longer than the
+  bucket needs to refill one token, so it refuses nothing Postgres would have admitted;
+  a live limit's is seen up to a second late (a unit that finished, a limit an admin
+  raised).
 - A refusal is answered after a hold: its retry-after, at least ``MIN_HOLD`` and at most
   ``MAX_HOLD`` (the wait it then names is what is left of it). A flooder that retries at
   once, as fast as answers come, then sends each of its concurrent calls at most
@@ -18,7 +19,7 @@ exact admission inside the create transaction, and a cheap early refusal.
   thousands of RPCs a second (``bench/flood_bench.py``: answered at once, 900 refusals
   a second made a bystander's p99 5x its baseline).
 - The same background loop folds every principal's pending live-count deltas, so
-  ``quota_deltas`` stays as small as a minute of state changes.
+  ``quota_deltas`` holds only the last few seconds of state changes.
 """
 
 from __future__ import annotations

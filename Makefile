@@ -79,6 +79,7 @@ bench: services $(STAMP) ## benchmarks (print figures; not tests)
 	$(PY) bench/ess_args.py
 	$(PY) bench/log_follow.py
 	$(PY) bench/watch_bench.py
+	$(PY) bench/flood_bench.py
 
 compat: services $(STAMP) ## the published xmanager client against a real stack, in its own virtualenvs
 	$(VENV)/bin/pytest -m compat tests/compat $(PYTEST_ARGS)

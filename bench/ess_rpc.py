@@ -310,12 +310,19 @@ def free_port() -> int:
 
 
 async def start_ess(
-    dsn: str, port: int, profile: str = "", *, prefix: str = "", service: bool = True
+    dsn: str,
+    port: int,
+    profile: str = "",
+    *,
+    prefix: str = "",
+    service: bool = True,
+    extra_env: dict[str, str] | None = None,
 ) -> asyncio.subprocess.Process:
     """``xmc-ess serve`` on ``port`` (under cProfile into ``profile`` when given), its Redis
     keys under ``prefix`` (a fresh one by default); returns once it answers. The bench
     token's caller is a service account (UpdateWorkUnitExecutions needs one) unless
-    ``service`` is False: a researcher, as CreateWorkUnit's callers are."""
+    ``service`` is False: a researcher, as CreateWorkUnit's callers are. ``extra_env``
+    is set last (other tokens, admins)."""
     env = {
         **os.environ,
         "XMC_DATABASE_URL": dsn,
@@ -327,6 +334,7 @@ async def start_ess(
     }
     if service:
         env["XMC_AUTH_SERVICE_ACCOUNTS"] = SERVICE
+    env.update(extra_env or {})
     exe = str(Path(sys.executable).with_name("xmc-ess"))
     command = [exe, "serve"]
     if profile:

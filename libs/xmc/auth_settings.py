@@ -60,6 +60,9 @@ class AuthSettings:
     admins: frozenset[str] = frozenset()
     #: XMC_AUTH_SERVICE_ACCOUNTS — comma-separated emails allowed on internal RPCs.
     service_accounts: frozenset[str] = frozenset()
+    #: XMC_AUTH_GROUPS_CLAIM — the token claim listing the caller's groups (group quotas,
+    #: docs/quotas.md); empty: groups are not read.
+    groups_claim: str = "groups"
 
     @classmethod
     def _from_env(cls, env: Env, read_file: ReadFile) -> AuthSettings:
@@ -77,6 +80,7 @@ class AuthSettings:
             static_tokens=static_tokens(env, "XMC_AUTH_STATIC_TOKENS"),
             admins=emails(env, "XMC_AUTH_ADMINS"),
             service_accounts=emails(env, "XMC_AUTH_SERVICE_ACCOUNTS"),
+            groups_claim=env.get("XMC_AUTH_GROUPS_CLAIM", cls.groups_claim).strip(),
         )
 
     def validate(self) -> None:

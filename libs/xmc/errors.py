@@ -56,3 +56,17 @@ class UnavailableError(XmcError):
 
 class UnimplementedError(XmcError):
     code = "UNIMPLEMENTED"
+
+
+class QuotaExceededError(ResourceExhaustedError):
+    """A create past a quota (docs/quotas.md): which principal, which limit, its value,
+    and how many seconds to wait before trying again (the RetryInfo the ESS sends)."""
+
+    def __init__(
+        self, message: str, *, principal: str, limit: str, value: float, retry_after: float
+    ) -> None:
+        super().__init__(message)
+        self.principal = principal
+        self.limit = limit
+        self.value = value
+        self.retry_after = retry_after

@@ -29,6 +29,7 @@ from xmc.auth_settings import AuthSettings
 from xmc.errors import InvalidArgumentError
 from xmc.model.container_logs import DEFAULT_EXPERIMENT_BYTES, DEFAULT_TAIL_BYTES
 from xmc.model.retries import DEFAULT_PER_MINUTE, MAX_PER_MINUTE
+from xmc.quota_settings import QuotaSettings
 from xmc.setting_values import (
     Env,
     ReadFile,
@@ -337,6 +338,7 @@ class XmcSettings:
     cli: CliSettings = field(default_factory=CliSettings)
     logs: LogSettings = field(default_factory=LogSettings)
     retries: RetrySettings = field(default_factory=RetrySettings)
+    quotas: QuotaSettings = field(default_factory=QuotaSettings)
 
 
 def load_settings(env: Env | None = None, *, read_file: ReadFile | None = None) -> XmcSettings:
@@ -356,6 +358,7 @@ def load_settings(env: Env | None = None, *, read_file: ReadFile | None = None) 
         cli=CliSettings._from_env(env),
         logs=LogSettings._from_env(env),
         retries=RetrySettings._from_env(env),
+        quotas=QuotaSettings._from_env(env),
     )
     settings.core.validate()
     settings.auth.validate()

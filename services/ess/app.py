@@ -35,6 +35,8 @@ from ess.manifests import SpecService
 from ess.notifications import NotificationService
 from ess.operations_service import OperationsService
 from ess.queues import QueueService
+from ess.quota_service import QuotaService
+from ess.quotas import QuotaGate
 from ess.relay import OutboxRelay
 from ess.resume import ResumeWorker
 from ess.retries import Retries
@@ -52,6 +54,7 @@ from xmc.model.outbox import RelaySettings
 from xmc.model.retries import DEFAULT_PER_MINUTE
 from xmc.model.watch import EXPERIMENT_EVENT_RETENTION
 from xmc.model.webhooks import WebhookSettings
+from xmc.quota_settings import QuotaSettings
 from xmc.redis_client import connect_redis
 from xmc.settings import LogSettings, Settings, XmcSettings
 from xmc.store.transactions import (
@@ -82,6 +85,8 @@ from xmc_api.xmc.v1 import (
     notifications_pb2_grpc,
     queue_pb2,
     queue_pb2_grpc,
+    quota_pb2,
+    quota_pb2_grpc,
     retry_pb2,
     retry_pb2_grpc,
     spec_pb2,
@@ -111,6 +116,7 @@ SERVICE_NAMES = (
     retry_pb2.DESCRIPTOR.services_by_name["RetryService"].full_name,
     notifications_pb2.DESCRIPTOR.services_by_name["NotificationService"].full_name,
     queue_pb2.DESCRIPTOR.services_by_name["QueueService"].full_name,
+    quota_pb2.DESCRIPTOR.services_by_name["QuotaService"].full_name,
 )
 
 
@@ -142,6 +148,8 @@ class EssOptions:
     webhooks: WebhookSettings = field(default_factory=WebhookSettings)
     #: The dashboard's base URL, linked from notifications; empty: no link.
     dashboard_url: str = ""
+    #: Default limits and the limits table's reread interval (docs/quotas.md).
+    quotas: QuotaSettings = field(default_factory=QuotaSettings)
 
     @classmethod
     def from_settings(cls, settings: XmcSettings) -> EssOptions:
@@ -154,6 +162,7 @@ class EssOptions:
             logs=settings.logs,
             retries_per_minute=settings.retries.per_minute,
             dashboard_url=settings.ui.public_url,
+            quotas=settings.quotas,
         )
 
 
@@ -228,7 +237,11 @@ class EssServer:
         relay = self.relay = OutboxRelay(
             self.store, self.redis, names, publisher, clock=self.clock, settings=options.relay
         )
-        intents = self._intents = Intents(self.store, clock=self.clock, committed=relay.wake)
+        gate = QuotaGate(self.store, options.quotas, clock=self.clock)
+        await gate.load()
+        intents = self._intents = Intents(
+            self.store, clock=self.clock, committed=relay.wake, quotas=gate
+        )
 
         auth = options.auth
         if auth.jwks_url:
@@ -249,7 +262,7 @@ class EssServer:
             ],
         )
         api_pb2_grpc.add_ExperimentStateServiceServicer_to_server(
-            ExperimentStateService(self.store, intents, clock=self.clock), server
+            ExperimentStateService(self.store, intents, clock=self.clock, quotas=gate), server
         )
         operations_grpc_pb2.add_OperationsServicer_to_server(
             OperationsService(self.store, clock=self.clock), server
@@ -288,6 +301,7 @@ class EssServer:
         notifications_pb2_grpc.add_NotificationServiceServicer_to_server(
             NotificationService(self.store, clock=self.clock), server
         )
+        quota_pb2_grpc.add_QuotaServiceServicer_to_server(QuotaService(self.store, gate), server)
         health_servicer = self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         reflection.enable_server_reflection(
@@ -329,6 +343,7 @@ class EssServer:
             asyncio.create_task(self._janitor(), name="janitor"),
             asyncio.create_task(hub.run(self._stop), name="watch-hub"),
             asyncio.create_task(webhooks.run(self._stop), name="webhook-worker"),
+            asyncio.create_task(gate.run(self._stop), name="quota-refresh"),
         ]
         if self.jwks is not None:
             # Not awaited here: probes and static tokens answer while the issuer is slow;

@@ -60,6 +60,9 @@ class Identity:
     is_admin: bool = False
     #: An internal service (Reconciler, Actuator, jobs posting user messages).
     is_service: bool = False
+    #: The token's groups (the XMC_AUTH_GROUPS_CLAIM claim, default ``groups``): whose
+    #: group quotas the caller's creates count against (docs/quotas.md).
+    groups: frozenset[str] = frozenset()
 
 
 DEV_IDENTITY: Final = Identity("dev@localhost", is_admin=True, is_service=True)
@@ -123,11 +126,17 @@ class Authenticator:
         if self._settings.disabled:
             return development_identity(_single(headers, USER_EMAIL_HEADER))
         token = _bearer_token(headers)
-        email = self._static_email(token) or self._token_email(token)
+        static = self._static_email(token)
+        email, groups = (static, frozenset[str]()) if static else self._token_identity(token)
         claimed = _single(headers, USER_EMAIL_HEADER)
         if claimed is not None and claimed.strip().lower() != email:
             raise UnauthenticatedError(f"{USER_EMAIL_HEADER} does not match the token")
-        return Identity(email, is_admin=email in self._admins, is_service=email in self._services)
+        return Identity(
+            email,
+            is_admin=email in self._admins,
+            is_service=email in self._services,
+            groups=groups,
+        )
 
     async def authenticate_after_refresh(
         self, metadata: Metadata, unknown: UnknownKeyId
@@ -153,14 +162,14 @@ class Authenticator:
                 found = email
         return found
 
-    def _token_email(self, token: str) -> str:
+    def _token_identity(self, token: str) -> tuple[str, frozenset[str]]:
         if token.count(".") != 2:
             raise UnauthenticatedError("bearer token is neither a known static token nor a JWT")
         claims = self._decode(token)
         fault = check_claim_times(claims, now=self._clock(), leeway=CLOCK_LEEWAY)
         if fault is not None:
             raise UnauthenticatedError(_TIME_MESSAGES[fault.problem])
-        return _email_claim(claims)
+        return _email_claim(claims), groups_claim(claims, self._settings.groups_claim)
 
     def _decode(self, token: str) -> dict[str, Any]:
         settings = self._settings
@@ -295,6 +304,17 @@ def _email_claim(claims: Mapping[str, Any]) -> str:
     if claims.get("email_verified") in (False, "false"):
         raise UnauthenticatedError("token email is not verified")
     return email.strip().lower()
+
+
+def groups_claim(claims: Mapping[str, Any], name: str) -> frozenset[str]:
+    """The caller's groups: a list of strings (or one string) under ``name``; anything
+    else grants no group rather than failing the call (groups only add quotas)."""
+    value = claims.get(name) if name else None
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list):
+        return frozenset()
+    return frozenset(g.strip() for g in value if isinstance(g, str) and g.strip())
 
 
 # --- metadata --------------------------------------------------------------------------

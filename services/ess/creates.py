@@ -30,7 +30,10 @@ default) duplicated. Now:
 - answers and errors go only to futures not done, so the others get theirs;
 - a group that fails for a reason other than storage being unavailable (which is every
   caller's) is redone one caller at a time: a value of one request that Postgres refuses
-  (a gap in the request checks) fails that caller only, not the 255 grouped with it.
+  (a gap in the request checks) fails that caller only, not the 255 grouped with it;
+- quotas (docs/quotas.md) are decided per caller, in queue order, under the group's
+  locks on the counter rows: a caller over its limit is refused RESOURCE_EXHAUSTED and
+  the others of the group are created as if it had not asked.
 """
 
 from __future__ import annotations
@@ -47,8 +50,9 @@ from google.longrunning.operations_proto_pb2 import Operation
 
 from ess.auth import Identity, acl_writer_emails, can_write_experiment
 from ess.metrics import CREATES_ABANDONED_AFTER_COMMIT
+from ess.quotas import UNBOUND, Bound, QuotaGate, caller_bound
 from ess.status_codes import storage_unavailable
-from xmc.errors import PermissionDeniedError, XmcError
+from xmc.errors import PermissionDeniedError, QuotaExceededError, XmcError
 from xmc.store.transactions import (
     Created,
     CreateOutcome,
@@ -74,6 +78,8 @@ class QueuedCreate:
     wid: int | None
     work_unit: WorkUnit
     future: asyncio.Future[Operation] = field(repr=False)
+    #: Whom it counts against, and the limits that bind them.
+    bound: Bound = UNBOUND
 
     @property
     def abandoned(self) -> bool:
@@ -127,8 +133,10 @@ class CreateCoalescer:
         writer: str,
         max_batch: int = 256,
         max_in_flight: int = 1,
+        quotas: QuotaGate | None = None,
     ) -> None:
         self._store = store
+        self._quotas = quotas
         self._intents = intents
         self._clock = clock
         self._writer = writer
@@ -143,10 +151,16 @@ class CreateCoalescer:
         return len(self._queue)
 
     async def submit(
-        self, identity: Identity, xid: int, work_unit: WorkUnit, wid: int | None
+        self,
+        identity: Identity,
+        xid: int,
+        work_unit: WorkUnit,
+        wid: int | None,
+        bound: Bound | None = None,
     ) -> Operation:
         future: asyncio.Future[Operation] = asyncio.get_running_loop().create_future()
-        self._queue.append(QueuedCreate(identity, xid, wid, work_unit, future))
+        bound = bound or caller_bound(None, identity)
+        self._queue.append(QueuedCreate(identity, xid, wid, work_unit, future, bound))
         if len(self._flushers) < self._max_in_flight:
             task = asyncio.create_task(self._flush())
             self._flushers.add(task)
@@ -195,21 +209,36 @@ class CreateCoalescer:
                 "(only its creator, an ACL owner or writer, or an admin)"
             )
 
+        gate = self._quotas
         async with self._store.transaction() as conn:
+            admission = await gate.admission(conn, [r.bound for r in batch]) if gate else None
+
+            def admit(index: int) -> XmcError | None:
+                assert admission is not None
+                return admission.admit(batch[index].bound.principals, "work_unit")
+
             outcomes = await create_work_units(
                 conn,
-                [NewWorkUnit(r.xid, r.wid, r.work_unit, r.identity.email) for r in batch],
+                [
+                    NewWorkUnit(r.xid, r.wid, r.work_unit, r.identity.email, r.bound.principals)
+                    for r in batch
+                ],
                 writer=self._writer,
                 now=self._clock(),
                 authorize=authorize,
+                admit=admit if admission else None,
             )
             created = [o for o in outcomes if isinstance(o, Created) and o.work_unit is not None]
             await self._intents.enqueue_creates(conn, created)
+            await QuotaGate.save(conn, admission)
             # The last moment a caller's giving up can still undo its create.
             if creates_for_the_gone([r.abandoned for r in batch], outcomes):
                 raise _CallerGaveUp
         if created:
             self._intents.tasks_committed()
+        for outcome in outcomes:
+            if gate and isinstance(outcome, QuotaExceededError):
+                gate.remember(outcome)
         for request, outcome in zip(batch, outcomes, strict=True):
             if not answer(request, outcome):
                 _abandoned_after_commit(request, outcome)

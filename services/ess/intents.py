@@ -18,7 +18,8 @@ from google.longrunning.operations_proto_pb2 import Operation
 
 from ess.auth import Identity, require_writer_of
 from ess.creates import CreateCoalescer
-from xmc.errors import FailedPreconditionError
+from ess.quotas import QuotaGate, caller_bound, held
+from xmc.errors import FailedPreconditionError, QuotaExceededError
 from xmc.model.merge import ExecutionUpdate
 from xmc.model.queues import priority_change_problem
 from xmc.model.resume import TaskKind
@@ -73,11 +74,13 @@ class Intents:
         *,
         clock: Callable[[], datetime],
         committed: Callable[[], None] = lambda: None,
+        quotas: QuotaGate | None = None,
     ) -> None:
         self._store = store
         self._clock = clock
         self._committed = committed
-        self._creates = CreateCoalescer(store, self, clock=clock, writer=WRITER)
+        self._quotas = quotas
+        self._creates = CreateCoalescer(store, self, clock=clock, writer=WRITER, quotas=quotas)
 
     async def drain(self) -> None:
         """Finish the creates still queued (graceful shutdown)."""
@@ -137,8 +140,14 @@ class Intents:
         self, identity: Identity, xid: int, work_unit: WorkUnit, *, wid: int | None
     ) -> Operation:
         """CreateWorkUnit (grouped with concurrent ones into one transaction); with a
-        client-chosen ``wid`` a repeat returns the first Operation and creates nothing."""
-        return await self._creates.submit(identity, xid, work_unit, wid)
+        client-chosen ``wid`` a repeat returns the first Operation and creates nothing.
+        A caller whose quota refused it within the last second is refused here, before
+        it costs a transaction; a refusal is answered after its hold (``ess.quotas``)."""
+        try:
+            bound = caller_bound(self._quotas, identity)
+            return await self._creates.submit(identity, xid, work_unit, wid, bound)
+        except QuotaExceededError as refusal:
+            raise await held(refusal) from None
 
     async def enqueue_creates(self, conn: Connection, created: Sequence[Created]) -> None:
         """The CREATE tasks of freshly created work units, in their creating transaction."""

@@ -27,7 +27,7 @@ import structlog
 from ess.auth import Authenticator, Identity, UnknownKeyId
 from ess.metrics import RPC_SECONDS, RPC_TOTAL
 from ess.request_checks import check_request
-from ess.status_codes import status_code, unchecked_input
+from ess.status_codes import refusal_trailers, status_code, unchecked_input
 from xmc.errors import InvalidArgumentError
 
 log = structlog.get_logger()
@@ -185,7 +185,7 @@ class EssInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 raise
             except Exception as exc:
                 code, message = _refusal(exc)
-                await context.abort(code, message)
+                await context.abort(code, message, refusal_trailers(exc, message))
             finally:
                 if token is not None:
                     _IDENTITY.reset(token)
@@ -233,7 +233,7 @@ class EssInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 raise
             except Exception as exc:
                 code, message = _refusal(exc)
-                await context.abort(code, message)
+                await context.abort(code, message, refusal_trailers(exc, message))
             finally:
                 if token is not None:
                     _IDENTITY.reset(token)

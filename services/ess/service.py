@@ -19,6 +19,7 @@ from google.protobuf.empty_pb2 import Empty
 from ess.auth import acl_writer_emails, require_experiment_writer
 from ess.intents import Intents
 from ess.interceptor import caller
+from ess.quotas import QuotaGate, create_experiment
 from ess.validation import (
     validate_experiment,
     validate_new_work_unit,
@@ -74,10 +75,18 @@ def parse_parent(parent: str) -> tuple[int, int | None]:
 
 
 class ExperimentStateService(api_pb2_grpc.ExperimentStateServiceServicer):
-    def __init__(self, store: Store, intents: Intents, *, clock: Callable[[], datetime]) -> None:
+    def __init__(
+        self,
+        store: Store,
+        intents: Intents,
+        *,
+        clock: Callable[[], datetime],
+        quotas: QuotaGate | None = None,
+    ) -> None:
         self._store = store
         self._intents = intents
         self._clock = clock
+        self._quotas = quotas
 
     async def _check_writer(self, xid: int) -> Experiment:
         experiment = await self._store.get_experiment(xid)
@@ -95,7 +104,7 @@ class ExperimentStateService(api_pb2_grpc.ExperimentStateServiceServicer):
         self, request: api_pb2.CreateExperimentRequest, context: Any
     ) -> Experiment:
         validate_experiment(request.experiment)
-        return await self._store.create_experiment(request.experiment, creator=caller().email)
+        return await create_experiment(self._store, self._quotas, caller(), request.experiment)
 
     async def GetExperiment(
         self, request: api_pb2.GetExperimentRequest, context: Any

@@ -15,15 +15,24 @@ Three families besides XMC's own errors:
   (docs/decisions/0015).
 
 Everything else is a bug: INTERNAL, logged with a request id.
+
+A quota refusal (RESOURCE_EXHAUSTED, docs/quotas.md) also carries, in its trailing
+metadata, ``retry-after`` (whole seconds, as HTTP's header) and the rich status
+(``grpc-status-details-bin``: a ``google.rpc.Status`` with ``RetryInfo`` and
+``QuotaFailure``), for clients that read either.
 """
 
 from __future__ import annotations
 
+import math
+from datetime import timedelta
+
 import asyncpg
 import grpc
 from asyncpg.exceptions import _base as asyncpg_base
+from google.rpc import error_details_pb2, status_pb2
 
-from xmc.errors import XmcError
+from xmc.errors import QuotaExceededError, XmcError
 
 #: Postgres or the way to it is not there right now (see the module docstring): OS-level
 #: connection errors and timeouts, class 08 (connection), 57 (shutdown, starting up,
@@ -100,3 +109,23 @@ def status_code(exc: BaseException) -> tuple[grpc.StatusCode, str]:
             "request: a value cannot be stored (out of range, or a character storage rejects)",
         )
     return grpc.StatusCode.INTERNAL, "internal error"
+
+
+Trailers = tuple[tuple[str, str | bytes], ...]
+
+
+def refusal_trailers(exc: BaseException, message: str) -> Trailers:
+    """The trailing metadata of a quota refusal (see the module docstring); none else."""
+    if not isinstance(exc, QuotaExceededError):
+        return ()
+    status = status_pb2.Status(code=grpc.StatusCode.RESOURCE_EXHAUSTED.value[0], message=message)
+    retry = error_details_pb2.RetryInfo()
+    retry.retry_delay.FromTimedelta(timedelta(seconds=round(exc.retry_after, 3)))
+    status.details.add().Pack(retry)
+    failure = error_details_pb2.QuotaFailure()
+    failure.violations.add(subject=exc.principal, description=f"{exc.limit} {exc.value:g}")
+    status.details.add().Pack(failure)
+    return (
+        ("retry-after", str(max(1, math.ceil(exc.retry_after)))),
+        ("grpc-status-details-bin", status.SerializeToString()),
+    )

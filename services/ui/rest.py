@@ -55,6 +55,7 @@ from xmc_api.xmc.v1 import (
     logs_pb2,
     notifications_pb2,
     queue_pb2,
+    quota_pb2,
     retry_pb2,
     spec_pb2,
     sweep_pb2,
@@ -88,6 +89,8 @@ NOTIFICATION_SERVICE: Final[ServiceDescriptor] = notifications_pb2.DESCRIPTOR.se
 ]
 #: Kueue's queues and an admin's priority change (docs/queues.md).
 QUEUE_SERVICE: Final[ServiceDescriptor] = queue_pb2.DESCRIPTOR.services_by_name["QueueService"]
+#: Quotas and rate limits (docs/quotas.md).
+QUOTA_SERVICE: Final[ServiceDescriptor] = quota_pb2.DESCRIPTOR.services_by_name["QuotaService"]
 #: Every service the REST face mounts; a path goes to the first route that matches, in
 #: this order, so the published API's routes come first.
 SERVICES: Final[tuple[ServiceDescriptor, ...]] = (
@@ -100,6 +103,7 @@ SERVICES: Final[tuple[ServiceDescriptor, ...]] = (
     RETRY_SERVICE,
     NOTIFICATION_SERVICE,
     QUEUE_SERVICE,
+    QUOTA_SERVICE,
 )
 #: Where xmc-ui serves the OpenAPI document of the REST face.
 OPENAPI_PATH: Final = "/openapi.json"
@@ -255,12 +259,17 @@ def _rpc_error(error: grpc.aio.AioRpcError) -> web.Response:
     code = error.code()
     trailers = error.trailing_metadata() or ()
     blob = next((v for k, v in trailers if k == DETAILS_KEY and isinstance(v, bytes)), None)
-    return error_response(
+    answer = error_response(
         http_status(code),
         error.details() or code.name,
         status=code.name,
         details=details_json(blob),
     )
+    # A quota refusal's wait (docs/quotas.md): the ESS's retry-after, as HTTP's header.
+    wait = next((v for k, v in trailers if k == "retry-after" and isinstance(v, str)), None)
+    if wait is not None and wait.isdigit():
+        answer.headers["Retry-After"] = wait
+    return answer
 
 
 def routes_of(services: Sequence[ServiceDescriptor]) -> tuple[HttpRoute, ...]:

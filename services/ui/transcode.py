@@ -21,7 +21,10 @@ import grpc
 from google.protobuf import json_format, message_factory
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import DecodeError, Message
-from google.rpc import status_pb2
+from google.rpc import (
+    error_details_pb2,  # noqa: F401  # RetryInfo etc. in details_json
+    status_pb2,
+)
 
 from ui.http_rules import HttpRoute
 

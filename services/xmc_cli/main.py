@@ -24,6 +24,7 @@ from .experiments import experiments
 from .launch import launch
 from .logs import logs
 from .queues import queue, set_priority
+from .quotas import quota
 from .retries import retry_policy
 from .timelines import wu_timeline
 from .watching import watch
@@ -190,7 +191,7 @@ def operations_wait(client: Client, name: str, timeout: float) -> None:
 
 wu.add_command(wu_timeline)
 wu.add_command(set_priority)
-for command in (experiments, wu, launch, watch, logs, retry_policy, webhooks, queue):
+for command in (experiments, wu, launch, watch, logs, retry_policy, webhooks, queue, quota):
     cli.add_command(command)
 
 

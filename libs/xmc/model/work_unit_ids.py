@@ -77,10 +77,13 @@ def plan_work_unit_ids(
     next_wid: Mapping[int, int],
     created_before: Collection[Key],
     refuse: Callable[[int], XmcError | None] | None = None,
+    admit: Callable[[int], XmcError | None] | None = None,
 ) -> IdPlan:
     """The plan for ``items`` (see the module docstring). ``next_wid`` holds the existing
     experiments (locked by the caller); ``refuse`` sees the index of each item whose id is
-    valid and whose experiment exists, and returns the error that refuses it, or None."""
+    valid and whose experiment exists, and returns the error that refuses it, or None.
+    ``admit`` (quotas) sees only the items that would create a unit, in order, so a
+    repeat of an earlier create is never refused for a quota nor counted by one."""
     plan = IdPlan(next_wid=dict(next_wid))
     for i, item in enumerate(items):
         refusal = _invalid_id(item.wid)
@@ -101,6 +104,8 @@ def plan_work_unit_ids(
             plan.created_before[i] = key
         elif item.wid is not None and key in plan.planned:
             plan.repeats[i] = key
+        elif admit is not None and (over := admit(i)) is not None:
+            plan.refused[i] = over
         else:
             plan.next_wid[item.xid] = max(plan.next_wid[item.xid], key[1] + 1)
             plan.planned[key] = i

@@ -43,14 +43,17 @@ _INITIALIZING = int(WorkUnitState.INITIALIZING)
 _INSERT = f"""
     INSERT INTO work_units (xid, wid, work_unit_type, priority, tags, notes, doc,
         create_time, update_time, eid, exec_create_time, exec_update_time, state,
-        state_update_time, status_update_time, head, exec_wire, args, arg_numbers)
+        state_update_time, status_update_time, head, exec_wire, args, arg_numbers,
+        quota_principals)
     SELECT u.xid, u.wid, u.work_unit_type, u.priority,
            ARRAY(SELECT jsonb_array_elements_text(u.tags)), u.notes, u.doc,
-           $8, $8, 1, $8, $8, {_INITIALIZING}, $8, $8, u.head, u.exec_wire, u.args, u.numbers
+           $8, $8, 1, $8, $8, {_INITIALIZING}, $8, $8, u.head, u.exec_wire, u.args, u.numbers,
+           ARRAY(SELECT jsonb_array_elements_text(u.principals))
     FROM unnest($1::bigint[], $2::bigint[], $3::smallint[], $4::smallint[], $5::jsonb[],
-                $6::text[], $7::bytea[], $9::bytea[], $10::bytea[], $11::jsonb[], $12::jsonb[])
+                $6::text[], $7::bytea[], $9::bytea[], $10::bytea[], $11::jsonb[], $12::jsonb[],
+                $13::jsonb[])
          AS u(xid, wid, work_unit_type, priority, tags, notes, doc, head, exec_wire, args,
-              numbers)
+              numbers, principals)
     ON CONFLICT (xid, wid) DO NOTHING
     RETURNING xid, wid"""
 
@@ -62,6 +65,8 @@ class NewWorkUnit:
     wid: int | None
     work_unit: WorkUnit
     requester: str
+    #: Whom the unit counts against (``xmc.model.quotas.principals_of``); none: nobody.
+    principals: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -98,9 +103,11 @@ async def create_work_units(
     writer: str,
     now: datetime,
     authorize: Authorize | None = None,
+    admit: Callable[[int], XmcError | None] | None = None,
 ) -> list[CreateOutcome]:
     """Create what can be created, in the caller's transaction; one outcome per item.
-    ``authorize`` sees each item with its experiment (read under the row lock).
+    ``authorize`` sees each item with its experiment (read under the row lock); ``admit``
+    (quotas) each item that would create a unit, after it.
 
     Lock the experiments → plan the ids (``xmc.model.work_unit_ids``) → insert → record
     the Operations, history and rollups of what was inserted."""
@@ -116,12 +123,13 @@ async def create_work_units(
         next_wid={xid: experiment.next_wid for xid, experiment in locked.items()},
         created_before=earlier.keys(),
         refuse=refuse,
+        admit=admit,
     )
     outcomes: dict[int, CreateOutcome] = dict(plan.refused)
     for i, key in plan.created_before.items():
         outcomes[i] = Created(earlier[key], None, locked[key[0]].priority)
 
-    created = await _insert(conn, {key: items[i].work_unit for key, i in plan.planned.items()}, now)
+    created = await _insert(conn, {key: items[i] for key, i in plan.planned.items()}, now)
     lost = [key for key in plan.planned if key not in created]
     if lost:
         # Another transaction created that id first.
@@ -181,7 +189,7 @@ async def _lock_experiments(conn: Connection, xids: set[int]) -> dict[int, _Lock
 
 
 async def _insert(
-    conn: Connection, planned: dict[Key, WorkUnit], now: datetime
+    conn: Connection, planned: dict[Key, NewWorkUnit], now: datetime
 ) -> dict[Key, WorkUnit]:
     """Insert the planned work units; those inserted, as stored, by key (a key missing:
     another transaction took it). The rows are built here as they will be stored, so the
@@ -189,9 +197,9 @@ async def _insert(
     if not planned:
         return {}
     keys = list(planned)
-    rows = [_new_row(key, planned[key], now) for key in keys]
+    rows = [_new_row(key, planned[key].work_unit, now) for key in keys]
     parts = [wire_parts(row) for row in rows]
-    args = [work_unit_args(planned[key]) for key in keys]
+    args = [work_unit_args(planned[key].work_unit) for key in keys]
     inserted = await conn.fetch(
         _INSERT,
         [k[0] for k in keys],
@@ -206,6 +214,7 @@ async def _insert(
         [exec_wire for _, exec_wire in parts],
         [json.dumps(a) for a in args],
         [arg_numbers_json(a) for a in args],
+        [json.dumps(planned[key].principals) for key in keys],
     )
     # The answer is parsed from the stored bytes (upb) rather than built a second time.
     taken = {(r["xid"], r["wid"]) for r in inserted}

@@ -8,7 +8,7 @@ touches a thousand work units of one experiment updates that row once.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -115,7 +115,12 @@ def experiment_from_row(row: Mapping[str, Any]) -> Experiment:
 
 
 async def insert_experiment(
-    conn: Connection, experiment: Experiment, *, creator: str, now: datetime
+    conn: Connection,
+    experiment: Experiment,
+    *,
+    creator: str,
+    now: datetime,
+    principals: Sequence[str] = (),
 ) -> Experiment:
     launch = LaunchState(experiment.status.launch_state or LaunchState.LAUNCHING)
     active = compute_active_state(launch, {})
@@ -123,8 +128,8 @@ async def insert_experiment(
         conn,
         f"""INSERT INTO experiments (title, creator, priority, tags, notes, doc, create_time,
                 update_time, launch_state, active_state, launch_id, status_update_time,
-                structured_status_message)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8, $9, $10, $7, $11)
+                structured_status_message, quota_principals)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8, $9, $10, $7, $11, $12)
             RETURNING {EXPERIMENT_COLUMNS}""",
         experiment.title,
         creator,
@@ -137,6 +142,7 @@ async def insert_experiment(
         int(active),
         experiment.status.launch_id,
         optional_bytes(experiment.status, "structured_status_message"),
+        list(principals),
     )
     await insert_experiment_event(
         conn, row["xid"], "created", active_state=int(active), launch_state=int(launch), now=now

@@ -54,6 +54,7 @@ from xmc.redis_client import connect_redis
 from xmc.settings import LogSettings, Settings, XmcSettings
 from xmc.store.transactions import (
     Store,
+    delete_expired_audit,
     delete_expired_experiment_events,
     delete_expired_operations,
     delete_expired_outbox_rows,
@@ -153,20 +154,23 @@ class EssOptions:
 
 
 async def run_janitor_once(store: Store, *, now: datetime) -> tuple[int, int, int]:
-    """TTL cleanup (SPEC §11): operations after 90 days, processed parked tasks 7 days
-    after ``processed_time``, finished outbox tasks 7 days after they finished. Returns
+    """TTL cleanup (SPEC §11): operations and audit rows after 90 days, processed parked
+    tasks 7 days after ``processed_time``, finished outbox tasks 7 days after they finished.
+    Returns
     how many of each were dropped."""
     async with store.transaction() as conn:
         dropped_ops = await delete_expired_operations(conn, now=now)
+        dropped_audit = await delete_expired_audit(conn, now=now)
         dropped_tasks = await delete_expired_paused_tasks(conn, now=now)
         dropped_outbox = await delete_expired_outbox_rows(conn, now=now)
         dropped_events = await delete_expired_experiment_events(
             conn, before=now - EXPERIMENT_EVENT_RETENTION
         )
-    if dropped_ops or dropped_tasks or dropped_outbox or dropped_events:
+    if dropped_ops or dropped_audit or dropped_tasks or dropped_outbox or dropped_events:
         log.info(
             "expired rows dropped",
             operations=dropped_ops,
+            audit_rows=dropped_audit,
             paused_tasks=dropped_tasks,
             outbox_tasks=dropped_outbox,
             experiment_events=dropped_events,

@@ -49,6 +49,7 @@ from ess.auth import Identity, acl_writer_emails, can_write_experiment
 from ess.metrics import CREATES_ABANDONED_AFTER_COMMIT
 from ess.status_codes import storage_unavailable
 from xmc.errors import PermissionDeniedError, XmcError
+from xmc.model.audit import Actor
 from xmc.store.transactions import (
     Created,
     CreateOutcome,
@@ -73,6 +74,8 @@ class QueuedCreate:
     xid: int
     wid: int | None
     work_unit: WorkUnit
+    #: The caller and its request id, recorded on the unit's Operation and history row.
+    by: Actor
     future: asyncio.Future[Operation] = field(repr=False)
 
     @property
@@ -143,10 +146,10 @@ class CreateCoalescer:
         return len(self._queue)
 
     async def submit(
-        self, identity: Identity, xid: int, work_unit: WorkUnit, wid: int | None
+        self, identity: Identity, xid: int, work_unit: WorkUnit, wid: int | None, *, by: Actor
     ) -> Operation:
         future: asyncio.Future[Operation] = asyncio.get_running_loop().create_future()
-        self._queue.append(QueuedCreate(identity, xid, wid, work_unit, future))
+        self._queue.append(QueuedCreate(identity, xid, wid, work_unit, by, future))
         if len(self._flushers) < self._max_in_flight:
             task = asyncio.create_task(self._flush())
             self._flushers.add(task)
@@ -198,7 +201,7 @@ class CreateCoalescer:
         async with self._store.transaction() as conn:
             outcomes = await create_work_units(
                 conn,
-                [NewWorkUnit(r.xid, r.wid, r.work_unit, r.identity.email) for r in batch],
+                [NewWorkUnit(r.xid, r.wid, r.work_unit, r.by) for r in batch],
                 writer=self._writer,
                 now=self._clock(),
                 authorize=authorize,

@@ -19,10 +19,11 @@ from google.longrunning.operations_proto_pb2 import Operation
 from ess.auth import Identity, require_writer_of
 from ess.creates import CreateCoalescer
 from xmc.errors import FailedPreconditionError
+from xmc.model.audit import Actor, AuditAction, AuditEntry
 from xmc.model.merge import ExecutionUpdate
 from xmc.model.resume import TaskKind
 from xmc.model.states import EXECUTION_TERMINAL_STATES, WorkUnitState
-from xmc.names import parse_work_unit_name, work_unit_name
+from xmc.names import experiment_name, parse_work_unit_name, work_unit_name
 from xmc.store.transactions import (
     ActionType,
     Connection,
@@ -33,6 +34,7 @@ from xmc.store.transactions import (
     fetch_experiment,
     fetch_work_unit,
     insert_operation,
+    record_audit,
     restart_work_unit,
     select_work_unit_ids,
     update_experiment,
@@ -125,11 +127,11 @@ class Intents:
     # --- create ------------------------------------------------------------------------
 
     async def create_work_unit(
-        self, identity: Identity, xid: int, work_unit: WorkUnit, *, wid: int | None
+        self, identity: Identity, xid: int, work_unit: WorkUnit, *, wid: int | None, by: Actor
     ) -> Operation:
         """CreateWorkUnit (grouped with concurrent ones into one transaction); with a
         client-chosen ``wid`` a repeat returns the first Operation and creates nothing."""
-        return await self._creates.submit(identity, xid, work_unit, wid)
+        return await self._creates.submit(identity, xid, work_unit, wid, by=by)
 
     async def enqueue_creates(self, conn: Connection, created: Sequence[Created]) -> None:
         """The CREATE tasks of freshly created work units, in their creating transaction."""
@@ -151,7 +153,7 @@ class Intents:
     # --- stop --------------------------------------------------------------------------
 
     async def _stop_in_transaction(
-        self, conn: Connection, xid: int, wids: Sequence[int], *, strict: bool
+        self, conn: Connection, xid: int, wids: Sequence[int], *, strict: bool, by: Actor
     ) -> list[tuple[WorkUnit, int]]:
         """Write STOPPING (or STOPPED for a paused work unit: it has no JobSet) with the
         masked ``["status.state"]`` path. Returns (work unit, eid) of those stopped."""
@@ -181,7 +183,7 @@ class Intents:
             set_timestamp(execution.status.state_update_time, stamp_after(stored_time, now))
             updates.append(ExecutionUpdate(xid, wid, eid, execution, ("status.state",)))
             targets.append((work_unit, eid))
-        results = await update_work_unit_executions(conn, updates, writer=WRITER, now=now)
+        results = await update_work_unit_executions(conn, updates, writer=WRITER, actor=by, now=now)
         stopped = []
         for target, result in zip(targets, results, strict=True):
             if result.state in (WorkUnitState.STOPPING, WorkUnitState.STOPPED):
@@ -195,7 +197,13 @@ class Intents:
         return stopped
 
     async def stop_work_units(
-        self, identity: Identity, xid: int, wids: Sequence[int] | None, *, filter_text: str = ""
+        self,
+        identity: Identity,
+        xid: int,
+        wids: Sequence[int] | None,
+        *,
+        by: Actor,
+        filter_text: str = "",
     ) -> Operation:
         """StopWorkUnit (``wids`` of one) or BatchStopWorkUnits (``wids`` None: the
         filter's matches); one Operation either way."""
@@ -204,14 +212,14 @@ class Intents:
             experiment = await self._writable_experiment(conn, identity, xid)
             if wids is None:
                 wids = await select_work_unit_ids(conn, xid, filter_text)
-            targets = await self._stop_in_transaction(conn, xid, wids, strict=not batch)
+            targets = await self._stop_in_transaction(conn, xid, wids, strict=not batch, by=by)
             operation = await insert_operation(
                 conn,
                 NewOperation(
                     xid,
                     None if batch else wids[0],
                     ActionType.STOP,
-                    identity.email,
+                    by,
                     pending_tasks=len(targets),
                 ),
                 now=self._clock(),
@@ -236,7 +244,13 @@ class Intents:
     # --- restart -----------------------------------------------------------------------
 
     async def restart_work_units(
-        self, identity: Identity, xid: int, wids: Sequence[int] | None, *, filter_text: str = ""
+        self,
+        identity: Identity,
+        xid: int,
+        wids: Sequence[int] | None,
+        *,
+        by: Actor,
+        filter_text: str = "",
     ) -> Operation:
         """RestartWorkUnit / BatchRestartWorkUnits: archive eid N, make N+1 RESTARTING
         (allowed from any state), one Operation, one RESTART task per work unit."""
@@ -247,7 +261,8 @@ class Intents:
                 wids = await select_work_unit_ids(conn, xid, filter_text)
             now = self._clock()
             restarted = [
-                await restart_work_unit(conn, xid, wid, writer=WRITER, now=now) for wid in wids
+                await restart_work_unit(conn, xid, wid, writer=WRITER, actor=by, now=now)
+                for wid in wids
             ]
             operation = await insert_operation(
                 conn,
@@ -255,7 +270,7 @@ class Intents:
                     xid,
                     None if batch else wids[0],
                     ActionType.RESTART,
-                    identity.email,
+                    by,
                     pending_tasks=len(restarted),
                 ),
                 now=now,
@@ -280,13 +295,24 @@ class Intents:
     # --- update ------------------------------------------------------------------------
 
     async def update_work_unit(
-        self, identity: Identity, xid: int, wid: int, source: WorkUnit, paths: tuple[str, ...]
+        self,
+        identity: Identity,
+        xid: int,
+        wid: int,
+        source: WorkUnit,
+        paths: tuple[str, ...],
+        *,
+        by: Actor,
     ) -> WorkUnit:
         """UpdateWorkUnit; a priority change of a live work unit also patches its JobSet
         (an UPDATE task, SPEC §7.2)."""
         async with self._store.transaction() as conn:
             experiment = await self._writable_experiment(conn, identity, xid)
             updated = await update_work_unit(conn, xid, wid, source, paths, now=self._clock())
+            entry = AuditEntry(
+                AuditAction.UPDATE_WORK_UNIT, work_unit_name(xid, wid), xid, ",".join(paths)
+            )
+            await record_audit(conn, by, entry, now=self._clock())
             state = WorkUnitState(updated.current_work_unit_execution.status.state)
             patch = "priority" in paths and state not in _NO_UPDATE_STATES
             if patch:
@@ -304,8 +330,19 @@ class Intents:
         return updated
 
     async def update_experiment(
-        self, identity: Identity, xid: int, source: Experiment, paths: tuple[str, ...]
+        self,
+        identity: Identity,
+        xid: int,
+        source: Experiment,
+        paths: tuple[str, ...],
+        *,
+        by: Actor,
     ) -> Experiment:
         async with self._store.transaction() as conn:
             await self._writable_experiment(conn, identity, xid)
-            return await update_experiment(conn, xid, source, paths, now=self._clock())
+            updated = await update_experiment(conn, xid, source, paths, now=self._clock())
+            entry = AuditEntry(
+                AuditAction.UPDATE_EXPERIMENT, experiment_name(xid), xid, ",".join(paths)
+            )
+            await record_audit(conn, by, entry, now=self._clock())
+            return updated

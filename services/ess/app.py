@@ -22,6 +22,7 @@ from google.longrunning import operations_grpc_pb2
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from ess.audit_service import AuditService
 from ess.auth import Authenticator
 from ess.intents import Intents
 from ess.interceptor import EssInterceptor
@@ -75,6 +76,8 @@ from xmc_api.internal.v1 import (
 from xmc_api.internal.v1 import logs_pb2 as internal_logs_pb2
 from xmc_api.internal.v1 import logs_pb2_grpc as internal_logs_pb2_grpc
 from xmc_api.xmc.v1 import (
+    audit_pb2,
+    audit_pb2_grpc,
     logs_pb2,
     logs_pb2_grpc,
     notifications_pb2,
@@ -107,6 +110,7 @@ SERVICE_NAMES = (
     watch_pb2.DESCRIPTOR.services_by_name["WatchService"].full_name,
     retry_pb2.DESCRIPTOR.services_by_name["RetryService"].full_name,
     notifications_pb2.DESCRIPTOR.services_by_name["NotificationService"].full_name,
+    audit_pb2.DESCRIPTOR.services_by_name["AuditService"].full_name,
 )
 
 
@@ -279,6 +283,7 @@ class EssServer:
             WatchService(self.store, hub, clock=self.clock), server
         )
         retry_pb2_grpc.add_RetryServiceServicer_to_server(RetryService(self.store), server)
+        audit_pb2_grpc.add_AuditServiceServicer_to_server(AuditService(self.store), server)
         notifications_pb2_grpc.add_NotificationServiceServicer_to_server(
             NotificationService(self.store, clock=self.clock), server
         )

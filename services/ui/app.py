@@ -19,6 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from ui import actions, logs_page, pages
 from ui.context import CHANNEL, HERE, OPTIONS, TEMPLATES, UiOptions, render, templates
 from ui.gateway import UiError
+from ui.request_ids import request_id_header, request_ids
 from ui.rest import add_rest_routes
 from ui.security import same_site_writes, security_headers
 from ui.transcode import error_body
@@ -101,8 +102,9 @@ def create_app(
     normalize = web.normalize_path_middleware(
         append_slash=False, remove_slash=True, merge_slashes=True
     )
-    app = web.Application(middlewares=[normalize, error_pages, same_site_writes])
+    app = web.Application(middlewares=[normalize, error_pages, request_ids, same_site_writes])
     app.on_response_prepare.append(security_headers)
+    app.on_response_prepare.append(request_id_header)
     app[CHANNEL] = channel
     app[OPTIONS] = options or UiOptions()
     app[TEMPLATES] = templates()

@@ -63,13 +63,17 @@ def rpc_error(error: grpc.RpcError) -> UiError:
     return UiError(HTTP_STATUS.get(code, 500), f"{code.name}: {details}{hint}")
 
 
-def call_metadata(authorization: str | None, default_token: str) -> tuple[tuple[str, str], ...]:
-    """The caller's ``Authorization`` header when it sent one, else the default token."""
+def call_metadata(
+    authorization: str | None, default_token: str, request_id: str
+) -> tuple[tuple[str, str], ...]:
+    """The caller's ``Authorization`` header when it sent one, else the default token; and
+    the request's id (``x-request-id``), which the ESS records with what the call changes."""
+    forwarded = (("x-request-id", request_id),)
     if authorization:
-        return (("authorization", authorization),)
+        return (("authorization", authorization), *forwarded)
     if default_token:
-        return (("authorization", f"Bearer {default_token}"),)
-    return ()
+        return (("authorization", f"Bearer {default_token}"), *forwarded)
+    return forwarded
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from ui.http_rules import (
     rules_table,
 )
 from ui.openapi import openapi_document, render
+from ui.request_ids import request_id_metadata
 from ui.security import json_content_type_refusal
 from ui.sse import cancel_on_hang_up, resume_from_last_event, serve_events, wants_event_stream
 from ui.transcode import (
@@ -194,7 +195,9 @@ class RestFace:
             request_serializer=lambda m: m.SerializeToString(),
             response_deserializer=output.FromString,
         )
-        metadata = bearer_metadata(request.headers.get("Authorization"))
+        metadata = bearer_metadata(request.headers.get("Authorization")) + request_id_metadata(
+            request
+        )
         try:
             response = await call(message, metadata=metadata, timeout=self.timeout)
         except grpc.aio.AioRpcError as error:
@@ -215,7 +218,9 @@ class RestFace:
             request_serializer=lambda m: m.SerializeToString(),
             response_deserializer=output.FromString,
         )
-        metadata = bearer_metadata(request.headers.get("Authorization"))
+        metadata = bearer_metadata(request.headers.get("Authorization")) + request_id_metadata(
+            request
+        )
         stream = call(message, metadata=metadata)
         answer: web.StreamResponse | None = None
         watchdog = asyncio.create_task(cancel_on_hang_up(request, stream))

@@ -24,6 +24,8 @@ from xmc_api.cloud.xmanager.v1.work_unit_execution_pb2 import WorkUnitExecution
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 from xmc_api.internal.v1 import scheduling_pb2, scheduling_pb2_grpc
 from xmc_api.xmc.v1 import (
+    audit_pb2,
+    audit_pb2_grpc,
     logs_pb2,
     logs_pb2_grpc,
     notifications_pb2,
@@ -94,6 +96,7 @@ class Ess:
         self._spec = spec_pb2_grpc.SpecServiceStub(channel)
         self._sweeps = sweep_pb2_grpc.SweepServiceStub(channel)
         self._notifications = notifications_pb2_grpc.NotificationServiceStub(channel)
+        self._audit = audit_pb2_grpc.AuditServiceStub(channel)
         self._metadata = metadata
 
     async def _call(self, method: Any, request: Any) -> Any:
@@ -271,6 +274,11 @@ class Ess:
     async def delete_webhook(self, name: str) -> None:
         request = notifications_pb2.DeleteWebhookRequest(name=name)
         await self._call(self._notifications.DeleteWebhook, request)
+
+    async def audit_events(self, request: audit_pb2.ListAuditEventsRequest) -> Page:
+        """One page of the audit trail (admins only: PERMISSION_DENIED is a 403)."""
+        found = await self._call(self._audit.ListAuditEvents, request)
+        return Page(list(found.events), found.next_page_token)
 
     async def stop(self, xid: int, wid: int) -> None:
         request = api_pb2.StopWorkUnitRequest(name=f"experiments/{xid}/workUnits/{wid}")

@@ -53,6 +53,7 @@ from ui.transcode import (
 # name these types, and MessageToDict resolves them in the default pool.
 from xmc_api.cloud.xmanager.v1 import api_pb2, operations_pb2, work_unit_pb2  # noqa: F401
 from xmc_api.xmc.v1 import (
+    audit_pb2,
     logs_pb2,
     notifications_pb2,
     retry_pb2,
@@ -86,6 +87,8 @@ RETRY_SERVICE: Final[ServiceDescriptor] = retry_pb2.DESCRIPTOR.services_by_name[
 NOTIFICATION_SERVICE: Final[ServiceDescriptor] = notifications_pb2.DESCRIPTOR.services_by_name[
     "NotificationService"
 ]
+#: The audit trail, for admins (docs/audit.md).
+AUDIT_SERVICE: Final[ServiceDescriptor] = audit_pb2.DESCRIPTOR.services_by_name["AuditService"]
 #: Every service the REST face mounts; a path goes to the first route that matches, in
 #: this order, so the published API's routes come first.
 SERVICES: Final[tuple[ServiceDescriptor, ...]] = (
@@ -97,6 +100,7 @@ SERVICES: Final[tuple[ServiceDescriptor, ...]] = (
     WATCH_SERVICE,
     RETRY_SERVICE,
     NOTIFICATION_SERVICE,
+    AUDIT_SERVICE,
 )
 #: Where xmc-ui serves the OpenAPI document of the REST face.
 OPENAPI_PATH: Final = "/openapi.json"

@@ -12,9 +12,10 @@ Pure: the request-id rules and the "stopped by" reading are decisions on data.
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Final
 
 from xmc.errors import InvalidArgumentError
@@ -62,6 +63,29 @@ def parse_request_id(value: str | None) -> str | None:
             f"{REQUEST_ID_HEADER}: only visible ASCII characters (no spaces or control characters)"
         )
     return value
+
+
+_AGO: Final = re.compile(r"^(\d+)([smhd])$")
+_UNITS: Final = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
+
+
+def parse_time_bound(text: str, *, now: datetime, field: str) -> datetime | None:
+    """A bound of an audit range as people type it: ``30m``, ``2h``, ``7d`` (that long
+    before ``now``) or an ISO 8601 time (UTC when it names no zone); None when empty.
+    INVALID_ARGUMENT naming ``field`` otherwise. Shared by ``xmc audit`` and ``/audit``."""
+    text = text.strip()
+    if not text:
+        return None
+    match = _AGO.match(text)
+    if match:
+        return now - timedelta(**{_UNITS[match[2]]: int(match[1])})
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise InvalidArgumentError(
+            f"{field}: {text!r} is neither 30m, 2h, 7d nor an ISO time (2026-12-03T08:00)"
+        ) from None
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 class AuditAction(enum.StrEnum):

@@ -1,0 +1,234 @@
+"""The audit trail end to end (docs/audit.md): an ESS and an xmc-ui as OS processes with
+static tokens; alice stops one unit through the published client's gRPC call and one
+through the dashboard, each with her own request id, and both stops are "by alice" on the
+unit page, in the history, on the Operation and in the admin's audit list; non-admins are
+refused."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+import grpc
+import pytest
+import redis.asyncio as aioredis
+
+from tests.integration.ess_harness import SIGNING_KEY
+from tests.integration.support import fetch_all, minimal_work_unit
+from tests.servers import REDIS_URL
+from tests.stack import delete_prefixed_keys, free_ports, wait_listening
+from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
+from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
+from xmc_api.xmc.v1 import audit_pb2, audit_pb2_grpc, timeline_pb2, timeline_pb2_grpc
+
+BIN = Path(sys.executable).parent
+ALICE = "alice@example.com"
+TOKENS = {"token-alice": ALICE, "token-bob": "bob@example.com", "token-root": "root@example.com"}
+
+
+def published(token: str, email: str, request_id: str = "") -> tuple[tuple[str, str], ...]:
+    """What the published client sends (bearer token, its user's email), and a request id."""
+    metadata = (("authorization", f"Bearer {token}"), ("x-goog-user-email", email))
+    return (*metadata, ("x-request-id", request_id)) if request_id else metadata
+
+
+@dataclass
+class Stack:
+    ui: str
+    channel: grpc.aio.Channel
+    database_url: str
+
+
+@pytest.fixture
+async def stack(database_url: str, tmp_path: Path) -> AsyncIterator[Stack]:
+    ess_port, ui_port, no_cluster = free_ports(3)
+    prefix = f"audit-{uuid.uuid4().hex[:8]}:"
+    env = {
+        **os.environ,
+        "XMC_DATABASE_URL": database_url,
+        "XMC_REDIS_URL": REDIS_URL,
+        "XMC_ESS_LISTEN": f"127.0.0.1:{ess_port}",
+        "XMC_METRICS_LISTEN": "",
+        "XMC_TASK_SIGNING_KEY": SIGNING_KEY,
+        "XMC_AUTH_STATIC_TOKENS": ",".join(f"{t}={e}" for t, e in TOKENS.items()),
+        "XMC_AUTH_ADMINS": "root@example.com",
+        "XMC_STREAM_PREFIX": prefix,
+        "XMC_KUBE_URL": f"http://127.0.0.1:{no_cluster}",
+    }
+    logs = {name: (tmp_path / f"{name}.log").open("wb") for name in ("ess", "ui")}
+    ess = await asyncio.create_subprocess_exec(
+        str(BIN / "xmc-ess"), "serve", env=env, stdout=logs["ess"], stderr=logs["ess"]
+    )
+    ui = await asyncio.create_subprocess_exec(
+        str(BIN / "xmc-ui"), "--listen", f"127.0.0.1:{ui_port}",
+        "--ess-target", f"127.0.0.1:{ess_port}", env=env, stdout=logs["ui"], stderr=logs["ui"],
+    )  # fmt: skip
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{ess_port}")
+    try:
+        await wait_listening(ess_port, ess, "xmc-ess")
+        await wait_listening(ui_port, ui, "xmc-ui")
+        yield Stack(f"http://127.0.0.1:{ui_port}", channel, database_url)
+    finally:
+        await channel.close()
+        for process in (ui, ess):
+            if process.returncode is None:
+                process.send_signal(signal.SIGTERM)
+            await asyncio.wait_for(process.wait(), timeout=30)
+        for log in logs.values():
+            log.close()
+        client = aioredis.from_url(REDIS_URL)
+        await delete_prefixed_keys(client, prefix)
+        await client.aclose()
+        for name in logs:
+            print(f"----- {name} -----", (tmp_path / f"{name}.log").read_text()[-4000:], sep="\n")
+
+
+async def _unit(api: api_pb2_grpc.ExperimentStateServiceStub, parent: str) -> str:
+    request = api_pb2.CreateWorkUnitRequest(parent=parent, work_unit=minimal_work_unit())
+    operation = await api.CreateWorkUnit(request, metadata=published("token-alice", ALICE))
+    return operation.name.split("/operations/")[0]
+
+
+async def test_a_stop_is_attributed_to_alice_everywhere(stack: Stack) -> None:
+    api = api_pb2_grpc.ExperimentStateServiceStub(stack.channel)
+    alice = published("token-alice", ALICE)
+    experiment = await api.CreateExperiment(
+        api_pb2.CreateExperimentRequest(experiment=Experiment(title="audited")), metadata=alice
+    )
+    xid = int(experiment.name.split("/")[1])
+    by_grpc, by_dashboard = [await _unit(api, experiment.name) for _ in range(2)]
+
+    # 1. The published client's StopWorkUnit, with alice's token and request id; the ESS
+    #    returns the id in the trailing metadata.
+    call = api.StopWorkUnit(
+        api_pb2.StopWorkUnitRequest(name=by_grpc),
+        metadata=published("token-alice", ALICE, "alice-grpc-stop-1"),
+    )
+    operation = await call
+    assert ("x-request-id", "alice-grpc-stop-1") in tuple(await call.trailing_metadata())
+
+    # 2. The dashboard's Stop button, behind a proxy that signs alice in (Authorization)
+    #    and names the request (X-Request-Id).
+    browser = {"Authorization": "Bearer token-alice", "X-Request-Id": "alice-dash-stop-1"}
+    async with aiohttp.ClientSession() as http:
+        async with http.post(
+            f"{stack.ui}/{by_dashboard}/stop", headers=browser, allow_redirects=False
+        ) as response:
+            assert response.status in (302, 303), await response.text()
+            assert response.headers["X-Request-Id"] == "alice-dash-stop-1"
+        # 3. The unit page says who stopped it.
+        for unit in (by_grpc, by_dashboard):
+            async with http.get(f"{stack.ui}/{unit}", headers=browser) as page:
+                text = await page.text()
+                assert page.status == 200, text
+                assert f"stopped by <b>{ALICE}</b>" in text
+                assert f"created by <b>{ALICE}</b>" in text
+
+    # 4. The history rows and the Operations carry principal and request id.
+    rows = await fetch_all(
+        stack.database_url,
+        """SELECT wid, principal, request_id FROM work_unit_status_history
+           WHERE xid = $1 AND new_state = 6 ORDER BY wid""",
+        xid,
+    )
+    assert [(r["principal"], r["request_id"]) for r in rows] == [
+        (ALICE, "alice-grpc-stop-1"),
+        (ALICE, "alice-dash-stop-1"),
+    ]
+    ops = await fetch_all(
+        stack.database_url,
+        "SELECT name, original_requester, request_id FROM operations WHERE action_type = 2 "
+        "AND xid = $1 ORDER BY wid",
+        xid,
+    )
+    assert [(o["original_requester"], o["request_id"]) for o in ops] == [
+        (ALICE, "alice-grpc-stop-1"),
+        (ALICE, "alice-dash-stop-1"),
+    ]
+    assert ops[0]["name"] == operation.name
+
+    # 5. The timeline carries the principal per change.
+    timelines = timeline_pb2_grpc.TimelineServiceStub(stack.channel)
+    timeline = await timelines.GetWorkUnitTimeline(
+        timeline_pb2.GetWorkUnitTimelineRequest(name=by_grpc), metadata=alice
+    )
+    last = timeline.executions[-1].changes[-1]
+    assert (last.principal, last.request_id) == (ALICE, "alice-grpc-stop-1")
+    assert timeline.stopped.principal == ALICE
+
+    # 6. An edit without history row or Operation lands in the audit log.
+    edit = api_pb2.UpdateExperimentRequest(
+        experiment=Experiment(name=experiment.name, title="renamed")
+    )
+    edit.update_mask.paths.append("title")
+    await api.UpdateExperiment(edit, metadata=published("token-alice", ALICE, "alice-edit-1"))
+
+    # 7. The admin's audit list, over REST and gRPC.
+    root = {"Authorization": "Bearer token-root"}
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(f"{stack.ui}/v1/audit", params={"principal": ALICE}, headers=root) as response,
+    ):
+        body = await response.json()
+        assert response.status == 200, body
+    seen = {(e["action"], e["requestId"]) for e in body["events"]}
+    assert {
+        ("StopWorkUnit", "alice-grpc-stop-1"),
+        ("StopWorkUnit", "alice-dash-stop-1"),
+        ("UpdateExperiment", "alice-edit-1"),
+    } <= seen
+    assert {e["action"] for e in body["events"]} >= {"CreateExperiment", "CreateWorkUnit"}
+    assert {e["principal"] for e in body["events"]} == {ALICE}
+    audit = audit_pb2_grpc.AuditServiceStub(stack.channel)
+    page = await audit.ListAuditEvents(
+        audit_pb2.ListAuditEventsRequest(experiment=experiment.name, page_size=2),
+        metadata=published("token-root", "root@example.com"),
+    )
+    assert len(page.events) == 2 and page.next_page_token
+    assert page.events[0].action == "UpdateExperiment", "newest first"
+    assert all(e.principal == ALICE for e in page.events)
+
+
+async def test_only_admins_read_the_audit_trail(stack: Stack) -> None:
+    audit = audit_pb2_grpc.AuditServiceStub(stack.channel)
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await audit.ListAuditEvents(
+            audit_pb2.ListAuditEventsRequest(), metadata=published("token-bob", "bob@example.com")
+        )
+    assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert "not an admin" in (refused.value.details() or "")
+    bob = {"Authorization": "Bearer token-bob"}
+    async with aiohttp.ClientSession() as http:
+        for path in ("/v1/audit", "/audit"):
+            async with http.get(f"{stack.ui}{path}", headers=bob) as response:
+                assert response.status == 403, (path, await response.text())
+        async with http.get(
+            f"{stack.ui}/audit", headers={"Authorization": "Bearer token-root"}
+        ) as response:
+            assert response.status == 200
+
+
+async def test_a_malformed_request_id_is_refused_naming_it(stack: Stack) -> None:
+    api = api_pb2_grpc.ExperimentStateServiceStub(stack.channel)
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await api.ListExperiments(
+            api_pb2.ListExperimentsRequest(),
+            metadata=published("token-alice", ALICE, "x" * 129),
+        )
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert (refused.value.details() or "").startswith("x-request-id:")
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(
+            f"{stack.ui}/", headers={"Authorization": "Bearer token-alice", "X-Request-Id": "a b"}
+        ) as response,
+    ):
+        assert response.status == 400
+        assert "x-request-id" in await response.text()

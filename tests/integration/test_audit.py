@@ -20,7 +20,9 @@ import grpc
 import pytest
 import redis.asyncio as aioredis
 
-from tests.integration.ess_harness import SIGNING_KEY
+from ess.service import ExperimentStateService
+from tests.integration.ess_harness import SIGNING_KEY, EssFactory
+from tests.integration.ess_harness import metadata as harness_metadata
 from tests.integration.support import fetch_all, minimal_work_unit
 from tests.servers import REDIS_URL
 from tests.stack import delete_prefixed_keys, free_ports, wait_listening
@@ -232,3 +234,25 @@ async def test_a_malformed_request_id_is_refused_naming_it(stack: Stack) -> None
     ):
         assert response.status == 400
         assert "x-request-id" in await response.text()
+
+
+async def test_an_internal_error_names_the_callers_request_id(
+    ess_factory: EssFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The message of an INTERNAL answer names the request id the caller sent (and the
+    ESS logged), so a user's report finds the server's log line."""
+
+    async def broken(self: object, request: object, context: object) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(ExperimentStateService, "GetExperiment", broken)
+    ess = await ess_factory()
+    call = ess.api.GetExperiment(
+        api_pb2.GetExperimentRequest(name="experiments/1"),
+        metadata=(*harness_metadata("alice"), ("x-request-id", "report-me-42")),
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as failed:
+        await call
+    assert failed.value.code() == grpc.StatusCode.INTERNAL
+    assert (failed.value.details() or "").endswith("(request id report-me-42)")
+    assert ("x-request-id", "report-me-42") in tuple(await call.trailing_metadata())

@@ -6,11 +6,7 @@ refused."""
 
 from __future__ import annotations
 
-import asyncio
-import os
-import signal
 import sys
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,14 +14,12 @@ from pathlib import Path
 import aiohttp
 import grpc
 import pytest
-import redis.asyncio as aioredis
 
 from ess.service import ExperimentStateService
-from tests.integration.ess_harness import SIGNING_KEY, EssFactory
+from tests.integration.ess_harness import EssFactory
 from tests.integration.ess_harness import metadata as harness_metadata
 from tests.integration.support import fetch_all, minimal_work_unit
-from tests.servers import REDIS_URL
-from tests.stack import delete_prefixed_keys, free_ports, wait_listening
+from tests.integration.ui_support import ess_and_ui_processes
 from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
 from xmc_api.xmc.v1 import audit_pb2, audit_pb2_grpc, timeline_pb2, timeline_pb2_grpc
@@ -50,52 +44,23 @@ class Stack:
 
 @pytest.fixture
 async def stack(database_url: str, tmp_path: Path) -> AsyncIterator[Stack]:
-    ess_port, ui_port, no_cluster = free_ports(3)
-    prefix = f"audit-{uuid.uuid4().hex[:8]}:"
     env = {
-        **os.environ,
-        "XMC_DATABASE_URL": database_url,
-        "XMC_REDIS_URL": REDIS_URL,
-        "XMC_ESS_LISTEN": f"127.0.0.1:{ess_port}",
-        "XMC_METRICS_LISTEN": "",
-        "XMC_TASK_SIGNING_KEY": SIGNING_KEY,
         "XMC_AUTH_STATIC_TOKENS": ",".join(f"{t}={e}" for t, e in TOKENS.items()),
         "XMC_AUTH_ADMINS": "root@example.com",
-        "XMC_STREAM_PREFIX": prefix,
-        "XMC_KUBE_URL": f"http://127.0.0.1:{no_cluster}",
     }
-    logs = {name: (tmp_path / f"{name}.log").open("wb") for name in ("ess", "ui")}
-    ess = await asyncio.create_subprocess_exec(
-        str(BIN / "xmc-ess"), "serve", env=env, stdout=logs["ess"], stderr=logs["ess"]
-    )
-    ui = await asyncio.create_subprocess_exec(
-        str(BIN / "xmc-ui"), "--listen", f"127.0.0.1:{ui_port}",
-        "--ess-target", f"127.0.0.1:{ess_port}", env=env, stdout=logs["ui"], stderr=logs["ui"],
-    )  # fmt: skip
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{ess_port}")
-    try:
-        await wait_listening(ess_port, ess, "xmc-ess")
-        await wait_listening(ui_port, ui, "xmc-ui")
-        yield Stack(f"http://127.0.0.1:{ui_port}", channel, database_url)
-    finally:
-        await channel.close()
-        for process in (ui, ess):
-            if process.returncode is None:
-                process.send_signal(signal.SIGTERM)
-            await asyncio.wait_for(process.wait(), timeout=30)
-        for log in logs.values():
-            log.close()
-        client = aioredis.from_url(REDIS_URL)
-        await delete_prefixed_keys(client, prefix)
-        await client.aclose()
-        for name in logs:
-            print(f"----- {name} -----", (tmp_path / f"{name}.log").read_text()[-4000:], sep="\n")
+    async with ess_and_ui_processes(database_url, tmp_path, env) as live:
+        channel = grpc.aio.insecure_channel(f"127.0.0.1:{live.ess_port}")
+        try:
+            yield Stack(live.ui, channel, database_url)
+        finally:
+            await channel.close()
 
 
 async def _unit(api: api_pb2_grpc.ExperimentStateServiceStub, parent: str) -> str:
     request = api_pb2.CreateWorkUnitRequest(parent=parent, work_unit=minimal_work_unit())
     operation = await api.CreateWorkUnit(request, metadata=published("token-alice", ALICE))
-    return operation.name.split("/operations/")[0]
+    name: str = operation.name
+    return name.split("/operations/")[0]
 
 
 async def test_a_stop_is_attributed_to_alice_everywhere(stack: Stack) -> None:
@@ -193,7 +158,8 @@ async def test_a_stop_is_attributed_to_alice_everywhere(stack: Stack) -> None:
         audit_pb2.ListAuditEventsRequest(experiment=experiment.name, page_size=2),
         metadata=published("token-root", "root@example.com"),
     )
-    assert len(page.events) == 2 and page.next_page_token
+    assert len(page.events) == 2
+    assert page.next_page_token
     assert page.events[0].action == "UpdateExperiment", "newest first"
     assert all(e.principal == ALICE for e in page.events)
 

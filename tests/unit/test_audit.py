@@ -133,5 +133,5 @@ def test_time_bounds(text: str, want: datetime | None) -> None:
 
 
 def test_a_time_bound_that_is_neither_names_its_field() -> None:
-    with pytest.raises(InvalidArgumentError, match="^until: 'yesterday' is neither"):
+    with pytest.raises(InvalidArgumentError, match=r"^until: 'yesterday' is neither"):
         parse_time_bound("yesterday", now=T0, field="until")

@@ -162,6 +162,16 @@ async def test_a_stop_is_attributed_to_alice_everywhere(stack: Stack) -> None:
     assert page.next_page_token
     assert page.events[0].action == "UpdateExperiment", "newest first"
     assert all(e.principal == ALICE for e in page.events)
+    rest = await audit.ListAuditEvents(
+        audit_pb2.ListAuditEventsRequest(
+            experiment=experiment.name, page_size=100, page_token=page.next_page_token
+        ),
+        metadata=published("token-root", "root@example.com"),
+    )
+    walked = [(e.action, e.target) for e in (*page.events, *rest.events)]
+    # The experiment, two units, two stops, one edit: each once across the pages.
+    assert len(walked) == len(set(walked)) == 6, walked
+    assert not rest.next_page_token
 
 
 async def test_only_admins_read_the_audit_trail(stack: Stack) -> None:

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from ess.interceptor import request_id_of
 from xmc.errors import InvalidArgumentError
 from xmc.model.audit import (
     Attribution,
@@ -135,3 +136,30 @@ def test_time_bounds(text: str, want: datetime | None) -> None:
 def test_a_time_bound_that_is_neither_names_its_field() -> None:
     with pytest.raises(InvalidArgumentError, match=r"^until: 'yesterday' is neither"):
         parse_time_bound("yesterday", now=T0, field="until")
+
+
+@pytest.mark.parametrize(
+    ("metadata", "want"),
+    [
+        pytest.param((("x-request-id", "r-1"),), "r-1", id="the caller's"),
+        pytest.param((("authorization", "Bearer t"), ("x-request-id", "r-1")), "r-1", id="among"),
+    ],
+)
+def test_the_callers_request_id_is_kept(metadata: tuple[tuple[str, str], ...], want: str) -> None:
+    assert request_id_of(metadata) == want
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [pytest.param((), id="none"), pytest.param((("x-request-id", ""),), id="empty"), None],
+)
+def test_without_one_the_ess_makes_one(metadata: tuple[tuple[str, str], ...] | None) -> None:
+    made = request_id_of(metadata)
+    assert len(made) == 32
+    assert int(made, 16) >= 0
+    assert made != request_id_of(metadata), "a new one each call"
+
+
+def test_a_request_id_sent_twice_is_refused() -> None:
+    with pytest.raises(InvalidArgumentError, match=r"^x-request-id: sent more than once"):
+        request_id_of((("x-request-id", "a"), ("x-request-id", "b")))

@@ -37,8 +37,10 @@ async def test_who_stopped_it_in_the_cli(ess: Ess) -> None:
     refused = await xmc(ess, "audit")
     assert refused.exit_code != 0
     assert "PERMISSION_DENIED" in refused.output
-    events = await xmc_json(ess, "audit", "--principal", "alice@example.com", "--since", "2000-01-01",
-                            token="token-root")  # fmt: skip
+    events = await xmc_json(
+        ess, "audit", "--principal", "alice@example.com", "--since", "2000-01-01",
+        token="token-root",
+    )  # fmt: skip
     # The test's ESS clock stands still: one instant, so compared as a set.
     by_action = {e["action"]: e for e in events}
     assert set(by_action) == {"StopWorkUnit", "CreateWorkUnit", "CreateExperiment"}

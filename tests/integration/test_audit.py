@@ -139,12 +139,14 @@ async def test_a_stop_is_attributed_to_alice_everywhere(stack: Stack) -> None:
 
     # 7. The admin's audit list, over REST and gRPC.
     root = {"Authorization": "Bearer token-root"}
-    async with (
-        aiohttp.ClientSession() as http,
-        http.get(f"{stack.ui}/v1/audit", params={"principal": ALICE}, headers=root) as response,
-    ):
-        body = await response.json()
-        assert response.status == 200, body
+    since = {"principal": ALICE, "since": "2000-01-01T00:00:00Z"}
+    future = {"principal": ALICE, "since": "2999-01-01T00:00:00Z"}
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{stack.ui}/v1/audit", params=since, headers=root) as response:
+            body = await response.json()
+            assert response.status == 200, body
+        async with http.get(f"{stack.ui}/v1/audit", params=future, headers=root) as response:
+            assert (await response.json()).get("events", []) == []
     seen = {(e["action"], e["requestId"]) for e in body["events"]}
     assert {
         ("StopWorkUnit", "alice-grpc-stop-1"),

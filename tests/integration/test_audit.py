@@ -1,8 +1,8 @@
 """The audit trail end to end (docs/audit.md): an ESS and an xmc-ui as OS processes with
 static tokens; alice stops one unit through the published client's gRPC call and one
 through the dashboard, each with her own request id, and both stops are "by alice" on the
-unit page, in the history, on the Operation and in the admin's audit list; non-admins are
-refused."""
+unit page, in the history, on the Operation and in the admin's audit list — though the
+dashboard has an admin account of its own (XMC_UI_TOKEN); non-admins are refused."""
 
 from __future__ import annotations
 
@@ -26,7 +26,14 @@ from xmc_api.xmc.v1 import audit_pb2, audit_pb2_grpc, timeline_pb2, timeline_pb2
 
 BIN = Path(sys.executable).parent
 ALICE = "alice@example.com"
-TOKENS = {"token-alice": ALICE, "token-bob": "bob@example.com", "token-root": "root@example.com"}
+TOKENS = {
+    "token-alice": ALICE,
+    "token-bob": "bob@example.com",
+    "token-root": "root@example.com",
+    # The dashboard's own account (XMC_UI_TOKEN), an admin: what a visitor without a
+    # token of their own acts as, and what a signed-in person's stop must not be put on.
+    "token-dashboard": "dashboard@robots.example.com",
+}
 
 
 def published(token: str, email: str, request_id: str = "") -> tuple[tuple[str, str], ...]:
@@ -46,7 +53,8 @@ class Stack:
 async def stack(database_url: str, tmp_path: Path) -> AsyncIterator[Stack]:
     env = {
         "XMC_AUTH_STATIC_TOKENS": ",".join(f"{t}={e}" for t, e in TOKENS.items()),
-        "XMC_AUTH_ADMINS": "root@example.com",
+        "XMC_AUTH_ADMINS": "root@example.com,dashboard@robots.example.com",
+        "XMC_UI_TOKEN": "token-dashboard",
     }
     async with ess_and_ui_processes(database_url, tmp_path, env) as live:
         channel = grpc.aio.insecure_channel(f"127.0.0.1:{live.ess_port}")

@@ -14,6 +14,7 @@ from pathlib import Path
 import aiohttp
 import grpc
 import pytest
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from ess.service import ExperimentStateService
 from tests.integration.ess_harness import EssFactory
@@ -242,3 +243,30 @@ async def test_an_internal_error_names_the_callers_request_id(
     assert failed.value.code() == grpc.StatusCode.INTERNAL
     assert (failed.value.details() or "").endswith("(request id report-me-42)")
     assert ("x-request-id", "report-me-42") in tuple(await call.trailing_metadata())
+
+
+@pytest.mark.parametrize(
+    ("request_", "names"),
+    [
+        pytest.param(audit_pb2.ListAuditEventsRequest(experiment="nope"), "experiment", id="exp"),
+        pytest.param(
+            audit_pb2.ListAuditEventsRequest(
+                since=Timestamp(seconds=200), until=Timestamp(seconds=100)
+            ),
+            "until",
+            id="range backwards",
+        ),
+        pytest.param(audit_pb2.ListAuditEventsRequest(page_size=-1), "page_size", id="size"),
+        pytest.param(audit_pb2.ListAuditEventsRequest(page_token="forged"), "page_token", id="tok"),
+        pytest.param(audit_pb2.ListAuditEventsRequest(filter="colour = 1"), "filter", id="filter"),
+    ],
+)
+async def test_a_bad_audit_request_names_its_field(
+    ess_factory: EssFactory, request_: audit_pb2.ListAuditEventsRequest, names: str
+) -> None:
+    ess = await ess_factory()
+    audit = audit_pb2_grpc.AuditServiceStub(ess.channel)
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await audit.ListAuditEvents(request_, metadata=harness_metadata("root"))
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert (refused.value.details() or "").startswith(f"{names}:"), refused.value.details()

@@ -30,6 +30,7 @@ from kubernetes_asyncio.client import Configuration
 from actuator.kube import JobSetClient
 from actuator.manifest import build_base_jobset
 from tests.stack import delete_prefixed_keys
+from xmc.model.audit import Actor
 from xmc.model.resume import TaskKind
 from xmc.store import outbox
 from xmc.store.creation import Created, NewWorkUnit
@@ -116,7 +117,10 @@ async def prepare(dsn: str, n: int) -> list[Task]:
     created: list[Created] = []
     for start in range(0, n, 500):
         outcomes = await store.create_work_units(
-            [NewWorkUnit(xid, None, work_unit(), "bench") for _ in range(min(500, n - start))],
+            [
+                NewWorkUnit(xid, None, work_unit(), Actor("bench"))
+                for _ in range(min(500, n - start))
+            ],
             writer="bench",
         )
         created += [o for o in outcomes if isinstance(o, Created)]

@@ -51,6 +51,7 @@ from bench.bare_grpc import sized_request
 from bench.workloads import MASK, observation, work_unit
 
 from tests.stack import create_database, drop_database
+from xmc.model.audit import Actor
 from xmc.model.merge import ExecutionUpdate
 from xmc.names import experiment_name, work_unit_name
 from xmc.store.backfill import backfill_wire
@@ -137,7 +138,9 @@ async def record_updates(conn: Any, xid: int, work_units: int) -> list[list[Any]
         items = [ExecutionUpdate(xid, w, 1, observation(0, xid, w), MASK) for w in wids]
         recorder = Recorder(conn)
         async with conn.transaction():
-            await update_work_unit_executions(recorder, items, writer=SERVICE, now=T0)
+            await update_work_unit_executions(
+                recorder, items, writer=SERVICE, actor=Actor(SERVICE, "bench"), now=T0
+            )
         batches.append(recorder.calls)
     return batches
 

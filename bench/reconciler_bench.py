@@ -51,6 +51,7 @@ from xmc.labels import (
     WORK_UNIT_ID,
     jobset_name,
 )
+from xmc.model.audit import Actor
 from xmc.model.states import WorkUnitState
 from xmc.settings import Settings
 from xmc.store.creation import NewWorkUnit
@@ -348,7 +349,7 @@ async def seed(dsn: str, count: int) -> int:
         unit = work_unit()
         for start in range(1, count + 1, 500):
             items = [
-                NewWorkUnit(xid, None, unit, "bench")
+                NewWorkUnit(xid, None, unit, Actor("bench"))
                 for _ in range(start, min(start + 500, count + 1))
             ]
             await store.create_work_units(items, writer="bench")

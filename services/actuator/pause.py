@@ -25,6 +25,7 @@ import structlog
 
 from actuator.outcome import Outcome, TaskResult
 from xmc.messages import backend_message
+from xmc.model.audit import ACTUATOR
 from xmc.model.merge import STATE_PATH, SYSTEM_MESSAGE_PATH, ExecutionUpdate
 from xmc.model.states import Severity, WorkUnitState
 from xmc.store.transactions import Store, fetch_scheduling_control, park_task
@@ -141,7 +142,9 @@ class TaskPauseHandler:
             mark = None
             if action == PauseAction.PARK_AND_MARK:
                 mark = paused_update(task, now=now, reason=self._flag.reason)
-            first_time = await park_task(conn, task, mark=mark, writer=WRITER, now=now)
+            first_time = await park_task(
+                conn, task, mark=mark, writer=WRITER, actor=ACTUATOR, now=now
+            )
         if not first_time:
             return TaskResult(Outcome.PARKED, "already parked (redelivery)")
         log.info("task parked: scheduling is paused", action=action.value)

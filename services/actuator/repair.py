@@ -42,6 +42,7 @@ from actuator.kube import JobSetClient
 from actuator.metrics import REPAIRS_TOTAL
 from xmc import labels
 from xmc.messages import backend_message
+from xmc.model.audit import ACTUATOR
 from xmc.model.jobset import decide_work_unit_state
 from xmc.model.resume import TaskKind
 from xmc.model.states import Severity, WorkUnitState
@@ -244,8 +245,9 @@ class RepairSweep:
         )  # fmt: skip
         if decision.action is RepairAction.WRITE_TERMINAL and decision.state is not None:
             await write_decided_state(
-                conn, item.xid, item.wid, item.eid, decision.state, writer=WRITER, now=now
-            )
+                conn, item.xid, item.wid, item.eid, decision.state, writer=WRITER,
+                actor=ACTUATOR, now=now,
+            )  # fmt: skip
         elif decision.action is RepairAction.REDRIVE and decision.kind is not None:
             await self._redrive(conn, item, decision.kind, jobset, now=now)
         elif decision.action is RepairAction.GIVE_UP and item.state != _S.STOPPING:
@@ -253,7 +255,7 @@ class RepairSweep:
             await write_decided_state(
                 conn, item.xid, item.wid, item.eid, _S.FAILED,
                 message=backend_message(Severity.FATAL, item.xid, item.wid, text),
-                writer=WRITER, now=now,
+                writer=WRITER, actor=ACTUATOR, now=now,
             )  # fmt: skip
 
     async def _redrive(

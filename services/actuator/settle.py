@@ -22,6 +22,7 @@ import structlog
 from google.rpc import code_pb2
 
 from actuator.outcome import Outcome, TaskResult
+from xmc.model.audit import ACTUATOR
 from xmc.model.manifest import keep_manifest
 from xmc.store.transactions import StateWrite, Store, failed_execution_write, finish_task
 from xmc.tasks import task_execution_id
@@ -73,6 +74,7 @@ class TaskSettler:
                 task,
                 outcome=outcome or result.outcome.value,
                 writer=self._writer,
+                actor=ACTUATOR,
                 now=self._clock(),
                 state=write,
                 response=None if error else task.payload.work_unit,

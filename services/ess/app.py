@@ -22,6 +22,7 @@ from google.longrunning import operations_grpc_pb2
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from ess.audit_service import AuditService
 from ess.auth import Authenticator
 from ess.cluster import LazyKube
 from ess.intents import Intents
@@ -59,6 +60,7 @@ from xmc.redis_client import connect_redis
 from xmc.settings import LogSettings, Settings, XmcSettings
 from xmc.store.transactions import (
     Store,
+    delete_expired_audit,
     delete_expired_experiment_events,
     delete_expired_operations,
     delete_expired_outbox_rows,
@@ -79,6 +81,8 @@ from xmc_api.internal.v1 import (
 from xmc_api.internal.v1 import logs_pb2 as internal_logs_pb2
 from xmc_api.internal.v1 import logs_pb2_grpc as internal_logs_pb2_grpc
 from xmc_api.xmc.v1 import (
+    audit_pb2,
+    audit_pb2_grpc,
     logs_pb2,
     logs_pb2_grpc,
     notifications_pb2,
@@ -117,6 +121,7 @@ SERVICE_NAMES = (
     notifications_pb2.DESCRIPTOR.services_by_name["NotificationService"].full_name,
     queue_pb2.DESCRIPTOR.services_by_name["QueueService"].full_name,
     quota_pb2.DESCRIPTOR.services_by_name["QuotaService"].full_name,
+    audit_pb2.DESCRIPTOR.services_by_name["AuditService"].full_name,
 )
 
 
@@ -167,20 +172,23 @@ class EssOptions:
 
 
 async def run_janitor_once(store: Store, *, now: datetime) -> tuple[int, int, int]:
-    """TTL cleanup (SPEC §11): operations after 90 days, processed parked tasks 7 days
-    after ``processed_time``, finished outbox tasks 7 days after they finished. Returns
+    """TTL cleanup (SPEC §11): operations and audit rows after 90 days, processed parked
+    tasks 7 days after ``processed_time``, finished outbox tasks 7 days after they finished.
+    Returns
     how many of each were dropped."""
     async with store.transaction() as conn:
         dropped_ops = await delete_expired_operations(conn, now=now)
+        dropped_audit = await delete_expired_audit(conn, now=now)
         dropped_tasks = await delete_expired_paused_tasks(conn, now=now)
         dropped_outbox = await delete_expired_outbox_rows(conn, now=now)
         dropped_events = await delete_expired_experiment_events(
             conn, before=now - EXPERIMENT_EVENT_RETENTION
         )
-    if dropped_ops or dropped_tasks or dropped_outbox or dropped_events:
+    if dropped_ops or dropped_audit or dropped_tasks or dropped_outbox or dropped_events:
         log.info(
             "expired rows dropped",
             operations=dropped_ops,
+            audit_rows=dropped_audit,
             paused_tasks=dropped_tasks,
             outbox_tasks=dropped_outbox,
             experiment_events=dropped_events,
@@ -298,6 +306,7 @@ class EssServer:
             WatchService(self.store, hub, clock=self.clock), server
         )
         retry_pb2_grpc.add_RetryServiceServicer_to_server(RetryService(self.store), server)
+        audit_pb2_grpc.add_AuditServiceServicer_to_server(AuditService(self.store), server)
         notifications_pb2_grpc.add_NotificationServiceServicer_to_server(
             NotificationService(self.store, clock=self.clock), server
         )

@@ -53,6 +53,7 @@ from ess.metrics import CREATES_ABANDONED_AFTER_COMMIT
 from ess.quotas import UNBOUND, Bound, QuotaGate, caller_bound
 from ess.status_codes import storage_unavailable
 from xmc.errors import PermissionDeniedError, QuotaExceededError, XmcError
+from xmc.model.audit import Actor
 from xmc.store.transactions import (
     Created,
     CreateOutcome,
@@ -77,6 +78,8 @@ class QueuedCreate:
     xid: int
     wid: int | None
     work_unit: WorkUnit
+    #: The caller and its request id, recorded on the unit's Operation and history row.
+    by: Actor
     future: asyncio.Future[Operation] = field(repr=False)
     #: Whom it counts against, and the limits that bind them.
     bound: Bound = UNBOUND
@@ -157,10 +160,12 @@ class CreateCoalescer:
         work_unit: WorkUnit,
         wid: int | None,
         bound: Bound | None = None,
+        *,
+        by: Actor,
     ) -> Operation:
         future: asyncio.Future[Operation] = asyncio.get_running_loop().create_future()
         bound = bound or caller_bound(None, identity)
-        self._queue.append(QueuedCreate(identity, xid, wid, work_unit, future, bound))
+        self._queue.append(QueuedCreate(identity, xid, wid, work_unit, by, future, bound))
         if len(self._flushers) < self._max_in_flight:
             task = asyncio.create_task(self._flush())
             self._flushers.add(task)
@@ -219,10 +224,7 @@ class CreateCoalescer:
 
             outcomes = await create_work_units(
                 conn,
-                [
-                    NewWorkUnit(r.xid, r.wid, r.work_unit, r.identity.email, r.bound.principals)
-                    for r in batch
-                ],
+                [NewWorkUnit(r.xid, r.wid, r.work_unit, r.by, r.bound.principals) for r in batch],
                 writer=self._writer,
                 now=self._clock(),
                 authorize=authorize,

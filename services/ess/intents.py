@@ -20,11 +20,12 @@ from ess.auth import Identity, require_writer_of
 from ess.creates import CreateCoalescer
 from ess.quotas import QuotaGate, caller_bound, held
 from xmc.errors import FailedPreconditionError, QuotaExceededError
+from xmc.model.audit import Actor, AuditAction, AuditEntry
 from xmc.model.merge import ExecutionUpdate
 from xmc.model.queues import priority_change_problem
 from xmc.model.resume import TaskKind
 from xmc.model.states import EXECUTION_TERMINAL_STATES, WorkUnitState
-from xmc.names import parse_work_unit_name, work_unit_name
+from xmc.names import experiment_name, parse_work_unit_name, work_unit_name
 from xmc.store.transactions import (
     ActionType,
     Connection,
@@ -35,6 +36,7 @@ from xmc.store.transactions import (
     fetch_experiment,
     fetch_work_unit,
     insert_operation,
+    record_audit,
     restart_work_unit,
     select_work_unit_ids,
     update_experiment,
@@ -137,7 +139,7 @@ class Intents:
     # --- create ------------------------------------------------------------------------
 
     async def create_work_unit(
-        self, identity: Identity, xid: int, work_unit: WorkUnit, *, wid: int | None
+        self, identity: Identity, xid: int, work_unit: WorkUnit, *, wid: int | None, by: Actor
     ) -> Operation:
         """CreateWorkUnit (grouped with concurrent ones into one transaction); with a
         client-chosen ``wid`` a repeat returns the first Operation and creates nothing.
@@ -145,7 +147,7 @@ class Intents:
         it costs a transaction; a refusal is answered after its hold (``ess.quotas``)."""
         try:
             bound = caller_bound(self._quotas, identity)
-            return await self._creates.submit(identity, xid, work_unit, wid, bound)
+            return await self._creates.submit(identity, xid, work_unit, wid, bound, by=by)
         except QuotaExceededError as refusal:
             raise await held(refusal) from None
 
@@ -169,7 +171,7 @@ class Intents:
     # --- stop --------------------------------------------------------------------------
 
     async def _stop_in_transaction(
-        self, conn: Connection, xid: int, wids: Sequence[int], *, strict: bool
+        self, conn: Connection, xid: int, wids: Sequence[int], *, strict: bool, by: Actor
     ) -> list[tuple[WorkUnit, int]]:
         """Write STOPPING (or STOPPED for a paused work unit: it has no JobSet) with the
         masked ``["status.state"]`` path. Returns (work unit, eid) of those stopped."""
@@ -199,7 +201,7 @@ class Intents:
             set_timestamp(execution.status.state_update_time, stamp_after(stored_time, now))
             updates.append(ExecutionUpdate(xid, wid, eid, execution, ("status.state",)))
             targets.append((work_unit, eid))
-        results = await update_work_unit_executions(conn, updates, writer=WRITER, now=now)
+        results = await update_work_unit_executions(conn, updates, writer=WRITER, actor=by, now=now)
         stopped = []
         for target, result in zip(targets, results, strict=True):
             if result.state in (WorkUnitState.STOPPING, WorkUnitState.STOPPED):
@@ -213,7 +215,13 @@ class Intents:
         return stopped
 
     async def stop_work_units(
-        self, identity: Identity, xid: int, wids: Sequence[int] | None, *, filter_text: str = ""
+        self,
+        identity: Identity,
+        xid: int,
+        wids: Sequence[int] | None,
+        *,
+        by: Actor,
+        filter_text: str = "",
     ) -> Operation:
         """StopWorkUnit (``wids`` of one) or BatchStopWorkUnits (``wids`` None: the
         filter's matches); one Operation either way."""
@@ -222,14 +230,14 @@ class Intents:
             experiment = await self._writable_experiment(conn, identity, xid)
             if wids is None:
                 wids = await select_work_unit_ids(conn, xid, filter_text)
-            targets = await self._stop_in_transaction(conn, xid, wids, strict=not batch)
+            targets = await self._stop_in_transaction(conn, xid, wids, strict=not batch, by=by)
             operation = await insert_operation(
                 conn,
                 NewOperation(
                     xid,
                     None if batch else wids[0],
                     ActionType.STOP,
-                    identity.email,
+                    by,
                     pending_tasks=len(targets),
                 ),
                 now=self._clock(),
@@ -254,7 +262,13 @@ class Intents:
     # --- restart -----------------------------------------------------------------------
 
     async def restart_work_units(
-        self, identity: Identity, xid: int, wids: Sequence[int] | None, *, filter_text: str = ""
+        self,
+        identity: Identity,
+        xid: int,
+        wids: Sequence[int] | None,
+        *,
+        by: Actor,
+        filter_text: str = "",
     ) -> Operation:
         """RestartWorkUnit / BatchRestartWorkUnits: archive eid N, make N+1 RESTARTING
         (allowed from any state), one Operation, one RESTART task per work unit."""
@@ -265,7 +279,8 @@ class Intents:
                 wids = await select_work_unit_ids(conn, xid, filter_text)
             now = self._clock()
             restarted = [
-                await restart_work_unit(conn, xid, wid, writer=WRITER, now=now) for wid in wids
+                await restart_work_unit(conn, xid, wid, writer=WRITER, actor=by, now=now)
+                for wid in wids
             ]
             operation = await insert_operation(
                 conn,
@@ -273,7 +288,7 @@ class Intents:
                     xid,
                     None if batch else wids[0],
                     ActionType.RESTART,
-                    identity.email,
+                    by,
                     pending_tasks=len(restarted),
                 ),
                 now=now,
@@ -298,13 +313,24 @@ class Intents:
     # --- update ------------------------------------------------------------------------
 
     async def update_work_unit(
-        self, identity: Identity, xid: int, wid: int, source: WorkUnit, paths: tuple[str, ...]
+        self,
+        identity: Identity,
+        xid: int,
+        wid: int,
+        source: WorkUnit,
+        paths: tuple[str, ...],
+        *,
+        by: Actor,
     ) -> WorkUnit:
         """UpdateWorkUnit; a priority change of a live work unit also patches its JobSet
         (an UPDATE task, SPEC §7.2)."""
         async with self._store.transaction() as conn:
             experiment = await self._writable_experiment(conn, identity, xid)
             updated = await update_work_unit(conn, xid, wid, source, paths, now=self._clock())
+            entry = AuditEntry(
+                AuditAction.UPDATE_WORK_UNIT, work_unit_name(xid, wid), xid, ",".join(paths)
+            )
+            await record_audit(conn, by, entry, now=self._clock())
             state = WorkUnitState(updated.current_work_unit_execution.status.state)
             patch = "priority" in paths and state not in _NO_UPDATE_STATES
             if patch:
@@ -314,16 +340,28 @@ class Intents:
         return updated
 
     async def update_experiment(
-        self, identity: Identity, xid: int, source: Experiment, paths: tuple[str, ...]
+        self,
+        identity: Identity,
+        xid: int,
+        source: Experiment,
+        paths: tuple[str, ...],
+        *,
+        by: Actor,
     ) -> Experiment:
         async with self._store.transaction() as conn:
             await self._writable_experiment(conn, identity, xid)
-            return await update_experiment(conn, xid, source, paths, now=self._clock())
+            updated = await update_experiment(conn, xid, source, paths, now=self._clock())
+            entry = AuditEntry(
+                AuditAction.UPDATE_EXPERIMENT, experiment_name(xid), xid, ",".join(paths)
+            )
+            await record_audit(conn, by, entry, now=self._clock())
+            return updated
 
     # --- an admin's priority change ----------------------------------------------------
 
-    async def set_priority(self, identity: Identity, xid: int, wid: int, priority_class: str
-                           ) -> Task:  # fmt: skip
+    async def set_priority(
+        self, identity: Identity, xid: int, wid: int, priority_class: str, *, by: Actor
+    ) -> Task:
         """``xmc.v1.QueueService.SetWorkUnitPriority`` (the caller checked the admin): a
         SET_PRIORITY task for the current execution, committed to the outbox, where the
         intent is recorded (class, requester, time); the work unit itself is unchanged,
@@ -340,5 +378,9 @@ class Intents:
             task.payload.priority_class = priority_class
             task.payload.requested_by = identity.email
             await self._enqueue(conn, [task])
+            entry = AuditEntry(
+                AuditAction.SET_WORK_UNIT_PRIORITY, work_unit.name, xid, priority_class
+            )
+            await record_audit(conn, by, entry, now=self._clock())
         self.tasks_committed()
         return task

@@ -3,7 +3,11 @@ metrics, once for every unary method (STYLE practice 6: one classification per
 boundary; the codes themselves are decided in ``status_codes.py``).
 
 The caller's identity is put in a context variable for the duration of the call, so
-servicers read it with ``caller()`` instead of threading it through every signature.
+servicers read it with ``caller()`` instead of threading it through every signature; so is
+the request id (``x-request-id`` as the caller sent it, checked, else a new one), which is
+bound to every log line of the call, returned to the caller (trailing metadata of a unary
+call, initial metadata of a stream) and recorded with every change the call makes:
+``actor()`` is both (docs/audit.md).
 
 Bytes that do not parse as the method's request type (bad UTF-8 in a string, a truncated
 field) would make gRPC answer UNKNOWN before any servicer runs; the request deserializer is
@@ -29,10 +33,12 @@ from ess.metrics import RPC_SECONDS, RPC_TOTAL
 from ess.request_checks import check_request
 from ess.status_codes import refusal_trailers, status_code, unchecked_input
 from xmc.errors import InvalidArgumentError
+from xmc.model.audit import REQUEST_ID_HEADER, Actor, parse_request_id
 
 log = structlog.get_logger()
 
 _IDENTITY: ContextVar[Identity] = ContextVar("xmc_identity")
+_REQUEST_ID: ContextVar[str] = ContextVar("xmc_request_id", default="")
 
 #: Methods that answer without a token: probes and tooling must reach them.
 PUBLIC_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
@@ -42,6 +48,28 @@ _MAX_MESSAGE = 1000
 def caller() -> Identity:
     """The authenticated identity of the RPC being served."""
     return _IDENTITY.get()
+
+
+def actor() -> Actor:
+    """Who the RPC being served acts for, and its request id: what its writes record."""
+    return Actor(_IDENTITY.get().email, _REQUEST_ID.get())
+
+
+def new_request_id() -> str:
+    return uuid.uuid4().hex
+
+
+def request_id_of(metadata: Any) -> str:
+    """The caller's ``x-request-id``, checked (INVALID_ARGUMENT naming it), else a new one.
+    Sent twice is refused like any other ambiguity about the call."""
+    found = [
+        value
+        for key, value in metadata or ()
+        if key == REQUEST_ID_HEADER and isinstance(value, str)
+    ]
+    if len(found) > 1:
+        raise InvalidArgumentError(f"{REQUEST_ID_HEADER}: sent more than once")
+    return parse_request_id(found[0] if found else None) or new_request_id()
 
 
 @dataclass(frozen=True)
@@ -103,12 +131,12 @@ def passthrough(serializer: Callable[[Any], bytes] | None) -> Callable[[Any], by
 
 
 def _refusal(exc: Exception) -> tuple[grpc.StatusCode, str]:
-    """Classify ``exc`` for the caller; log what the operator must see."""
+    """Classify ``exc`` for the caller; log what the operator must see (the log line
+    carries the request id bound for the call, which the message names)."""
     code, message = status_code(exc)
     if code == grpc.StatusCode.INTERNAL:
-        request_id = uuid.uuid4().hex[:12]
-        log.exception("rpc failed", request_id=request_id)
-        message = f"{message} (request id {request_id})"
+        log.exception("rpc failed")
+        message = f"{message} (request id {_REQUEST_ID.get()})"
     elif unchecked_input(exc):
         log.warning("client input reached storage unchecked", exc_info=exc)
     return code, message[:_MAX_MESSAGE]
@@ -172,7 +200,11 @@ class EssInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             began = time.perf_counter()
             code = grpc.StatusCode.OK
             token = None
+            rid = _REQUEST_ID.set("")
             try:
+                _REQUEST_ID.set(request_id_of(context.invocation_metadata()))
+                context.set_trailing_metadata(((REQUEST_ID_HEADER, _REQUEST_ID.get()),))
+                structlog.contextvars.bind_contextvars(request_id=_REQUEST_ID.get())
                 identity = await self._authenticate(context)
                 token = _IDENTITY.set(identity)
                 structlog.contextvars.bind_contextvars(rpc=short, caller=identity.email)
@@ -189,7 +221,8 @@ class EssInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             finally:
                 if token is not None:
                     _IDENTITY.reset(token)
-                structlog.contextvars.unbind_contextvars("rpc", "caller")
+                _REQUEST_ID.reset(rid)
+                structlog.contextvars.unbind_contextvars("rpc", "caller", "request_id")
                 RPC_TOTAL.labels(short, code.name).inc()
                 RPC_SECONDS.labels(short).observe(time.perf_counter() - began)
 
@@ -217,7 +250,11 @@ class EssInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             began = time.perf_counter()
             code = grpc.StatusCode.OK
             token = None
+            rid = _REQUEST_ID.set("")
             try:
+                _REQUEST_ID.set(request_id_of(context.invocation_metadata()))
+                await context.send_initial_metadata(((REQUEST_ID_HEADER, _REQUEST_ID.get()),))
+                structlog.contextvars.bind_contextvars(request_id=_REQUEST_ID.get())
                 token = _IDENTITY.set(await self._authenticate(context))
                 structlog.contextvars.bind_contextvars(rpc=short, caller=caller().email)
                 if isinstance(request, Undecodable):
@@ -237,7 +274,8 @@ class EssInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             finally:
                 if token is not None:
                     _IDENTITY.reset(token)
-                structlog.contextvars.unbind_contextvars("rpc", "caller")
+                _REQUEST_ID.reset(rid)
+                structlog.contextvars.unbind_contextvars("rpc", "caller", "request_id")
                 RPC_TOTAL.labels(short, code.name).inc()
                 RPC_SECONDS.labels(short).observe(time.perf_counter() - began)
 

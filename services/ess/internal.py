@@ -14,9 +14,10 @@ import structlog
 from google.protobuf.message import Message
 
 from ess.auth import require_service
-from ess.interceptor import caller
+from ess.interceptor import actor, caller
 from ess.retries import Retries
 from xmc.errors import InvalidArgumentError, ResourceExhaustedError, UnavailableError
+from xmc.model.audit import AuditAction, AuditEntry
 from xmc.model.merge import ExecutionUpdate
 from xmc.model.notifications import ExperimentChange
 from xmc.model.retries import Failure
@@ -32,6 +33,7 @@ from xmc.store.transactions import (
     fetch_scheduling_control,
     list_deployed,
     queue_settled_events,
+    record_audit,
     set_paused,
     update_work_unit_executions,
 )
@@ -140,9 +142,11 @@ class WorkUnitExecutionService(executions_pb2_grpc.WorkUnitExecutionServiceServi
         async with self._store.transaction() as conn:
             now = self._store.clock()
             results = await update_work_unit_executions(
-                conn, items, writer=writer, now=now, events=events
+                conn, items, writer=writer, actor=actor(), now=now, events=events
             )
-            judged = await self._retries.after_update(conn, items, results, now=now)
+            judged = await self._retries.after_update(
+                conn, items, results, request_id=actor().request_id, now=now
+            )
             # Notifications on the net effect: a retried failure is not final (decision 42).
             await queue_settled_events(conn, events, judged.retried, notes=judged.notes, now=now)
         if judged.retried:
@@ -201,10 +205,15 @@ class SchedulingService(scheduling_pb2_grpc.SchedulingServiceServicer):
         require_service(identity, rpc)
         if len(reason) > 1000:
             raise InvalidArgumentError("reason: at most 1000 characters")
+        now = self._clock()
+        action = AuditAction.PAUSE_SCHEDULING if paused else AuditAction.RESUME_SCHEDULING
         async with self._store.transaction() as conn:
-            return await set_paused(
-                conn, paused=paused, reason=reason, updated_by=identity.email, now=self._clock()
+            control = await set_paused(
+                conn, paused=paused, reason=reason, updated_by=identity.email, now=now
             )
+            entry = AuditEntry(action, "scheduling", None, reason)
+            await record_audit(conn, actor(), entry, now=now)
+        return control
 
     async def PauseScheduling(
         self, request: scheduling_pb2.PauseSchedulingRequest, context: Any

@@ -18,8 +18,9 @@ from typing import Any
 from google.protobuf.empty_pb2 import Empty
 
 from ess.auth import require_writer_of
-from ess.interceptor import caller
+from ess.interceptor import actor, caller
 from xmc.errors import InvalidArgumentError, PermissionDeniedError, ResourceExhaustedError
+from xmc.model.audit import AuditAction, AuditEntry
 from xmc.model.notifications import ALL_EVENTS, Event, Threshold
 from xmc.model.webhooks import MAX_SECRET_LENGTH, MIN_SECRET_LENGTH, masked_url, validate_url
 from xmc.names import experiment_name, parse_experiment_name
@@ -33,6 +34,7 @@ from xmc.store.transactions import (
     insert_webhook,
     list_deliveries,
     list_webhooks,
+    record_audit,
 )
 from xmc.timestamps import set_timestamp
 from xmc_api.xmc.v1 import notifications_pb2 as pb
@@ -203,6 +205,12 @@ class NotificationService(notifications_pb2_grpc.NotificationServiceServicer):
                 url=url, secret=secret, events=events, threshold=threshold,
                 creator=identity.email, now=self._clock(),
             )  # fmt: skip
+            name = f"webhooks/{stored.id}"
+            await record_audit(
+                conn, actor(), AuditEntry(AuditAction.CREATE_WEBHOOK, name, stored.xid,
+                                          f"{request.parent} → {masked_url(url)}"),
+                now=self._clock(),
+            )  # fmt: skip
         return webhook_message(stored, secret=secret)
 
     async def ListWebhooks(
@@ -227,6 +235,12 @@ class NotificationService(notifications_pb2_grpc.NotificationServiceServicer):
             elif hook.owner != identity.email.lower() and not identity.is_admin:
                 raise PermissionDeniedError(f"name: {request.name} is another user's webhook")
             await delete_webhook(conn, webhook_id)
+            await record_audit(
+                conn,
+                actor(),
+                AuditEntry(AuditAction.DELETE_WEBHOOK, request.name, hook.xid),
+                now=self._clock(),
+            )
         return Empty()
 
     async def ListDeliveries(

@@ -24,7 +24,7 @@ import structlog
 
 from ess.cluster import ClusterUnavailable, LazyKube
 from ess.intents import Intents
-from ess.interceptor import caller
+from ess.interceptor import actor, caller
 from xmc.errors import (
     InvalidArgumentError,
     NotFoundError,
@@ -124,7 +124,9 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
                 f"priority_class: {request.priority_class!r} is not one of XMC's "
                 f"WorkloadPriorityClasses ({', '.join(PRIORITY_CLASSES)})"
             )
-        task = await self._intents.set_priority(identity, xid, wid, request.priority_class)
+        task = await self._intents.set_priority(
+            identity, xid, wid, request.priority_class, by=actor()
+        )
         log.info(
             "priority change committed",
             xid=xid,

@@ -4,14 +4,16 @@ user can see what refused them)."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 from google.protobuf.empty_pb2 import Empty
 
 from ess.auth import Identity
-from ess.interceptor import caller
+from ess.interceptor import actor, caller
 from ess.quotas import QuotaGate
 from xmc.errors import InvalidArgumentError, NotFoundError, PermissionDeniedError
+from xmc.model.audit import AuditAction, AuditEntry
 from xmc.model.quotas import (
     Limits,
     Usage,
@@ -28,6 +30,7 @@ from xmc.store.transactions import (
     fetch_quotas,
     fetch_usage,
     reconcile_usage,
+    record_audit,
     set_quota_limits,
 )
 from xmc.timestamps import set_timestamp
@@ -126,9 +129,11 @@ class QuotaService(quota_pb2_grpc.QuotaServiceServicer):
         principal = parse_quota_name(request.quota.name, field_name="quota.name")
         limits = limits_of(request.quota)
         async with self._store.transaction() as conn:
-            await set_quota_limits(
-                conn, principal, limits, by=identity.email, now=self._store.clock()
-            )
+            now = self._store.clock()
+            await set_quota_limits(conn, principal, limits, by=identity.email, now=now)
+            detail = ", ".join(f"{k}={v}" for k, v in asdict(limits).items() if v is not None)
+            entry = AuditEntry(AuditAction.SET_QUOTA, request.quota.name, None, detail)
+            await record_audit(conn, actor(), entry, now=now)
         await self._gate.load()
         return await self._answer(principal)
 
@@ -138,6 +143,8 @@ class QuotaService(quota_pb2_grpc.QuotaServiceServicer):
         async with self._store.transaction() as conn:
             if not await delete_quota_limits(conn, principal):
                 raise NotFoundError(f"name: {request.name} has no quota set")
+            entry = AuditEntry(AuditAction.DELETE_QUOTA, request.name, None)
+            await record_audit(conn, actor(), entry, now=self._store.clock())
         await self._gate.load()
         return Empty()
 

@@ -34,7 +34,9 @@ import structlog
 
 from ess.auth import Identity
 from xmc.errors import QuotaExceededError
+from xmc.model.audit import Actor, AuditAction, AuditEntry
 from xmc.model.quotas import Admission, Limits, applicable_limits, principals_of
+from xmc.names import parse_experiment_name
 from xmc.quota_settings import QuotaSettings
 from xmc.store.transactions import (
     Connection,
@@ -43,6 +45,7 @@ from xmc.store.transactions import (
     fold_all_quota_deltas,
     insert_experiment,
     lock_usage,
+    record_audit,
     save_tokens,
 )
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
@@ -176,9 +179,10 @@ async def held(refusal: QuotaExceededError) -> QuotaExceededError:
 
 
 async def create_experiment(
-    store: Store, gate: QuotaGate | None, identity: Identity, experiment: Experiment
+    store: Store, gate: QuotaGate | None, identity: Identity, experiment: Experiment, *, by: Actor
 ) -> Experiment:
-    """CreateExperiment, admitted (or refused, after its hold) in its own transaction."""
+    """CreateExperiment, admitted (or refused, after its hold) in its own transaction,
+    with its audit row (docs/audit.md)."""
     try:
         bound = caller_bound(gate, identity)
     except QuotaExceededError as early:
@@ -187,13 +191,13 @@ async def create_experiment(
         admission = await gate.admission(conn, [bound]) if gate else None
         refusal = admission.admit(bound.principals, "experiment") if admission else None
         if refusal is None:
+            now = store.clock()
             created = await insert_experiment(
-                conn,
-                experiment,
-                creator=identity.email,
-                now=store.clock(),
-                principals=bound.principals,
+                conn, experiment, creator=identity.email, now=now, principals=bound.principals
             )
+            xid = parse_experiment_name(created.name)
+            entry = AuditEntry(AuditAction.CREATE_EXPERIMENT, created.name, xid, created.title)
+            await record_audit(conn, by, entry, now=now)
             await QuotaGate.save(conn, admission)
     if refusal is not None:
         assert gate is not None

@@ -45,6 +45,7 @@ from ess.metrics import (
     TASKS_ENQUEUED,
     TASKS_REDRIVEN,
 )
+from xmc.model.audit import ESS
 from xmc.model.outbox import (
     EntryState,
     RelayAction,
@@ -321,6 +322,7 @@ class OutboxRelay:
             task,
             outcome="abandoned",
             writer=WRITER,
+            actor=ESS,
             now=now,
             state=failed,
             error=(grpc.StatusCode.UNAVAILABLE.value[0], text),

@@ -24,6 +24,7 @@ import structlog
 from redis.exceptions import ResponseError
 
 from ess.metrics import TASKS_RESUMED
+from xmc.model.audit import ESS
 from xmc.model.resume import TaskKind, should_skip_task
 from xmc.retry import sleep_or_stop
 from xmc.store.transactions import (
@@ -151,7 +152,9 @@ class ResumeWorker:
             task.payload.work_unit.CopyFrom(current)
             await rearm_task(conn, task, now=now)
             return
-        await finish_task(conn, task, outcome="skipped", writer=WRITER, now=now, response=current)
+        await finish_task(
+            conn, task, outcome="skipped", writer=WRITER, actor=ESS, now=now, response=current
+        )
 
     async def _next_triggers(self, block_ms: int) -> list[tuple[bytes, Any]]:
         # Our own unacked triggers first (a crash mid-run), then new ones.

@@ -22,6 +22,7 @@ from typing import Final
 import structlog
 
 from xmc.messages import backend_message
+from xmc.model.audit import RETRY_PRINCIPAL, Actor
 from xmc.model.masks import SYSTEM_MESSAGE_PATH
 from xmc.model.merge import ExecutionUpdate
 from xmc.model.resume import TaskKind
@@ -52,9 +53,9 @@ from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 
 log = structlog.get_logger()
 
-#: The history's writer of a retry's restart, and the Operation's requester.
+#: The history's writer of a retry's restart (its principal, and the Operation's
+#: requester, is ``RETRY_PRINCIPAL``; its request id the observation's that failed it).
 WRITER: Final = "ess/retry"
-REQUESTER: Final = "xmc-retry-policy"
 
 
 def unit_policy(work_unit: WorkUnit, experiment_default: str | None) -> RetryPolicy | None:
@@ -93,23 +94,27 @@ class Retries:
         items: Sequence[ExecutionUpdate],
         results: Sequence[ItemResult],
         *,
+        request_id: str,
         now: datetime,
     ) -> Judged:
         """Judge each item this batch turned FAILED that carried the run's failure; in the
-        batch's transaction."""
+        batch's transaction. A retry is XMC's decision (``RETRY_PRINCIPAL``), made in the
+        request (``request_id``) that reported the failure."""
         judged = Judged()
+        by = Actor(RETRY_PRINCIPAL, request_id)
         for item, result in zip(items, results, strict=True):
             if (
                 item.failure is not None
                 and result.state_changed
                 and result.state is WorkUnitState.FAILED
             ):
-                await self._judge(conn, item, judged, now=now)
+                await self._judge(conn, item, judged, by=by, now=now)
         return judged
 
     async def _judge(
-        self, conn: Connection, item: ExecutionUpdate, judged: Judged, *, now: datetime
-    ) -> None:
+        self, conn: Connection, item: ExecutionUpdate, judged: Judged, *, by: Actor,
+        now: datetime,
+    ) -> None:  # fmt: skip
         assert item.failure is not None
         xid, wid, eid = item.xid, item.wid, item.eid
         work_unit = await fetch_work_unit(conn, xid, wid)
@@ -138,9 +143,9 @@ class Retries:
         due = await take_retry_slot(
             conn, due=now + timedelta(seconds=policy.backoff_seconds), per_minute=self.per_minute
         )
-        restarted = await restart_work_unit(conn, xid, wid, writer=WRITER, now=now)
+        restarted = await restart_work_unit(conn, xid, wid, writer=WRITER, actor=by, now=now)
         operation = await insert_operation(
-            conn, NewOperation(xid, wid, ActionType.RESTART, REQUESTER), now=now
+            conn, NewOperation(xid, wid, ActionType.RESTART, by), now=now
         )
         row = replace(
             row,
@@ -153,7 +158,7 @@ class Retries:
         if not await record_decision(conn, xid, wid, row):
             raise AssertionError(f"execution {eid} of {xid}/{wid} judged twice")
         text = retry_text(decision, policy.max_attempts, due=due, now=now)
-        await self._say(conn, xid, wid, eid + 1, text, now=now)
+        await self._say(conn, xid, wid, eid + 1, text, by=by, now=now)
         priority = await fetch_experiment_priority(conn, xid) or 0
         task = build_task(
             int(TaskKind.RESTART),
@@ -172,7 +177,7 @@ class Retries:
 
     @staticmethod
     async def _say(
-        conn: Connection, xid: int, wid: int, eid: int, text: str, *, now: datetime
+        conn: Connection, xid: int, wid: int, eid: int, text: str, *, by: Actor, now: datetime
     ) -> None:
         """The new execution's INFO system message: what the unit page, ``xmc wu get``
         and the client's status show first."""
@@ -184,5 +189,6 @@ class Retries:
             conn,
             [ExecutionUpdate(xid, wid, eid, execution, (SYSTEM_MESSAGE_PATH,))],
             writer=WRITER,
+            actor=by,
             now=now,
         )

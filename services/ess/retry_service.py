@@ -7,9 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 from ess.auth import require_writer_of
-from ess.interceptor import caller
+from ess.interceptor import actor, caller
 from ess.retries import unit_policy
 from xmc.errors import InvalidArgumentError, NotFoundError
+from xmc.model.audit import AuditAction, AuditEntry
 from xmc.model.retry_policy import (
     RETRY_POLICY_ANNOTATION,
     PolicyError,
@@ -30,6 +31,7 @@ from xmc.store.transactions import (
     fetch_experiment,
     fetch_experiment_retry_policy,
     fetch_work_unit,
+    record_audit,
     set_experiment_retry_policy,
 )
 from xmc.timestamps import set_timestamp
@@ -97,6 +99,10 @@ class RetryService(retry_pb2_grpc.RetryServiceServicer):
             require_writer_of(caller(), await fetch_experiment(conn, xid))
             if not await set_experiment_retry_policy(conn, xid, text):
                 raise NotFoundError(f"name: {experiment_name(xid)} does not exist")
+            entry = AuditEntry(
+                AuditAction.SET_RETRY_POLICY, experiment_name(xid), xid, text or "(cleared)"
+            )
+            await record_audit(conn, actor(), entry, now=self._store.clock())
         return retry_pb2.ExperimentRetryPolicy(
             name=f"{experiment_name(xid)}/retryPolicy", policy=text or ""
         )

@@ -18,7 +18,7 @@ from google.protobuf.empty_pb2 import Empty
 
 from ess.auth import acl_writer_emails, require_experiment_writer
 from ess.intents import Intents
-from ess.interceptor import caller
+from ess.interceptor import actor, caller
 from ess.quotas import QuotaGate, create_experiment
 from ess.validation import (
     validate_experiment,
@@ -28,12 +28,14 @@ from ess.validation import (
 )
 from xmc.errors import InvalidArgumentError
 from xmc.masks import validate_update_mask
+from xmc.model.audit import AuditAction, AuditEntry
 from xmc.model.states import LaunchState
 from xmc.names import parse_artifact_name, parse_experiment_name, parse_work_unit_name
 from xmc.store.transactions import (
     ARTIFACT_UPDATABLE,
     EXPERIMENT_UPDATABLE,
     WORK_UNIT_UPDATABLE,
+    Connection,
     ListRequest,
     Store,
     delete_artifact,
@@ -45,7 +47,9 @@ from xmc.store.transactions import (
     list_experiments,
     list_status_messages,
     list_work_units,
+    record_audit,
     update_artifact,
+    update_experiment_launch_state,
 )
 from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
 from xmc_api.cloud.xmanager.v1.artifact_pb2 import Artifact
@@ -104,7 +108,9 @@ class ExperimentStateService(api_pb2_grpc.ExperimentStateServiceServicer):
         self, request: api_pb2.CreateExperimentRequest, context: Any
     ) -> Experiment:
         validate_experiment(request.experiment)
-        return await create_experiment(self._store, self._quotas, caller(), request.experiment)
+        return await create_experiment(
+            self._store, self._quotas, caller(), request.experiment, by=actor()
+        )
 
     async def GetExperiment(
         self, request: api_pb2.GetExperimentRequest, context: Any
@@ -132,7 +138,9 @@ class ExperimentStateService(api_pb2_grpc.ExperimentStateServiceServicer):
         xid = parse_experiment_name(request.experiment.name, field="experiment.name")
         paths = validate_update_mask(request.update_mask.paths, EXPERIMENT_UPDATABLE)
         validate_experiment(request.experiment)
-        return await self._intents.update_experiment(caller(), xid, request.experiment, paths)
+        return await self._intents.update_experiment(
+            caller(), xid, request.experiment, paths, by=actor()
+        )
 
     async def UpdateExperimentLaunchState(
         self, request: api_pb2.UpdateExperimentLaunchStateRequest, context: Any
@@ -143,9 +151,15 @@ class ExperimentStateService(api_pb2_grpc.ExperimentStateServiceServicer):
                 f"launch_state: must be COMPLETED or FAILED, got {request.launch_state}"
             )
         await self._check_writer(xid)
-        return await self._store.update_experiment_launch_state(
-            xid, LaunchState(request.launch_state)
-        )
+        launch_state = LaunchState(request.launch_state)
+        async with self._store.transaction() as conn:
+            now = self._clock()
+            updated = await update_experiment_launch_state(conn, xid, launch_state, now=now)
+            entry = AuditEntry(
+                AuditAction.UPDATE_LAUNCH_STATE, updated.name, xid, launch_state.name
+            )
+            await record_audit(conn, actor(), entry, now=now)
+        return updated
 
     # --- work units --------------------------------------------------------------------
 
@@ -155,7 +169,9 @@ class ExperimentStateService(api_pb2_grpc.ExperimentStateServiceServicer):
         xid = parse_experiment_name(request.parent, field="parent")
         wid = validate_work_unit_id(request.work_unit_id)
         validate_new_work_unit(request.work_unit)
-        return await self._intents.create_work_unit(caller(), xid, request.work_unit, wid=wid)
+        return await self._intents.create_work_unit(
+            caller(), xid, request.work_unit, wid=wid, by=actor()
+        )
 
     async def GetWorkUnit(self, request: api_pb2.GetWorkUnitRequest, context: Any) -> WorkUnit:
         return await self._store.get_work_unit(*parse_work_unit_name(request.name))
@@ -188,26 +204,28 @@ class ExperimentStateService(api_pb2_grpc.ExperimentStateServiceServicer):
 
     async def StopWorkUnit(self, request: api_pb2.StopWorkUnitRequest, context: Any) -> Operation:
         xid, wid = parse_work_unit_name(request.name)
-        return await self._intents.stop_work_units(caller(), xid, [wid])
+        return await self._intents.stop_work_units(caller(), xid, [wid], by=actor())
 
     async def BatchStopWorkUnits(
         self, request: api_pb2.BatchStopWorkUnitsRequest, context: Any
     ) -> Operation:
         xid = parse_experiment_name(request.parent, field="parent")
-        return await self._intents.stop_work_units(caller(), xid, None, filter_text=request.filter)
+        return await self._intents.stop_work_units(
+            caller(), xid, None, by=actor(), filter_text=request.filter
+        )
 
     async def RestartWorkUnit(
         self, request: api_pb2.RestartWorkUnitRequest, context: Any
     ) -> Operation:
         xid, wid = parse_work_unit_name(request.name)
-        return await self._intents.restart_work_units(caller(), xid, [wid])
+        return await self._intents.restart_work_units(caller(), xid, [wid], by=actor())
 
     async def BatchRestartWorkUnits(
         self, request: api_pb2.BatchRestartWorkUnitsRequest, context: Any
     ) -> Operation:
         xid = parse_experiment_name(request.parent, field="parent")
         return await self._intents.restart_work_units(
-            caller(), xid, None, filter_text=request.filter
+            caller(), xid, None, by=actor(), filter_text=request.filter
         )
 
     async def UpdateWorkUnit(
@@ -216,7 +234,9 @@ class ExperimentStateService(api_pb2_grpc.ExperimentStateServiceServicer):
         xid, wid = parse_work_unit_name(request.work_unit.name, field="work_unit.name")
         paths = validate_update_mask(request.update_mask.paths, WORK_UNIT_UPDATABLE)
         validate_work_unit_update(request.work_unit, paths)
-        return await self._intents.update_work_unit(caller(), xid, wid, request.work_unit, paths)
+        return await self._intents.update_work_unit(
+            caller(), xid, wid, request.work_unit, paths, by=actor()
+        )
 
     # --- artifacts ---------------------------------------------------------------------
 
@@ -231,7 +251,9 @@ class ExperimentStateService(api_pb2_grpc.ExperimentStateServiceServicer):
         async with self._store.transaction() as conn:
             if wid is not None:
                 await fetch_work_unit(conn, xid, wid)
-            return await insert_artifact(conn, artifact, now=self._clock())
+            created = await insert_artifact(conn, artifact, now=self._clock())
+            await self._audit(conn, AuditAction.CREATE_ARTIFACT, created.name, xid)
+            return created
 
     async def GetArtifact(self, request: api_pb2.GetArtifactRequest, context: Any) -> Artifact:
         async with self._store.transaction() as conn:
@@ -248,26 +270,34 @@ class ExperimentStateService(api_pb2_grpc.ExperimentStateServiceServicer):
 
     SearchArtifacts = ListArtifacts
 
-    async def _writable_artifact(self, name: str) -> int:
+    async def _writable_artifact(self, name: str) -> tuple[int, int]:
+        """(artifact id, experiment id) of an artifact the caller may change."""
         aid = parse_artifact_name(name)
         async with self._store.transaction() as conn:
             artifact = await fetch_artifact(conn, aid)
         xid, _wid = parse_parent(artifact.parent)
         await self._check_writer(xid)
-        return aid
+        return aid, xid
+
+    async def _audit(self, conn: Connection, action: AuditAction, target: str, xid: int) -> None:
+        """The audit row of a change with neither history row nor Operation."""
+        await record_audit(conn, actor(), AuditEntry(action, target, xid), now=self._clock())
 
     async def UpdateArtifact(
         self, request: api_pb2.UpdateArtifactRequest, context: Any
     ) -> Artifact:
         paths = validate_update_mask(request.update_mask.paths, ARTIFACT_UPDATABLE)
-        aid = await self._writable_artifact(request.artifact.name)
+        aid, xid = await self._writable_artifact(request.artifact.name)
         async with self._store.transaction() as conn:
-            return await update_artifact(conn, aid, request.artifact, paths, now=self._clock())
+            updated = await update_artifact(conn, aid, request.artifact, paths, now=self._clock())
+            await self._audit(conn, AuditAction.UPDATE_ARTIFACT, updated.name, xid)
+            return updated
 
     async def DeleteArtifact(self, request: api_pb2.DeleteArtifactRequest, context: Any) -> Empty:
-        aid = await self._writable_artifact(request.name)
+        aid, xid = await self._writable_artifact(request.name)
         async with self._store.transaction() as conn:
             await delete_artifact(conn, aid)
+            await self._audit(conn, AuditAction.DELETE_ARTIFACT, request.name, xid)
         return Empty()
 
     # --- status messages ---------------------------------------------------------------

@@ -11,6 +11,7 @@ from typing import Any
 from google.protobuf.duration_pb2 import Duration
 
 from xmc.model import timeline
+from xmc.model.audit import Attributions, attribute
 from xmc.model.states import WorkUnitState
 from xmc.names import (
     experiment_name,
@@ -68,6 +69,8 @@ def execution_message(execution: timeline.ExecutionTimeline) -> timeline_pb2.Exe
             from_state=_state(change.old_state),
             to_state=_state(change.new_state),
             writer=change.writer,
+            principal=change.principal,
+            request_id=change.request_id,
         )
         set_timestamp(item.time, change.time)
         set_timestamp(item.record_time, change.record_time)
@@ -99,6 +102,19 @@ def add_attempts(
             execution.retry_reason = verdict.reason
 
 
+def add_attributions(response: timeline_pb2.WorkUnitTimeline, found: Attributions) -> None:
+    """Created, restarted and stopped by whom (docs/audit.md); a missing one stays unset."""
+    for field, who in (
+        (response.created, found.created),
+        (response.restarted, found.restarted),
+        (response.stopped, found.stopped),
+    ):
+        if who is not None:
+            field.principal = who.principal
+            field.request_id = who.request_id
+            set_timestamp(field.time, who.time)
+
+
 def _statistics(stats: PhaseStatistics) -> timeline_pb2.PhaseStatistics:
     message = timeline_pb2.PhaseStatistics(count=stats.count, ongoing=stats.ongoing)
     if stats.median is not None and stats.p90 is not None:
@@ -127,6 +143,7 @@ class TimelineService(timeline_pb2_grpc.TimelineServiceServicer):
             ],
         )
         add_attempts(response.executions, decisions)
+        add_attributions(response, attribute(history))
         set_timestamp(response.now, now)
         return response
 

@@ -16,9 +16,10 @@ import structlog
 from aiohttp import web
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from ui import actions, logs_page, pages
+from ui import actions, audit_page, logs_page, pages
 from ui.context import CHANNEL, HERE, OPTIONS, TEMPLATES, UiOptions, render, templates
 from ui.gateway import UiError
+from ui.request_ids import request_id_header, request_ids
 from ui.rest import add_rest_routes
 from ui.security import same_site_writes, security_headers
 from ui.transcode import error_body
@@ -101,8 +102,9 @@ def create_app(
     normalize = web.normalize_path_middleware(
         append_slash=False, remove_slash=True, merge_slashes=True
     )
-    app = web.Application(middlewares=[normalize, error_pages, same_site_writes])
+    app = web.Application(middlewares=[normalize, error_pages, request_ids, same_site_writes])
     app.on_response_prepare.append(security_headers)
+    app.on_response_prepare.append(request_id_header)
     app[CHANNEL] = channel
     app[OPTIONS] = options or UiOptions()
     app[TEMPLATES] = templates()
@@ -123,6 +125,7 @@ def create_app(
     pages.add_routes(app)
     actions.add_routes(app)
     logs_page.add_routes(app)
+    audit_page.add_routes(app)
     for hook in default_rest_hooks() if rest_routes is None else rest_routes:
         hook(app, channel)
     return app

@@ -12,6 +12,7 @@ import jinja2
 from aiohttp import web
 
 from ui.gateway import Ess, call_metadata
+from ui.request_ids import request_id
 
 HERE = Path(__file__).resolve().parent
 
@@ -55,5 +56,7 @@ def render(
 def ess(request: web.Request) -> Ess:
     """The ESS as this caller: their Authorization header, else the default token."""
     options = request.app[OPTIONS]
-    metadata = call_metadata(request.headers.get("Authorization"), options.default_token)
+    metadata = call_metadata(
+        request.headers.get("Authorization"), options.default_token, request_id(request)
+    )
     return Ess(request.app[CHANNEL], metadata)

@@ -24,6 +24,8 @@ from xmc_api.cloud.xmanager.v1.work_unit_execution_pb2 import WorkUnitExecution
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 from xmc_api.internal.v1 import scheduling_pb2, scheduling_pb2_grpc
 from xmc_api.xmc.v1 import (
+    audit_pb2,
+    audit_pb2_grpc,
     logs_pb2,
     logs_pb2_grpc,
     notifications_pb2,
@@ -65,13 +67,17 @@ def rpc_error(error: grpc.RpcError) -> UiError:
     return UiError(HTTP_STATUS.get(code, 500), f"{code.name}: {details}{hint}")
 
 
-def call_metadata(authorization: str | None, default_token: str) -> tuple[tuple[str, str], ...]:
-    """The caller's ``Authorization`` header when it sent one, else the default token."""
+def call_metadata(
+    authorization: str | None, default_token: str, request_id: str
+) -> tuple[tuple[str, str], ...]:
+    """The caller's ``Authorization`` header when it sent one, else the default token; and
+    the request's id (``x-request-id``), which the ESS records with what the call changes."""
+    forwarded = (("x-request-id", request_id),)
     if authorization:
-        return (("authorization", authorization),)
+        return (("authorization", authorization), *forwarded)
     if default_token:
-        return (("authorization", f"Bearer {default_token}"),)
-    return ()
+        return (("authorization", f"Bearer {default_token}"), *forwarded)
+    return forwarded
 
 
 @dataclass(frozen=True)
@@ -93,6 +99,7 @@ class Ess:
         self._sweeps = sweep_pb2_grpc.SweepServiceStub(channel)
         self._notifications = notifications_pb2_grpc.NotificationServiceStub(channel)
         self._queues = queue_pb2_grpc.QueueServiceStub(channel)
+        self._audit = audit_pb2_grpc.AuditServiceStub(channel)
         self._metadata = metadata
 
     async def _call(self, method: Any, request: Any) -> Any:
@@ -270,6 +277,11 @@ class Ess:
     async def delete_webhook(self, name: str) -> None:
         request = notifications_pb2.DeleteWebhookRequest(name=name)
         await self._call(self._notifications.DeleteWebhook, request)
+
+    async def audit_events(self, request: audit_pb2.ListAuditEventsRequest) -> Page:
+        """One page of the audit trail (admins only: PERMISSION_DENIED is a 403)."""
+        found = await self._call(self._audit.ListAuditEvents, request)
+        return Page(list(found.events), found.next_page_token)
 
     async def stop(self, xid: int, wid: int) -> None:
         request = api_pb2.StopWorkUnitRequest(name=f"experiments/{xid}/workUnits/{wid}")

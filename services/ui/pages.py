@@ -17,7 +17,7 @@ from ui.manifest_view import manifest_view
 from ui.notifications_view import EVENTS, SHOWN_DELIVERIES, notifications_view, webhook_row
 from ui.queue_view import queue_summary, queue_view
 from ui.retry_view import retries_view
-from ui.timeline_view import timeline_view, timings_view
+from ui.timeline_view import attributions_view, timeline_view, timings_view
 from xmc.model.work_unit_spec import spec_view
 from xmc.timestamps import utc_now
 
@@ -189,7 +189,8 @@ async def _work_unit_context(request: web.Request) -> dict[str, Any]:
     executions = await client.executions(xid, wid)
     messages = await client.messages(xid, wid)
     current = unit.current_work_unit_execution
-    timeline, timeline_error = await _part(client.timeline(xid, wid), timeline_view)
+    found, timeline_error = await _part(client.timeline(xid, wid), lambda found: found)
+    timeline = None if found is None else timeline_view(found)
     codes, _ = await _part(client.exit_codes(xid, [wid]), lambda found: found)
     retries, retries_error = await _part(client.retries(xid, wid), retries_view)
     return {
@@ -204,6 +205,7 @@ async def _work_unit_context(request: web.Request) -> dict[str, Any]:
         "spec": spec_view(unit),
         "timeline": timeline,
         "timeline_error": timeline_error,
+        "attributions": [] if found is None else attributions_view(found),
         "exit_code": (codes or {}).get(wid),
     }
 

@@ -33,6 +33,7 @@ from ui.http_rules import (
     rules_table,
 )
 from ui.openapi import openapi_document, render
+from ui.request_ids import request_id_metadata
 from ui.security import json_content_type_refusal
 from ui.sse import cancel_on_hang_up, resume_from_last_event, serve_events, wants_event_stream
 from ui.transcode import (
@@ -52,6 +53,7 @@ from ui.transcode import (
 # name these types, and MessageToDict resolves them in the default pool.
 from xmc_api.cloud.xmanager.v1 import api_pb2, operations_pb2, work_unit_pb2  # noqa: F401
 from xmc_api.xmc.v1 import (
+    audit_pb2,
     logs_pb2,
     notifications_pb2,
     queue_pb2,
@@ -91,6 +93,8 @@ NOTIFICATION_SERVICE: Final[ServiceDescriptor] = notifications_pb2.DESCRIPTOR.se
 QUEUE_SERVICE: Final[ServiceDescriptor] = queue_pb2.DESCRIPTOR.services_by_name["QueueService"]
 #: Quotas and rate limits (docs/quotas.md).
 QUOTA_SERVICE: Final[ServiceDescriptor] = quota_pb2.DESCRIPTOR.services_by_name["QuotaService"]
+#: The audit trail, for admins (docs/audit.md).
+AUDIT_SERVICE: Final[ServiceDescriptor] = audit_pb2.DESCRIPTOR.services_by_name["AuditService"]
 #: Every service the REST face mounts; a path goes to the first route that matches, in
 #: this order, so the published API's routes come first.
 SERVICES: Final[tuple[ServiceDescriptor, ...]] = (
@@ -104,6 +108,7 @@ SERVICES: Final[tuple[ServiceDescriptor, ...]] = (
     NOTIFICATION_SERVICE,
     QUEUE_SERVICE,
     QUOTA_SERVICE,
+    AUDIT_SERVICE,
 )
 #: Where xmc-ui serves the OpenAPI document of the REST face.
 OPENAPI_PATH: Final = "/openapi.json"
@@ -202,7 +207,9 @@ class RestFace:
             request_serializer=lambda m: m.SerializeToString(),
             response_deserializer=output.FromString,
         )
-        metadata = bearer_metadata(request.headers.get("Authorization"))
+        metadata = bearer_metadata(request.headers.get("Authorization")) + request_id_metadata(
+            request
+        )
         try:
             response = await call(message, metadata=metadata, timeout=self.timeout)
         except grpc.aio.AioRpcError as error:
@@ -223,7 +230,9 @@ class RestFace:
             request_serializer=lambda m: m.SerializeToString(),
             response_deserializer=output.FromString,
         )
-        metadata = bearer_metadata(request.headers.get("Authorization"))
+        metadata = bearer_metadata(request.headers.get("Authorization")) + request_id_metadata(
+            request
+        )
         stream = call(message, metadata=metadata)
         answer: web.StreamResponse | None = None
         watchdog = asyncio.create_task(cancel_on_hang_up(request, stream))

@@ -23,6 +23,7 @@ from google.protobuf import json_format, message_factory
 from google.protobuf.message import Message
 
 from ui.http_rules import HttpRoute
+from ui.request_ids import request_id_metadata
 from ui.transcode import bearer_metadata, response_json
 
 EVENT_STREAM: Final = "text/event-stream"
@@ -98,7 +99,11 @@ async def serve_events(
         request_serializer=lambda m: m.SerializeToString(),
         response_deserializer=output.FromString,
     )
-    stream: Any = call(message, metadata=bearer_metadata(request.headers.get("Authorization")))
+    stream: Any = call(
+        message,
+        metadata=bearer_metadata(request.headers.get("Authorization"))
+        + request_id_metadata(request),
+    )
     answer: web.StreamResponse | None = None
     watchdog = asyncio.create_task(cancel_on_hang_up(request, stream))
     try:

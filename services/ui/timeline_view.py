@@ -124,6 +124,8 @@ def segments_view(
                 "start": fmt_time(change.time),
                 "from": known_state(change.from_state).name if change.from_state else "",
                 "writer": change.writer,
+                "principal": change.principal,
+                "request_id": change.request_id,
             }
         )
         offset += width
@@ -211,6 +213,25 @@ def timeline_view(timeline: timeline_pb2.WorkUnitTimeline) -> list[Row]:
     """The unit's executions, newest first: the current one is what a reader came for."""
     now = fmt_time(timeline.now)
     return [execution_view(e, now) for e in reversed(timeline.executions)]
+
+
+def attributions_view(timeline: timeline_pb2.WorkUnitTimeline) -> list[Row]:
+    """ "created by …", "restarted by …", "stopped by …" (docs/audit.md): who, when, and
+    the request id, for those the ESS could name."""
+    return [
+        {
+            "verb": verb,
+            "principal": who.principal,
+            "time": fmt_time(who.time),
+            "request_id": who.request_id,
+        }
+        for verb, who, present in (
+            ("created", timeline.created, timeline.HasField("created")),
+            ("restarted", timeline.restarted, timeline.HasField("restarted")),
+            ("stopped", timeline.stopped, timeline.HasField("stopped")),
+        )
+        if present
+    ]
 
 
 def _statistics(label: str, stats: timeline_pb2.PhaseStatistics) -> Row:

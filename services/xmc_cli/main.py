@@ -19,6 +19,7 @@ from google.protobuf.duration_pb2 import Duration
 from xmc.settings import load_cli_settings
 from xmc_api.internal.v1 import scheduling_pb2
 
+from .audit import audit
 from .client import DEFAULT_ENDPOINT, Client, fmt_time, parse_endpoint, pass_client, print_table
 from .experiments import experiments
 from .launch import launch
@@ -191,7 +192,7 @@ def operations_wait(client: Client, name: str, timeout: float) -> None:
 
 wu.add_command(wu_timeline)
 wu.add_command(set_priority)
-for command in (experiments, wu, launch, watch, logs, retry_policy, webhooks, queue, quota):
+for command in (experiments, wu, launch, watch, logs, retry_policy, webhooks, queue, quota, audit):
     cli.add_command(command)
 
 

@@ -60,6 +60,7 @@ def _print_timeline(timeline: timeline_pb2.WorkUnitTimeline) -> None:
                 state_name(change.from_state) if change.from_state else "—",  # creation
                 state_name(change.to_state),
                 fmt_duration(segment.duration.ToTimedelta()) + (" …" if segment.ongoing else ""),
+                change.principal or "—",
                 change.writer,
             ]
             for change, segment in zip(execution.changes, execution.segments, strict=True)
@@ -72,7 +73,7 @@ def _print_timeline(timeline: timeline_pb2.WorkUnitTimeline) -> None:
         click.echo("  in each state: " + " · ".join(totals))
         if execution.retry_verdict:
             click.echo(f"  retry: {execution.retry_verdict} ({execution.retry_reason})")
-        print_table(None, ["time", "from", "to", "in state", "writer"], rows)
+        print_table(None, ["time", "from", "to", "in state", "by", "writer"], rows)
 
 
 @click.command("timeline")

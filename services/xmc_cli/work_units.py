@@ -20,6 +20,7 @@ from xmc_api.cloud.xmanager.v1.work_unit_execution_pb2 import WorkUnitExecution
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 from xmc_api.xmc.v1 import retry_pb2
 
+from .audit import attribution_lines, attributions_dict, fetch_attributions
 from .client import (
     Client,
     experiment_name,
@@ -226,11 +227,19 @@ def wu_get(client: Client, work_unit: str) -> None:
         client.api.GetWorkUnit, api_pb2.GetWorkUnitRequest(name=work_unit_name(work_unit))
     )
     retries = fetch_retries(client, w.name)
-    client.show({**to_dict(w), "retries": to_dict(retries)}, lambda: _print_work_unit(w, retries))
+    timeline = fetch_attributions(client, w.name)
+    client.show(
+        {**to_dict(w), "retries": to_dict(retries), **attributions_dict(timeline)},
+        lambda: _print_work_unit(w, retries, attribution_lines(timeline)),
+    )
 
 
-def _print_work_unit(w: WorkUnit, retries: retry_pb2.WorkUnitRetries) -> None:
+def _print_work_unit(
+    w: WorkUnit, retries: retry_pb2.WorkUnitRetries, attributions: list[str]
+) -> None:
     print_table(w.name, WU_COLUMNS, [work_unit_row(w)])
+    for line in attributions:
+        click.echo(line)
     status = w.current_work_unit_execution.status
     for label, message in (("system", status.system_message), ("user", status.user_message)):
         if message.user_facing_text:
@@ -246,7 +255,12 @@ def _print_operation_table(op: operations_proto_pb2.Operation) -> None:
     meta = OperationMetadata()
     if op.HasField("metadata"):
         op.metadata.Unpack(meta)
-    rows = [["name", op.name], ["done", str(op.done).lower()], ["target", meta.target]]
+    rows = [
+        ["name", op.name],
+        ["done", str(op.done).lower()],
+        ["target", meta.target],
+        ["requested by", meta.original_requester],
+    ]
     if op.HasField("error"):
         rows.append(["error", f"{_code_name(op.error.code)}: {op.error.message}"])
     print_table(None, ["field", "value"], rows)

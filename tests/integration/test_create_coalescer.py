@@ -19,6 +19,7 @@ from ess.creates import CreateCoalescer
 from ess.intents import WRITER, Intents
 from tests.integration.support import FakeClock, minimal_work_unit
 from tests.waiting import eventually
+from xmc.model.audit import Actor
 from xmc.names import parse_experiment_name, work_unit_name
 from xmc.store.repository import Store
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
@@ -41,7 +42,9 @@ async def _experiment(store: Store) -> int:
 
 def _submit(coalescer: CreateCoalescer, xid: int, count: int) -> list[asyncio.Task[Operation]]:
     return [
-        asyncio.create_task(coalescer.submit(ALICE, xid, minimal_work_unit(), None))
+        asyncio.create_task(
+            coalescer.submit(ALICE, xid, minimal_work_unit(), None, by=Actor(ALICE.email))
+        )
         for _ in range(count)
     ]
 
@@ -152,7 +155,7 @@ async def test_an_error_one_callers_request_meets_reaches_only_that_caller(
     poison = minimal_work_unit()
     poison.notes = "a NUL \x00 the request checks refuse, past them here"
     good = _submit(coalescer, xid, 1)
-    bad = asyncio.create_task(coalescer.submit(ALICE, xid, poison, None))
+    bad = asyncio.create_task(coalescer.submit(ALICE, xid, poison, None, by=Actor(ALICE.email)))
     good += _submit(coalescer, xid, 1)
 
     answered = await asyncio.wait_for(_answers(good), 10)

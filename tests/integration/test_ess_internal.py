@@ -18,6 +18,7 @@ from tests.integration.redis_server import RedisServer
 from tests.integration.support import fetch_all, minimal_work_unit
 from tests.integration.test_ess_api import expect_error
 from tests.waiting import eventually
+from xmc.model.audit import Actor
 from xmc.model.resume import SkipReason, TaskKind
 from xmc.model.states import WorkUnitState
 from xmc.store.transactions import park_task
@@ -151,7 +152,9 @@ async def park(ess: Ess, task: Task) -> None:
     unit SCHEDULING_PAUSED."""
     assert ess.server.store is not None
     async with ess.server.store.transaction() as conn:
-        await park_task(conn, task, mark=None, writer="test", now=ess.clock.now)
+        await park_task(
+            conn, task, mark=None, writer="test", actor=Actor("test"), now=ess.clock.now
+        )
     if task.kind in (Task.CREATE, Task.RESTART):
         paused = observation(
             f"experiments/{task.xid}/workUnits/{task.wid}",
@@ -302,7 +305,9 @@ async def test_a_task_parked_again_after_a_resume_is_resumed_again(ess: Ess) -> 
     ess.clock.advance(1)
     assert ess.server.store is not None
     async with ess.server.store.transaction() as conn:
-        reparked = await park_task(conn, task, mark=None, writer="test", now=ess.clock.now)
+        reparked = await park_task(
+            conn, task, mark=None, writer="test", actor=Actor("test"), now=ess.clock.now
+        )
     assert reparked, "a processed row is parked anew"
     await ess.scheduling.ResumeScheduling(
         scheduling_pb2.ResumeSchedulingRequest(), metadata=SERVICE

@@ -6,6 +6,7 @@ from datetime import timedelta
 
 from ess.app import run_janitor_once
 from tests.integration.support import T0, fetch_all
+from xmc.model.audit import Actor
 from xmc.store import operations, scheduling
 from xmc.store.operations import ActionType, NewOperation
 from xmc.store.repository import Store
@@ -15,10 +16,10 @@ from xmc.store.scheduling import Resolution
 async def test_janitor_drops_only_what_expired(store: Store, database_url: str) -> None:
     async with store.transaction() as conn:
         old = await operations.insert_operation(
-            conn, NewOperation(1, 1, ActionType.CREATE, "a"), now=T0 - timedelta(days=91)
+            conn, NewOperation(1, 1, ActionType.CREATE, Actor("a")), now=T0 - timedelta(days=91)
         )
         young = await operations.insert_operation(
-            conn, NewOperation(1, 2, ActionType.CREATE, "a"), now=T0 - timedelta(days=89)
+            conn, NewOperation(1, 2, ActionType.CREATE, Actor("a")), now=T0 - timedelta(days=89)
         )
         for task_id in ("processed-long-ago", "processed-recently", "never-processed"):
             await scheduling.park_task(
@@ -52,7 +53,7 @@ async def test_janitor_drops_only_what_expired(store: Store, database_url: str) 
 async def test_a_redelivered_task_is_counted_once(store: Store) -> None:
     async with store.transaction() as conn:
         batch = await operations.insert_operation(
-            conn, NewOperation(1, None, ActionType.STOP, "a", pending_tasks=2), now=T0
+            conn, NewOperation(1, None, ActionType.STOP, Actor("a"), pending_tasks=2), now=T0
         )
         once = await operations.finish_operation_task(conn, batch.name, now=T0, task_id="t1")
         again = await operations.finish_operation_task(conn, batch.name, now=T0, task_id="t1")

@@ -23,6 +23,7 @@ from xmc.model.states import WorkUnitState
 from xmc.tasks import verify_task
 from xmc_api.cloud.xmanager.v1 import api_pb2
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
+from xmc_api.cloud.xmanager.v1.operations_pb2 import OperationMetadata
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 from xmc_api.internal.v1 import executions_pb2
 from xmc_api.internal.v1.tasks_pb2 import Task
@@ -69,12 +70,15 @@ def failed(
     return update
 
 
-async def send(ess: Ess, *updates: executions_pb2.WorkUnitExecutionUpdate) -> list[Any]:
+async def send(
+    ess: Ess, *updates: executions_pb2.WorkUnitExecutionUpdate, request_id: str = ""
+) -> list[Any]:
+    metadata = (*SERVICE, ("x-request-id", request_id)) if request_id else SERVICE
     response = await ess.executions.UpdateWorkUnitExecutions(
         executions_pb2.UpdateWorkUnitExecutionsRequest(
             writer="reconciler/jobset", updates=list(updates)
         ),
-        metadata=SERVICE,
+        metadata=metadata,
     )
     return list(response.results)
 
@@ -109,15 +113,28 @@ async def retry_tasks(ess: Ess, xid: int, wid: int) -> list[tuple[Task, Any]]:
 async def test_a_matching_failure_is_retried_once_as_a_restart(ess: Ess) -> None:
     parent = await experiment(ess, unit(POLICY))
     name = f"{parent}/workUnits/1"
-    (result,) = await send(ess, failed(ess, name, 1, code=137))
+    (result,) = await send(ess, failed(ess, name, 1, code=137), request_id="batch-7")
     assert (result.outcome, result.state) == (Result.APPLIED, S.FAILED)
+
+    # Attributed (docs/audit.md): the failure to the Reconciler's account, the retry to
+    # XMC's policy, both in the request that reported the failure.
+    xid = int(parent.rsplit("/", 1)[1])
+    rows = await fetch_all(
+        ess.database_url,
+        "SELECT new_state, principal, request_id FROM work_unit_status_history "
+        "WHERE xid = $1 AND wid = 1 ORDER BY id",
+        xid,
+    )
+    assert [(S(r["new_state"]), r["principal"], r["request_id"]) for r in rows[1:]] == [
+        (S.FAILED, "reconciler@xmc.internal", "batch-7"),
+        (S.RESTARTING, "xmc-retry-policy", "batch-7"),
+    ]
 
     work_unit = await get(ess, name)
     assert current(work_unit) == (2, S.RESTARTING)
     message = work_unit.current_work_unit_execution.status.system_message
     assert message.user_facing_text == "attempt 2 of 3, retried after exit code 137"
 
-    xid = int(parent.rsplit("/", 1)[1])
     ((task, _due),) = await retry_tasks(ess, xid, 1)
     assert (task.kind, task.target_eid, task.payload.eid) == (Task.RESTART, 1, 2)
     operations = operations_grpc_pb2.OperationsStub(ess.channel)
@@ -125,6 +142,9 @@ async def test_a_matching_failure_is_retried_once_as_a_restart(ess: Ess) -> None
         GetOperationRequest(name=task.operation), metadata=ALICE
     )
     assert not operation.done
+    metadata = OperationMetadata()
+    operation.metadata.Unpack(metadata)
+    assert metadata.original_requester == "xmc-retry-policy"
     entries = await ess.stream(ess.names.tasks)
     published = [verify_task(f, key=SIGNING_KEY, now=ess.clock.now) for _, f in entries]
     assert [t.task_id for t in published if t.kind == Task.RESTART] == [task.task_id]

@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from tests.integration.support import minimal_work_unit, state_update
+from xmc.model.audit import Actor
 from xmc.model.notifications import ALL_EVENTS, Threshold
 from xmc.model.states import LaunchState, WorkUnitState
 from xmc.model.webhooks import AttemptOutcome, Decision, Verdict
@@ -47,7 +48,9 @@ async def experiment_with_webhook(store: Store, units: int = 1) -> int:
 async def fail(store: Store, xid: int, wid: int, *, seconds: float = 1) -> None:
     update = state_update(xid, wid, 1, WorkUnitState.FAILED, NOW + timedelta(seconds=seconds))
     async with store.transaction() as conn:
-        await update_work_unit_executions(conn, [update], writer="test", now=NOW)
+        await update_work_unit_executions(
+            conn, [update], writer="test", actor=Actor("test"), now=NOW
+        )
 
 
 async def count(store: Store) -> int:
@@ -62,7 +65,9 @@ async def test_a_delivery_exists_iff_its_state_change_committed(store: Store) ->
 
     async def change_then_roll_back() -> None:
         async with store.transaction() as conn:
-            await update_work_unit_executions(conn, [update], writer="test", now=NOW)
+            await update_work_unit_executions(
+                conn, [update], writer="test", actor=Actor("test"), now=NOW
+            )
             assert await conn.fetchval("SELECT count(*) FROM webhook_deliveries") == 1
             raise Rollback
 
@@ -77,7 +82,9 @@ async def test_an_update_without_a_failure_or_a_finish_queues_nothing(store: Sto
     xid = await experiment_with_webhook(store)
     update = state_update(xid, 1, 1, WorkUnitState.RUNNING, NOW + timedelta(seconds=1))
     async with store.transaction() as conn:
-        await update_work_unit_executions(conn, [update], writer="test", now=NOW)
+        await update_work_unit_executions(
+            conn, [update], writer="test", actor=Actor("test"), now=NOW
+        )
     assert await count(store) == 0
 
 
@@ -146,7 +153,7 @@ async def test_a_launch_that_ends_after_its_units_finishes_the_experiment(store:
     xid = await experiment_with_webhook(store)
     done = state_update(xid, 1, 1, WorkUnitState.COMPLETED, NOW + timedelta(seconds=1))
     async with store.transaction() as conn:
-        await update_work_unit_executions(conn, [done], writer="test", now=NOW)
+        await update_work_unit_executions(conn, [done], writer="test", actor=Actor("test"), now=NOW)
     assert await events(store) == [], "still LAUNCHING: more units may come"
     await store.update_experiment_launch_state(xid, LaunchState.COMPLETED)
     assert await events(store) == ["experiment.finished"]

@@ -8,6 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 from tests.integration.support import T0, message, state_update
+from xmc.model.audit import Actor
 from xmc.model.merge import ExecutionUpdate
 from xmc.model.states import Priority, Severity, WorkUnitState
 from xmc.store.backfill import backfill_wire
@@ -116,15 +117,27 @@ async def test_every_writer_keeps_the_wire_parts_equal_to_the_columns(store: Sto
         )
     async with store.transaction() as conn:
         running = [observation(xid, w, S.RUNNING, 10) for w in (1, 2, 3)]
-        await update_work_unit_executions(conn, running, writer=WRITER, now=T0)
+        await update_work_unit_executions(conn, running, writer=WRITER, actor=Actor(WRITER), now=T0)
     async with store.transaction() as conn:
         done = [state_update(xid, 2, 1, S.COMPLETED, T0 + timedelta(seconds=20))]
-        await update_work_unit_executions(conn, done, writer=WRITER, now=T0)  # complete_time
+        await update_work_unit_executions(
+            conn, done, writer=WRITER, actor=Actor(WRITER), now=T0
+        )  # complete_time
     async with store.transaction() as conn:
-        await restart_work_unit(conn, xid, 3, writer=WRITER, now=T0 + timedelta(seconds=30))
+        await restart_work_unit(
+            conn, xid, 3, writer=WRITER, actor=Actor(WRITER), now=T0 + timedelta(seconds=30)
+        )
     async with store.transaction() as conn:
         await write_decided_state(
-            conn, xid, 4, 1, S.FAILED, message=message(Severity.ERROR, "no"), writer=WRITER, now=T0
+            conn,
+            xid,
+            4,
+            1,
+            S.FAILED,
+            message=message(Severity.ERROR, "no"),
+            writer=WRITER,
+            actor=Actor(WRITER),
+            now=T0,
         )
 
     async with store.connection() as conn:

@@ -26,9 +26,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import sys
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,14 +35,12 @@ from typing import Any
 import aiohttp
 import grpc
 import pytest
-import redis.asyncio as aioredis
 from aiohttp import web
 
 from kubesim.server import KubeSim
-from tests.integration.ess_harness import SIGNING_KEY
 from tests.integration.test_ui_rest import _client
-from tests.servers import REDIS_URL
-from tests.stack import delete_prefixed_keys, free_ports, wait_listening
+from tests.integration.ui_support import ess_and_ui_processes
+from tests.stack import free_ports
 from ui.rest import OPENAPI_PATH, add_rest_routes
 
 BIN = Path(sys.executable).parent
@@ -96,50 +92,17 @@ class Live:
 @pytest.fixture
 async def live(database_url: str, tmp_path: Path) -> AsyncIterator[Live]:
     """An ESS (authentication on: one static token) and an xmc-ui in front of it, as OS
-    processes, and a kubesim for the ESS's cluster reads; their logs are printed when the
+    processes, and a kubesim for the ESS's cluster reads (its default queues: the queue
+    routes read them; no pods: a live log read finds none); their logs are printed when the
     test fails."""
-    ess_port, ui_port = free_ports(2)
-    # The cluster: a kubesim with its default queues (the queue routes read them), and
-    # no pods (a live log read finds none).
     sim = KubeSim(controllers=True)
     await sim.start()
-    prefix = f"openapi-{uuid.uuid4().hex[:8]}:"
-    env = {
-        **os.environ,
-        "XMC_DATABASE_URL": database_url,
-        "XMC_REDIS_URL": REDIS_URL,
-        "XMC_ESS_LISTEN": f"127.0.0.1:{ess_port}",
-        "XMC_METRICS_LISTEN": "",
-        "XMC_TASK_SIGNING_KEY": SIGNING_KEY,
-        "XMC_AUTH_STATIC_TOKENS": f"{TOKEN}=alice@example.com",
-        "XMC_STREAM_PREFIX": prefix,
-        "XMC_KUBE_URL": sim.url,
-    }
-    logs = {name: (tmp_path / f"{name}.log").open("wb") for name in ("ess", "ui")}
-    ess = await asyncio.create_subprocess_exec(
-        str(BIN / "xmc-ess"), "serve", env=env, stdout=logs["ess"], stderr=logs["ess"]
-    )
-    ui = await asyncio.create_subprocess_exec(
-        str(BIN / "xmc-ui"), "--listen", f"127.0.0.1:{ui_port}",
-        "--ess-target", f"127.0.0.1:{ess_port}", env=env, stdout=logs["ui"], stderr=logs["ui"],
-    )  # fmt: skip
+    env = {"XMC_AUTH_STATIC_TOKENS": f"{TOKEN}=alice@example.com", "XMC_KUBE_URL": sim.url}
     try:
-        await wait_listening(ess_port, ess, "xmc-ess")
-        await wait_listening(ui_port, ui, "xmc-ui")
-        yield Live(f"http://127.0.0.1:{ui_port}", (ess, ui))
+        async with ess_and_ui_processes(database_url, tmp_path, env) as stack:
+            yield Live(stack.ui, stack.processes)
     finally:
-        for process in (ui, ess):
-            if process.returncode is None:
-                process.send_signal(signal.SIGTERM)
-            await asyncio.wait_for(process.wait(), timeout=30)
         await sim.stop()
-        for log in logs.values():
-            log.close()
-        client = aioredis.from_url(REDIS_URL)
-        await delete_prefixed_keys(client, prefix)
-        await client.aclose()
-        for name in logs:
-            print(f"----- {name} -----", (tmp_path / f"{name}.log").read_text()[-4000:], sep="\n")
 
 
 async def _post(http: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> Any:

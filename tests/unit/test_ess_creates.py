@@ -11,6 +11,7 @@ from google.longrunning.operations_proto_pb2 import Operation
 from ess.auth import Identity
 from ess.creates import QueuedCreate, answer, creates_for_the_gone, take_live
 from xmc.errors import NotFoundError
+from xmc.model.audit import Actor
 from xmc.store.creation import Created, CreateOutcome
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 
@@ -42,7 +43,9 @@ def _queued(loop: asyncio.AbstractEventLoop, *, gave_up: bool = False) -> Queued
     future: asyncio.Future[Operation] = loop.create_future()
     if gave_up:
         future.cancel()
-    return QueuedCreate(Identity("alice@example.com"), 1, None, WorkUnit(), future)
+    return QueuedCreate(
+        Identity("alice@example.com"), 1, None, WorkUnit(), Actor("alice@example.com"), future
+    )
 
 
 async def test_take_live_drops_callers_that_gave_up_and_leaves_the_rest_queued() -> None:

@@ -210,13 +210,13 @@ def test_came_from_only_this_host(referer: str, want: str) -> None:
 @pytest.mark.parametrize(
     ("header", "default", "want"),
     [
-        ("Bearer abc", "dev", (("authorization", "Bearer abc"),)),
-        (None, "dev", (("authorization", "Bearer dev"),)),
-        ("", "", ()),
+        ("Bearer abc", "dev", (("authorization", "Bearer abc"), ("x-request-id", "r1"))),
+        (None, "dev", (("authorization", "Bearer dev"), ("x-request-id", "r1"))),
+        ("", "", (("x-request-id", "r1"),)),
     ],
 )
 def test_call_metadata(header: str | None, default: str, want: tuple[tuple[str, str], ...]) -> None:
-    assert call_metadata(header, default) == want
+    assert call_metadata(header, default, "r1") == want
 
 
 def test_every_grpc_code_has_an_http_status() -> None:

@@ -51,6 +51,9 @@ class Change:
     time: datetime
     writer: str
     record_time: datetime
+    #: Who asked for it and in which request (docs/audit.md); '' for rows older than that.
+    principal: str = ""
+    request_id: str = ""
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from google.longrunning.operations_proto_pb2 import Operation
 
 from xmc.errors import AlreadyExistsError, XmcError
 from xmc.model.args import arg_numbers_json, work_unit_args
+from xmc.model.audit import Actor
 from xmc.model.states import WorkUnitState
 from xmc.model.work_unit_ids import IdRequest, Key, plan_work_unit_ids
 from xmc.names import experiment_name, work_unit_name
@@ -64,7 +65,8 @@ class NewWorkUnit:
     #: Client-chosen id (idempotent create), or None for the next free id.
     wid: int | None
     work_unit: WorkUnit
-    requester: str
+    #: Who asked (the Operation's requester, the history row's principal) and in which request.
+    actor: Actor
     #: Whom the unit counts against (``xmc.model.quotas.principals_of``); none: nobody.
     principals: tuple[str, ...] = ()
 
@@ -142,8 +144,8 @@ async def create_work_units(
                 else AlreadyExistsError(f"work_unit_id: {work_unit_name(*key)} already exists")
             )
 
-    requesters = {key: items[plan.planned[key]].requester for key in created}
-    operations = await _record_created(conn, requesters, plan.next_wid, writer=writer, now=now)
+    actors = {key: items[plan.planned[key]].actor for key in created}
+    operations = await _record_created(conn, actors, plan.next_wid, writer=writer, now=now)
     for key, operation in operations.items():
         outcomes[plan.planned[key]] = Created(operation, created[key], locked[key[0]].priority)
 
@@ -227,23 +229,26 @@ async def _insert(
 
 async def _record_created(
     conn: Connection,
-    requesters: dict[Key, str],
+    actors: dict[Key, Actor],
     next_wid: dict[int, int],
     *,
     writer: str,
     now: datetime,
 ) -> dict[Key, Operation]:
     """The CREATE Operations (by key), the history rows and the experiment rollups of
-    the work units just inserted, each requested by ``requesters[key]``."""
-    keys = list(requesters)
+    the work units just inserted, each requested by ``actors[key]``."""
+    keys = list(actors)
     operations = await insert_operations(
         conn,
-        [NewOperation(k[0], k[1], ActionType.CREATE, requesters[k]) for k in keys],
+        [NewOperation(k[0], k[1], ActionType.CREATE, actors[k]) for k in keys],
         now=now,
     )
     await insert_history(
         conn,
-        [(k[0], k[1], 1, 0, _INITIALIZING, now, writer, now) for k in keys],
+        [
+            (k[0], k[1], 1, 0, _INITIALIZING, now, writer, now, a.principal, a.request_id)
+            for k, a in actors.items()
+        ],
     )
     deltas: dict[int, RollupDelta] = {}
     for xid, _wid in keys:

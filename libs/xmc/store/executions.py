@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
+from xmc.model.audit import Actor
 from xmc.model.guard import GuardReason
 from xmc.model.merge import (
     STATE_PATH,
@@ -124,10 +125,12 @@ async def update_work_unit_executions(
     items: Sequence[ExecutionUpdate],
     *,
     writer: str,
+    actor: Actor,
     now: datetime,
     events: list[ExperimentChange] | None = None,
 ) -> list[ItemResult]:
-    """Run one batch; the caller provides the transaction (see module docstring).
+    """Run one batch; the caller provides the transaction (see module docstring). Every
+    history row of the batch records ``actor`` (one request, one principal).
     ``events``: the notifications are collected there, not queued (``apply_rollups``)."""
     validate_batch(items)
     if not items:
@@ -136,6 +139,7 @@ async def update_work_unit_executions(
 
     results: list[ItemResult] = []
     history: list[tuple[Any, ...]] = []
+    principal, request_id = actor.principal, actor.request_id
     messages: list[tuple[Any, ...]] = []
     for item in items:
         slot = slots.get((item.xid, item.wid))
@@ -161,8 +165,9 @@ async def update_work_unit_executions(
             old, new = merged.state_change
             state_time = merged.execution.state_update_time
             history.append(
-                (item.xid, item.wid, item.eid, int(old), int(new), state_time, writer, now)
-            )
+                (item.xid, item.wid, item.eid, int(old), int(new), state_time, writer, now,
+                 principal, request_id)
+            )  # fmt: skip
         for field, message in merged.new_messages:
             messages.append(
                 (
@@ -238,6 +243,7 @@ async def write_decided_state(
     *,
     message: StructuredMessage | None = None,
     writer: str,
+    actor: Actor,
     now: datetime,
 ) -> ItemResult:
     """A state XMC decides itself (STOPPED when there is nothing to stop, FAILED when an
@@ -259,6 +265,7 @@ async def write_decided_state(
         execution.status.system_message.CopyFrom(message)
         mask += (SYSTEM_MESSAGE_PATH,)
     (result,) = await update_work_unit_executions(
-        conn, [ExecutionUpdate(xid, wid, eid, execution, mask)], writer=writer, now=now
-    )
+        conn, [ExecutionUpdate(xid, wid, eid, execution, mask)], writer=writer, actor=actor,
+        now=now,
+    )  # fmt: skip
     return result

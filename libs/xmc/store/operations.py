@@ -22,6 +22,7 @@ from google.rpc.status_pb2 import Status
 
 from xmc.errors import NotFoundError
 from xmc.messages import printable
+from xmc.model.audit import Actor
 from xmc.names import experiment_name, work_unit_name
 from xmc.query import FieldKind, FieldSpec, OrderKey
 from xmc.store.connection import Connection
@@ -33,7 +34,7 @@ from xmc_api.cloud.xmanager.v1.operations_pb2 import OperationMetadata
 OPERATION_RETENTION = timedelta(days=90)
 
 _COLUMNS = """name, xid, wid, action_type, target, original_requester, done, pending_tasks,
-    response, error_code, error_message, create_time, end_time"""
+    response, error_code, error_message, create_time, end_time, request_id"""
 
 
 class ActionType(enum.IntEnum):
@@ -50,7 +51,8 @@ class NewOperation:
     xid: int
     wid: int | None
     action_type: ActionType
-    original_requester: str
+    #: Who asked (``original_requester``: the principal) and in which request.
+    actor: Actor
     pending_tasks: int = 1
 
     @property
@@ -95,23 +97,25 @@ async def insert_operations(
     names = [new.new_name() for new in news]
     rows = await conn.fetch(
         f"""INSERT INTO operations (name, xid, wid, action_type, target, original_requester,
-                done, pending_tasks, create_time, end_time)
+                done, pending_tasks, create_time, end_time, request_id)
             SELECT n.name, n.xid, n.wid, n.action_type, n.target, n.original_requester,
                    $7::boolean, CASE WHEN $7 THEN 0 ELSE n.pending END, $8::timestamptz,
-                   CASE WHEN $7 THEN $8::timestamptz END
+                   CASE WHEN $7 THEN $8::timestamptz END, n.request_id
             FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::smallint[], $5::text[],
-                        $6::text[], $9::integer[])
-                 AS n(name, xid, wid, action_type, target, original_requester, pending)
+                        $6::text[], $9::integer[], $10::text[])
+                 AS n(name, xid, wid, action_type, target, original_requester, pending,
+                      request_id)
             RETURNING {_COLUMNS}""",
         names,
         [new.xid for new in news],
         [new.wid for new in news],
         [int(new.action_type) for new in news],
         [new.target for new in news],
-        [new.original_requester for new in news],
+        [new.actor.principal for new in news],
         done,
         now,
         [new.pending_tasks for new in news],
+        [new.actor.request_id for new in news],
     )
     by_name = {row["name"]: operation_from_row(row) for row in rows}
     return [by_name[name] for name in names]

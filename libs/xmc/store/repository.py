@@ -20,6 +20,7 @@ import asyncpg
 import structlog
 
 from xmc.errors import AlreadyExistsError, XmcError
+from xmc.model.audit import Actor
 from xmc.model.merge import ExecutionUpdate
 from xmc.model.states import LaunchState
 from xmc.store import executions, experiments, status_messages, work_units
@@ -142,6 +143,9 @@ class Store:
 
     # Work units: full-row writes (SPEC §4) and reads.
 
+    # The facade's writes are for tests, benches and tools; without an ``actor`` they are
+    # attributed to their ``writer`` label.
+
     async def create_work_units(
         self, items: Sequence[NewWorkUnit], *, writer: str
     ) -> list[CreateOutcome]:
@@ -159,7 +163,7 @@ class Store:
     ) -> WorkUnit:
         """Create one work unit (and its CREATE Operation); errors are raised."""
         (outcome,) = await self.create_work_units(
-            [NewWorkUnit(xid, wid, work_unit, requester)], writer=writer
+            [NewWorkUnit(xid, wid, work_unit, Actor(requester))], writer=writer
         )
         if isinstance(outcome, XmcError):
             raise outcome
@@ -167,10 +171,12 @@ class Store:
             raise AlreadyExistsError(f"work_unit_id: workUnits/{wid} already exists")
         return outcome.work_unit
 
-    async def restart_work_unit(self, xid: int, wid: int, *, writer: str) -> WorkUnit:
+    async def restart_work_unit(
+        self, xid: int, wid: int, *, writer: str, actor: Actor | None = None
+    ) -> WorkUnit:
         async with self.transaction() as conn:
             return await work_units.restart_work_unit(
-                conn, xid, wid, writer=writer, now=self._clock()
+                conn, xid, wid, writer=writer, actor=actor or Actor(writer), now=self._clock()
             )
 
     async def get_work_unit(self, xid: int, wid: int) -> WorkUnit:
@@ -192,9 +198,9 @@ class Store:
     # The masked observation path (SPEC §5).
 
     async def update_work_unit_executions(
-        self, items: Sequence[ExecutionUpdate], *, writer: str
+        self, items: Sequence[ExecutionUpdate], *, writer: str, actor: Actor | None = None
     ) -> list[ItemResult]:
         async with self.transaction() as conn:
             return await executions.update_work_unit_executions(
-                conn, items, writer=writer, now=self._clock()
+                conn, items, writer=writer, actor=actor or Actor(writer), now=self._clock()
             )

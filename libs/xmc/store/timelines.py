@@ -52,7 +52,7 @@ async def fetch_unit_history(conn: Connection, xid: int, wid: int) -> list[tuple
     """Every (eid, change) of the unit in commit order; NOT_FOUND if it does not exist."""
     rows = await conn.fetch(
         """SELECT h.eid, h.old_state, h.new_state, h.state_update_time, h.writer,
-                  h.record_time
+                  h.record_time, h.principal, h.request_id
            FROM work_units u
            LEFT JOIN work_unit_status_history h ON h.xid = u.xid AND h.wid = u.wid
            WHERE u.xid = $1 AND u.wid = $2 ORDER BY h.id""",
@@ -70,6 +70,8 @@ async def fetch_unit_history(conn: Connection, xid: int, wid: int) -> list[tuple
                 r["state_update_time"],
                 r["writer"],
                 r["record_time"],
+                r["principal"] or "",
+                r["request_id"] or "",
             ),
         )
         for r in rows

@@ -29,6 +29,7 @@ from google.protobuf.message import Message
 
 from xmc.errors import NotFoundError
 from xmc.messages import backend_message
+from xmc.model.audit import Actor
 from xmc.model.manifest import KeptManifest
 from xmc.model.merge import ExecutionUpdate
 from xmc.model.states import Severity, WorkUnitState
@@ -49,6 +50,13 @@ from xmc.store.artifacts import (
     insert_artifact,
     list_artifacts,
     update_artifact,
+)
+from xmc.store.audit import (
+    AuditQuery,
+    StoredAuditEvent,
+    delete_expired_audit,
+    list_audit_events,
+    record_audit,
 )
 from xmc.store.connection import Connection, try_transaction_lock
 from xmc.store.container_logs import (
@@ -84,6 +92,7 @@ from xmc.store.experiments import (
     list_experiments,
     update_experiment,
 )
+from xmc.store.experiments import update_launch_state as update_experiment_launch_state
 from xmc.store.listing import ListRequest
 from xmc.store.manifests import StoredManifest, fetch_manifest, record_manifest
 from xmc.store.migrate import migrate
@@ -188,6 +197,7 @@ __all__ = [
     "WORK_UNIT_UPDATABLE",
     "ActionType",
     "ArgKeys",
+    "AuditQuery",
     "Connection",
     "CreateOutcome",
     "Created",
@@ -209,6 +219,7 @@ __all__ = [
     "Store",
     "StoredArgGroup",
     "StoredAttempt",
+    "StoredAuditEvent",
     "StoredDecision",
     "StoredDelivery",
     "StoredEvent",
@@ -232,6 +243,7 @@ __all__ = [
     "create_work_units",
     "decode_deployed_page_token",
     "delete_artifact",
+    "delete_expired_audit",
     "delete_expired_deliveries",
     "delete_expired_experiment_events",
     "delete_expired_operations",
@@ -269,6 +281,7 @@ __all__ = [
     "insert_operation",
     "insert_webhook",
     "list_artifacts",
+    "list_audit_events",
     "list_deliveries",
     "list_deployed",
     "list_experiments",
@@ -291,6 +304,7 @@ __all__ = [
     "rearm_task",
     "reconcile_usage",
     "record_attempt",
+    "record_audit",
     "record_captures",
     "record_decision",
     "restart_work_unit",
@@ -305,6 +319,7 @@ __all__ = [
     "try_transaction_lock",
     "update_artifact",
     "update_experiment",
+    "update_experiment_launch_state",
     "update_work_unit",
     "update_work_unit_executions",
     "wait_for_postgres",
@@ -329,6 +344,7 @@ async def finish_task(
     *,
     outcome: str,
     writer: str,
+    actor: Actor,
     now: datetime,
     state: StateWrite | None = None,
     response: Message | None = None,
@@ -352,7 +368,7 @@ async def finish_task(
     if state is not None:
         written = await write_decided_state(
             conn, task.xid, task.wid, state.eid, state.state,
-            message=state.message, writer=writer, now=now,
+            message=state.message, writer=writer, actor=actor, now=now,
         )  # fmt: skip
     if task.operation:
         try:
@@ -371,7 +387,13 @@ async def finish_task(
 
 
 async def park_task(
-    conn: Connection, task: Task, *, mark: ExecutionUpdate | None, writer: str, now: datetime
+    conn: Connection,
+    task: Task,
+    *,
+    mark: ExecutionUpdate | None,
+    writer: str,
+    actor: Actor,
+    now: datetime,
 ) -> bool:
     """Park ``task`` while scheduling is paused, in the caller's transaction: in
     PausedTasks (where the resume worker finds it) and in the outbox (so the relay does
@@ -391,7 +413,7 @@ async def park_task(
         now=now,
     )
     if first_time and mark is not None:
-        await update_work_unit_executions(conn, [mark], writer=writer, now=now)
+        await update_work_unit_executions(conn, [mark], writer=writer, actor=actor, now=now)
     return first_time
 
 

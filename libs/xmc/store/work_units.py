@@ -12,6 +12,7 @@ from typing import Any
 
 from xmc.errors import InvalidArgumentError, NotFoundError
 from xmc.masks import apply_update_mask
+from xmc.model.audit import Actor
 from xmc.model.states import Priority, WorkUnitState
 from xmc.model.stored import StoredExecution
 from xmc.names import execution_name, work_unit_name
@@ -49,6 +50,8 @@ HISTORY_COLUMNS = (
     "state_update_time",
     "writer",
     "record_time",
+    "principal",
+    "request_id",
 )
 _COPY_THRESHOLD = 64
 ACTIVE = WorkUnitExecution.WorkUnitExecutionState.ACTIVE
@@ -104,7 +107,8 @@ def wire_parts(row: Mapping[str, Any]) -> tuple[bytes, bytes]:
 
 
 async def insert_history(conn: Connection, rows: list[tuple[Any, ...]]) -> None:
-    """Rows of (xid, wid, eid, old, new, state_update_time, writer, record_time)."""
+    """Rows of (xid, wid, eid, old, new, state_update_time, writer, record_time,
+    principal, request_id)."""
     if not rows:
         return
     if len(rows) >= _COPY_THRESHOLD:
@@ -116,15 +120,17 @@ async def insert_history(conn: Connection, rows: list[tuple[Any, ...]]) -> None:
         return
     await conn.execute(
         """INSERT INTO work_unit_status_history
-               (xid, wid, eid, old_state, new_state, state_update_time, writer, record_time)
+               (xid, wid, eid, old_state, new_state, state_update_time, writer, record_time,
+                principal, request_id)
            SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::smallint[],
-               $5::smallint[], $6::timestamptz[], $7::text[], $8::timestamptz[])""",
+               $5::smallint[], $6::timestamptz[], $7::text[], $8::timestamptz[], $9::text[],
+               $10::text[])""",
         *zip(*rows, strict=True),
     )
 
 
 async def restart_work_unit(
-    conn: Connection, xid: int, wid: int, *, writer: str, now: datetime
+    conn: Connection, xid: int, wid: int, *, writer: str, actor: Actor, now: datetime
 ) -> WorkUnit:
     """Archive execution N (``SaveWorkUnitExecution``) and make N+1 current in RESTARTING
     (``UpdateCurrentWorkUnitExecution``). Allowed from any state (SPEC §3.1)."""
@@ -161,8 +167,12 @@ async def restart_work_unit(
         execution_wire(xid, wid, new_eid, fresh),
     )
     await insert_history(
-        conn, [(xid, wid, new_eid, int(old_state), int(new_state), now, writer, now)]
-    )
+        conn,
+        [
+            (xid, wid, new_eid, int(old_state), int(new_state), now, writer, now,
+             actor.principal, actor.request_id)
+        ],
+    )  # fmt: skip
     old_best = stored_from_row(current).best_severity()
     delta = RollupDelta(state_changes=[(old_state, new_state)])
     if old_best is not None:

@@ -64,12 +64,20 @@ class StateChange(_message.Message):
     TIME_FIELD_NUMBER: _builtins.int
     WRITER_FIELD_NUMBER: _builtins.int
     RECORD_TIME_FIELD_NUMBER: _builtins.int
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
     from_state: _status_pb2.WorkUnitStatus.WorkUnitState.ValueType
     to_state: _status_pb2.WorkUnitStatus.WorkUnitState.ValueType
     writer: _builtins.str
     """Who wrote it: "ess" for intents, "ess/relay", an Actuator label, or for observations
     the service identity and its label, e.g. "reconciler@xmc.internal/reconciler/jobset".
     """
+    principal: _builtins.str
+    """Who asked for it (docs/audit.md): the caller's email or service account, or XMC
+    itself (xmc-actuator, xmc-retry-policy); empty for changes recorded before XMC kept it.
+    """
+    request_id: _builtins.str
+    """The request it came in (x-request-id); empty when XMC acted on its own."""
     @_builtins.property
     def time(self) -> _timestamp_pb2.Timestamp:
         """When the change happened, on its writer's clock."""
@@ -86,14 +94,44 @@ class StateChange(_message.Message):
         time: _timestamp_pb2.Timestamp | None = ...,
         writer: _builtins.str = ...,
         record_time: _timestamp_pb2.Timestamp | None = ...,
+        principal: _builtins.str = ...,
+        request_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["record_time", b"record_time", "time", b"time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["from_state", b"from_state", "record_time", b"record_time", "time", b"time", "to_state", b"to_state", "writer", b"writer"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["from_state", b"from_state", "principal", b"principal", "record_time", b"record_time", "request_id", b"request_id", "time", b"time", "to_state", b"to_state", "writer", b"writer"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___StateChange: _TypeAlias = StateChange  # noqa: Y015
+
+@_typing.final
+class Attribution(_message.Message):
+    """Who moved a unit into a state, in which request, and when (the ESS's clock)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    TIME_FIELD_NUMBER: _builtins.int
+    principal: _builtins.str
+    request_id: _builtins.str
+    @_builtins.property
+    def time(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        principal: _builtins.str = ...,
+        request_id: _builtins.str = ...,
+        time: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["time", b"time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["principal", b"principal", "request_id", b"request_id", "time", b"time"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Attribution: _TypeAlias = Attribution  # noqa: Y015
 
 @_typing.final
 class StateSegment(_message.Message):
@@ -315,6 +353,9 @@ class WorkUnitTimeline(_message.Message):
     NAME_FIELD_NUMBER: _builtins.int
     EXECUTIONS_FIELD_NUMBER: _builtins.int
     NOW_FIELD_NUMBER: _builtins.int
+    CREATED_FIELD_NUMBER: _builtins.int
+    RESTARTED_FIELD_NUMBER: _builtins.int
+    STOPPED_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """experiments/{xid}/workUnits/{wid}"""
     @_builtins.property
@@ -325,16 +366,30 @@ class WorkUnitTimeline(_message.Message):
     def now(self) -> _timestamp_pb2.Timestamp:
         """The ESS's clock when it answered: what ongoing durations run to."""
 
+    @_builtins.property
+    def created(self) -> Global___Attribution:
+        """Who created the unit, who last restarted it (a person or xmc-retry-policy), and who
+        stopped its current execution; unset when that never happened (or predates the
+        audit trail).
+        """
+
+    @_builtins.property
+    def restarted(self) -> Global___Attribution: ...
+    @_builtins.property
+    def stopped(self) -> Global___Attribution: ...
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
         executions: _abc.Iterable[Global___ExecutionTimeline] | None = ...,
         now: _timestamp_pb2.Timestamp | None = ...,
+        created: Global___Attribution | None = ...,
+        restarted: Global___Attribution | None = ...,
+        stopped: Global___Attribution | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["now", b"now"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created", b"created", "now", b"now", "restarted", b"restarted", "stopped", b"stopped"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["executions", b"executions", "name", b"name", "now", b"now"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created", b"created", "executions", b"executions", "name", b"name", "now", b"now", "restarted", b"restarted", "stopped", b"stopped"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -125,6 +125,12 @@ from xmc.store.outbox import (
 from xmc.store.outbox import delete_expired as delete_expired_outbox_rows
 from xmc.store.outbox import enqueue as enqueue_tasks
 from xmc.store.outbox import rearm as rearm_task
+from xmc.store.read_access import (
+    fetch_artifact_parent,
+    fetch_readers,
+    fetch_webhook_experiment,
+    readable_experiments_sql,
+)
 from xmc.store.repository import Store, wait_for_postgres
 from xmc.store.retries import (
     StoredDecision,
@@ -231,6 +237,7 @@ __all__ = [
     "experiment_log_bytes",
     "failed_execution_write",
     "fetch_artifact",
+    "fetch_artifact_parent",
     "fetch_current_execution",
     "fetch_decisions",
     "fetch_exit_codes",
@@ -240,11 +247,13 @@ __all__ = [
     "fetch_logs",
     "fetch_manifest",
     "fetch_operation",
+    "fetch_readers",
     "fetch_scheduling_control",
     "fetch_task_facts",
     "fetch_timings",
     "fetch_unit_history",
     "fetch_webhook",
+    "fetch_webhook_experiment",
     "fetch_work_unit",
     "finish_task",
     "insert_artifact",
@@ -269,6 +278,7 @@ __all__ = [
     "read_horizon",
     "read_snapshot",
     "read_window",
+    "readable_experiments_sql",
     "rearm_task",
     "record_attempt",
     "record_captures",

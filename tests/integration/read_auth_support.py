@@ -5,6 +5,7 @@ unit, an artifact, a webhook), one alice shares with the group ``ml-team``, and 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 import pytest
@@ -113,14 +114,14 @@ def refused_with(error: grpc.aio.AioRpcError | None, code: grpc.StatusCode) -> s
     return error.details() or ""
 
 
-async def refusal(call: object) -> grpc.aio.AioRpcError | None:
+async def refusal(call: Any) -> grpc.aio.AioRpcError | None:
     """The error a call (a unary call, or a stream read to its end) ended with, if any."""
     try:
         if hasattr(call, "__aiter__"):
-            async for _ in call:  # type: ignore[attr-defined]
+            async for _ in call:
                 pass
         else:
-            await call  # type: ignore[misc]
+            await call
     except grpc.aio.AioRpcError as error:
         return error
     return None

@@ -94,7 +94,7 @@ def test_the_experiment_a_name_names(rule: ReadRule, value: str, expected: int |
     ],
 )
 def test_a_name_that_names_no_experiment_is_refused_not_passed(value: str) -> None:
-    with pytest.raises(InvalidArgumentError, match="^name: "):
+    with pytest.raises(InvalidArgumentError, match=r"^name: "):
         named_experiment(ReadRule(Guard.EXPERIMENT, "name"), value)
 
 

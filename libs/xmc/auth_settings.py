@@ -18,11 +18,14 @@ from xmc.setting_values import (
     emails,
     flag,
     load_public_key,
+    memberships,
+    read_authorization,
     read_key_file,
     seconds,
     static_tokens,
 )
 
+READ_AUTHORIZATION_VARIABLE: Final = "XMC_READ_AUTHORIZATION"
 MIN_HS256_SECRET_BYTES: Final = 32  # RFC 7518 §3.2: at least the hash output size
 
 
@@ -60,9 +63,16 @@ class AuthSettings:
     admins: frozenset[str] = frozenset()
     #: XMC_AUTH_SERVICE_ACCOUNTS — comma-separated emails allowed on internal RPCs.
     service_accounts: frozenset[str] = frozenset()
-    #: XMC_AUTH_GROUPS_CLAIM — the token claim listing the caller's groups (group quotas,
-    #: docs/quotas.md); empty: groups are not read.
+    #: XMC_READ_AUTHORIZATION — ``off`` (default: any authenticated caller reads every
+    #: experiment) or ``restricted``: an experiment is readable only by its creator, the
+    #: principals of its ACL, admins and services, on every surface (decision 0048).
+    restricted_reads: bool = False
+    #: XMC_AUTH_GROUPS_CLAIM — the JWT claim listing the caller's groups (a list of
+    #: strings, or one string): group quotas (docs/quotas.md) and restricted reads.
     groups_claim: str = "groups"
+    #: XMC_AUTH_STATIC_GROUPS — ``email=group,…`` (an email may repeat): the groups of
+    #: static-token callers, which carry no claims (tests, CI, local runs).
+    static_groups: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
     @classmethod
     def _from_env(cls, env: Env, read_file: ReadFile) -> AuthSettings:
@@ -80,7 +90,9 @@ class AuthSettings:
             static_tokens=static_tokens(env, "XMC_AUTH_STATIC_TOKENS"),
             admins=emails(env, "XMC_AUTH_ADMINS"),
             service_accounts=emails(env, "XMC_AUTH_SERVICE_ACCOUNTS"),
-            groups_claim=env.get("XMC_AUTH_GROUPS_CLAIM", cls.groups_claim).strip(),
+            restricted_reads=read_authorization(env, READ_AUTHORIZATION_VARIABLE),
+            groups_claim=env.get("XMC_AUTH_GROUPS_CLAIM", "").strip() or cls.groups_claim,
+            static_groups=memberships(env, "XMC_AUTH_STATIC_GROUPS"),
         )
 
     def validate(self) -> None:

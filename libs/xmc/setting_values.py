@@ -79,6 +79,27 @@ def static_tokens(env: Env, name: str) -> dict[str, str]:
     return tokens
 
 
+def read_authorization(env: Env, name: str) -> bool:
+    """``off`` (or unset) → False, ``restricted`` → True (decision 0048)."""
+    value = env.get(name, "").strip().lower()
+    if value in ("", "off"):
+        return False
+    if value == "restricted":
+        return True
+    raise InvalidArgumentError(f"{name}: expected off or restricted, got {env.get(name)!r}")
+
+
+def memberships(env: Env, name: str) -> dict[str, frozenset[str]]:
+    """Parse ``email=group,…`` (an email may repeat) into email → its groups."""
+    found: dict[str, set[str]] = {}
+    for position, item in enumerate(items(env.get(name, "")), start=1):
+        email, sep, group = (part.strip() for part in item.partition("="))
+        if not sep or "@" not in email or not group:
+            raise InvalidArgumentError(f"{name}: entry {position} must be email=group")
+        found.setdefault(email.lower(), set()).add(group)
+    return {email: frozenset(groups) for email, groups in found.items()}
+
+
 def read_text(path: str) -> str:
     return Path(path).read_text()
 

@@ -38,6 +38,7 @@ from ess.operations_service import OperationsService
 from ess.queues import QueueService
 from ess.quota_service import QuotaService
 from ess.quotas import QuotaGate
+from ess.read_gate import ReadGate
 from ess.relay import OutboxRelay
 from ess.resume import ResumeWorker
 from ess.retries import Retries
@@ -261,7 +262,7 @@ class EssServer:
             )
         authenticator = Authenticator(auth, clock=self.clock, jwks=self.jwks)
         server = grpc.aio.server(
-            interceptors=[EssInterceptor(authenticator)],
+            interceptors=[EssInterceptor(authenticator, ReadGate(self.store))],
             options=[
                 ("grpc.max_receive_message_length", options.max_message_bytes),
                 ("grpc.max_send_message_length", options.max_message_bytes),
@@ -359,6 +360,12 @@ class EssServer:
             # /readyz waits for the first key set.
             self._background.append(
                 asyncio.create_task(self.jwks.run(self._stop), name="jwks-refresher")
+            )
+        if options.auth.restricted_reads:
+            log.info(
+                "reads are restricted: an experiment is readable by its creator, its ACL's "
+                "principals, admins and services (XMC_READ_AUTHORIZATION)",
+                groups_claim=options.auth.groups_claim,
             )
         if options.auth.disabled:
             log.warning(

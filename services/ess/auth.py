@@ -30,6 +30,7 @@ import hmac
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import cached_property
 from typing import Any, Final
 
 import jwt
@@ -38,6 +39,10 @@ from ess.jwks import ACCEPTED_ALGORITHMS, JwksKeys
 from xmc.auth_settings import AuthSettings
 from xmc.claims import JwtProblem, TimeProblem, check_claim_times, classify_jwt_error
 from xmc.errors import PermissionDeniedError, UnauthenticatedError, UnavailableError
+from xmc.model.read_access import (
+    ALL_AUTHENTICATED_USERS as ALL_AUTHENTICATED_USERS,  # in writer lists too
+)
+from xmc.model.read_access import READS_EVERYTHING, ReadScope, caller_principals
 from xmc.setting_values import load_public_key
 from xmc.timestamps import utc_now
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
@@ -46,10 +51,6 @@ from xmc_api.cloud.xmanager.v1.xid_pb2 import XidAcls
 AUTHORIZATION: Final = "authorization"
 USER_EMAIL_HEADER: Final = "x-goog-user-email"
 CLOCK_LEEWAY: Final = timedelta(seconds=30)
-
-#: Stands in a writer list for ``Role.all_authenticated_users``; the IAM member name.
-#: Emails are lowercased, so no ``Role.user`` entry can ever produce this exact string.
-ALL_AUTHENTICATED_USERS: Final = "allAuthenticatedUsers"
 
 Metadata = Iterable[tuple[str, str | bytes]] | Mapping[str, str] | None
 
@@ -60,9 +61,20 @@ class Identity:
     is_admin: bool = False
     #: An internal service (Reconciler, Actuator, jobs posting user messages).
     is_service: bool = False
-    #: The token's groups (the XMC_AUTH_GROUPS_CLAIM claim, default ``groups``): whose
-    #: group quotas the caller's creates count against (docs/quotas.md).
+    #: The caller's groups (the token's XMC_AUTH_GROUPS_CLAIM claim, or
+    #: XMC_AUTH_STATIC_GROUPS): whose group quotas its creates count against
+    #: (docs/quotas.md) and, when reads are restricted, what it may read.
     groups: frozenset[str] = frozenset()
+    #: XMC_READ_AUTHORIZATION=restricted: this caller reads only what :attr:`reads` allows.
+    restricted_reads: bool = False
+
+    @cached_property
+    def reads(self) -> ReadScope:
+        """What this caller may read (decision 0048): everything unless reads are
+        restricted; admins and services read everything regardless."""
+        if not self.restricted_reads or self.is_admin or self.is_service:
+            return READS_EVERYTHING
+        return ReadScope(caller_principals(self.email, self.groups))
 
 
 DEV_IDENTITY: Final = Identity("dev@localhost", is_admin=True, is_service=True)
@@ -126,16 +138,21 @@ class Authenticator:
         if self._settings.disabled:
             return development_identity(_single(headers, USER_EMAIL_HEADER))
         token = _bearer_token(headers)
-        static = self._static_email(token)
-        email, groups = (static, frozenset[str]()) if static else self._token_identity(token)
+        email = self._static_email(token)
+        if email is not None:
+            groups = self._settings.static_groups.get(email, frozenset())
+        else:
+            email, groups = self._token_caller(token)
         claimed = _single(headers, USER_EMAIL_HEADER)
         if claimed is not None and claimed.strip().lower() != email:
             raise UnauthenticatedError(f"{USER_EMAIL_HEADER} does not match the token")
+        restricted = self._settings.restricted_reads
         return Identity(
             email,
             is_admin=email in self._admins,
             is_service=email in self._services,
             groups=groups,
+            restricted_reads=restricted,
         )
 
     async def authenticate_after_refresh(
@@ -162,7 +179,8 @@ class Authenticator:
                 found = email
         return found
 
-    def _token_identity(self, token: str) -> tuple[str, frozenset[str]]:
+    def _token_caller(self, token: str) -> tuple[str, frozenset[str]]:
+        """The verified token's email and groups."""
         if token.count(".") != 2:
             raise UnauthenticatedError("bearer token is neither a known static token nor a JWT")
         claims = self._decode(token)
@@ -296,6 +314,17 @@ def _jwt_error_message(exc: jwt.PyJWTError) -> str:
     return _JWT_MESSAGES.get(fault.problem, "invalid bearer token")
 
 
+def groups_claim(claims: Mapping[str, Any], name: str) -> frozenset[str]:
+    """The groups a token lists under ``name``: a list of strings, or one string (as some
+    providers send a single group); anything else, or no such claim, is no groups."""
+    value = claims.get(name)
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list):
+        return frozenset()
+    return frozenset(g.strip() for g in value if isinstance(g, str) and g.strip())
+
+
 def _email_claim(claims: Mapping[str, Any]) -> str:
     email = claims.get("email")
     if not isinstance(email, str) or "@" not in email:
@@ -304,17 +333,6 @@ def _email_claim(claims: Mapping[str, Any]) -> str:
     if claims.get("email_verified") in (False, "false"):
         raise UnauthenticatedError("token email is not verified")
     return email.strip().lower()
-
-
-def groups_claim(claims: Mapping[str, Any], name: str) -> frozenset[str]:
-    """The caller's groups: a list of strings (or one string) under ``name``; anything
-    else grants no group rather than failing the call (groups only add quotas)."""
-    value = claims.get(name) if name else None
-    if isinstance(value, str):
-        value = [value]
-    if not isinstance(value, list):
-        return frozenset()
-    return frozenset(g.strip() for g in value if isinstance(g, str) and g.strip())
 
 
 # --- metadata --------------------------------------------------------------------------

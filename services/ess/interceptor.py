@@ -1,6 +1,7 @@
-"""The gRPC boundary: authentication, request checks, error classification and RPC
-metrics, once for every unary method (STYLE practice 6: one classification per
-boundary; the codes themselves are decided in ``status_codes.py``).
+"""The gRPC boundary: authentication, request checks, the read gate of restricted reads
+(``ess.read_gate``), error classification and RPC metrics, once for every unary method
+(STYLE practice 6: one classification per boundary; the codes themselves are decided in
+``status_codes.py``).
 
 The caller's identity is put in a context variable for the duration of the call, so
 servicers read it with ``caller()`` instead of threading it through every signature; so is
@@ -30,6 +31,7 @@ import structlog
 
 from ess.auth import Authenticator, Identity, UnknownKeyId
 from ess.metrics import RPC_SECONDS, RPC_TOTAL
+from ess.read_gate import ReadGate
 from ess.request_checks import check_request
 from ess.status_codes import refusal_trailers, status_code, unchecked_input
 from xmc.errors import InvalidArgumentError
@@ -160,8 +162,10 @@ def _public(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
 
 
 class EssInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    def __init__(self, authenticator: Authenticator) -> None:
+    def __init__(self, authenticator: Authenticator, gate: ReadGate | None = None) -> None:
         self._authenticator = authenticator
+        #: Restricted reads (decision 0048): each RPC's read rule, before its servicer.
+        self._gate = gate
         #: The wrapped handler of each method, built on its first call: the servicers'
         #: handlers never change, and building closures and a handler per call cost
         #: more than the rest of the interceptor.
@@ -211,6 +215,8 @@ class EssInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 if isinstance(request, Undecodable):
                     raise request.refusal()
                 check_request(request.message, nul_free=request.nul_free)
+                if self._gate is not None:
+                    await self._gate.check(method, request.message, identity)
                 return await inner(request.message, context)
             except grpc.aio.AbortError:
                 code = context.code() or grpc.StatusCode.UNKNOWN
@@ -255,11 +261,14 @@ class EssInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 _REQUEST_ID.set(request_id_of(context.invocation_metadata()))
                 await context.send_initial_metadata(((REQUEST_ID_HEADER, _REQUEST_ID.get()),))
                 structlog.contextvars.bind_contextvars(request_id=_REQUEST_ID.get())
-                token = _IDENTITY.set(await self._authenticate(context))
-                structlog.contextvars.bind_contextvars(rpc=short, caller=caller().email)
+                identity = await self._authenticate(context)
+                token = _IDENTITY.set(identity)
+                structlog.contextvars.bind_contextvars(rpc=short, caller=identity.email)
                 if isinstance(request, Undecodable):
                     raise request.refusal()
                 check_request(request.message, nul_free=request.nul_free)
+                if self._gate is not None:
+                    await self._gate.check(method, request.message, identity)
                 async for response in inner(request.message, context):
                     yield response
             except grpc.aio.AbortError:

@@ -1,7 +1,7 @@
 """``xmc.v1.LogService``: the logs of a work unit's containers (docs/logs.md). An ended
 container's log is what XMC stored when it ended; a live execution's running containers
 are read from the API server (``ess.live_logs``). Any authenticated caller may read, as
-with every other read of the ESS.
+with every other read of the ESS (unless reads are restricted: ``ess.read_gate``).
 """
 
 from __future__ import annotations

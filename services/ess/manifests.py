@@ -1,7 +1,8 @@
 """``xmc.v1.SpecService``: the JobSet manifest each execution was created with, as the
 Actuator stored it when it settled the creating task (decision 0039). Behind the same
 interceptor as the public API: any authenticated caller may read, as with every other read
-of the ESS (``GetWorkUnit`` already returns the executable the manifest is built from)."""
+of the ESS (``GetWorkUnit`` already returns the executable the manifest is built from;
+restricted reads: ``ess.read_gate``)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
 """``xmc.v1.NotificationService``: webhooks and their delivery log (docs/notifications.md).
 
 Who may do what: an experiment's webhooks are managed by those who may change the
-experiment (its creator, ACL owners and writers, admins) and read by any authenticated
-caller, as the experiment is; a user's webhooks (parent ``users/me``) by that user only.
+experiment (its creator, ACL owners and writers, admins) and read by whoever may read
+the experiment (anyone authenticated unless reads are restricted: ``ess.read_gate``); a
+user's webhooks (parent ``users/me``) by that user only.
 Secrets are returned by CreateWebhook alone; URLs are read back masked.
 """
 

@@ -42,9 +42,10 @@ from xmc.model.queues import (
     queue_message,
     resolve_queue,
 )
+from xmc.model.read_access import ReadScope
 from xmc.names import experiment_name, parse_work_unit_name
 from xmc.priority_classes import PRIORITY_CLASSES
-from xmc.store.transactions import Store, fetch_experiment
+from xmc.store.transactions import Store, fetch_experiment, fetch_readers
 from xmc_api.xmc.v1 import queue_pb2, queue_pb2_grpc
 
 log = structlog.get_logger()
@@ -100,15 +101,21 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
             else local_queues_of(ref.cluster_queue, local_queues)
         )
         workloads = await self._read(kube.list_all(WORKLOADS, self._kube.namespace), "Workloads")
-        return queue_message(
+        reads = caller().reads
+        titles, unreadable = await self._titles(workloads, reads)
+        queue = queue_message(
             cluster_queue,
             local_queues,
             workloads,
             await self._positions(kube, feeding),
             now=self._clock(),
             local_queue=ref.local_queue,
-            titles=await self._titles(workloads),
+            titles=titles,
         )
+        for entry in (*queue.admitted, *queue.pending):
+            if entry.work_unit and entry.work_unit.rsplit("/workUnits/", 1)[0] in unreadable:
+                anonymize(entry)
+        return queue
 
     async def SetWorkUnitPriority(
         self, request: queue_pb2.SetWorkUnitPriorityRequest, context: Any
@@ -178,13 +185,28 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
                     by_name[as_str(metadata_of(item).get("name"))] = position
         return Positions(by_name)
 
-    async def _titles(self, workloads: Sequence[Obj]) -> dict[str, str]:
-        """Experiment name → title of the experiments listed (one read each)."""
+    async def _titles(
+        self, workloads: Sequence[Obj], reads: ReadScope
+    ) -> tuple[dict[str, str], set[str]]:
+        """Experiment name → title of the experiments listed (one read each), and, when
+        the caller's reads are restricted (decision 0048), the names it may not read."""
         titles: dict[str, str] = {}
+        unreadable: set[str] = set()
         async with self._store.connection() as conn:
             for xid in experiment_ids(workloads):
+                name = experiment_name(xid)
+                if not reads.everything and not reads.can_read(await fetch_readers(conn, xid)):
+                    unreadable.add(name)
+                    continue
                 try:
-                    titles[experiment_name(xid)] = (await fetch_experiment(conn, xid)).title
+                    titles[name] = (await fetch_experiment(conn, xid)).title
                 except NotFoundError:
                     continue  # a JobSet of a deleted experiment: no title
-        return titles
+        return titles, unreadable
+
+
+def anonymize(entry: queue_pb2.QueuedWorkload) -> None:
+    """Another user's unit, for a caller whose reads are restricted: its place, priority,
+    wait and Kueue's reason stay (who is ahead, and why), its names and message go."""
+    for field in ("workload", "work_unit", "owner", "experiment_title", "message"):
+        entry.ClearField(field)

@@ -1,5 +1,6 @@
 """``xmc.v1.RetryService`` (docs/retries.md): an experiment's default retry policy, and a
-unit's attempts. Reads are open to any authenticated caller, like every read of the ESS;
+unit's attempts. Reads are open to any authenticated caller, like every read of the ESS
+(unless reads are restricted: ``ess.read_gate``);
 setting a default is for the experiment's writers, like any change to it."""
 
 from __future__ import annotations

@@ -127,7 +127,7 @@ class ExperimentStateService(api_pb2_grpc.ExperimentStateServiceServicer):
         self, request: api_pb2.ListExperimentsRequest, context: Any
     ) -> api_pb2.ListExperimentsResponse:
         async with self._store.transaction() as conn:
-            found, token = await list_experiments(conn, list_request(request))
+            found, token = await list_experiments(conn, list_request(request), caller().reads)
         return api_pb2.ListExperimentsResponse(experiments=found, next_page_token=token)
 
     SearchExperiments = ListExperiments

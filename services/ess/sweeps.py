@@ -1,7 +1,8 @@
 """``xmc.v1.SweepService``: which args vary across an experiment's work units, and its units
 grouped by one arg with state counts, both counted in Postgres (docs/decisions/
 0037-the-sweep-table.md). Behind the same interceptor as the public API: any authenticated
-caller may read, as with every other read of the ESS."""
+caller may read, as with every other read of the ESS (unless reads are restricted:
+``ess.read_gate``)."""
 
 from __future__ import annotations
 

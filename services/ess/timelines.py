@@ -1,6 +1,7 @@
 """``xmc.v1.TimelineService``: work unit timelines and experiment timings, read from the
 status history (docs/timelines.md). Behind the same interceptor as the public API: any
-authenticated caller may read, as with every other read of the ESS."""
+authenticated caller may read, as with every other read of the ESS (unless reads are
+restricted: ``ess.read_gate``)."""
 
 from __future__ import annotations
 

@@ -212,6 +212,6 @@ class WatchHub:
             window = by_scope.get(subscriber.scope)
             if window is None:
                 scope = subscriber.scope
-                mine = [e for e in events if scope.matches(e.xid, e.creator)]
+                mine = [e for e in events if scope.matches(e.xid, e.creator, e.readers)]
                 window = by_scope[scope] = Window(low, high, mine)
             subscriber.offer(window)

@@ -141,6 +141,10 @@ class WatchService(watch_pb2_grpc.WatchServiceServicer):
             self._hub.unsubscribe(subscriber)
 
     async def _scope(self, request: watch_pb2.WatchRequest) -> Scope:
+        """What the stream carries, within what the caller may read: one experiment (the
+        read gate has answered NOT_FOUND already if the caller may not read it), all of
+        them, or the caller's own (decision 0048)."""
+        reads = caller().reads
         if request.experiment:
             if request.all_experiments:
                 raise InvalidArgumentError(
@@ -148,10 +152,10 @@ class WatchService(watch_pb2_grpc.WatchServiceServicer):
                 )
             xid = parse_experiment_name(request.experiment, field="experiment")
             await self._store.get_experiment(xid)  # NOT_FOUND for an unknown experiment
-            return Scope(ScopeKind.EXPERIMENT, xid=xid)
+            return Scope(ScopeKind.EXPERIMENT, xid=xid, reads=reads)
         if request.all_experiments:
-            return Scope(ScopeKind.ALL)
-        return Scope(ScopeKind.CREATOR, creator=caller().email)
+            return Scope(ScopeKind.ALL, reads=reads)
+        return Scope(ScopeKind.CREATOR, creator=caller().email, reads=reads)
 
     def _cursor(self, position: Position) -> str:
         return encode_cursor(position, self._clock())

@@ -23,6 +23,7 @@ from aiohttp import web
 
 from ui.app import create_app, ess_readiness
 from ui.context import UiOptions
+from xmc.errors import InvalidArgumentError
 from xmc.health import OpsServer
 from xmc.logging import configure_logging
 from xmc.settings import XmcSettings, load_settings
@@ -42,7 +43,15 @@ class UiRun:
 
     @classmethod
     def from_settings(cls, loaded: XmcSettings) -> UiRun:
+        """The dashboard's settings; with restricted reads a default token is refused: a
+        request that brings no credentials would read as the dashboard's identity."""
         ui = loaded.ui
+        if ui.token and loaded.auth.restricted_reads:
+            raise InvalidArgumentError(
+                "XMC_UI_TOKEN: must be empty with XMC_READ_AUTHORIZATION=restricted (a "
+                "request without an Authorization header would read as the dashboard's "
+                "identity, not the person's)"
+            )
         return cls(
             listen=ui.listen,
             ess_target=loaded.core.ess_target,

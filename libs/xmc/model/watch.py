@@ -22,11 +22,13 @@ from __future__ import annotations
 import base64
 import binascii
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
 
 from xmc.errors import InvalidArgumentError, OutOfRangeError
+from xmc.model.read_access import READS_EVERYTHING, ReadScope
 from xmc.model.states import WorkUnitState
 
 #: Cursors are accepted for this long after they were issued (the issue asks for ≥ 24 h).
@@ -144,19 +146,25 @@ class ScopeKind(enum.Enum):
     EXPERIMENT = "experiment"
     #: Experiments the caller created.
     CREATOR = "creator"
-    #: Every experiment (any authenticated caller may read any: docs/ess.md).
+    #: Every experiment the watcher may read (all of them unless reads are restricted).
     ALL = "all"
 
 
 @dataclass(frozen=True)
 class Scope:
-    """Which experiments' events a watcher receives."""
+    """Which experiments' events a watcher receives: those of its kind that ``reads``
+    allows (decision 0048; everything unless reads are restricted)."""
 
     kind: ScopeKind
     xid: int = 0
     creator: str = ""
+    reads: ReadScope = READS_EVERYTHING
 
-    def matches(self, xid: int, creator: str) -> bool:
+    def matches(self, xid: int, creator: str, readers: Sequence[str] | None = None) -> bool:
+        """``readers``: the experiment's readers as the event was read (needed only when
+        ``reads`` is restricted)."""
+        if not self.reads.can_read(readers):
+            return False
         if self.kind is ScopeKind.EXPERIMENT:
             return xid == self.xid
         if self.kind is ScopeKind.CREATOR:

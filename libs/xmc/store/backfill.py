@@ -1,6 +1,6 @@
 """Filling columns that a migration added and only Python can compute, in rows written
-before it: the wire parts of migration 0003 (``xmc.store.wire``) and the args of 0005
-(``xmc.model.args``).
+before it: the wire parts of migration 0003 (``xmc.store.wire``), the args of 0005
+(``xmc.model.args``) and the experiments' readers of 0015 (``xmc.model.read_access``).
 
 The wire parts are filled by ``migrate`` right after migration 0003 (or 0004, their guard)
 is applied, once: a walk of the whole table on every start would cost seconds at a million
@@ -23,7 +23,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from xmc.model.args import arg_numbers_json, work_unit_args
+from xmc.model.read_access import experiment_readers
 from xmc.store.connection import Connection, Record
+from xmc.store.experiments import experiment_doc_acls
 from xmc.store.work_units import WORK_UNIT_COLUMNS, wire_parts
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 
@@ -94,3 +96,32 @@ async def backfill_wire(conn: Connection, *, batch: int = BATCH) -> int:
 async def backfill_args(conn: Connection, *, batch: int = BATCH) -> int:
     """Store ``args`` and ``arg_numbers`` where missing, from the stored executable."""
     return await _walk(conn, _SELECT_ARGS, _UPDATE_ARGS, _args_columns, batch)
+
+
+async def backfill_readers(conn: Connection, *, batch: int = BATCH) -> int:
+    """Fill ``readers`` where it is NULL, from the creator and the ACL in ``doc``: the rows
+    migration 0015 could not fill in SQL (an ACL is protobuf bytes), and any an ESS older
+    than 0015 created during a rolling upgrade. Run by every ``migrate``; a partial index
+    holds just the unfilled rows, so finding none is an empty index scan. How many were
+    filled."""
+    filled, after = 0, 0
+    while True:
+        async with conn.transaction():
+            rows = await conn.fetch(
+                """SELECT xid, creator, doc FROM experiments
+                   WHERE readers IS NULL AND xid > $1 ORDER BY xid LIMIT $2 FOR UPDATE""",
+                after,
+                batch,
+            )
+            if not rows:
+                return filled
+            await conn.executemany(
+                "UPDATE experiments SET readers = $2 WHERE xid = $1",
+                [(row["xid"], _row_readers(row)) for row in rows],
+            )
+        filled += len(rows)
+        after = rows[-1]["xid"]
+
+
+def _row_readers(row: Any) -> list[str]:
+    return experiment_readers(row["creator"], experiment_doc_acls(row["doc"]))

@@ -16,6 +16,7 @@ from typing import Any
 from xmc.errors import FailedPreconditionError, NotFoundError
 from xmc.masks import apply_update_mask
 from xmc.model.notifications import ExperimentChange, UnitFailure
+from xmc.model.read_access import READS_EVERYTHING, ReadScope, experiment_readers
 from xmc.model.rollups import (
     apply_child_state_change,
     apply_severity_change,
@@ -29,6 +30,7 @@ from xmc.store.codec import optional_bytes
 from xmc.store.connection import Connection, fetch_one
 from xmc.store.listing import ListRequest, ListResource, fetch_page
 from xmc.store.notifications import queue_events
+from xmc.store.read_access import readable_experiments_sql
 from xmc.store.watch_events import insert_experiment_event
 from xmc.timestamps import set_timestamp
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
@@ -128,8 +130,8 @@ async def insert_experiment(
         conn,
         f"""INSERT INTO experiments (title, creator, priority, tags, notes, doc, create_time,
                 update_time, launch_state, active_state, launch_id, status_update_time,
-                structured_status_message, quota_principals)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8, $9, $10, $7, $11, $12)
+                structured_status_message, quota_principals, readers)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8, $9, $10, $7, $11, $12, $13)
             RETURNING {EXPERIMENT_COLUMNS}""",
         experiment.title,
         creator,
@@ -143,6 +145,7 @@ async def insert_experiment(
         experiment.status.launch_id,
         optional_bytes(experiment.status, "structured_status_message"),
         list(principals),
+        experiment_readers(creator, experiment.acls),
     )
     await insert_experiment_event(
         conn, row["xid"], "created", active_state=int(active), launch_state=int(launch), now=now
@@ -396,21 +399,30 @@ EXPERIMENT_UPDATABLE = frozenset(
 )
 
 
-async def list_experiments(conn: Connection, request: ListRequest) -> tuple[list[Experiment], str]:
-    rows, token = await fetch_page(conn, EXPERIMENT_LISTING, request)
+async def list_experiments(
+    conn: Connection, request: ListRequest, reads: ReadScope = READS_EVERYTHING
+) -> tuple[list[Experiment], str]:
+    """A page of the experiments ``reads`` allows, filtered by Postgres before the page is
+    cut (so pages are never short); the page token is bound to the caller's principals,
+    and the next page is filtered again, so nobody else's token reveals a row."""
+    where, params = readable_experiments_sql(reads, readers_column="e.readers")
+    rows, token = await fetch_page(
+        conn, EXPERIMENT_LISTING, request, where=where, params=params, scope=reads.binding()
+    )
     return [experiment_from_row(r) for r in rows], token
 
 
 async def update_experiment(
     conn: Connection, xid: int, source: Experiment, paths: tuple[str, ...], *, now: datetime
 ) -> Experiment:
-    """Apply a validated update mask to the stored experiment."""
+    """Apply a validated update mask to the stored experiment; its readers follow its ACL
+    (decision 0048)."""
     experiment = await fetch_experiment(conn, xid, for_update=True)
     apply_update_mask(experiment, source, paths)
     row = await fetch_one(
         conn,
         f"""UPDATE experiments SET title = $2, tags = $3, notes = $4, priority = $5, doc = $6,
-                update_time = $7
+                update_time = $7, readers = $8
             WHERE xid = $1 RETURNING {EXPERIMENT_COLUMNS}""",
         xid,
         experiment.title,
@@ -419,5 +431,6 @@ async def update_experiment(
         int(experiment.priority),
         experiment_doc(experiment),
         now,
+        experiment_readers(experiment.creator, experiment.acls),
     )
     return experiment_from_row(row)

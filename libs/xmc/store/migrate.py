@@ -16,7 +16,7 @@ from importlib import resources
 
 import asyncpg
 
-from xmc.store.backfill import WIRE_MIGRATIONS, backfill_args, backfill_wire
+from xmc.store.backfill import WIRE_MIGRATIONS, backfill_args, backfill_readers, backfill_wire
 from xmc.store.connection import Connection
 
 # Arbitrary but fixed: every XMC process agrees on it, nothing else uses it.
@@ -98,13 +98,15 @@ async def apply_migrations(
 async def migrate(dsn: str) -> list[int]:
     """Connect, migrate, disconnect: what ``xmc-ess migrate`` runs. The migration that adds
     the wire parts is followed by their backfill; later starts do not walk the table again.
-    Rows without args are filled every time (``xmc.store.backfill``: finding none is cheap)."""
+    Rows without args, and experiments without readers (migration 0015), are filled every
+    time (``xmc.store.backfill``: finding none is cheap)."""
     conn = await asyncpg.connect(dsn)
     try:
         applied = await apply_migrations(conn)
         if WIRE_MIGRATIONS.intersection(applied):
             await backfill_wire(conn)
         await backfill_args(conn)
+        await backfill_readers(conn)
         return applied
     finally:
         await conn.close()

@@ -146,6 +146,12 @@ from xmc.store.quotas import (
     save_tokens,
     set_quota_limits,
 )
+from xmc.store.read_access import (
+    fetch_artifact_parent,
+    fetch_readers,
+    fetch_webhook_experiment,
+    readable_experiments_sql,
+)
 from xmc.store.repository import Store, wait_for_postgres
 from xmc.store.retries import (
     StoredDecision,
@@ -257,6 +263,7 @@ __all__ = [
     "experiment_log_bytes",
     "failed_execution_write",
     "fetch_artifact",
+    "fetch_artifact_parent",
     "fetch_current_execution",
     "fetch_decisions",
     "fetch_exit_codes",
@@ -267,12 +274,14 @@ __all__ = [
     "fetch_manifest",
     "fetch_operation",
     "fetch_quotas",
+    "fetch_readers",
     "fetch_scheduling_control",
     "fetch_task_facts",
     "fetch_timings",
     "fetch_unit_history",
     "fetch_usage",
     "fetch_webhook",
+    "fetch_webhook_experiment",
     "fetch_work_unit",
     "finish_task",
     "fold_all_quota_deltas",
@@ -301,6 +310,7 @@ __all__ = [
     "read_horizon",
     "read_snapshot",
     "read_window",
+    "readable_experiments_sql",
     "rearm_task",
     "reconcile_usage",
     "record_attempt",

@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 
 from xmc.model.watch import EventSource, Position, Scope, ScopeKind
 from xmc.store.connection import Connection
+from xmc.store.read_access import readable_experiments_sql
 
 
 class StoredEvent(NamedTuple):
@@ -39,6 +40,8 @@ class StoredEvent(NamedTuple):
     content: bytes | None
     record_time: datetime | None
     creator: str
+    #: The experiment's readers when the event was read (decision 0048).
+    readers: Sequence[str] | None = None
 
 
 _UNION = f"""
@@ -56,7 +59,7 @@ _UNION = f"""
     FROM experiment_events x WHERE x.txid >= $1 AND x.txid < $2 {{scope_x}}"""
 
 _SELECT = """
-    SELECT u.*, coalesce(e.creator, '') AS creator
+    SELECT u.*, coalesce(e.creator, '') AS creator, e.readers
     FROM ({union}) u LEFT JOIN experiments e ON e.xid = u.xid
     {where}
     ORDER BY u.txid, u.source, u.id
@@ -86,19 +89,26 @@ HORIZON_SQL = """
 
 
 def _scope_filters(scope: Scope, first_param: int) -> tuple[dict[str, str], list[Any]]:
-    param: Any
+    """Each branch's extra condition (the same for all three), and its parameters: the
+    scope's kind, then what the caller may read (``readable_experiments_sql``)."""
+    conditions: list[str] = []
+    params: list[Any] = []
     if scope.kind is ScopeKind.EXPERIMENT:
-        clause, param = "= ${n}", scope.xid
+        conditions.append(f"{{t}}.xid = ${first_param}")
+        params.append(scope.xid)
     elif scope.kind is ScopeKind.CREATOR:
-        clause, param = "IN (SELECT xid FROM experiments WHERE creator = ${n})", scope.creator
-    else:
-        return {"scope_h": "", "scope_m": "", "scope_x": ""}, []
-    where = clause.format(n=first_param)
-    return {
-        "scope_h": f"AND h.xid {where}",
-        "scope_m": f"AND m.xid {where}",
-        "scope_x": f"AND x.xid {where}",
-    }, [param]
+        conditions.append(
+            f"{{t}}.xid IN (SELECT xid FROM experiments WHERE creator = ${first_param})"
+        )
+        params.append(scope.creator)
+    readable, readable_params = readable_experiments_sql(
+        scope.reads, xid_column="{t}.xid", first_param=first_param + len(params)
+    )
+    if readable_params:
+        conditions.append(readable)
+        params.extend(readable_params)
+    where = "".join(f" AND {c}" for c in conditions)
+    return {name: where.format(t=name[-1]) for name in ("scope_h", "scope_m", "scope_x")}, params
 
 
 def _events(rows: Sequence[Any]) -> list[StoredEvent]:
@@ -115,6 +125,7 @@ def _events(rows: Sequence[Any]) -> list[StoredEvent]:
             r["content"],
             r["record_time"],
             r["creator"],
+            r["readers"],
         )
         for r in rows
     ]

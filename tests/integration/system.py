@@ -95,6 +95,7 @@ async def running_system(
     flush_interval: float = 0.05,
     kueue_version: str | None = None,
     vanished: VanishedSettings | None = None,
+    **ess_options: Any,
 ) -> AsyncIterator[System]:
     sim = KubeSim(
         controllers=controllers,
@@ -103,7 +104,7 @@ async def running_system(
         kueue_version=kueue_version,
     )
     await sim.start()
-    ess: Ess = await ess_factory(clock=WallClock(), kube_url=sim.url)
+    ess: Ess = await ess_factory(clock=WallClock(), kube_url=sim.url, **ess_options)
     settings = Settings(
         database_url=ess.database_url,
         redis_url=REDIS_URL,

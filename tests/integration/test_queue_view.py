@@ -18,6 +18,7 @@ import pytest
 
 from kubesim.resources import WORKLOAD
 from tests.integration.ess_harness import metadata
+from tests.integration.read_auth_support import BOB, restricted_auth
 from tests.integration.support import fetch_all, forever_work_unit
 from tests.integration.system import ALICE, System, running_system
 from tests.integration.test_cli import xmc, xmc_json
@@ -192,3 +193,25 @@ async def test_the_queue_view_over_rest_and_the_cli(system: System) -> None:
         return next((w.get("priority_class") for w in rows if w["work_unit"] == second), None)
 
     assert await eventually(relabelled, higher, within=30) == higher
+
+
+async def test_under_restricted_reads_another_users_units_keep_their_place_not_their_names(
+    ess_factory: Any,
+) -> None:
+    """Bob sees who is ahead of him (places, priorities, waits) but not alice's unit names,
+    workloads or titles (decision 0048); alice sees her own in full."""
+    async with running_system(ess_factory, auth=restricted_auth()) as system:
+        first, second, third = await launch_contended(system, "alice's private sweep")
+        want = [(1, second), (2, third)]
+        assert await eventually(lambda: pending_units(system), want, within=30) == want
+        request = queue_pb2.GetQueueRequest(name="cluster-queue")
+        seen_by_bob = await queues(system).GetQueue(request, metadata=BOB)
+        entries = [*seen_by_bob.admitted, *seen_by_bob.pending]
+        assert [w.position for w in seen_by_bob.pending] == [1, 2]
+        assert [w.priority_class for w in entries] == [RAISED, *["xmc-priority-normal-low"] * 2]
+        assert all(w.wait.seconds >= 0 and w.queued_time.seconds for w in entries)
+        for hidden in ("work_unit", "workload", "owner", "experiment_title", "message"):
+            assert [getattr(w, hidden) for w in entries] == [""] * 3, hidden
+        seen_by_alice = await queues(system).GetQueue(request, metadata=ALICE)
+        assert [w.work_unit for w in seen_by_alice.pending] == [second, third]
+        assert seen_by_alice.admitted[0].experiment_title == "alice's private sweep"

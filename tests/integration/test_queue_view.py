@@ -214,4 +214,5 @@ async def test_under_restricted_reads_another_users_units_keep_their_place_not_t
             assert [getattr(w, hidden) for w in entries] == [""] * 3, hidden
         seen_by_alice = await queues(system).GetQueue(request, metadata=ALICE)
         assert [w.work_unit for w in seen_by_alice.pending] == [second, third]
+        assert [w.work_unit for w in seen_by_alice.admitted] == [first]
         assert seen_by_alice.admitted[0].experiment_title == "alice's private sweep"

@@ -141,4 +141,7 @@ async def test_a_watch_from_a_future_version_waits_for_it_without_error(
         async with asyncio.timeout(5):
             while not lines or lines[-1]["type"] == "BOOKMARK":
                 lines.append(json.loads(await response.content.readline()))
-    assert [(e["type"], e["object"]["metadata"]["name"]) for e in lines] == [("ADDED", "c")]
+    # Once the store has passed the version, bookmarks may come before the event (a
+    # loaded machine gives the 0.1 s bookmark timer time to fire): only the events count.
+    events = [e for e in lines if e["type"] != "BOOKMARK"]
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [("ADDED", "c")]

@@ -74,7 +74,10 @@ CREATE TRIGGER work_unit_status_history_runs
 -- not metered again.
 INSERT INTO execution_runs (xid, wid, eid, start_time, end_time, metered)
 SELECT o.xid, o.wid, o.eid, o.state_update_time,
-       greatest(c.state_update_time, o.state_update_time), true
+       -- greatest() passes over a NULL: an open run must stay open.
+       CASE WHEN c.state_update_time IS NOT NULL
+            THEN greatest(c.state_update_time, o.state_update_time) END,
+       true
 FROM work_unit_status_history o
 LEFT JOIN LATERAL (
     SELECT h.state_update_time FROM work_unit_status_history h

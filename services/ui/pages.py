@@ -16,6 +16,7 @@ from ui.manifest_view import manifest_view
 from ui.notifications_view import EVENTS, SHOWN_DELIVERIES, notifications_view, webhook_row
 from ui.retry_view import retries_view
 from ui.timeline_view import timeline_view, timings_view
+from xmc.model.usage import requested_resources
 from xmc.model.work_unit_spec import spec_view
 from xmc.timestamps import utc_now
 
@@ -200,6 +201,7 @@ async def _work_unit_context(request: web.Request) -> dict[str, Any]:
         "jobset": views.jobset_detail(current.status),
         "scheduling": views.scheduling_info(current),
         "spec": spec_view(unit),
+        "requested": sweep_table.resource_cells(requested_resources(unit)),
         "timeline": timeline,
         "timeline_error": timeline_error,
         "exit_code": (codes or {}).get(wid),

@@ -3,13 +3,13 @@ a time range, from the ESS's UsageService (docs/usage.md)."""
 
 from __future__ import annotations
 
-import re
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Final
 
 import click
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from xmc.model.usage import parse_when
 from xmc_api.xmc.v1 import usage_pb2, usage_pb2_grpc
 
 from .client import Client, experiment_name, fail, fmt_time, pass_client, print_table, to_dict
@@ -22,17 +22,6 @@ _GROUPS: Final = {
     "execution": usage_pb2.EXECUTION,
 }
 _BUCKETS: Final = {"hour": usage_pb2.HOUR, "day": usage_pb2.DAY}
-_AGO: Final = re.compile(r"^(\d+)([mhdw])$")
-_UNITS: Final = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
-
-
-def parse_when(value: str, now: datetime) -> datetime:
-    """``7d``, ``24h``, ``90m``, ``2w`` (that long before ``now``), or an ISO 8601 time
-    (UTC when it names no zone); ValueError on anything else."""
-    if match := _AGO.match(value.strip()):
-        return now - timedelta(**{_UNITS[match[2]]: int(match[1])})
-    parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
 
 def _timestamp(option: str, value: str | None, now: datetime) -> Timestamp | None:

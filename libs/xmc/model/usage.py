@@ -10,9 +10,10 @@ uses it as written (tests check the two agree).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Final
 
 from xmc.model.tpu import tpu_chips_per_host
@@ -29,6 +30,8 @@ MAX_BUCKETS: Final = 1500
 #: Distinct values a Prometheus label takes before the rest are counted as :data:`OTHER`.
 MAX_LABEL_VALUES: Final = 64
 OTHER: Final = "other"
+_AGO: Final = re.compile(r"^(\d+)([mhdw])$")
+_AGO_UNITS: Final = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
 
 @dataclass(frozen=True)
@@ -228,3 +231,12 @@ def bounded_label(value: str, seen: set[str], *, limit: int = MAX_LABEL_VALUES) 
         return OTHER
     seen.add(value)
     return value
+
+
+def parse_when(value: str, now: datetime) -> datetime:
+    """``7d``, ``24h``, ``90m``, ``2w`` (that long before ``now``), or an ISO 8601 time
+    (UTC when it names no zone); ValueError on anything else."""
+    if match := _AGO.match(value.strip()):
+        return now - timedelta(**{_AGO_UNITS[match[2]]: int(match[1])})
+    parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)

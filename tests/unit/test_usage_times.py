@@ -1,4 +1,4 @@
-"""``xmc usage``'s time options (services/xmc_cli/usage.py)."""
+"""Times as `xmc usage` and the /usage page take them (xmc.model.usage.parse_when)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from xmc_cli.usage import parse_when
+from xmc.model.usage import parse_when
 
 NOW = datetime(2026, 12, 3, 8, 0, tzinfo=UTC)
 

@@ -12,7 +12,7 @@ import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import structlog
 
@@ -89,7 +89,7 @@ def usage_visible_to(identity: Identity, query: UsageQuery) -> UsageQuery:
     return query
 
 
-def _time(request: usage_pb2.GetUsageRequest, field: str) -> datetime | None:
+def _time(request: usage_pb2.GetUsageRequest, field: Literal["since", "until"]) -> datetime | None:
     if not request.HasField(field):
         return None
     try:

@@ -5,6 +5,7 @@ before the migration."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import asyncpg
 
@@ -42,7 +43,7 @@ EXPECTED = [
 ]
 
 
-def rows(copies: int = 1) -> list[tuple[object, ...]]:
+def rows(copies: int = 1) -> list[tuple[Any, ...]]:
     return [
         (7, wid, eid, int(old), int(new), t(at), "test", t(at))
         for _ in range(copies)

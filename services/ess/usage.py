@@ -169,7 +169,9 @@ class UsageService(usage_pb2_grpc.UsageServiceServicer):
         now = self._clock()
         query = usage_visible_to(caller(), parse_query(request, now=now))
         window = query.window
-        async with self._store.connection() as conn:
+        # A read-only transaction for SET LOCAL; not Store.transaction(), whose commit wakes
+        # the watch hub for writes.
+        async with self._store.connection() as conn, conn.transaction():
             if query.group_by is GroupBy.EXECUTION:
                 runs = await fetch_execution_runs(conn, window, xid=query.xid)
                 grouped = per_execution(runs, window, now, query.limit)

@@ -47,6 +47,7 @@ from xmc.store.transactions import (
     fetch_execution_runs,
     fetch_grouped_usage,
     fetch_series,
+    require_experiment,
 )
 from xmc.timestamps import set_timestamp, to_datetime
 from xmc_api.xmc.v1 import usage_pb2, usage_pb2_grpc
@@ -172,6 +173,8 @@ class UsageService(usage_pb2_grpc.UsageServiceServicer):
         # A read-only transaction for SET LOCAL; not Store.transaction(), whose commit wakes
         # the watch hub for writes.
         async with self._store.connection() as conn, conn.transaction():
+            if query.xid is not None:
+                await require_experiment(conn, query.xid)
             if query.group_by is GroupBy.EXECUTION:
                 runs = await fetch_execution_runs(conn, window, xid=query.xid)
                 grouped = per_execution(runs, window, now, query.limit)
@@ -222,7 +225,8 @@ class Meter:
                 await asyncio.wait_for(stop.wait(), self._interval)
 
     async def meter_once(self) -> list[ClosedRun]:
-        async with self._store.transaction() as conn:
+        # Not Store.transaction(): its commit wakes the watch hub, and nothing here is watched.
+        async with self._store.connection() as conn, conn.transaction():
             runs = await claim_closed_runs(conn, limit=self._batch)
         for run in runs:
             self.count(run)

@@ -11,7 +11,7 @@ import asyncpg
 
 from xmc.model.states import WorkUnitState as S
 from xmc.store.migrate import apply_migrations, load_migrations
-from xmc.store.work_units import insert_history
+from xmc.store.work_units import HISTORY_COLUMNS, insert_history
 
 T0 = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 
@@ -86,16 +86,7 @@ async def test_history_before_the_migration_is_backfilled(empty_database_url: st
         await conn.copy_records_to_table(
             "work_unit_status_history",
             records=rows(),
-            columns=[
-                "xid",
-                "wid",
-                "eid",
-                "old_state",
-                "new_state",
-                "state_update_time",
-                "writer",
-                "record_time",
-            ],
+            columns=HISTORY_COLUMNS,
         )
         await apply_migrations(conn, migrations)
         assert await runs(conn) == EXPECTED

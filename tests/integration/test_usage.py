@@ -189,6 +189,11 @@ async def test_usage_by_user_experiment_queue_unit_and_execution(ess: Ess) -> No
     assert executions[f"{s.gpu}/executions/2"].runtime_hours == pytest.approx(90 / HOUR)
     assert executions[f"{s.cpu}/executions/1"].runtime_hours == pytest.approx(180 / HOUR)
     assert f"{s.cpu}/executions/2" not in executions  # never ran
+    await expect_error(
+        stub(ess).GetUsage(usage_pb2.GetUsageRequest(experiment="experiments/99"), metadata=BOB),
+        grpc.StatusCode.NOT_FOUND,
+        "experiment: experiments/99 does not exist",
+    )
     limited = await get_usage(ess, group_by=usage_pb2.WORK_UNIT, limit=1)
     assert ([g.key for g in limited.groups], limited.truncated) == ([s.gpu], True)
     assert limited.total.runtime_hours == pytest.approx(390 / HOUR)

@@ -158,6 +158,7 @@ from xmc.store.usage import (
     fetch_execution_runs,
     fetch_grouped_usage,
     fetch_series,
+    require_experiment,
 )
 from xmc.store.watch_events import (
     StoredEvent,
@@ -291,6 +292,7 @@ __all__ = [
     "record_attempt",
     "record_captures",
     "record_decision",
+    "require_experiment",
     "restart_work_unit",
     "retry_row",
     "scan_intent_states",

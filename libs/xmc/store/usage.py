@@ -18,15 +18,17 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Final
 
+from xmc.errors import NotFoundError
 from xmc.model.usage import Requested, Run, Usage, Window
+from xmc.names import experiment_name
 from xmc.store.connection import Connection, Record
 
-#: The key of a group, per grouping, as SQL over ``r`` (runs), ``u`` (resources) and
-#: ``e`` (experiments).
+#: The key of a group, per grouping, as SQL over ``r`` (runs per execution) and ``e``
+#: (experiments).
 _KEYS: Final = {
     "user": "e.creator",
     "experiment": "'experiments/' || r.xid",
-    "queue": "coalesce(u.queue, '')",
+    "queue": "coalesce(r.queue, '')",
     "work_unit": "'experiments/' || r.xid || '/workUnits/' || r.wid",
 }
 
@@ -68,7 +70,7 @@ async def insert_resources(conn: Connection, rows: Sequence[NewResources]) -> No
 
 
 def requested_from_row(row: Record) -> Requested | None:
-    """The resources of a row joined to ``work_unit_resources``; None when it has none."""
+    """What a run or unit row asked for; None when its resources are unknown."""
     if row["queue"] is None:
         return None
     return Requested(
@@ -80,17 +82,29 @@ def requested_from_row(row: Record) -> Requested | None:
     )
 
 
-#: Runs overlapping [$1, $2), optionally of experiment $4, each clipped (``clipped``);
-#: $3 is now. One row per execution: its clipped seconds summed.
-_RUNS: Final = """
-    SELECT r.xid, r.wid, r.eid,
+async def require_experiment(conn: Connection, xid: int) -> None:
+    """NOT_FOUND naming the ``experiment`` filter when no such experiment exists: usage of
+    a mistyped id is an error, not zero hours."""
+    if await conn.fetchval("SELECT 1 FROM experiments WHERE xid = $1", xid) is None:
+        raise NotFoundError(f"experiment: {experiment_name(xid)} does not exist")
+
+
+#: What a run asked for, as ``execution_runs`` holds it (copied from the unit's row).
+_RESOURCES: Final = "queue, cpu_millicores, memory_bytes, gpus, tpu_chips, accelerators"
+_RUN_RESOURCES: Final = "r." + _RESOURCES.replace(", ", ", r.")
+#: Runs overlapping [$1, $2) (the GiST span index), optionally of experiment $4.
+_OVERLAPPING: Final = """
+    FROM execution_runs r
+    WHERE tstzrange(r.start_time, r.end_time, '[)') && tstzrange($1, $2, '[)')
+      AND ($4::bigint IS NULL OR r.xid = $4)"""
+#: One row per execution: its runs clipped (``clipped``; $3 is now) and summed.
+_RUNS: Final = f"""
+    SELECT r.xid, r.wid, r.eid, {_RUN_RESOURCES},
            sum(extract(epoch FROM greatest(
                least(coalesce(r.end_time, $3), $2) - greatest(r.start_time, $1),
                interval '0'))::float8) AS s
-    FROM execution_runs r
-    WHERE tstzrange(r.start_time, r.end_time, '[)') && tstzrange($1, $2, '[)')
-      AND ($4::bigint IS NULL OR r.xid = $4)
-    GROUP BY r.xid, r.wid, r.eid"""
+    {_OVERLAPPING}
+    GROUP BY r.xid, r.wid, r.eid, {_RUN_RESOURCES}"""
 
 #: Usage columns over rows of ``k`` (s: seconds, the resource columns; unknown resources
 #: are NULL columns, which sum() passes over).
@@ -110,11 +124,9 @@ def _grouped_query(key: str, *, by_creator: bool) -> str:
     return f"""
     WITH runs AS ({_RUNS}),
     k AS (
-        SELECT {key} AS key, r.s, u.queue, u.cpu_millicores, u.memory_bytes, u.gpus,
-               u.tpu_chips, u.accelerators
+        SELECT {key} AS key, r.s, {_RUN_RESOURCES}
         FROM runs r
         {"JOIN experiments e ON e.xid = r.xid" if by_creator else ""}
-        LEFT JOIN work_unit_resources u ON u.xid = r.xid AND u.wid = r.wid
     ),
     sums AS (
         SELECT k.key, grouping(k.key) = 1 AS total, {_SUMS}
@@ -209,14 +221,10 @@ async def fetch_execution_runs(
 ) -> list[ExecutionRuns]:
     """The runs overlapping ``window``, per execution, with the unit's resources."""
     rows = await conn.fetch(
-        """SELECT r.xid, r.wid, r.eid, array_agg(r.start_time ORDER BY r.id) AS starts,
-                  array_agg(r.end_time ORDER BY r.id) AS ends, u.queue, u.cpu_millicores,
-                  u.memory_bytes, u.gpus, u.tpu_chips, u.accelerators
-           FROM execution_runs r
-           LEFT JOIN work_unit_resources u ON u.xid = r.xid AND u.wid = r.wid
-           WHERE tstzrange(r.start_time, r.end_time, '[)') && tstzrange($1, $2, '[)')
-             AND ($3::bigint IS NULL OR r.xid = $3)
-           GROUP BY r.xid, r.wid, r.eid, u.xid, u.wid""",
+        f"""SELECT r.xid, r.wid, r.eid, array_agg(r.start_time ORDER BY r.id) AS starts,
+                   array_agg(r.end_time ORDER BY r.id) AS ends, {_RESOURCES}
+            {_OVERLAPPING.replace("$4", "$3")}
+            GROUP BY r.xid, r.wid, r.eid, {_RESOURCES}""",
         window.since,
         window.until,
         xid,
@@ -242,28 +250,28 @@ async def fetch_series(
     rows = await conn.fetch(
         f"""WITH runs AS (
                 SELECT r.xid, r.wid, r.eid, greatest(r.start_time, $1) AS a,
-                       least(coalesce(r.end_time, $3), $2) AS b
-                FROM execution_runs r
-                WHERE tstzrange(r.start_time, r.end_time, '[)') && tstzrange($1, $2, '[)')
-                  AND ($4::bigint IS NULL OR r.xid = $4)
-            ), k AS (
+                       least(coalesce(r.end_time, $3), $2) AS b, {_RUN_RESOURCES}
+                {_OVERLAPPING}
+            ), pieces AS (
                 SELECT bucket, runs.xid, runs.wid, runs.eid,
                        extract(epoch FROM least(runs.b, bucket + $5) - greatest(runs.a, bucket))
                            ::float8 AS s,
-                       u.queue, u.cpu_millicores, u.memory_bytes, u.gpus, u.tpu_chips
+                       runs.queue, runs.cpu_millicores, runs.memory_bytes, runs.gpus,
+                       runs.tpu_chips
                 FROM runs
                 CROSS JOIN LATERAL generate_series(
                     date_bin($5, runs.a, 'epoch'), runs.b - interval '1 microsecond', $5
                 ) bucket
-                LEFT JOIN work_unit_resources u ON u.xid = runs.xid AND u.wid = runs.wid
                 WHERE runs.b > runs.a
+            ), k AS (
+                -- Per execution and bucket first: a preempted execution with two runs in a
+                -- bucket is one execution of it (two hash aggregates, not a sort per DISTINCT).
+                SELECT bucket, sum(s) AS s, queue, cpu_millicores, memory_bytes, gpus, tpu_chips
+                FROM pieces
+                GROUP BY bucket, xid, wid, eid, queue, cpu_millicores, memory_bytes, gpus,
+                         tpu_chips
             )
-            SELECT bucket, {
-            _SUMS.replace(
-                "count(*) FILTER (WHERE k.s > 0)", "count(DISTINCT (k.xid, k.wid, k.eid))"
-            )
-        },
-                   NULL::jsonb AS accelerators
+            SELECT bucket, {_SUMS}, NULL::jsonb AS accelerators
             FROM k GROUP BY bucket ORDER BY bucket""",
         window.since,
         window.until,
@@ -287,16 +295,11 @@ async def claim_closed_runs(conn: Connection, *, limit: int) -> list[ClosedRun]:
     """Mark up to ``limit`` ended runs as metered and return them: each is claimed by one
     ESS replica (``SKIP LOCKED``), so the replicas' counters add up to the truth."""
     rows: list[Any] = await conn.fetch(
-        """WITH claimed AS (
-               UPDATE execution_runs r SET metered = true
-               WHERE r.id IN (SELECT id FROM execution_runs
-                              WHERE end_time IS NOT NULL AND NOT metered
-                              ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED)
-               RETURNING r.xid, r.wid, extract(epoch FROM r.end_time - r.start_time) AS s)
-           SELECT c.s, u.queue, u.cpu_millicores, u.memory_bytes, u.gpus, u.tpu_chips,
-                  u.accelerators
-           FROM claimed c
-           LEFT JOIN work_unit_resources u ON u.xid = c.xid AND u.wid = c.wid""",
+        f"""UPDATE execution_runs SET metered = true
+            WHERE id IN (SELECT id FROM execution_runs
+                         WHERE end_time IS NOT NULL AND NOT metered
+                         ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED)
+            RETURNING extract(epoch FROM end_time - start_time) AS s, {_RESOURCES}""",
         limit,
     )
     return [ClosedRun(float(r["s"]), r["queue"], requested_from_row(r)) for r in rows]

@@ -5,20 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Final
 
-from xmc.model.tpu import TPU_CHIPS_PER_HOST, tpu_chips_per_host
+from xmc.model.tpu import tpu_chips_per_host
 from xmc_api.cloud.xmanager.v1.resources_pb2 import ResourceSet
-
-__all__ = [
-    "GKE_ACCELERATOR",
-    "GKE_TPU_ACCELERATOR",
-    "GKE_TPU_TOPOLOGY",
-    "GPU_RESOURCE",
-    "TPU_CHIPS_PER_HOST",
-    "TPU_RESOURCE",
-    "accelerator_selectors",
-    "resources_spec",
-    "tpu_chips_per_host",
-]
 
 GPU_RESOURCE: Final = "nvidia.com/gpu"
 TPU_RESOURCE: Final = "google.com/tpu"

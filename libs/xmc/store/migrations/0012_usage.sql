@@ -26,15 +26,25 @@ CREATE TABLE work_unit_resources (
 -- below from the history rows every writer already inserts, in the same transaction, so
 -- no write path changes and none pays a round trip for it. Times are state_update_time
 -- (the writer's clock); an end that a skewed clock puts before its start is the start.
+-- The unit's resources are copied in when the run opens (one primary-key probe, once per
+-- run), so a usage read is one range scan of this table with nothing to join: a join to
+-- 10^5 resource rows cost more than the runs of a narrow range (decision 0045). NULL
+-- queue: the unit's resources are unknown.
 CREATE TABLE execution_runs (
-    id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    xid        bigint      NOT NULL,
-    wid        bigint      NOT NULL,
-    eid        bigint      NOT NULL,
-    start_time timestamptz NOT NULL,
-    end_time   timestamptz,
+    id             bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    xid            bigint      NOT NULL,
+    wid            bigint      NOT NULL,
+    eid            bigint      NOT NULL,
+    start_time     timestamptz NOT NULL,
+    end_time       timestamptz,
+    queue          text,
+    cpu_millicores bigint,
+    memory_bytes   bigint,
+    gpus           bigint,
+    tpu_chips      bigint,
+    accelerators   jsonb,
     -- Counted into the ESS's Prometheus counters (xmc_ess_*_seconds_total) once closed.
-    metered    boolean     NOT NULL DEFAULT false,
+    metered        boolean     NOT NULL DEFAULT false,
     CHECK (end_time >= start_time)
 );
 -- "Ran at some time in [since, until)" is one GiST range search (an open run's range is
@@ -57,8 +67,12 @@ BEGIN
         UPDATE execution_runs SET end_time = greatest(NEW.state_update_time, start_time)
         WHERE xid = NEW.xid AND wid = NEW.wid AND end_time IS NULL;
     ELSE
-        INSERT INTO execution_runs (xid, wid, eid, start_time)
-        VALUES (NEW.xid, NEW.wid, NEW.eid, NEW.state_update_time);
+        INSERT INTO execution_runs (xid, wid, eid, start_time, queue, cpu_millicores,
+                                    memory_bytes, gpus, tpu_chips, accelerators)
+        SELECT NEW.xid, NEW.wid, NEW.eid, NEW.state_update_time, u.queue, u.cpu_millicores,
+               u.memory_bytes, u.gpus, u.tpu_chips, u.accelerators
+        FROM (SELECT) one
+        LEFT JOIN work_unit_resources u ON u.xid = NEW.xid AND u.wid = NEW.wid;
     END IF;
     RETURN NULL;
 END
@@ -70,8 +84,9 @@ CREATE TRIGGER work_unit_status_history_runs
     EXECUTE FUNCTION xmc_track_execution_runs();
 
 -- The runs of the history written before this migration, by the same rules: each entry
--- into the run states, closed by the unit's next row that leaves them. Already past, so
--- not metered again.
+-- into the run states, closed by the unit's next row that leaves them. Their units'
+-- resources are unknown (no row in work_unit_resources yet). Already past, so not metered
+-- again.
 INSERT INTO execution_runs (xid, wid, eid, start_time, end_time, metered)
 SELECT o.xid, o.wid, o.eid, o.state_update_time,
        -- greatest() passes over a NULL: an open run must stay open.

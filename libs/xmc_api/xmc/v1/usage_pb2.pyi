@@ -104,7 +104,9 @@ class GetUsageRequest(_message.Message):
     LIMIT_FIELD_NUMBER: _builtins.int
     group_by: Global___UsageGroupBy.ValueType
     experiment: _builtins.str
-    """Only this experiment (experiments/{xid}); empty: every experiment."""
+    """Only this experiment (experiments/{xid}; NOT_FOUND when it does not exist); empty:
+    every experiment.
+    """
     bucket: Global___UsageBucket.ValueType
     """A series over the range in buckets of this width (at most 1,500 buckets)."""
     limit: _builtins.int

@@ -109,7 +109,10 @@ def parse_query(request: usage_pb2.GetUsageRequest, *, now: datetime) -> UsageQu
     if not 0 <= request.limit <= MAX_LIMIT:
         raise InvalidArgumentError(f"limit: {request.limit} is not in 0..{MAX_LIMIT}")
     until = _time(request, "until") or now
-    since = _time(request, "since") or until - DEFAULT_RANGE
+    try:
+        since = _time(request, "since") or until - DEFAULT_RANGE
+    except OverflowError:  # until in the first week of year 1
+        raise InvalidArgumentError("since: required when until is before 0001-01-08") from None
     if problem := window_problem(since, until):
         raise InvalidArgumentError(f"since, until: {problem}")
     window = Window(since, until)

@@ -94,3 +94,24 @@ async def test_history_before_the_migration_is_backfilled(empty_database_url: st
         assert await conn.fetchval("SELECT bool_and(metered) FROM execution_runs")
     finally:
         await conn.close()
+
+
+async def test_a_batch_crossing_once_per_unit_is_kept_set_based(database_url: str) -> None:
+    """The observation path's shape: one COPY per batch, each unit in it once."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        units = range(1, 71)
+        await insert_history(
+            conn, [(8, w, 1, int(S.STARTING), int(S.RUNNING), t(w), "r", t(w)) for w in units]
+        )
+        await insert_history(  # a restart's row closes the run of execution 1
+            conn,
+            [(8, w, 2 if w % 2 else 1, int(S.RUNNING), int(S.RESTARTING if w % 2 else S.FAILED),
+              t(100), "r", t(100)) for w in units],
+        )  # fmt: skip
+        found = await conn.fetch(
+            "SELECT wid, eid, start_time, end_time FROM execution_runs WHERE xid = 8 ORDER BY wid"
+        )
+        assert [tuple(r) for r in found] == [(w, 1, t(w), t(100)) for w in units]
+    finally:
+        await conn.close()

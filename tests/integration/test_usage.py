@@ -247,6 +247,7 @@ async def test_a_series_in_buckets(ess: Ess) -> None:
         ({"since": 100, "until": 100}, "since, until: until"),
         ({"experiment": "experiment/1"}, "experiment:"),
         ({"limit": -1}, "limit:"),
+        ({"until": -62135596800 + 3600 - T0.timestamp()}, "since: required"),
         ({"limit": 10_001}, "limit:"),
         ({"group_by": 42}, "group_by:"),
         ({"bucket": 42}, "bucket:"),

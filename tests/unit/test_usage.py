@@ -156,6 +156,13 @@ def test_buckets_are_aligned_to_utc_days_and_hours() -> None:
     assert bucket_starts(window, BUCKETS["day"]) == [T0.replace(hour=0)]
 
 
+def test_buckets_up_to_the_last_representable_time() -> None:
+    end = datetime.max.replace(tzinfo=UTC)
+    starts = bucket_starts(Window(end - timedelta(days=2), end), BUCKETS["day"])
+    assert len(starts) == 3
+    assert starts[-1] <= end
+
+
 def test_labels_stay_bounded() -> None:
     seen: set[str] = set()
     assert [bounded_label(v, seen, limit=2) for v in ("a", "b", "c", "a")] == ["a", "b", OTHER, "a"]

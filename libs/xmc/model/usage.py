@@ -161,6 +161,8 @@ def bucket_starts(window: Window, width: timedelta, *, limit: int = MAX_BUCKETS)
     starts: list[datetime] = []
     while start < window.until and len(starts) < limit:
         starts.append(start)
+        if window.until - start <= width:  # the last; the next may not be representable
+            break
         start += width
     return starts
 

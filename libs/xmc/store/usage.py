@@ -296,7 +296,8 @@ async def claim_closed_runs(conn: Connection, *, limit: int) -> list[ClosedRun]:
     ESS replica (``SKIP LOCKED``), so the replicas' counters add up to the truth."""
     rows: list[Any] = await conn.fetch(
         f"""UPDATE execution_runs SET metered = true
-            WHERE id IN (SELECT id FROM execution_runs
+            WHERE end_time IS NOT NULL AND NOT metered
+              AND id IN (SELECT id FROM execution_runs
                          WHERE end_time IS NOT NULL AND NOT metered
                          ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED)
             RETURNING extract(epoch FROM end_time - start_time) AS s, {_RESOURCES}""",

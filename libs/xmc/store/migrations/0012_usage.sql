@@ -31,7 +31,9 @@ CREATE TABLE work_unit_resources (
 -- 10^5 resource rows cost more than the runs of a narrow range (decision 0045). NULL
 -- queue: the unit's resources are unknown.
 CREATE TABLE execution_runs (
-    id             bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    -- No primary-key index: every index is one more insert per run opened and closed on
+    -- the observation path; the metering claim finds ids through its partial index.
+    id             bigint GENERATED ALWAYS AS IDENTITY,
     xid            bigint      NOT NULL,
     wid            bigint      NOT NULL,
     eid            bigint      NOT NULL,
@@ -51,63 +53,35 @@ CREATE TABLE execution_runs (
 -- unbounded above), whatever the age of the range or the size of the table.
 CREATE INDEX execution_runs_span ON execution_runs
     USING gist (tstzrange(start_time, end_time, '[)'));
-CREATE INDEX execution_runs_unit ON execution_runs (xid, wid, eid);
 CREATE INDEX execution_runs_open ON execution_runs (xid, wid) WHERE end_time IS NULL;
 CREATE INDEX execution_runs_unmetered ON execution_runs (id)
     WHERE end_time IS NOT NULL AND NOT metered;
 
 -- A history row that enters the run states opens a run; one that leaves them (a stop, a
 -- failure, a preemption to DESCHEDULING, a restart's row of the next execution) closes
--- the unit's open run at its time. A statement-level trigger over the statement's new rows
--- (a transition table): the observation path inserts a batch's history with one COPY, and
--- one set-based statement per batch costs far less than a PL/pgSQL call and a statement per
--- crossing row. A unit that crosses more than once within one statement (two observations
--- of it in one batch) is stepped row by row, in insertion order.
+-- the unit's open run at its time. The WHEN clause is checked in C for each row and queues
+-- nothing for the changes that stay on one side (most of them), and an AFTER ROW trigger
+-- keeps COPY's multi-row insert.
 CREATE FUNCTION xmc_track_execution_runs() RETURNS trigger LANGUAGE plpgsql AS $$
-DECLARE
-    step record;
 BEGIN
-    FOR step IN
-        SELECT * FROM (
-            SELECT n.*, count(*) OVER (PARTITION BY n.xid, n.wid) AS crossings
-            FROM new_rows n WHERE (n.old_state IN (4, 5)) <> (n.new_state IN (4, 5))
-        ) c WHERE c.crossings > 1 ORDER BY c.id
-    LOOP
-        IF step.old_state IN (4, 5) THEN
-            UPDATE execution_runs SET end_time = greatest(step.state_update_time, start_time)
-            WHERE xid = step.xid AND wid = step.wid AND end_time IS NULL;
-        ELSE
-            INSERT INTO execution_runs (xid, wid, eid, start_time, queue, cpu_millicores,
-                                        memory_bytes, gpus, tpu_chips, accelerators)
-            SELECT step.xid, step.wid, step.eid, step.state_update_time, u.queue,
-                   u.cpu_millicores, u.memory_bytes, u.gpus, u.tpu_chips, u.accelerators
-            FROM (SELECT) one
-            LEFT JOIN work_unit_resources u ON u.xid = step.xid AND u.wid = step.wid;
-        END IF;
-    END LOOP;
-    WITH crossing AS (
-        SELECT n.*, count(*) OVER (PARTITION BY n.xid, n.wid) AS crossings
-        FROM new_rows n WHERE (n.old_state IN (4, 5)) <> (n.new_state IN (4, 5))
-    ), closed AS (
-        UPDATE execution_runs r SET end_time = greatest(c.state_update_time, r.start_time)
-        FROM crossing c
-        WHERE c.crossings = 1 AND c.old_state IN (4, 5)
-          AND r.xid = c.xid AND r.wid = c.wid AND r.end_time IS NULL
-    )
-    INSERT INTO execution_runs (xid, wid, eid, start_time, queue, cpu_millicores,
-                                memory_bytes, gpus, tpu_chips, accelerators)
-    SELECT c.xid, c.wid, c.eid, c.state_update_time, u.queue, u.cpu_millicores,
-           u.memory_bytes, u.gpus, u.tpu_chips, u.accelerators
-    FROM crossing c
-    LEFT JOIN work_unit_resources u ON u.xid = c.xid AND u.wid = c.wid
-    WHERE c.crossings = 1 AND c.new_state IN (4, 5);
+    IF NEW.old_state IN (4, 5) THEN
+        UPDATE execution_runs SET end_time = greatest(NEW.state_update_time, start_time)
+        WHERE xid = NEW.xid AND wid = NEW.wid AND end_time IS NULL;
+    ELSE
+        INSERT INTO execution_runs (xid, wid, eid, start_time, queue, cpu_millicores,
+                                    memory_bytes, gpus, tpu_chips, accelerators)
+        SELECT NEW.xid, NEW.wid, NEW.eid, NEW.state_update_time, u.queue, u.cpu_millicores,
+               u.memory_bytes, u.gpus, u.tpu_chips, u.accelerators
+        FROM (SELECT) one
+        LEFT JOIN work_unit_resources u ON u.xid = NEW.xid AND u.wid = NEW.wid;
+    END IF;
     RETURN NULL;
 END
 $$;
 CREATE TRIGGER work_unit_status_history_runs
     AFTER INSERT ON work_unit_status_history
-    REFERENCING NEW TABLE AS new_rows
-    FOR EACH STATEMENT
+    FOR EACH ROW
+    WHEN ((NEW.old_state IN (4, 5)) IS DISTINCT FROM (NEW.new_state IN (4, 5)))
     EXECUTE FUNCTION xmc_track_execution_runs();
 
 -- The runs of the history written before this migration, by the same rules: each entry

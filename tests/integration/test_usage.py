@@ -19,7 +19,7 @@ from prometheus_client import REGISTRY
 from tests.integration.ess_harness import Ess, metadata
 from tests.integration.support import T0, minimal_work_unit
 from tests.integration.test_ess_api import expect_error
-from tests.integration.test_timelines import observe
+from tests.integration.test_timelines import PREEMPTED_RUN, observe
 from tests.waiting import eventually
 from xmc.model.states import WorkUnitState
 from xmc_api.cloud.xmanager.v1 import api_pb2
@@ -97,14 +97,7 @@ async def build(ess: Ess) -> Scenario:
     cpu = await create(ess, alice.name, cpu_unit(), ALICE)
     tpu = await create(ess, bob.name, tpu_unit(), BOB)
     ahead = await create(ess, bob.name, minimal_work_unit(), BOB)
-    for state, at in [
-        (S.SCHEDULING, 2),
-        (S.RUNNING, 10),
-        (S.DESCHEDULING, 40),
-        (S.SCHEDULING, 45),
-        (S.RUNNING, 70),
-        (S.COMPLETED, 100),
-    ]:
+    for state, at in PREEMPTED_RUN:  # the timelines' preempted run
         await observe(ess, gpu, 1, state, at)
     await observe(ess, cpu, 1, S.RUNNING, 20)
     await observe(ess, tpu, 1, S.RUNNING, 50)

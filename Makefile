@@ -80,6 +80,7 @@ bench: services $(STAMP) ## benchmarks (print figures; not tests)
 	$(PY) bench/log_follow.py
 	$(PY) bench/watch_bench.py
 	$(PY) bench/flood_bench.py
+	$(PY) bench/usage_bench.py
 
 compat: services $(STAMP) ## the published xmanager client against a real stack, in its own virtualenvs
 	$(VENV)/bin/pytest -m compat tests/compat $(PYTEST_ARGS)
@@ -88,7 +89,7 @@ faults: services $(STAMP) ## fault matrix: lost / duplicated / stuck per crash a
 	$(PY) bench/faults.py $(FAULTS_ARGS)
 
 screenshots: $(STAMP) ## the dashboard's pages, timelines and logs, from the browser tests, into docs/screenshots
-	XMC_UI_SCREENSHOTS=$(CURDIR)/docs/screenshots $(VENV)/bin/pytest tests/integration/test_ui_browser.py tests/integration/test_ui_browser_timeline.py tests/integration/test_ui_browser_sweep.py tests/integration/test_ui_logs.py
+	XMC_UI_SCREENSHOTS=$(CURDIR)/docs/screenshots $(VENV)/bin/pytest tests/integration/test_ui_browser.py tests/integration/test_ui_browser_timeline.py tests/integration/test_ui_browser_sweep.py tests/integration/test_ui_logs.py tests/integration/test_ui_browser_usage.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

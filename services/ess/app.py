@@ -46,6 +46,7 @@ from ess.retry_service import RetryService
 from ess.service import ExperimentStateService
 from ess.sweeps import SweepService
 from ess.timelines import TimelineService
+from ess.usage import Meter, UsageService
 from ess.watch_hub import WatchHub, WatchSettings
 from ess.watching import WatchService
 from ess.webhooks import WebhookWorker
@@ -100,6 +101,8 @@ from xmc_api.xmc.v1 import (
     sweep_pb2_grpc,
     timeline_pb2,
     timeline_pb2_grpc,
+    usage_pb2,
+    usage_pb2_grpc,
     watch_pb2,
     watch_pb2_grpc,
 )
@@ -119,6 +122,7 @@ SERVICE_NAMES = (
     sweep_pb2.DESCRIPTOR.services_by_name["SweepService"].full_name,
     watch_pb2.DESCRIPTOR.services_by_name["WatchService"].full_name,
     retry_pb2.DESCRIPTOR.services_by_name["RetryService"].full_name,
+    usage_pb2.DESCRIPTOR.services_by_name["UsageService"].full_name,
     notifications_pb2.DESCRIPTOR.services_by_name["NotificationService"].full_name,
     queue_pb2.DESCRIPTOR.services_by_name["QueueService"].full_name,
     quota_pb2.DESCRIPTOR.services_by_name["QuotaService"].full_name,
@@ -308,6 +312,9 @@ class EssServer:
         )
         retry_pb2_grpc.add_RetryServiceServicer_to_server(RetryService(self.store), server)
         audit_pb2_grpc.add_AuditServiceServicer_to_server(AuditService(self.store), server)
+        usage_pb2_grpc.add_UsageServiceServicer_to_server(
+            UsageService(self.store, clock=self.clock), server
+        )
         notifications_pb2_grpc.add_NotificationServiceServicer_to_server(
             NotificationService(self.store, clock=self.clock), server
         )
@@ -354,6 +361,7 @@ class EssServer:
             asyncio.create_task(hub.run(self._stop), name="watch-hub"),
             asyncio.create_task(webhooks.run(self._stop), name="webhook-worker"),
             asyncio.create_task(gate.run(self._stop), name="quota-refresh"),
+            asyncio.create_task(Meter(self.store).run(self._stop), name="usage-meter"),
         ]
         if self.jwks is not None:
             # Not awaited here: probes and static tokens answer while the issuer is slow;

@@ -146,6 +146,8 @@ READ_RULES: Final[Mapping[str, ReadRule]] = {
     "/xmc.v1.QuotaService/DeleteQuota": ReadRule(Guard.ADMIN_ONLY),
     "/xmc.v1.QuotaService/ReconcileQuotaUsage": ReadRule(Guard.ADMIN_ONLY),
     "/xmc.v1.AuditService/ListAuditEvents": ReadRule(Guard.ADMIN_ONLY),
+    # Spans experiments (filtered in SQL by readers); one, when named, must be readable.
+    "/xmc.v1.UsageService/GetUsage": ReadRule(Guard.EXPERIMENT, "experiment", optional=True),
 }
 
 _UNDER_EXPERIMENT = re.compile(r"experiments/([1-9][0-9]{0,39})(?:/.*)?", re.DOTALL)

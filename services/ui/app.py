@@ -16,7 +16,7 @@ import structlog
 from aiohttp import web
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from ui import actions, audit_page, logs_page, pages
+from ui import actions, audit_page, logs_page, pages, usage_page
 from ui.context import CHANNEL, HERE, OPTIONS, TEMPLATES, UiOptions, render, templates
 from ui.gateway import UiError
 from ui.request_ids import request_id_header, request_ids
@@ -126,6 +126,7 @@ def create_app(
     actions.add_routes(app)
     logs_page.add_routes(app)
     audit_page.add_routes(app)
+    usage_page.add_routes(app)
     for hook in default_rest_hooks() if rest_routes is None else rest_routes:
         hook(app, channel)
     return app

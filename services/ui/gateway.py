@@ -40,6 +40,8 @@ from xmc_api.xmc.v1 import (
     sweep_pb2_grpc,
     timeline_pb2,
     timeline_pb2_grpc,
+    usage_pb2,
+    usage_pb2_grpc,
 )
 
 #: Seconds one RPC may take before the page says the ESS is slow.
@@ -100,6 +102,7 @@ class Ess:
         self._notifications = notifications_pb2_grpc.NotificationServiceStub(channel)
         self._queues = queue_pb2_grpc.QueueServiceStub(channel)
         self._audit = audit_pb2_grpc.AuditServiceStub(channel)
+        self._usage = usage_pb2_grpc.UsageServiceStub(channel)
         self._metadata = metadata
 
     async def _call(self, method: Any, request: Any) -> Any:
@@ -298,6 +301,10 @@ class Ess:
     async def batch_restart(self, xid: int, filter_: str) -> None:
         request = api_pb2.BatchRestartWorkUnitsRequest(parent=f"experiments/{xid}", filter=filter_)
         await self._call(self._api.BatchRestartWorkUnits, request)
+
+    async def usage(self, request: usage_pb2.GetUsageRequest) -> usage_pb2.UsageReport:
+        found: usage_pb2.UsageReport = await self._call(self._usage.GetUsage, request)
+        return found
 
     async def scheduling(self) -> scheduling_pb2.SchedulingState:
         request = scheduling_pb2.GetSchedulingStateRequest()

@@ -18,6 +18,7 @@ from ui.notifications_view import EVENTS, SHOWN_DELIVERIES, notifications_view, 
 from ui.queue_view import queue_summary, queue_view
 from ui.retry_view import retries_view
 from ui.timeline_view import attributions_view, timeline_view, timings_view
+from xmc.model.usage import requested_resources
 from xmc.model.work_unit_spec import spec_view
 from xmc.timestamps import utc_now
 
@@ -203,6 +204,7 @@ async def _work_unit_context(request: web.Request) -> dict[str, Any]:
         "jobset": views.jobset_detail(current.status),
         "scheduling": views.scheduling_info(current),
         "spec": spec_view(unit),
+        "requested": sweep_table.resource_cells(requested_resources(unit)),
         "timeline": timeline,
         "timeline_error": timeline_error,
         "attributions": [] if found is None else attributions_view(found),

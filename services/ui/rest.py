@@ -62,6 +62,7 @@ from xmc_api.xmc.v1 import (
     spec_pb2,
     sweep_pb2,
     timeline_pb2,
+    usage_pb2,
     watch_pb2,
 )
 
@@ -95,6 +96,8 @@ QUEUE_SERVICE: Final[ServiceDescriptor] = queue_pb2.DESCRIPTOR.services_by_name[
 QUOTA_SERVICE: Final[ServiceDescriptor] = quota_pb2.DESCRIPTOR.services_by_name["QuotaService"]
 #: The audit trail, for admins (docs/audit.md).
 AUDIT_SERVICE: Final[ServiceDescriptor] = audit_pb2.DESCRIPTOR.services_by_name["AuditService"]
+#: Accounting: who used how much of the cluster (docs/usage.md).
+USAGE_SERVICE: Final[ServiceDescriptor] = usage_pb2.DESCRIPTOR.services_by_name["UsageService"]
 #: Every service the REST face mounts; a path goes to the first route that matches, in
 #: this order, so the published API's routes come first.
 SERVICES: Final[tuple[ServiceDescriptor, ...]] = (
@@ -109,6 +112,7 @@ SERVICES: Final[tuple[ServiceDescriptor, ...]] = (
     QUEUE_SERVICE,
     QUOTA_SERVICE,
     AUDIT_SERVICE,
+    USAGE_SERVICE,
 )
 #: Where xmc-ui serves the OpenAPI document of the REST face.
 OPENAPI_PATH: Final = "/openapi.json"

@@ -16,6 +16,7 @@ from urllib.parse import urlencode
 
 from ui.views import Row, fmt_time, safe_href, state_bar, tail_id, work_unit_row
 from xmc.model.args import work_unit_args
+from xmc.model.usage import Requested, requested_resources
 from xmc.query.fields import MAX_FILTER_LENGTH, is_arg_key
 from xmc.timestamps import to_datetime
 from xmc_api.cloud.xmanager.v1.artifact_pb2 import Artifact
@@ -101,6 +102,8 @@ LEADING: tuple[Column, ...] = (
 #: After the arg columns. A new sortable column is one line here and its cell one key of
 #: the row (the exit code's comes from ``ListExitCodes``, read by the page).
 TRAILING: tuple[Column, ...] = (
+    Column("gpus", "GPUs"),
+    Column("cpus", "CPUs"),
     Column("runtime", "runtime", "runtime"),
     Column("in_state", "time in state", "time_in_state"),
     Column("exit_code", "exit code", "exit_code"),
@@ -187,11 +190,20 @@ def unit_row(unit: WorkUnit, now: datetime, artifacts: Mapping[str, list[Row]]) 
         args=work_unit_args(unit),
         runtime=fmt_duration(end - to_datetime(execution.create_time)) if execution.name else "",
         in_state=fmt_duration(now - to_datetime(since)),
+        **resource_cells(requested_resources(unit)),
         links=[link(u) for u in unit.urls] + artifacts.get(unit.name, []),
         notes=unit.notes,
         created=fmt_time(unit.create_time),
     )
     return row
+
+
+def resource_cells(requested: Requested) -> dict[str, str]:
+    """The GPUs and CPUs a unit holds while it runs (all its pods): ``4 × nvidia-tesla-a100``
+    (TPU chips count as accelerators too), ``2.5``; empty when it asks for none."""
+    kinds = ", ".join(f"{n} × {kind}" for kind, n in sorted(requested.accelerators.items()))
+    cpus = requested.cpu_millicores / 1000
+    return {"gpus": kinds, "cpus": f"{cpus:g}" if cpus else ""}
 
 
 def group_rows(key: str, groups: Iterable[ArgGroup], view: View) -> list[Row]:

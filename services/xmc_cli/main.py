@@ -28,6 +28,7 @@ from .queues import queue, set_priority
 from .quotas import quota
 from .retries import retry_policy
 from .timelines import wu_timeline
+from .usage import usage
 from .watching import watch
 from .webhooks import webhooks
 from .work_units import print_operation, wu
@@ -192,7 +193,19 @@ def operations_wait(client: Client, name: str, timeout: float) -> None:
 
 wu.add_command(wu_timeline)
 wu.add_command(set_priority)
-for command in (experiments, wu, launch, watch, logs, retry_policy, webhooks, queue, quota, audit):
+for command in (
+    experiments,
+    wu,
+    launch,
+    watch,
+    logs,
+    retry_policy,
+    webhooks,
+    queue,
+    quota,
+    audit,
+    usage,
+):
     cli.add_command(command)
 
 

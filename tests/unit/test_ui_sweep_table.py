@@ -11,6 +11,7 @@ import pytest
 
 from ui import sweep_table as st
 from ui import views
+from xmc.model.usage import Requested
 from xmc.query import parse_filter
 from xmc_api.cloud.xmanager.v1.artifact_pb2 import Artifact
 from xmc_api.cloud.xmanager.v1.status_pb2 import WorkUnitStatus
@@ -24,7 +25,7 @@ S = WorkUnitStatus.WorkUnitState
 def test_columns_put_the_arg_keys_between_state_and_the_rest() -> None:
     cols = st.columns(["lr", "opt", "bad-key"])
     assert [c.id for c in cols] == [
-        "wid", "state", "args.lr", "args.opt", "args.bad-key",
+        "wid", "state", "args.lr", "args.opt", "args.bad-key", "gpus", "cpus",
         "runtime", "in_state", "exit_code", "execution", "tags", "changed", "message", "links",
     ]  # fmt: skip
     # A key no filter can name is shown but cannot be sorted on.
@@ -237,3 +238,18 @@ def test_unit_row(complete: bool, runtime: str) -> None:
     assert (row["runtime"], row["in_state"]) == (runtime, "4m 00s")
     assert row["links"] == [{"label": "ckpt", "href": ""}]
     assert row["notes"] == "n"
+
+
+@pytest.mark.parametrize(
+    ("requested", "cells"),
+    [
+        (Requested(), {"gpus": "", "cpus": ""}),
+        (Requested(cpu_millicores=2500), {"gpus": "", "cpus": "2.5"}),
+        (
+            Requested(gpus=4, tpu_chips=8, accelerators={"tpu-v5": 8, "a100": 4}),
+            {"gpus": "4 × a100, 8 × tpu-v5", "cpus": ""},
+        ),
+    ],
+)
+def test_resource_cells(requested: Requested, cells: dict[str, str]) -> None:
+    assert st.resource_cells(requested) == cells

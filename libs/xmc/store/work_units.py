@@ -27,6 +27,7 @@ from xmc.store.codec import (
 from xmc.store.connection import Connection, fetch_one
 from xmc.store.experiments import RollupDelta, apply_rollups, require_experiment
 from xmc.store.listing import ListRequest, ListResource, fetch_page
+from xmc.store.runs import write_runs
 from xmc.store.wire import (
     execution_wire,
     execution_wire_from_values,
@@ -108,9 +109,10 @@ def wire_parts(row: Mapping[str, Any]) -> tuple[bytes, bytes]:
 
 async def insert_history(conn: Connection, rows: list[tuple[Any, ...]]) -> None:
     """Rows of (xid, wid, eid, old, new, state_update_time, writer, record_time,
-    principal, request_id)."""
+    principal, request_id), and the runs they open and close (``xmc.store.runs``)."""
     if not rows:
         return
+    await write_runs(conn, rows)
     if len(rows) >= _COPY_THRESHOLD:
         # Binary COPY: about twice as fast as INSERT … unnest(…) for a full batch, but
         # its extra round trips cost more than they save for a handful of rows.

@@ -30,10 +30,9 @@ from actuator.manifest.resources import (
     GKE_TPU_ACCELERATOR,
     GKE_TPU_TOPOLOGY,
     GPU_RESOURCE,
-    TPU_CHIPS_PER_HOST,
     TPU_RESOURCE,
-    tpu_chips_per_host,
 )
+from xmc.model.tpu import TPU_CHIPS_PER_HOST, tpu_chips_per_host
 
 __all__ = [
     "GCSFUSE_DRIVER",

@@ -22,6 +22,7 @@ from google.longrunning import operations_grpc_pb2
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from ess import unit_gauges
 from ess.auth import Authenticator
 from ess.intents import Intents
 from ess.interceptor import EssInterceptor
@@ -137,6 +138,8 @@ class EssOptions:
     webhooks: WebhookSettings = field(default_factory=WebhookSettings)
     #: The dashboard's base URL, linked from notifications; empty: no link.
     dashboard_url: str = ""
+    #: XMC_METRICS_REFRESH_SECONDS: how often ``xmc_work_units`` is re-read.
+    metrics_refresh_seconds: float = unit_gauges.DEFAULT_INTERVAL
 
     @classmethod
     def from_settings(cls, settings: XmcSettings) -> EssOptions:
@@ -149,6 +152,7 @@ class EssOptions:
             logs=settings.logs,
             retries_per_minute=settings.retries.per_minute,
             dashboard_url=settings.ui.public_url,
+            metrics_refresh_seconds=settings.metrics.refresh_seconds,
         )
 
 
@@ -319,6 +323,10 @@ class EssServer:
             asyncio.create_task(self._janitor(), name="janitor"),
             asyncio.create_task(hub.run(self._stop), name="watch-hub"),
             asyncio.create_task(webhooks.run(self._stop), name="webhook-worker"),
+            asyncio.create_task(
+                unit_gauges.run(self.store, self._stop, interval=options.metrics_refresh_seconds),
+                name="unit-gauges",
+            ),
         ]
         if self.jwks is not None:
             # Not awaited here: probes and static tokens answer while the issuer is slow;

@@ -20,7 +20,8 @@ DASHBOARD = Path(__file__).resolve().parents[1] / "k8s" / "grafana" / "xmc-dashb
 _SERIES = re.compile(r"\b(xmc_[a-z0-9_]+)\b")
 _RATED = re.compile(r"\b(?:rate|irate|increase)\((xmc_[a-z0-9_]+)")
 _QUANTILE = re.compile(
-    r"histogram_quantile\([0-9.]+,\s*sum by \([a-z_, ]*\ble\b[a-z_, ]*\) \(rate\((xmc_[a-z0-9_]+)\["
+    r"histogram_quantile\([0-9.]+,\s*sum by \([a-z_, ]*\ble\b[a-z_, ]*\) "
+    r"\(rate\((xmc_[a-z0-9_]+)\["
 )
 _FUNCTIONS = frozenset(
     {"sum", "max", "rate", "irate", "increase", "histogram_quantile", "label_values", "by"}

@@ -55,7 +55,7 @@ def test_every_query_is_well_formed(query: object) -> None:
             "histogram_quantile(0.5, rate(xmc_h_bucket[5m]))",
             {"xmc_h_bucket": "histogram"},
             "not over sum by (le)",
-        ),  # fmt: skip
+        ),
     ],
 )
 def test_the_check_catches(expr: str, exported: dict[str, str], problem: str) -> None:

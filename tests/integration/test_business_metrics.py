@@ -5,6 +5,7 @@ reason; and every series the Grafana dashboard queries is one the processes expo
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -38,6 +39,14 @@ async def stack(
         yield started
 
 
+async def ready(stack: Stack, name: str) -> int:
+    try:
+        async with aiohttp.ClientSession() as http, http.get(stack.ops_url(name, "/readyz")) as got:
+            return got.status
+    except aiohttp.ClientConnectionError:
+        return 0
+
+
 async def scrape(stack: Stack, name: str) -> str:
     async with aiohttp.ClientSession() as http, http.get(stack.ops_url(name, "/metrics")) as got:
         assert got.status == 200
@@ -56,6 +65,7 @@ async def sample(stack: Stack, name: str, labels: dict[str, str]) -> float:
 async def test_a_running_unit_is_counted_by_owner_queue_and_state(stack: Stack) -> None:
     client = Client(stack)
     try:
+        await eventually(functools.partial(ready, stack, "ess"), 200, within=60)
         parent = await client.experiment()
         unit = await client.create(parent, behaving_unit({"run_seconds": 8}))
         running = {"owner": OWNER, "queue": "cpu-queue", "state": "RUNNING"}
@@ -77,5 +87,8 @@ async def test_a_running_unit_is_counted_by_owner_queue_and_state(stack: Stack) 
 
 
 async def test_the_grafana_dashboard_queries_only_exported_series(stack: Stack) -> None:
-    texts = {name: await scrape(stack, name) for name in ("ess", "actuator", "reconciler")}
+    names = ("ess", "actuator", "reconciler")
+    for name in names:
+        await eventually(functools.partial(ready, stack, name), 200, within=60)
+    texts = {name: await scrape(stack, name) for name in names}
     assert problems_against(load(), exported_series(texts)) == []

@@ -41,6 +41,7 @@ from ess.retry_service import RetryService
 from ess.service import ExperimentStateService
 from ess.sweeps import SweepService
 from ess.timelines import TimelineService
+from ess.usage import Meter, UsageService
 from ess.watch_hub import WatchHub, WatchSettings
 from ess.watching import WatchService
 from ess.webhooks import WebhookWorker
@@ -87,6 +88,8 @@ from xmc_api.xmc.v1 import (
     sweep_pb2_grpc,
     timeline_pb2,
     timeline_pb2_grpc,
+    usage_pb2,
+    usage_pb2_grpc,
     watch_pb2,
     watch_pb2_grpc,
 )
@@ -106,6 +109,7 @@ SERVICE_NAMES = (
     sweep_pb2.DESCRIPTOR.services_by_name["SweepService"].full_name,
     watch_pb2.DESCRIPTOR.services_by_name["WatchService"].full_name,
     retry_pb2.DESCRIPTOR.services_by_name["RetryService"].full_name,
+    usage_pb2.DESCRIPTOR.services_by_name["UsageService"].full_name,
     notifications_pb2.DESCRIPTOR.services_by_name["NotificationService"].full_name,
 )
 
@@ -279,6 +283,9 @@ class EssServer:
             WatchService(self.store, hub, clock=self.clock), server
         )
         retry_pb2_grpc.add_RetryServiceServicer_to_server(RetryService(self.store), server)
+        usage_pb2_grpc.add_UsageServiceServicer_to_server(
+            UsageService(self.store, clock=self.clock), server
+        )
         notifications_pb2_grpc.add_NotificationServiceServicer_to_server(
             NotificationService(self.store, clock=self.clock), server
         )
@@ -327,6 +334,7 @@ class EssServer:
                 unit_gauges.run(self.store, self._stop, interval=options.metrics_refresh_seconds),
                 name="unit-gauges",
             ),
+            asyncio.create_task(Meter(self.store).run(self._stop), name="usage-meter"),
         ]
         if self.jwks is not None:
             # Not awaited here: probes and static tokens answer while the issuer is slow;

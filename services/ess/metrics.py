@@ -55,3 +55,23 @@ WATCH_CATCH_UPS = Counter(
     "xmc_ess_watch_catch_ups_total",
     "Database reads of one watcher: a resume from a cursor, or a watcher that overflowed",
 )
+# Accounting (docs/usage.md): each run counted once it ends, by the ESS replica that claims it.
+# Labels are bounded (xmc.model.usage.bounded_label): the queue and the accelerator type,
+# never a user or an experiment.
+RUN_SECONDS = Counter(
+    "xmc_ess_run_seconds_total", "Seconds executions ran (RUNNING or PARTIALLY_FAILED)", ["queue"]
+)
+CPU_SECONDS = Counter(
+    "xmc_ess_cpu_seconds_total", "Requested CPUs × seconds run, of ended runs", ["queue"]
+)
+MEMORY_GIB_SECONDS = Counter(
+    "xmc_ess_memory_gib_seconds_total", "Requested memory (GiB) × seconds run", ["queue"]
+)
+GPU_SECONDS = Counter(
+    "xmc_ess_gpu_seconds_total", "Requested GPUs × seconds run, of ended runs", ["queue"]
+)
+ACCELERATOR_SECONDS = Counter(
+    "xmc_ess_accelerator_seconds_total",
+    "Requested accelerators (GPUs, TPU chips) × seconds run, by accelerator type",
+    ["queue", "accelerator"],
+)

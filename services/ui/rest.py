@@ -58,6 +58,7 @@ from xmc_api.xmc.v1 import (
     spec_pb2,
     sweep_pb2,
     timeline_pb2,
+    usage_pb2,
     watch_pb2,
 )
 
@@ -85,6 +86,8 @@ RETRY_SERVICE: Final[ServiceDescriptor] = retry_pb2.DESCRIPTOR.services_by_name[
 NOTIFICATION_SERVICE: Final[ServiceDescriptor] = notifications_pb2.DESCRIPTOR.services_by_name[
     "NotificationService"
 ]
+#: Accounting: who used how much of the cluster (docs/usage.md).
+USAGE_SERVICE: Final[ServiceDescriptor] = usage_pb2.DESCRIPTOR.services_by_name["UsageService"]
 #: Every service the REST face mounts; a path goes to the first route that matches, in
 #: this order, so the published API's routes come first.
 SERVICES: Final[tuple[ServiceDescriptor, ...]] = (
@@ -96,6 +99,7 @@ SERVICES: Final[tuple[ServiceDescriptor, ...]] = (
     WATCH_SERVICE,
     RETRY_SERVICE,
     NOTIFICATION_SERVICE,
+    USAGE_SERVICE,
 )
 #: Where xmc-ui serves the OpenAPI document of the REST face.
 OPENAPI_PATH: Final = "/openapi.json"

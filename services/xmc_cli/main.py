@@ -25,6 +25,7 @@ from .launch import launch
 from .logs import logs
 from .retries import retry_policy
 from .timelines import wu_timeline
+from .usage import usage
 from .watching import watch
 from .webhooks import webhooks
 from .work_units import print_operation, wu
@@ -188,7 +189,7 @@ def operations_wait(client: Client, name: str, timeout: float) -> None:
 
 
 wu.add_command(wu_timeline)
-for command in (experiments, wu, launch, watch, logs, retry_policy, webhooks):
+for command in (experiments, wu, launch, watch, logs, retry_policy, webhooks, usage):
     cli.add_command(command)
 
 

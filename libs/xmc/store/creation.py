@@ -23,12 +23,14 @@ from google.longrunning.operations_proto_pb2 import Operation
 from xmc.errors import AlreadyExistsError, XmcError
 from xmc.model.args import arg_numbers_json, work_unit_args
 from xmc.model.states import WorkUnitState
+from xmc.model.usage import queue_of, requested_resources
 from xmc.model.work_unit_ids import IdRequest, Key, plan_work_unit_ids
 from xmc.names import experiment_name, work_unit_name
 from xmc.store.codec import EXECUTION_COLUMNS
 from xmc.store.connection import Connection
 from xmc.store.experiments import RollupDelta, apply_rollups, experiment_doc_acls
 from xmc.store.operations import ActionType, NewOperation, insert_operations, operations_by_key
+from xmc.store.usage import NewResources, insert_resources
 from xmc.store.wire import work_unit_wire
 from xmc.store.work_units import (
     insert_history,
@@ -103,7 +105,8 @@ async def create_work_units(
     ``authorize`` sees each item with its experiment (read under the row lock).
 
     Lock the experiments → plan the ids (``xmc.model.work_unit_ids``) → insert → record
-    the Operations, history and rollups of what was inserted."""
+    the Operations, history and rollups of what was inserted, and what each asked of the
+    cluster (``xmc.store.usage``: accounting reads it for every execution of the unit)."""
     locked = await _lock_experiments(conn, {item.xid for item in items})
     chosen = [(item.xid, item.wid) for item in items if item.wid is not None]
     earlier = await operations_by_key(conn, chosen, ActionType.CREATE)
@@ -136,6 +139,13 @@ async def create_work_units(
 
     requesters = {key: items[plan.planned[key]].requester for key in created}
     operations = await _record_created(conn, requesters, plan.next_wid, writer=writer, now=now)
+    await insert_resources(
+        conn,
+        [
+            NewResources(*key, queue_of(unit), requested_resources(unit))
+            for key, unit in ((k, items[plan.planned[k]].work_unit) for k in created)
+        ],
+    )
     for key, operation in operations.items():
         outcomes[plan.planned[key]] = Created(operation, created[key], locked[key[0]].priority)
 

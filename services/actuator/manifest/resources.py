@@ -2,35 +2,29 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from typing import Any, Final
 
+from xmc.model.tpu import TPU_CHIPS_PER_HOST, tpu_chips_per_host
 from xmc_api.cloud.xmanager.v1.resources_pb2 import ResourceSet
+
+__all__ = [
+    "GKE_ACCELERATOR",
+    "GKE_TPU_ACCELERATOR",
+    "GKE_TPU_TOPOLOGY",
+    "GPU_RESOURCE",
+    "TPU_CHIPS_PER_HOST",
+    "TPU_RESOURCE",
+    "accelerator_selectors",
+    "resources_spec",
+    "tpu_chips_per_host",
+]
 
 GPU_RESOURCE: Final = "nvidia.com/gpu"
 TPU_RESOURCE: Final = "google.com/tpu"
 GKE_ACCELERATOR: Final = "cloud.google.com/gke-accelerator"
 GKE_TPU_ACCELERATOR: Final = "cloud.google.com/gke-tpu-accelerator"
 GKE_TPU_TOPOLOGY: Final = "cloud.google.com/gke-tpu-topology"
-
-#: Chips on one TPU VM host. A slice whose topology has more chips spans several hosts,
-#: each pod of the job then runs on one host and requests that host's chips.
-TPU_CHIPS_PER_HOST: Final = 4
-
-
-def tpu_chips_per_host(topology: str) -> int | None:
-    """Chips each pod requests for a TPU ``topology`` such as ``2x2`` or ``4x4x4``.
-
-    The product of the dimensions when the whole slice fits one host (≤ 4 chips), else
-    :data:`TPU_CHIPS_PER_HOST`. None when the topology does not parse; the manifest then
-    requests no chips and validation reports the topology selector.
-    """
-    dims = topology.split("x")
-    if not all(d.isascii() and d.isdigit() for d in dims):
-        return None
-    chips = math.prod(int(d) for d in dims)
-    return chips if chips <= TPU_CHIPS_PER_HOST else TPU_CHIPS_PER_HOST
 
 
 def resources_spec(resources: ResourceSet) -> dict[str, Any]:

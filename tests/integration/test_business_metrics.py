@@ -75,7 +75,8 @@ async def test_a_running_unit_is_counted_by_owner_queue_and_state(stack: Stack) 
         assert await eventually(lambda: client.state(unit), S.COMPLETED, within=60)
         assert await eventually(lambda: client.state(killed), S.FAILED, within=60)
         # The last unit ended: the owner's RUNNING series drops out, not stuck at 1.
-        assert await eventually(lambda: sample(stack, "xmc_work_units", running), 0.0, within=30)
+        gone = await eventually(lambda: sample(stack, "xmc_work_units", running), 0.0, within=30)
+        assert gone == 0.0
         first = {"execution": "first"}
         count = "xmc_work_unit_create_to_running_seconds_count"
         assert await sample(stack, count, first) == 2.0

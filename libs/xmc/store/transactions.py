@@ -153,8 +153,8 @@ from xmc.store.timelines import PhaseStatistics, Timings, fetch_timings, fetch_u
 from xmc.store.usage import (
     ClosedRun,
     ExecutionRuns,
-    Grouped,
     GroupBy,
+    Grouped,
     claim_closed_runs,
     fetch_execution_runs,
     fetch_grouped_usage,

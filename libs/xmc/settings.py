@@ -310,6 +310,25 @@ class RetrySettings:
 
 
 @dataclass(frozen=True)
+class MetricsSettings:
+    """The business metrics (docs/metrics.md)."""
+
+    #: XMC_METRICS_REFRESH_SECONDS — how often the ESS re-reads the live work units by
+    #: owner, queue and state (``xmc_work_units``) from Postgres.
+    refresh_seconds: float = 15.0
+
+    @classmethod
+    def _from_env(cls, env: Env) -> MetricsSettings:
+        d = cls()
+        value = number(env, "XMC_METRICS_REFRESH_SECONDS", d.refresh_seconds, what="seconds")
+        if not 0.1 <= value <= 3600:
+            raise InvalidArgumentError(
+                f"XMC_METRICS_REFRESH_SECONDS: seconds from 0.1 to 3600, got {value!r}"
+            )
+        return cls(refresh_seconds=value)
+
+
+@dataclass(frozen=True)
 class CliSettings:
     """The ``xmc`` command line (its ``--endpoint`` and ``--token`` flags read
     XMANAGER_ENDPOINT and XMC_AUTH_TOKEN themselves, through click)."""
@@ -339,6 +358,7 @@ class XmcSettings:
     logs: LogSettings = field(default_factory=LogSettings)
     retries: RetrySettings = field(default_factory=RetrySettings)
     quotas: QuotaSettings = field(default_factory=QuotaSettings)
+    metrics: MetricsSettings = field(default_factory=MetricsSettings)
 
 
 def load_settings(env: Env | None = None, *, read_file: ReadFile | None = None) -> XmcSettings:
@@ -359,6 +379,7 @@ def load_settings(env: Env | None = None, *, read_file: ReadFile | None = None) 
         logs=LogSettings._from_env(env),
         retries=RetrySettings._from_env(env),
         quotas=QuotaSettings._from_env(env),
+        metrics=MetricsSettings._from_env(env),
     )
     settings.core.validate()
     settings.auth.validate()

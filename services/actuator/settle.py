@@ -22,7 +22,9 @@ import structlog
 from google.rpc import code_pb2
 
 from actuator.outcome import Outcome, TaskResult
+from xmc.failure_metrics import count_decided_failure
 from xmc.model.audit import ACTUATOR
+from xmc.model.business import FailureReason
 from xmc.model.manifest import keep_manifest
 from xmc.store.transactions import StateWrite, Store, failed_execution_write, finish_task
 from xmc.tasks import task_execution_id
@@ -81,6 +83,7 @@ class TaskSettler:
                 error=error,
                 manifest=None if created is None else keep_manifest(created),
             )
+        count_decided_failure(written, FailureReason.REFUSED)
         if write is not None and written is not None:
             log.info("execution state written", state=write.state.name,
                      outcome=str(written.outcome), stored_state=written.state.name)  # fmt: skip

@@ -22,6 +22,7 @@ from google.longrunning import operations_grpc_pb2
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from ess import unit_gauges
 from ess.audit_service import AuditService
 from ess.auth import Authenticator
 from ess.cluster import LazyKube
@@ -160,6 +161,8 @@ class EssOptions:
     dashboard_url: str = ""
     #: Default limits and the limits table's reread interval (docs/quotas.md).
     quotas: QuotaSettings = field(default_factory=QuotaSettings)
+    #: XMC_METRICS_REFRESH_SECONDS: how often ``xmc_work_units`` is re-read.
+    metrics_refresh_seconds: float = unit_gauges.DEFAULT_INTERVAL
 
     @classmethod
     def from_settings(cls, settings: XmcSettings) -> EssOptions:
@@ -173,6 +176,7 @@ class EssOptions:
             retries_per_minute=settings.retries.per_minute,
             dashboard_url=settings.ui.public_url,
             quotas=settings.quotas,
+            metrics_refresh_seconds=settings.metrics.refresh_seconds,
         )
 
 
@@ -361,6 +365,10 @@ class EssServer:
             asyncio.create_task(hub.run(self._stop), name="watch-hub"),
             asyncio.create_task(webhooks.run(self._stop), name="webhook-worker"),
             asyncio.create_task(gate.run(self._stop), name="quota-refresh"),
+            asyncio.create_task(
+                unit_gauges.run(self.store, self._stop, interval=options.metrics_refresh_seconds),
+                name="unit-gauges",
+            ),
             asyncio.create_task(Meter(self.store).run(self._stop), name="usage-meter"),
         ]
         if self.jwks is not None:

@@ -14,10 +14,12 @@ import structlog
 from google.protobuf.message import Message
 
 from ess.auth import require_service
+from ess.business_metrics import count_batch, first_starts
 from ess.interceptor import actor, caller
 from ess.retries import Retries
 from xmc.errors import InvalidArgumentError, ResourceExhaustedError, UnavailableError
 from xmc.model.audit import AuditAction, AuditEntry
+from xmc.model.business import Transition
 from xmc.model.merge import ExecutionUpdate
 from xmc.model.notifications import ExperimentChange
 from xmc.model.retries import Failure
@@ -139,16 +141,20 @@ class WorkUnitExecutionService(executions_pb2_grpc.WorkUnitExecutionServiceServi
         writer = f"{identity.email}/{request.writer}" if request.writer else identity.email
         items = parse_updates(request)
         events: list[ExperimentChange] = []
+        transitions: list[Transition] = []
         async with self._store.transaction() as conn:
             now = self._store.clock()
             results = await update_work_unit_executions(
-                conn, items, writer=writer, actor=actor(), now=now, events=events
-            )
+                conn, items, writer=writer, actor=actor(), now=now, events=events,
+                transitions=transitions,
+            )  # fmt: skip
+            first = await first_starts(conn, transitions)
             judged = await self._retries.after_update(
                 conn, items, results, request_id=actor().request_id, now=now
             )
             # Notifications on the net effect: a retried failure is not final (decision 42).
             await queue_settled_events(conn, events, judged.retried, notes=judged.notes, now=now)
+        count_batch(transitions, items, first=first, verdicts=judged.verdicts, applied_at=now)
         if judged.retried:
             self._committed()
         response = executions_pb2.UpdateWorkUnitExecutionsResponse()

@@ -45,7 +45,9 @@ from ess.metrics import (
     TASKS_ENQUEUED,
     TASKS_REDRIVEN,
 )
+from xmc.failure_metrics import count_decided_failure
 from xmc.model.audit import ESS
+from xmc.model.business import FailureReason
 from xmc.model.outbox import (
     EntryState,
     RelayAction,
@@ -317,7 +319,7 @@ class OutboxRelay:
         failed = None
         if kind in (TaskKind.CREATE, TaskKind.RESTART):
             failed = failed_execution_write(task, text)
-        await finish_task(
+        written = await finish_task(
             conn,
             task,
             outcome="abandoned",
@@ -327,6 +329,9 @@ class OutboxRelay:
             state=failed,
             error=(grpc.StatusCode.UNAVAILABLE.value[0], text),
         )
+        # Counted before the commit: a rolled-back pass is abandoned again, and counted
+        # again; rare enough (an undeliverable task) for a metric to live with.
+        count_decided_failure(written, FailureReason.UNDELIVERABLE)
 
     @staticmethod
     def _report(

@@ -80,6 +80,8 @@ class Judged:
     retried: set[tuple[int, int, int]] = field(default_factory=set)
     #: Why a policy left a failure failed ("attempt 3 of 3: not retried (…)").
     notes: dict[tuple[int, int, int], str] = field(default_factory=dict)
+    #: Every verdict given, for the business metrics once the batch commits.
+    verdicts: list[str] = field(default_factory=list)
 
 
 class Retries:
@@ -133,6 +135,7 @@ class Retries:
             now=now,
         )
         bound = log.bind(xid=xid, wid=wid, eid=eid, verdict=decision.verdict.value)
+        judged.verdicts.append(decision.verdict.value)
         if not decision.retry:
             await record_decision(conn, xid, wid, row)
             note = final_text(decision, attempt, policy.max_attempts)

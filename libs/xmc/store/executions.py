@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from xmc.model.audit import Actor
+from xmc.model.business import Transition
 from xmc.model.guard import GuardReason
 from xmc.model.merge import (
     STATE_PATH,
@@ -128,10 +129,13 @@ async def update_work_unit_executions(
     actor: Actor,
     now: datetime,
     events: list[ExperimentChange] | None = None,
+    transitions: list[Transition] | None = None,
 ) -> list[ItemResult]:
     """Run one batch; the caller provides the transaction (see module docstring). Every
     history row of the batch records ``actor`` (one request, one principal).
-    ``events``: the notifications are collected there, not queued (``apply_rollups``)."""
+    ``events``: the notifications are collected there, not queued (``apply_rollups``).
+    ``transitions``: each accepted state change is appended there, with the times the
+    business metrics need (``xmc.model.business``), for the caller to count after commit."""
     validate_batch(items)
     if not items:
         return []
@@ -159,6 +163,7 @@ async def update_work_unit_executions(
             force_status_message_update=item.force_status_message_update,
             now=now,
         )
+        before = slot.current
         slot.current = merged.execution
         slot.changed |= merged.changed
         if merged.state_change is not None:
@@ -168,6 +173,13 @@ async def update_work_unit_executions(
                 (item.xid, item.wid, item.eid, int(old), int(new), state_time, writer, now,
                  principal, request_id)
             )  # fmt: skip
+            if transitions is not None:
+                transitions.append(
+                    Transition(
+                        item.xid, item.wid, item.eid, old, new,
+                        before.state_update_time, state_time, before.create_time,
+                    )
+                )  # fmt: skip
         for field, message in merged.new_messages:
             messages.append(
                 (

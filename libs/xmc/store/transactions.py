@@ -58,6 +58,7 @@ from xmc.store.audit import (
     list_audit_events,
     record_audit,
 )
+from xmc.store.business import confirm_first_starts, count_live_units
 from xmc.store.connection import Connection, try_transaction_lock
 from xmc.store.container_logs import (
     StoredLog,
@@ -262,6 +263,8 @@ __all__ = [
     "claim_due",
     "claim_due_deliveries",
     "claim_parked_tasks",
+    "confirm_first_starts",
+    "count_live_units",
     "create_work_units",
     "decode_deployed_page_token",
     "delete_artifact",

@@ -48,7 +48,7 @@ import asyncpg
 import grpc
 from bench.bare_grpc import METHOD as BARE_METHOD
 from bench.bare_grpc import sized_request
-from bench.workloads import MASK, observation, work_unit
+from bench.workloads import CYCLE, MASK, observation, work_unit
 
 from tests.stack import create_database, drop_database
 from xmc.model.audit import Actor
@@ -130,19 +130,26 @@ async def replay(
         await getattr(conn, method)(first, *rest, **kwargs)
 
 
-async def record_updates(conn: Any, xid: int, work_units: int) -> list[list[Any]]:
-    """The store's statements for one round of batches over ``xid`` (its own experiment)."""
-    batches = []
-    for start in range(1, work_units + 1, BATCH):
-        wids = range(start, min(start + BATCH, work_units + 1))
-        items = [ExecutionUpdate(xid, w, 1, observation(0, xid, w), MASK) for w in wids]
-        recorder = Recorder(conn)
-        async with conn.transaction():
-            await update_work_unit_executions(
-                recorder, items, writer=SERVICE, actor=Actor(SERVICE, "bench"), now=T0
-            )
-        batches.append(recorder.calls)
-    return batches
+async def record_updates(conn: Any, xid: int, work_units: int) -> list[list[list[Any]]]:
+    """The store's statements for each round of one cycle of states (rounds 1, 2, 3:
+    SCHEDULING → STARTING → RUNNING → SCHEDULING) over ``xid`` (its own experiment), one
+    list of batches per round: the raw replay does what the ESS does in the same round
+    (entering RUNNING opens runs, leaving it closes them: statements the other rounds do
+    not have). Round 0 (INITIALIZING → SCHEDULING) only brings the rows to the cycle."""
+    rounds = []
+    for round_ in range(len(CYCLE) + 1):
+        batches = []
+        for start in range(1, work_units + 1, BATCH):
+            wids = range(start, min(start + BATCH, work_units + 1))
+            items = [ExecutionUpdate(xid, w, 1, observation(round_, xid, w), MASK) for w in wids]
+            recorder = Recorder(conn)
+            async with conn.transaction():
+                await update_work_unit_executions(
+                    recorder, items, writer=SERVICE, actor=Actor(SERVICE, "bench"), now=T0
+                )
+            batches.append(recorder.calls)
+        rounds.append(batches)
+    return rounds[1:]
 
 
 #: Reads one page through a (recording) connection; returns the next page's token.
@@ -383,7 +390,7 @@ async def main() -> None:
         xid = await seed(conn, args.work_units)
         raw_xid = await seed(conn, args.work_units)  # the raw loop's own rows and rollups
         await conn.execute("VACUUM ANALYZE")
-        batches = await record_updates(conn, raw_xid, args.work_units)
+        cycle = await record_updates(conn, raw_xid, args.work_units)
         pages = await record_pages(conn, raw_xid)
         column_pages = await record_pages(conn, raw_xid, column_page)
         port = free_port()
@@ -400,11 +407,14 @@ async def main() -> None:
         next_round = 1
         for _run in range(args.runs):
             if args.only != "list":
+                rounds = range(next_round, next_round + args.rounds)
                 requests = [
                     update_request(xid, range(start, min(start + BATCH, args.work_units + 1)), r)
-                    for r in range(next_round, next_round + args.rounds)
+                    for r in rounds
                     for start in range(1, args.work_units + 1, BATCH)
                 ]
+                # The raw replay of the same rounds' statements, request for request.
+                batches = [batch for r in rounds for batch in cycle[(r - 1) % len(cycle)]]
                 next_round += args.rounds
                 cpu = cpu_seconds(proc.pid)
                 ess, raw, floor = await measure_updates(conn, channel, bare, batches, requests)

@@ -14,11 +14,13 @@ queues, not by work units).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Final
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter as PromCounter
+from prometheus_client import Histogram
 
 from xmc.failure_metrics import FAILURES
 from xmc.model.business import (
@@ -49,13 +51,13 @@ QUEUE_WAIT = Histogram(
     "preempted execution that queues again counts each wait",
     buckets=WAIT_BUCKETS,
 )
-RETRIES = Counter(
+RETRIES = PromCounter(
     "xmc_work_unit_retry_verdicts_total",
     "Failed executions a retry policy judged, by verdict (retry, not_matched, never, "
     "exhausted, disruptions)",
     ["verdict"],
 )
-STATE_CHANGES = Counter(
+STATE_CHANGES = PromCounter(
     "xmc_work_unit_state_changes_total",
     "Accepted state changes of executions, by the state entered",
     ["state"],
@@ -72,25 +74,33 @@ async def first_starts(
 
 
 def count_batch(
-    transitions: Iterable[Transition],
+    transitions: Sequence[Transition],
     items: Sequence[ExecutionUpdate],
     *,
     first: set[tuple[int, int, int]],
     verdicts: Iterable[str],
     applied_at: datetime,
 ) -> None:
-    """Count one committed batch of observations."""
+    """Count one committed batch of observations. On the hot path: one increment per
+    state entered (not per change), and per change only a tuple compare unless it ends a
+    queue wait, fails, or starts for the first time."""
+    if not transitions:
+        for verdict in verdicts:
+            RETRIES.labels(verdict).inc()
+        return
+    for state, times in Counter(t.new for t in transitions).items():
+        _STATE_CHILDREN[state].inc(times)
     facts: Mapping[tuple[int, int, int], Failure | None] = {
         (item.xid, item.wid, item.eid): item.failure for item in items if item.failure is not None
     }
     for transition in transitions:
-        _STATE_CHILDREN[transition.new].inc()
-        key = (transition.xid, transition.wid, transition.eid)
         if transition.new == WorkUnitState.FAILED:
+            key = (transition.xid, transition.wid, transition.eid)
             FAILURES.labels(failure_reason(facts.get(key)).value).inc()
-        if (wait := queue_wait_seconds(transition)) is not None:
+        elif (wait := queue_wait_seconds(transition)) is not None:
             QUEUE_WAIT.observe(wait)
-        if key in first:
+    for transition in transitions if first else ():
+        if (transition.xid, transition.wid, transition.eid) in first:
             start = first_start(transition, applied_at)
             CREATE_TO_RUNNING.labels(start.execution).observe(start.seconds)
     for verdict in verdicts:

@@ -18,38 +18,22 @@ from typing import Any
 
 import grpc
 import structlog
-from google.longrunning import operations_grpc_pb2
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from ess import unit_gauges
-from ess.audit_service import AuditService
 from ess.auth import Authenticator
 from ess.cluster import LazyKube
 from ess.intents import Intents
 from ess.interceptor import EssInterceptor
-from ess.internal import SchedulingService, WorkUnitExecutionService
 from ess.jwks import JwksKeys
-from ess.live_logs import LiveLogs
-from ess.log_capture import ContainerLogService
-from ess.logs import LogService
-from ess.manifests import SpecService
-from ess.notifications import NotificationService
-from ess.operations_service import OperationsService
-from ess.queues import QueueService
-from ess.quota_service import QuotaService
 from ess.quotas import QuotaGate
 from ess.read_gate import ReadGate
 from ess.relay import OutboxRelay
 from ess.resume import ResumeWorker
-from ess.retries import Retries
-from ess.retry_service import RetryService
-from ess.service import ExperimentStateService
-from ess.sweeps import SweepService
-from ess.timelines import TimelineService
-from ess.usage import Meter, UsageService
+from ess.servicers import SERVICE_NAMES, Parts, add_servicers
+from ess.usage import Meter
 from ess.watch_hub import WatchHub, WatchSettings
-from ess.watching import WatchService
 from ess.webhooks import WebhookWorker
 from xmc.auth_settings import AuthSettings
 from xmc.errors import InvalidArgumentError
@@ -74,61 +58,8 @@ from xmc.store.transactions import (
 from xmc.streams import StreamNames, TaskPublisher
 from xmc.supervise import finish, supervise
 from xmc.timestamps import utc_now
-from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
-from xmc_api.internal.v1 import (
-    executions_pb2,
-    executions_pb2_grpc,
-    scheduling_pb2,
-    scheduling_pb2_grpc,
-)
-from xmc_api.internal.v1 import logs_pb2 as internal_logs_pb2
-from xmc_api.internal.v1 import logs_pb2_grpc as internal_logs_pb2_grpc
-from xmc_api.xmc.v1 import (
-    audit_pb2,
-    audit_pb2_grpc,
-    logs_pb2,
-    logs_pb2_grpc,
-    notifications_pb2,
-    notifications_pb2_grpc,
-    queue_pb2,
-    queue_pb2_grpc,
-    quota_pb2,
-    quota_pb2_grpc,
-    retry_pb2,
-    retry_pb2_grpc,
-    spec_pb2,
-    spec_pb2_grpc,
-    sweep_pb2,
-    sweep_pb2_grpc,
-    timeline_pb2,
-    timeline_pb2_grpc,
-    usage_pb2,
-    usage_pb2_grpc,
-    watch_pb2,
-    watch_pb2_grpc,
-)
 
 log = structlog.get_logger()
-
-#: Names that reflection lists (so ``grpcurl`` works) and health reports on.
-SERVICE_NAMES = (
-    api_pb2.DESCRIPTOR.services_by_name["ExperimentStateService"].full_name,
-    "google.longrunning.Operations",
-    executions_pb2.DESCRIPTOR.services_by_name["WorkUnitExecutionService"].full_name,
-    scheduling_pb2.DESCRIPTOR.services_by_name["SchedulingService"].full_name,
-    timeline_pb2.DESCRIPTOR.services_by_name["TimelineService"].full_name,
-    logs_pb2.DESCRIPTOR.services_by_name["LogService"].full_name,
-    internal_logs_pb2.DESCRIPTOR.services_by_name["ContainerLogService"].full_name,
-    spec_pb2.DESCRIPTOR.services_by_name["SpecService"].full_name,
-    sweep_pb2.DESCRIPTOR.services_by_name["SweepService"].full_name,
-    watch_pb2.DESCRIPTOR.services_by_name["WatchService"].full_name,
-    retry_pb2.DESCRIPTOR.services_by_name["RetryService"].full_name,
-    usage_pb2.DESCRIPTOR.services_by_name["UsageService"].full_name,
-    notifications_pb2.DESCRIPTOR.services_by_name["NotificationService"].full_name,
-    queue_pb2.DESCRIPTOR.services_by_name["QueueService"].full_name,
-    quota_pb2.DESCRIPTOR.services_by_name["QuotaService"].full_name,
-    audit_pb2.DESCRIPTOR.services_by_name["AuditService"].full_name,
-)
 
 
 @dataclass(frozen=True)
@@ -278,51 +209,15 @@ class EssServer:
                 ("grpc.so_reuseport", 0),
             ],
         )
-        api_pb2_grpc.add_ExperimentStateServiceServicer_to_server(
-            ExperimentStateService(self.store, intents, clock=self.clock, quotas=gate), server
-        )
-        operations_grpc_pb2.add_OperationsServicer_to_server(
-            OperationsService(self.store, clock=self.clock), server
-        )
-        executions_pb2_grpc.add_WorkUnitExecutionServiceServicer_to_server(
-            WorkUnitExecutionService(
-                self.store, Retries(per_minute=options.retries_per_minute), committed=relay.wake
-            ),
-            server,
-        )
-        scheduling_pb2_grpc.add_SchedulingServiceServicer_to_server(
-            SchedulingService(self.store, self.redis, names, clock=self.clock), server
-        )
-        timeline_pb2_grpc.add_TimelineServiceServicer_to_server(
-            TimelineService(self.store, clock=self.clock), server
-        )
         kube = self._kube = LazyKube(settings)
-        live_logs = LiveLogs(kube, tail_bytes=options.logs.tail_bytes)
-        logs_pb2_grpc.add_LogServiceServicer_to_server(
-            LogService(self.store, live_logs, clock=self.clock), server
-        )
-        queue_pb2_grpc.add_QueueServiceServicer_to_server(
-            QueueService(self.store, intents, kube, clock=self.clock), server
-        )
-        internal_logs_pb2_grpc.add_ContainerLogServiceServicer_to_server(
-            ContainerLogService(self.store, options.logs, clock=self.clock), server
-        )
-        spec_pb2_grpc.add_SpecServiceServicer_to_server(SpecService(self.store), server)
-        sweep_pb2_grpc.add_SweepServiceServicer_to_server(SweepService(self.store), server)
         hub = self.watch_hub = WatchHub(self.store, options.watch)
         self.store.on_commit(hub.wake)
-        watch_pb2_grpc.add_WatchServiceServicer_to_server(
-            WatchService(self.store, hub, clock=self.clock), server
+        add_servicers(
+            server,
+            Parts(self.store, intents, gate, relay, self.redis, names, kube, hub, self.clock),
+            retries_per_minute=options.retries_per_minute,
+            logs=options.logs,
         )
-        retry_pb2_grpc.add_RetryServiceServicer_to_server(RetryService(self.store), server)
-        audit_pb2_grpc.add_AuditServiceServicer_to_server(AuditService(self.store), server)
-        usage_pb2_grpc.add_UsageServiceServicer_to_server(
-            UsageService(self.store, clock=self.clock), server
-        )
-        notifications_pb2_grpc.add_NotificationServiceServicer_to_server(
-            NotificationService(self.store, clock=self.clock), server
-        )
-        quota_pb2_grpc.add_QuotaServiceServicer_to_server(QuotaService(self.store, gate), server)
         health_servicer = self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         reflection.enable_server_reflection(

@@ -10,9 +10,9 @@ import pytest
 from google.protobuf import descriptor_pool
 from google.protobuf.descriptor import FieldDescriptor
 
-from ess.app import SERVICE_NAMES
 from ess.auth import Identity, groups_claim
 from ess.read_gate import READ_RULES, Guard, ReadRule, experiments_readable_by, named_experiment
+from ess.servicers import SERVICE_NAMES
 from ui.main import UiRun
 from xmc.errors import InvalidArgumentError
 from xmc.model.read_access import (

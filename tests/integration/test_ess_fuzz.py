@@ -27,7 +27,7 @@ from tests.integration.support import minimal_work_unit
 from xmc.model.rollups import compute_active_state
 from xmc.model.states import EXECUTION_TERMINAL_STATES, LaunchState, WorkUnitState
 from xmc.store.codec import EXECUTION_COLUMNS, stored_from_row
-from xmc.store.experiments import severity_counts_from_array, state_counts_from_array
+from xmc.store.rollups import severity_counts_from_array, state_counts_from_array
 from xmc_api.cloud.xmanager.v1 import api_pb2
 
 # Thousands of fuzzed RPCs: `make test-fast` leaves it out.

@@ -29,8 +29,9 @@ from xmc.model.work_unit_ids import IdRequest, Key, plan_work_unit_ids
 from xmc.names import experiment_name, work_unit_name
 from xmc.store.codec import EXECUTION_COLUMNS
 from xmc.store.connection import Connection
-from xmc.store.experiments import RollupDelta, apply_rollups, experiment_doc_acls
+from xmc.store.experiments import experiment_doc_acls
 from xmc.store.operations import ActionType, NewOperation, insert_operations, operations_by_key
+from xmc.store.rollups import RollupDelta, apply_rollups
 from xmc.store.usage import NewResources, insert_resources
 from xmc.store.wire import work_unit_wire
 from xmc.store.work_units import (

@@ -34,7 +34,7 @@ from xmc.model.states import WorkUnitState
 from xmc.model.stored import StoredExecution
 from xmc.store.codec import EXECUTION_COLUMNS, stored_from_row, stored_to_columns
 from xmc.store.connection import Connection
-from xmc.store.experiments import RollupDelta, apply_rollups
+from xmc.store.rollups import RollupDelta, apply_rollups
 from xmc.store.wire import execution_wire
 from xmc.store.work_units import insert_history
 from xmc.timestamps import set_timestamp, stamp_after, to_datetime

@@ -25,8 +25,9 @@ from xmc.store.codec import (
     write_execution_from_row,
 )
 from xmc.store.connection import Connection, fetch_one
-from xmc.store.experiments import RollupDelta, apply_rollups, require_experiment
+from xmc.store.experiments import require_experiment
 from xmc.store.listing import ListRequest, ListResource, fetch_page
+from xmc.store.rollups import RollupDelta, apply_rollups
 from xmc.store.runs import write_runs
 from xmc.store.wire import (
     execution_wire,

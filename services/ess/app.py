@@ -23,6 +23,7 @@ from grpc_reflection.v1alpha import reflection
 
 from ess import unit_gauges
 from ess.auth import Authenticator
+from ess.business_metrics import FirstStarts
 from ess.cluster import LazyKube
 from ess.intents import Intents
 from ess.interceptor import EssInterceptor
@@ -212,9 +213,21 @@ class EssServer:
         kube = self._kube = LazyKube(settings)
         hub = self.watch_hub = WatchHub(self.store, options.watch)
         self.store.on_commit(hub.wake)
+        first_starts = FirstStarts(self.store)
         add_servicers(
             server,
-            Parts(self.store, intents, gate, relay, self.redis, names, kube, hub, self.clock),
+            Parts(
+                self.store,
+                intents,
+                gate,
+                relay,
+                self.redis,
+                names,
+                kube,
+                hub,
+                first_starts,
+                self.clock,
+            ),
             retries_per_minute=options.retries_per_minute,
             logs=options.logs,
         )
@@ -260,6 +273,7 @@ class EssServer:
             asyncio.create_task(hub.run(self._stop), name="watch-hub"),
             asyncio.create_task(webhooks.run(self._stop), name="webhook-worker"),
             asyncio.create_task(gate.run(self._stop), name="quota-refresh"),
+            asyncio.create_task(first_starts.run(self._stop), name="first-starts"),
             asyncio.create_task(
                 unit_gauges.run(self.store, self._stop, interval=options.metrics_refresh_seconds),
                 name="unit-gauges",

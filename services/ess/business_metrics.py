@@ -4,7 +4,9 @@ how many are retried — counted from the state changes the ESS accepts.
 
 Counted after the transaction commits, never inside it: a rolled-back batch counts
 nothing, and a kill -9 between the commit and the count loses at most that batch's
-samples (a metric, not a record; the history keeps the truth).
+samples (a metric, not a record; the history keeps the truth). Whether a start is an
+execution's first needs a read of its history: :class:`FirstStarts` does that for all
+queued starts at once, off the request path, so the observation path pays nothing for it.
 
 Labels are bounded by construction: failure reasons and retry verdicts are enums, the
 execution label is ``first`` or ``restart``. No id, email or free text is a label here
@@ -14,6 +16,7 @@ queues, not by work units).
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
@@ -33,7 +36,8 @@ from xmc.model.business import (
 from xmc.model.merge import ExecutionUpdate
 from xmc.model.retries import Failure
 from xmc.model.states import WorkUnitState
-from xmc.store.transactions import Connection, confirm_first_starts
+from xmc.store.transactions import Store, fetch_first_running
+from xmc.supervise import every
 
 #: Seconds to minutes to a day: a unit may start at once or wait a night for GPUs.
 WAIT_BUCKETS: Final = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400)
@@ -63,30 +67,65 @@ STATE_CHANGES = PromCounter(
     ["state"],
 )
 
+FIRST_STARTS_DROPPED = PromCounter(
+    "xmc_work_unit_first_starts_dropped_total",
+    "Changes into RUNNING not checked for a first start because too many were queued",
+)
+
 _STATE_CHILDREN = {state: STATE_CHANGES.labels(state.name) for state in WorkUnitState}
 
 
-async def first_starts(
-    conn: Connection, transitions: Sequence[Transition]
-) -> set[tuple[int, int, int]]:
-    """In the batch's transaction: which of its RUNNING changes are first starts."""
-    return await confirm_first_starts(conn, first_start_candidates(transitions))
+class FirstStarts:
+    """Which changes into RUNNING are executions' first starts, decided off the request
+    path: the observation path queues its candidates after the commit, and a supervised
+    loop resolves everything queued in one read per interval (an execution's first RUNNING
+    history row's time, compared with the change's own), then observes the create-to-RUNNING
+    histogram. A return after a preemption has a later time than the first row, so it is not
+    counted again, however the loop and the commits interleave. Bounded: past ``limit``
+    queued candidates the newest are dropped (a metric, not a record) and counted."""
+
+    def __init__(self, store: Store, *, interval: float = 1.0, limit: int = 100_000) -> None:
+        self._store = store
+        self._interval = interval
+        self._limit = limit
+        self._queued: list[tuple[Transition, datetime]] = []
+
+    def offer(self, transitions: Sequence[Transition], applied_at: datetime) -> None:
+        for transition in first_start_candidates(transitions):
+            if len(self._queued) >= self._limit:
+                FIRST_STARTS_DROPPED.inc()
+                continue
+            self._queued.append((transition, applied_at))
+
+    async def resolve(self) -> None:
+        queued, self._queued = self._queued, []
+        if not queued:
+            return
+        keys = sorted({(t.xid, t.wid, t.eid) for t, _ in queued})
+        async with self._store.connection() as conn:
+            first = await fetch_first_running(conn, keys)
+        for transition, applied_at in queued:
+            key = (transition.xid, transition.wid, transition.eid)
+            if first.get(key) == transition.new_since:
+                start = first_start(transition, applied_at)
+                CREATE_TO_RUNNING.labels(start.execution).observe(start.seconds)
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        await every("first-starts", self._interval, self.resolve, stopping=stopping)
 
 
 def count_batch(
     transitions: Sequence[Transition],
     items: Sequence[ExecutionUpdate],
     *,
-    first: set[tuple[int, int, int]],
     verdicts: Iterable[str],
-    applied_at: datetime,
 ) -> None:
     """Count one committed batch of observations. On the hot path: one increment per
-    state entered (not per change), and per change only a tuple compare unless it ends a
-    queue wait, fails, or starts for the first time."""
+    state entered (not per change), and per change only a compare unless it ends a
+    queue wait or fails."""
+    for verdict in verdicts:
+        RETRIES.labels(verdict).inc()
     if not transitions:
-        for verdict in verdicts:
-            RETRIES.labels(verdict).inc()
         return
     for state, times in Counter(t.new for t in transitions).items():
         _STATE_CHILDREN[state].inc(times)
@@ -99,9 +138,3 @@ def count_batch(
             FAILURES.labels(failure_reason(facts.get(key)).value).inc()
         elif (wait := queue_wait_seconds(transition)) is not None:
             QUEUE_WAIT.observe(wait)
-    for transition in transitions if first else ():
-        if (transition.xid, transition.wid, transition.eid) in first:
-            start = first_start(transition, applied_at)
-            CREATE_TO_RUNNING.labels(start.execution).observe(start.seconds)
-    for verdict in verdicts:
-        RETRIES.labels(verdict).inc()

@@ -14,7 +14,7 @@ import structlog
 from google.protobuf.message import Message
 
 from ess.auth import require_service
-from ess.business_metrics import count_batch, first_starts
+from ess.business_metrics import FirstStarts, count_batch
 from ess.interceptor import actor, caller
 from ess.retries import Retries
 from xmc.errors import InvalidArgumentError, ResourceExhaustedError, UnavailableError
@@ -118,7 +118,8 @@ def add_results(
 
 class WorkUnitExecutionService(executions_pb2_grpc.WorkUnitExecutionServiceServicer):
     """``committed`` is called after a batch whose transaction retried a failed unit
-    (its RESTART task waits in the outbox: the relay's ``wake``)."""
+    (its RESTART task waits in the outbox: the relay's ``wake``); ``first_starts`` is
+    offered each committed batch's changes into RUNNING (docs/metrics.md)."""
 
     def __init__(
         self,
@@ -126,10 +127,13 @@ class WorkUnitExecutionService(executions_pb2_grpc.WorkUnitExecutionServiceServi
         retries: Retries | None = None,
         *,
         committed: Callable[[], None] = lambda: None,
+        first_starts: FirstStarts | None = None,
     ) -> None:
         self._store = store
         self._retries = retries or Retries()
         self._committed = committed
+        #: Where the changes into RUNNING go to be told first starts (business metrics).
+        self._first_starts = first_starts
 
     async def UpdateWorkUnitExecutions(
         self, request: executions_pb2.UpdateWorkUnitExecutionsRequest, context: Any
@@ -148,13 +152,14 @@ class WorkUnitExecutionService(executions_pb2_grpc.WorkUnitExecutionServiceServi
                 conn, items, writer=writer, actor=actor(), now=now, events=events,
                 transitions=transitions,
             )  # fmt: skip
-            first = await first_starts(conn, transitions)
             judged = await self._retries.after_update(
                 conn, items, results, request_id=actor().request_id, now=now
             )
             # Notifications on the net effect: a retried failure is not final (decision 42).
             await queue_settled_events(conn, events, judged.retried, notes=judged.notes, now=now)
-        count_batch(transitions, items, first=first, verdicts=judged.verdicts, applied_at=now)
+        count_batch(transitions, items, verdicts=judged.verdicts)
+        if self._first_starts is not None:
+            self._first_starts.offer(transitions, now)
         if judged.retried:
             self._committed()
         response = executions_pb2.UpdateWorkUnitExecutionsResponse()

@@ -15,6 +15,7 @@ from typing import Any
 from google.longrunning import operations_grpc_pb2
 
 from ess.audit_service import AuditService
+from ess.business_metrics import FirstStarts
 from ess.cluster import LazyKube
 from ess.intents import Intents
 from ess.internal import SchedulingService, WorkUnitExecutionService
@@ -107,6 +108,8 @@ class Parts:
     #: The read-only cluster client (live logs, the queue view), made on first use.
     kube: LazyKube
     hub: WatchHub
+    #: Tells the observation path's changes into RUNNING apart (business metrics).
+    first_starts: FirstStarts
     clock: Callable[[], datetime]
 
 
@@ -120,7 +123,10 @@ def add_servicers(server: Any, p: Parts, *, retries_per_minute: int, logs: LogSe
     )
     executions_pb2_grpc.add_WorkUnitExecutionServiceServicer_to_server(
         WorkUnitExecutionService(
-            p.store, Retries(per_minute=retries_per_minute), committed=p.relay.wake
+            p.store,
+            Retries(per_minute=retries_per_minute),
+            committed=p.relay.wake,
+            first_starts=p.first_starts,
         ),
         server,
     )

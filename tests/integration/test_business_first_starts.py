@@ -1,6 +1,6 @@
 """The observation path's business facts against the real Postgres (docs/metrics.md): the
-transitions the store hands back, and "first RUNNING" read from the history in the batch's
-own transaction — a preempted execution that runs again is not a second start."""
+transitions the store hands back, and "first RUNNING" read from the history — a preempted
+execution that runs again is not a second start."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from xmc.model.audit import Actor
 from xmc.model.business import Transition, first_start_candidates, queue_wait_seconds
 from xmc.model.merge import ExecutionUpdate
 from xmc.model.states import WorkUnitState as S
-from xmc.store.business import confirm_first_starts
+from xmc.store.business import fetch_first_running
 from xmc.store.executions import update_work_unit_executions
 from xmc.store.repository import Store
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
@@ -34,13 +34,23 @@ async def env(database_url: str) -> AsyncIterator[tuple[Store, int]]:
 async def apply(
     store: Store, items: list[ExecutionUpdate]
 ) -> tuple[list[Transition], set[tuple[int, int, int]]]:
+    """One committed batch; then, as ``ess.business_metrics.FirstStarts`` decides it, its
+    changes into RUNNING that are their execution's first (stamped with its first RUNNING
+    history row's time)."""
     transitions: list[Transition] = []
     async with store.transaction() as conn:
         await update_work_unit_executions(
             conn, items, writer="reconciler", actor=Actor("reconciler@xmc.internal"),
             now=T0 + timedelta(minutes=5), transitions=transitions,
         )  # fmt: skip
-        first = await confirm_first_starts(conn, first_start_candidates(transitions))
+    candidates = first_start_candidates(transitions)
+    async with store.connection() as conn:
+        firsts = await fetch_first_running(conn, [(t.xid, t.wid, t.eid) for t in candidates])
+    first = {
+        (t.xid, t.wid, t.eid)
+        for t in candidates
+        if firsts.get((t.xid, t.wid, t.eid)) == t.new_since
+    }
     return transitions, first
 
 

@@ -3,38 +3,37 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
-from xmc.model.business import Transition
 from xmc.model.states import EXECUTION_TERMINAL_STATES, ActiveState, WorkUnitState
 from xmc.store.connection import Connection
 
-_FIRST_STARTS = """
-    SELECT h.xid, h.wid, h.eid
+_FIRST_RUNNING = """
+    SELECT DISTINCT ON (h.xid, h.wid, h.eid) h.xid, h.wid, h.eid, h.state_update_time
     FROM work_unit_status_history h
     JOIN unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS c(xid, wid, eid)
       ON h.xid = c.xid AND h.wid = c.wid AND h.eid = c.eid
     WHERE h.new_state = $4
-    GROUP BY h.xid, h.wid, h.eid
-    HAVING count(*) = 1"""
+    ORDER BY h.xid, h.wid, h.eid, h.id"""
 
 
-async def confirm_first_starts(
-    conn: Connection, candidates: Sequence[Transition]
-) -> set[tuple[int, int, int]]:
-    """Of the executions that just entered RUNNING (their history rows written in this
-    transaction), those for which it is the only RUNNING in the history: the first start,
-    not a return after a preemption. One indexed read per batch that has candidates,
-    touching only their work units' rows (``work_unit_status_history_wu``)."""
-    if not candidates:
-        return set()
+async def fetch_first_running(
+    conn: Connection, executions: Sequence[tuple[int, int, int]]
+) -> dict[tuple[int, int, int], datetime]:
+    """When each execution first entered RUNNING (its first such history row's time):
+    a change into RUNNING stamped with that time is the execution's first start, not a
+    return after a preemption. One indexed read (``work_unit_status_history_wu``) for
+    all of them, touching only their work units' rows."""
+    if not executions:
+        return {}
     rows = await conn.fetch(
-        _FIRST_STARTS,
-        [t.xid for t in candidates],
-        [t.wid for t in candidates],
-        [t.eid for t in candidates],
+        _FIRST_RUNNING,
+        [e[0] for e in executions],
+        [e[1] for e in executions],
+        [e[2] for e in executions],
         int(WorkUnitState.RUNNING),
     )
-    return {(row["xid"], row["wid"], row["eid"]) for row in rows}
+    return {(r["xid"], r["wid"], r["eid"]): r["state_update_time"] for r in rows}
 
 
 _LIVE_UNITS = """

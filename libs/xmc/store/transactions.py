@@ -46,7 +46,7 @@ from xmc.store.audit import (
     list_audit_events,
     record_audit,
 )
-from xmc.store.business import confirm_first_starts, count_live_units
+from xmc.store.business import count_live_units, fetch_first_running
 from xmc.store.connection import Connection, try_transaction_lock
 from xmc.store.container_logs import (
     StoredLog,
@@ -254,7 +254,6 @@ __all__ = [
     "claim_due",
     "claim_due_deliveries",
     "claim_parked_tasks",
-    "confirm_first_starts",
     "count_live_units",
     "create_work_units",
     "decode_deployed_page_token",
@@ -281,6 +280,7 @@ __all__ = [
     "fetch_experiment",
     "fetch_experiment_priority",
     "fetch_experiment_retry_policy",
+    "fetch_first_running",
     "fetch_grouped_usage",
     "fetch_logs",
     "fetch_manifest",

@@ -4,9 +4,9 @@
 One ESS process (``xmc-ess serve``) on a fresh database, seeded with COPY: 200 experiments
 of 50 users, 100,000 work units (one execution each) in 4 queues, each unit's requested
 resources, and the status history of the last 30 days (≈5 rows per execution; 5 % of the
-executions preempted once, 1 % still running). The history is COPYed into
-``work_unit_status_history`` and migration 0012's trigger builds ``execution_runs`` from it,
-as it does for every writer (the seed's time is printed).
+executions preempted once, 1 % still running). The history goes in through
+``insert_history``, as every writer's does: COPY, and ``execution_runs`` written from the
+same rows (the seed's time is printed).
 
 Four queries, each timed ``--runs`` times alternately through gRPC (one call in flight) and
 as the raw SQL the store sends for it (recorded once, replayed through asyncpg); p50 and
@@ -50,7 +50,7 @@ from xmc.model.states import WorkUnitState as S
 from xmc.model.usage import BUCKETS, Window
 from xmc.store.migrate import migrate
 from xmc.store.usage import GroupBy, fetch_execution_runs, fetch_grouped_usage, fetch_series
-from xmc.store.work_units import HISTORY_COLUMNS
+from xmc.store.work_units import insert_history
 from xmc_api.xmc.v1 import usage_pb2
 
 METHOD = "/xmc.v1.UsageService/GetUsage"
@@ -84,7 +84,7 @@ def history(wid_base: int, xid: int, count: int, now: datetime, rng: random.Rand
             pass
         else:
             changes.append((S.RUNNING, S.COMPLETED, end))
-        rows += [(xid, wid, 1, int(a), int(b), t, "bench", t) for a, b, t in changes]
+        rows += [(xid, wid, 1, int(a), int(b), t, "bench", t, "bench", "") for a, b, t in changes]
     return rows
 
 
@@ -137,9 +137,8 @@ async def seed(conn: Any, executions: int, now: datetime) -> float:
     began = time.perf_counter()
     for xid in range(1, EXPERIMENTS + 1):
         rows = history(0, xid, per, now, rng)
-        await conn.copy_records_to_table(
-            "work_unit_status_history", records=rows, columns=HISTORY_COLUMNS
-        )
+        async with conn.transaction():
+            await insert_history(conn, rows)  # COPY, and the runs the rows open and close
     return time.perf_counter() - began
 
 
@@ -263,7 +262,7 @@ async def main() -> None:
 
     print(
         f"usage over {args.executions:,} executions ({runs:,} runs, {history_rows:,} history "
-        f"rows; history COPY with the runs trigger: {seed_seconds:.1f} s); {args.runs} calls "
+        f"rows; history COPY with its runs: {seed_seconds:.1f} s); {args.runs} calls "
         "each, one in flight, RPC and raw SQL alternately"
     )
     for name, (rpc, raw) in figures.items():

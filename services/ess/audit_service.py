@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ess.auth import require_admin
 from ess.interceptor import caller
-from xmc.errors import InvalidArgumentError, PermissionDeniedError
+from xmc.errors import InvalidArgumentError
 from xmc.names import experiment_name, parse_experiment_name
 from xmc.store.transactions import (
     AuditQuery,
@@ -58,11 +59,7 @@ class AuditService(audit_pb2_grpc.AuditServiceServicer):
     async def ListAuditEvents(
         self, request: audit_pb2.ListAuditEventsRequest, context: Any
     ) -> audit_pb2.ListAuditEventsResponse:
-        identity = caller()
-        if not identity.is_admin:
-            raise PermissionDeniedError(
-                f"ListAuditEvents: {identity.email} is not an admin (XMC_AUTH_ADMINS)"
-            )
+        require_admin(caller(), "ListAuditEvents")
         query = audit_query(request)
         listing = ListRequest(
             filter=request.filter, page_size=request.page_size, page_token=request.page_token

@@ -280,6 +280,12 @@ def require_experiment_writer(
         )
 
 
+def require_admin(identity: Identity, rpc: str) -> None:
+    """PERMISSION_DENIED unless ``identity`` is an admin (XMC_AUTH_ADMINS)."""
+    if not identity.is_admin:
+        raise PermissionDeniedError(f"{rpc}: {identity.email} is not an admin (XMC_AUTH_ADMINS)")
+
+
 def require_writer_of(identity: Identity, experiment: Experiment) -> None:
     """:func:`require_experiment_writer` on an experiment as the store returns it."""
     require_experiment_writer(

@@ -22,13 +22,13 @@ from typing import Any
 
 import structlog
 
+from ess.auth import require_admin
 from ess.cluster import ClusterUnavailable, LazyKube
 from ess.intents import Intents
 from ess.interceptor import actor, caller
 from xmc.errors import (
     InvalidArgumentError,
     NotFoundError,
-    PermissionDeniedError,
     UnavailableError,
 )
 from xmc.kjson import as_str, metadata_of
@@ -121,10 +121,7 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
         self, request: queue_pb2.SetWorkUnitPriorityRequest, context: Any
     ) -> queue_pb2.SetWorkUnitPriorityResponse:
         identity = caller()
-        if not identity.is_admin:
-            raise PermissionDeniedError(
-                f"SetWorkUnitPriority: {identity.email} is not an admin (XMC_ADMINS)"
-            )
+        require_admin(identity, "SetWorkUnitPriority")
         xid, wid = parse_work_unit_name(request.name)
         if request.priority_class not in PRIORITY_CLASSES:
             raise InvalidArgumentError(

@@ -9,7 +9,7 @@ from typing import Any
 
 from google.protobuf.empty_pb2 import Empty
 
-from ess.auth import Identity
+from ess.auth import require_admin
 from ess.interceptor import actor, caller
 from ess.quotas import QuotaGate
 from xmc.errors import InvalidArgumentError, NotFoundError, PermissionDeniedError
@@ -35,11 +35,6 @@ from xmc.store.transactions import (
 )
 from xmc.timestamps import set_timestamp
 from xmc_api.xmc.v1 import quota_pb2, quota_pb2_grpc
-
-
-def _require_admin(identity: Identity, rpc: str) -> None:
-    if not identity.is_admin:
-        raise PermissionDeniedError(f"{rpc}: {identity.email} is not an admin")
 
 
 def limits_of(quota: quota_pb2.Quota) -> Limits:
@@ -112,7 +107,7 @@ class QuotaService(quota_pb2_grpc.QuotaServiceServicer):
     async def ListQuotas(
         self, request: quota_pb2.ListQuotasRequest, context: Any
     ) -> quota_pb2.ListQuotasResponse:
-        _require_admin(caller(), "ListQuotas")
+        require_admin(caller(), "ListQuotas")
         async with self._store.connection() as conn:
             rows = await fetch_quotas(conn)
             usage = await fetch_usage(conn, [row.principal for row in rows])
@@ -125,7 +120,7 @@ class QuotaService(quota_pb2_grpc.QuotaServiceServicer):
 
     async def SetQuota(self, request: quota_pb2.SetQuotaRequest, context: Any) -> quota_pb2.Quota:
         identity = caller()
-        _require_admin(identity, "SetQuota")
+        require_admin(identity, "SetQuota")
         principal = parse_quota_name(request.quota.name, field_name="quota.name")
         limits = limits_of(request.quota)
         async with self._store.transaction() as conn:
@@ -138,7 +133,7 @@ class QuotaService(quota_pb2_grpc.QuotaServiceServicer):
         return await self._answer(principal)
 
     async def DeleteQuota(self, request: quota_pb2.DeleteQuotaRequest, context: Any) -> Empty:
-        _require_admin(caller(), "DeleteQuota")
+        require_admin(caller(), "DeleteQuota")
         principal = parse_quota_name(request.name)
         async with self._store.transaction() as conn:
             if not await delete_quota_limits(conn, principal):
@@ -151,7 +146,7 @@ class QuotaService(quota_pb2_grpc.QuotaServiceServicer):
     async def ReconcileQuotaUsage(
         self, request: quota_pb2.ReconcileQuotaUsageRequest, context: Any
     ) -> quota_pb2.ReconcileQuotaUsageResponse:
-        _require_admin(caller(), "ReconcileQuotaUsage")
+        require_admin(caller(), "ReconcileQuotaUsage")
         async with self._store.transaction() as conn:
             corrected = await reconcile_usage(conn)
         return quota_pb2.ReconcileQuotaUsageResponse(corrected=corrected)

@@ -37,9 +37,6 @@ from xmc.timestamps import set_timestamp
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
 from xmc_api.cloud.xmanager.v1.xid_pb2 import XidAcls
 
-N_STATES = 13
-N_SEVERITIES = 6
-
 EXPERIMENT_COLUMNS = """xid, title, creator, priority, tags, notes, doc, create_time, update_time,
     complete_time, launch_state, active_state, launch_id, child_state_counts,
     message_severity_counts, last_child_status_update_time, status_update_time,

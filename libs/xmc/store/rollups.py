@@ -22,13 +22,10 @@ from xmc.store.connection import Connection
 from xmc.store.notifications import queue_events
 from xmc.store.watch_events import insert_experiment_event
 
+#: Elements of ``child_state_counts`` (every WorkUnitState) and of
+#: ``message_severity_counts`` (every Severity / 10), as the table's CHECKs say.
 N_STATES = 13
 N_SEVERITIES = 6
-
-EXPERIMENT_COLUMNS = """xid, title, creator, priority, tags, notes, doc, create_time, update_time,
-    complete_time, launch_state, active_state, launch_id, child_state_counts,
-    message_severity_counts, last_child_status_update_time, status_update_time,
-    structured_status_message"""
 
 
 def _severity_index(severity: Severity) -> int:

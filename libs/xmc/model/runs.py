@@ -12,10 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Final
+from typing import Any
 
-#: RUNNING and PARTIALLY_FAILED (WorkUnitState values 4 and 5).
-RUN_STATES: Final = frozenset({4, 5})
+from xmc.model.timeline import RUN_STATES
 
 
 @dataclass

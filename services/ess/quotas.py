@@ -12,12 +12,14 @@ exact admission inside the create transaction, and a cheap early refusal.
   bucket needs to refill one token, so it refuses nothing Postgres would have admitted;
   a live limit's is seen up to a second late (a unit that finished, a limit an admin
   raised).
-- A refusal is answered after a hold: its retry-after, at least ``MIN_HOLD`` and at most
-  ``MAX_HOLD`` (the wait it then names is what is left of it). A flooder that retries at
-  once, as fast as answers come, then sends each of its concurrent calls at most
-  1/MIN_HOLD times a second, so refusing costs the ESS a timer instead of the CPU of
-  thousands of RPCs a second (``bench/flood_bench.py``: answered at once, 900 refusals
-  a second made a bystander's p99 5x its baseline).
+- A refusal is answered after a ``HOLD`` of one second (the wait it then names is what
+  is left of its retry-after). A flooder that retries at once, as fast as answers come,
+  then sends each of its concurrent calls once a second, so refusing costs the ESS a
+  timer instead of the CPU of thousands of RPCs a second (``bench/flood_bench.py``:
+  answered at once, 900 refusals a second made a bystander's p99 5x its baseline; held
+  a quarter of a second, 57 a second still made it 2.2x). The price: a caller whose
+  bucket refills in 50 ms hears back after a second, as slow as a retrying client
+  would be anyway.
 - The same background loop folds every principal's pending live-count deltas, so
   ``quota_deltas`` holds only the last few seconds of state changes.
 """
@@ -55,8 +57,7 @@ log = structlog.get_logger()
 #: Longest a refusal is answered from memory (see the module docstring).
 MAX_COOL_DOWN = timedelta(seconds=1)
 #: How long a refused call is held before its answer (see the module docstring).
-MIN_HOLD = 0.25
-MAX_HOLD = 1.0
+HOLD = 1.0
 
 
 @dataclass(frozen=True)
@@ -167,14 +168,13 @@ def caller_bound(gate: QuotaGate | None, identity: Identity) -> Bound:
 
 async def held(refusal: QuotaExceededError) -> QuotaExceededError:
     """``refusal`` after its hold, naming the wait that is left."""
-    hold = min(max(refusal.retry_after, MIN_HOLD), MAX_HOLD)
-    await asyncio.sleep(hold)
+    await asyncio.sleep(HOLD)
     return QuotaExceededError(
         str(refusal),
         principal=refusal.principal,
         limit=refusal.limit,
         value=refusal.value,
-        retry_after=max(0.0, refusal.retry_after - hold),
+        retry_after=max(0.0, refusal.retry_after - HOLD),
     )
 
 

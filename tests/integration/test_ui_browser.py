@@ -81,7 +81,9 @@ async def test_dashboard_in_a_browser(system: System, browser: Browser, shots: P
         system,
         "browser sweep",
         [
-            finite_work_unit({"run_seconds": 6}),
+            # Long enough to be seen RUNNING on a loaded machine, where the page can take
+            # seconds to open.
+            finite_work_unit({"run_seconds": 20}),
             forever_work_unit(),
             finite_work_unit({"run_seconds": 1, "exit_code": 3}),
         ],
@@ -99,19 +101,19 @@ async def test_dashboard_in_a_browser(system: System, browser: Browser, shots: P
         # A marker on the window survives only while the page is never reloaded.
         await page.evaluate("window.__notReloaded = true")
         await expect(unit_state(page, 1)).to_have_text("RUNNING", timeout=WITHIN)
+        await expect(unit_state(page, 3)).to_have_text("FAILED", timeout=WITHIN)
+        await expect(page.locator('tr[data-wid="3"] .message')).to_contain_text(
+            "exited with code 3"
+        )
         await expect(unit_state(page, 1)).to_have_text("COMPLETED", timeout=WITHIN)
         assert await page.evaluate("window.__notReloaded === true")
 
+        # The stop is a form: its answer is a new page.
         await expect(unit_state(page, 2)).to_have_text("RUNNING", timeout=WITHIN)
         await page.locator('tr[data-wid="2"] button.stop').click()
         await expect(page.locator(".notice")).to_contain_text("stop of work unit 2 requested")
         await expect(unit_state(page, 2)).to_have_text("STOPPED", timeout=WITHIN)
         await page.screenshot(path=str(shots / "experiment.png"), full_page=True)
-
-        await expect(unit_state(page, 3)).to_have_text("FAILED", timeout=WITHIN)
-        await expect(page.locator('tr[data-wid="3"] .message')).to_contain_text(
-            "exited with code 3"
-        )
 
         await page.locator('tr[data-wid="3"] a').first.click()
         await expect(page).to_have_url(f"{base}/experiments/{xid}/workUnits/3")

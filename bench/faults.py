@@ -53,7 +53,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
@@ -62,9 +62,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import aiohttp
 import grpc
 from bench.fault_counts import Counts, Intent, JobSet, Observed, count
+from bench.faults_pg import FailoverLoad, missing_from_primary
 from google.longrunning import operations_grpc_pb2
 from google.longrunning.operations_proto_pb2 import ListOperationsRequest
 
+from tests.integration.pg_auto_failover import AutoFailover
 from tests.integration.postgres_server import PostgresServer
 from tests.integration.redis_server import RedisServer
 from tests.integration.support import behaving_unit, forever_work_unit, minimal_work_unit
@@ -79,7 +81,7 @@ from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 S = WorkUnitState
 SCENARIOS = (
     "baseline", "kill-ess", "kill-actuator", "kill-reconciler", "redis-restart",
-    "postgres-restart",
+    "postgres-restart", "pg-failover",
 )  # fmt: skip
 OPTIONS = StackOptions(claim_idle=5.0, repair_after=10.0, repair_interval=2.0)
 #: F's policy: two retries of exit code 137, a second apart.
@@ -105,6 +107,8 @@ class Run:
     converged_after: float | None = None
     wall: float = 0.0
     error: str | None = None
+    #: Scenario-specific figures, printed under the run's line (pg-failover's).
+    figures: list[str] = field(default_factory=list)
 
     @property
     def clean(self) -> bool:
@@ -174,7 +178,12 @@ async def poll(probe: Callable[[], Awaitable[bool]], within: float) -> bool:
 
 
 async def inject(
-    scenario: str, stack: Stack, redis: RedisServer, pg: PostgresServer, outage: float
+    scenario: str,
+    stack: Stack,
+    redis: RedisServer,
+    pg: PostgresServer,
+    outage: float,
+    ha: AutoFailover | None = None,
 ) -> None:
     if scenario.startswith("kill-"):
         await stack.kill(scenario.removeprefix("kill-"))
@@ -186,10 +195,17 @@ async def inject(
         await redis.start()
     elif scenario == "postgres-restart":
         await pg.restart()
+    elif scenario == "pg-failover" and ha is not None:
+        await ha.kill_primary()
 
 
 async def workload(
-    scenario: str, stack: Stack, redis: RedisServer, pg: PostgresServer, args: argparse.Namespace
+    scenario: str,
+    stack: Stack,
+    redis: RedisServer,
+    pg: PostgresServer,
+    args: argparse.Namespace,
+    ha: AutoFailover | None = None,
 ) -> Run:
     ledger = JobSetLedger(stack.kube_url)
     ledger.start()
@@ -213,6 +229,9 @@ async def workload(
                 return all(units.get(u, (0, None))[1] == S.RUNNING for u in to_stop + to_restart)
 
             ready = await poll(running, within=60)
+            load = None if ha is None else FailoverLoad(client.api, parent)
+            if load is not None:
+                await load.start()
             second = await asyncio.gather(
                 *(client.stop(u) for u in to_stop),
                 *(client.restart(u) for u in to_restart),
@@ -224,13 +243,18 @@ async def workload(
             roles |= {i.unit: "retry" for i in created[10:]}
             intents = [*first, *second]
             fault = time.monotonic()
-            await inject(scenario, stack, redis, pg, args.outage)
+            run = Run(scenario, Counts())
+            await inject(scenario, stack, redis, pg, args.outage, ha)
+            if load is not None:
+                load.mark_fault()  # the primary is dead: calls begun from now on meet it
+                run.figures = (await load.finish(within=args.deadline)).lines()
+                roles |= load.roles()
+                intents += load.intents
 
             async def converged() -> bool:
                 counts = count(roles, intents, await client.observe(parent, ledger))
                 return counts.lost == counts.stuck == 0
 
-            run = Run(scenario, Counts())
             if await poll(converged, within=args.deadline):
                 run.converged_after = time.monotonic() - fault
             run.wall = time.monotonic() - began
@@ -240,6 +264,10 @@ async def workload(
                 counts.notes.insert(0, "setup: not every S/R unit was RUNNING within 60 s")
             dead = [name for name, up in stack.alive().items() if not up]
             counts.died, counts.notes = len(dead), counts.notes + [f"died {n}" for n in dead]
+            if load is not None:
+                missing = await missing_from_primary(stack.database_url, intents)
+                run.figures.append(f"acknowledged writes not in the new primary: {len(missing)}")
+                counts.notes += [f"not in the new primary: {m}" for m in missing]
             return run
         finally:
             await client.channel.close()
@@ -249,21 +277,30 @@ async def workload(
 async def run_once(
     scenario: str, pg: PostgresServer, workdir: Path, args: argparse.Namespace
 ) -> Run:
-    """One run on a fresh database, a fresh private Redis and a fresh stack."""
+    """One run on a fresh database, a fresh private Redis and a fresh stack; pg-failover
+    on a pg_auto_failover formation of its own (its primary dies), through its DSN."""
     (workdir / "redis").mkdir(parents=True)
     redis = RedisServer(workdir / "redis")
-    database = await create_database(pg.admin_dsn)
-    stack = Stack(
-        database_url=database, redis_url=redis.url, log_dir=workdir / "logs", options=OPTIONS
-    )
+    ha = AutoFailover() if scenario == "pg-failover" else None
     try:
-        await redis.start()
-        await stack.start()
-        run = await workload(scenario, stack, redis, pg, args)
+        if ha is not None:
+            await ha.start()
+        admin = pg.admin_dsn if ha is None else ha.admin_dsn
+        database = await create_database(admin)
+        stack = Stack(
+            database_url=database, redis_url=redis.url, log_dir=workdir / "logs", options=OPTIONS
+        )
+        try:
+            await redis.start()
+            await stack.start()
+            run = await workload(scenario, stack, redis, pg, args, ha)
+        finally:
+            await stack.stop()
+            await redis.stop()
+            await drop_database(admin, database)
     finally:
-        await stack.stop()
-        await redis.stop()
-        await drop_database(pg.admin_dsn, database)
+        if ha is not None:
+            await ha.stop()
     if not run.clean and args.show_logs:
         stack.print_logs()
     return run
@@ -289,8 +326,8 @@ async def matrix(
                 f"stuck {c.stuck} died {c.died}" + (f"; ERROR {run.error}" if run.error else ""),
                 flush=True,
             )
-            for note in c.notes:
-                print(f"    {note}")
+            for line in [*run.figures, *c.notes]:
+                print(f"    {line}")
             if not run.clean:
                 print(f"    logs: {workdir / 'logs'}", flush=True)
 

@@ -17,16 +17,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import pwd
 import shutil
 import signal
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import asyncpg
+import pytest
 
 from tests.integration.postgres_server import postgres_bin
 from tests.stack import free_ports
@@ -62,7 +64,9 @@ class AutoFailover:
 
     def __init__(self) -> None:
         if shutil.which("pg_autoctl") is None:
-            raise RuntimeError("pg_autoctl is not installed (apt-get install postgresql-15-auto-failover)")
+            raise RuntimeError(
+                "pg_autoctl is not installed (apt-get install postgresql-15-auto-failover)"
+            )
         self.bin = postgres_bin()
         self.root = Path(tempfile.mkdtemp(prefix="xmc-pgaf-"))
         monitor, first, second = free_ports(3)
@@ -113,7 +117,7 @@ class AutoFailover:
             await self._create_node(node)
             await self._run(node)
             await eventually(
-                self._states, lambda s: s.get(node.name) in (*WRITABLE, "secondary"),
+                self._states, functools.partial(_serving, node),
                 within=within, every=0.2, what=f"{node.name} registered and running",
             )  # fmt: skip
         await eventually(
@@ -166,7 +170,15 @@ class AutoFailover:
         for node in (self.monitor, *self.nodes):
             pid_file = node.data / "postmaster.pid"
             if pid_file.exists():
-                await self._exec(str(self.bin / "pg_ctl"), "-D", str(node.data), "-m", "immediate", "stop", check=False)
+                await self._exec(
+                    str(self.bin / "pg_ctl"),
+                    "-D",
+                    str(node.data),
+                    "-m",
+                    "immediate",
+                    "stop",
+                    check=False,
+                )
         shutil.rmtree(self.root, ignore_errors=True)
 
     # The monitor's view.
@@ -197,7 +209,9 @@ class AutoFailover:
             )
         finally:
             await conn.close()
-        return {r["nodename"]: r["reportedstate"] for r in rows if r["reportedstate"] == r["goalstate"]}
+        return {
+            r["nodename"]: r["reportedstate"] for r in rows if r["reportedstate"] == r["goalstate"]
+        }
 
     async def _synchronous(self) -> bool:
         primary = await self.primary()
@@ -214,7 +228,14 @@ class AutoFailover:
     async def _initdb(self, node: Node) -> None:
         """A data directory whose Unix socket lives in our temp dir, not the machine's."""
         await self._exec(
-            str(self.bin / "initdb"), "-D", str(node.data), "-U", "postgres", "-A", "trust", "--no-sync"
+            str(self.bin / "initdb"),
+            "-D",
+            str(node.data),
+            "-U",
+            "postgres",
+            "-A",
+            "trust",
+            "--no-sync",
         )
         with (node.data / "postgresql.auto.conf").open("a") as conf:
             conf.write(f"unix_socket_directories = '{self.root}'\n")
@@ -236,30 +257,19 @@ class AutoFailover:
         await self._exec("pg_autoctl", *args, log=self.root / "create.log")
 
     async def _run(self, node: Node) -> None:
-        log = (self.root / f"{node.name}.log").open("ab")
-        try:
-            self._keepers[node.name] = await asyncio.create_subprocess_exec(
-                "pg_autoctl", "run", "--pgdata", str(node.data),
-                stdout=log, stderr=log, **self._as_owner(),
-            )  # fmt: skip
-        finally:
-            log.close()
+        self._keepers[node.name] = await self._spawn(
+            "pg_autoctl", "run", "--pgdata", str(node.data), log=self.root / f"{node.name}.log"
+        )
 
     async def _exec(self, *command: str, log: Path | None = None, check: bool = True) -> None:
-        out = (log or self.root / "setup.log").open("ab")
-        try:
-            process = await asyncio.create_subprocess_exec(
-                *command, stdout=out, stderr=out, **self._as_owner()
-            )
-            code = await process.wait()
-        finally:
-            out.close()
+        process = await self._spawn(*command, log=log or self.root / "setup.log")
+        code = await process.wait()
         if check and code != 0:
             raise RuntimeError(f"{' '.join(command[:3])} exited {code}; see {self.root}")
 
-    def _as_owner(self) -> dict[str, object]:
-        """The environment (its own config and state dirs, not the user's) and, as root,
-        the ``postgres`` user."""
+    async def _spawn(self, *command: str, log: Path) -> asyncio.subprocess.Process:
+        """``command`` in its own environment (its config and state dirs under the temp
+        dir, not the user's) and, as root, as the ``postgres`` user."""
         env = {
             "PATH": f"{self.bin}:/usr/bin:/bin",
             "HOME": str(self.root),
@@ -268,10 +278,18 @@ class AutoFailover:
             "XDG_RUNTIME_DIR": str(self.root),
             "PGHOST": str(self.root),
         }
-        owner: dict[str, object] = {"env": env, "cwd": str(self.root)}
-        if self._owner is not None:
-            owner |= {"user": self._owner.pw_uid, "group": self._owner.pw_gid, "extra_groups": []}
-        return owner
+        owner = self._owner
+        with log.open("ab") as out:
+            return await asyncio.create_subprocess_exec(
+                *command, stdout=out, stderr=out, env=env, cwd=self.root,
+                user=None if owner is None else owner.pw_uid,
+                group=None if owner is None else owner.pw_gid,
+                extra_groups=None if owner is None else [],
+            )  # fmt: skip
+
+
+def _serving(node: Node, states: dict[str, str]) -> bool:
+    return states.get(node.name) in (*WRITABLE, "secondary")
 
 
 async def _descendants(pid: int) -> list[int]:
@@ -291,3 +309,14 @@ async def _children(parents: Iterable[int]) -> list[int]:
     )
     out, _ = await process.communicate()
     return [int(pid) for pid in out.split()]
+
+
+@pytest.fixture
+async def auto_failover() -> AsyncIterator[AutoFailover]:
+    """A started formation of the test's own, stopped and removed whatever happened."""
+    formation = AutoFailover()
+    try:
+        await formation.start()
+        yield formation
+    finally:
+        await formation.stop()

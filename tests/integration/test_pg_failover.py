@@ -7,6 +7,8 @@ INTERNAL; nothing is stuck, no service dies.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 from pathlib import Path
 
@@ -19,8 +21,9 @@ from tests.integration.processes import Client, running_stack
 from tests.integration.redis_server import RedisServer
 from tests.integration.support import forever_work_unit
 from tests.stack import JobSetLedger
-from tests.waiting import eventually
+from tests.waiting import eventually, holds_for
 from xmc.model.states import WorkUnitState
+from xmc.store.transactions import wait_for_postgres
 from xmc_api.cloud.xmanager.v1 import api_pb2
 
 # OS processes and three Postgres servers, one of them killed: `make test-fast` leaves it out.
@@ -86,6 +89,28 @@ async def test_a_failover_under_a_sweep_loses_no_acknowledged_write(
         finally:
             await ledger.stop()
             await client.channel.close()
+
+
+async def test_a_starting_service_waits_while_only_a_standby_answers(
+    auto_failover: AutoFailover,
+) -> None:
+    """Mid-failover the DSN may reach only a standby (or a primary already fenced
+    read-only): a service starting then waits, as for a Postgres still starting up,
+    instead of exiting at once and crash-looping through the failover."""
+    primary = await auto_failover.primary()
+    (standby,) = [node for node in auto_failover.nodes if node != primary]
+    only_the_standby = (
+        f"postgresql://postgres@127.0.0.1:{standby.port}/postgres?target_session_attrs=read-write"
+    )
+
+    waiting = asyncio.create_task(wait_for_postgres(only_the_standby, within=60))
+    try:
+        await holds_for(lambda: not waiting.done(), during=2.0, what="still waiting")
+    finally:
+        waiting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiting
+    await wait_for_postgres(auto_failover.dsn(), within=5)  # the primary: at once
 
 
 async def unsettled(client: Client, parent: str, running: str) -> list[str]:

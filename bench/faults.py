@@ -10,7 +10,9 @@ and a fresh private Redis, at kubesim time scale 1, and drives one experiment:
 3. the fault, as soon as those RPCs have returned (their tasks are in flight): SIGKILL a
    service, ``--outage`` seconds, start it again; or SIGKILL the private Redis (no
    persistence: streams and consumer group are gone), ``--outage`` seconds, start it; or
-   ``pg_ctl restart -m fast`` of the private Postgres; ``baseline`` does nothing;
+   ``pg_ctl restart -m fast`` of the private Postgres; or (``pg-failover``, on a
+   pg_auto_failover formation of its own) SIGKILL the primary's host while clients keep
+   creating units (``bench/faults_pg.py``); ``baseline`` does nothing;
 4. poll until every unit is in its end state (deadline: ``--deadline`` seconds after the
    fault), then watch ``--settle`` more seconds and count (a late redelivery that
    re-creates a stopped JobSet shows only then).
@@ -34,7 +36,7 @@ Counts, from what the ESS (gRPC) and kubesim (its HTTP API and a JobSet watch) s
 - **errors** — runs that broke (a service would not start, a workload RPC failed).
 
 One private Postgres cluster (initdb as the ``postgres`` user when run as root) serves
-every run of every scenario, a new database per run: every scenario meets the same kind of
+every run of every scenario but ``pg-failover``, a new database per run: every scenario meets the same kind of
 server and the shared one on :5432 is never touched. The cluster is removed at exit, the
 logs too unless a count is non-zero. Exit status 0 only if every count is zero. Figures,
 not a test: no asserts.

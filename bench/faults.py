@@ -36,10 +36,10 @@ Counts, from what the ESS (gRPC) and kubesim (its HTTP API and a JobSet watch) s
 - **errors** — runs that broke (a service would not start, a workload RPC failed).
 
 One private Postgres cluster (initdb as the ``postgres`` user when run as root) serves
-every run of every scenario but ``pg-failover``, a new database per run: every scenario meets the same kind of
-server and the shared one on :5432 is never touched. The cluster is removed at exit, the
-logs too unless a count is non-zero. Exit status 0 only if every count is zero. Figures,
-not a test: no asserts.
+every run of every scenario but ``pg-failover``, a new database per run: every scenario
+meets the same kind of server and the shared one on :5432 is never touched. The cluster
+is removed at exit, the logs too unless a count is non-zero. Exit status 0 only if every
+count is zero. Figures, not a test: no asserts.
 
     .venv/bin/python bench/faults.py [--runs 5] [--scenarios kill-ess,redis-restart]
 """

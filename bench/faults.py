@@ -10,7 +10,9 @@ and a fresh private Redis, at kubesim time scale 1, and drives one experiment:
 3. the fault, as soon as those RPCs have returned (their tasks are in flight): SIGKILL a
    service, ``--outage`` seconds, start it again; or SIGKILL the private Redis (no
    persistence: streams and consumer group are gone), ``--outage`` seconds, start it; or
-   ``pg_ctl restart -m fast`` of the private Postgres; ``baseline`` does nothing;
+   ``pg_ctl restart -m fast`` of the private Postgres; or (``pg-failover``, on a
+   pg_auto_failover formation of its own) SIGKILL the primary's host while clients keep
+   creating units (``bench/faults_pg.py``); ``baseline`` does nothing;
 4. poll until every unit is in its end state (deadline: ``--deadline`` seconds after the
    fault), then watch ``--settle`` more seconds and count (a late redelivery that
    re-creates a stopped JobSet shows only then).
@@ -34,10 +36,10 @@ Counts, from what the ESS (gRPC) and kubesim (its HTTP API and a JobSet watch) s
 - **errors** — runs that broke (a service would not start, a workload RPC failed).
 
 One private Postgres cluster (initdb as the ``postgres`` user when run as root) serves
-every run of every scenario, a new database per run: every scenario meets the same kind of
-server and the shared one on :5432 is never touched. The cluster is removed at exit, the
-logs too unless a count is non-zero. Exit status 0 only if every count is zero. Figures,
-not a test: no asserts.
+every run of every scenario but ``pg-failover``, a new database per run: every scenario
+meets the same kind of server and the shared one on :5432 is never touched. The cluster
+is removed at exit, the logs too unless a count is non-zero. Exit status 0 only if every
+count is zero. Figures, not a test: no asserts.
 
     .venv/bin/python bench/faults.py [--runs 5] [--scenarios kill-ess,redis-restart]
 """
@@ -53,7 +55,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
@@ -62,9 +64,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import aiohttp
 import grpc
 from bench.fault_counts import Counts, Intent, JobSet, Observed, count
+from bench.faults_pg import FailoverLoad, missing_from_primary
 from google.longrunning import operations_grpc_pb2
 from google.longrunning.operations_proto_pb2 import ListOperationsRequest
 
+from tests.integration.pg_auto_failover import AutoFailover
 from tests.integration.postgres_server import PostgresServer
 from tests.integration.redis_server import RedisServer
 from tests.integration.support import behaving_unit, forever_work_unit, minimal_work_unit
@@ -79,7 +83,7 @@ from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 S = WorkUnitState
 SCENARIOS = (
     "baseline", "kill-ess", "kill-actuator", "kill-reconciler", "redis-restart",
-    "postgres-restart",
+    "postgres-restart", "pg-failover",
 )  # fmt: skip
 OPTIONS = StackOptions(claim_idle=5.0, repair_after=10.0, repair_interval=2.0)
 #: F's policy: two retries of exit code 137, a second apart.
@@ -105,6 +109,8 @@ class Run:
     converged_after: float | None = None
     wall: float = 0.0
     error: str | None = None
+    #: Scenario-specific figures, printed under the run's line (pg-failover's).
+    figures: list[str] = field(default_factory=list)
 
     @property
     def clean(self) -> bool:
@@ -174,7 +180,12 @@ async def poll(probe: Callable[[], Awaitable[bool]], within: float) -> bool:
 
 
 async def inject(
-    scenario: str, stack: Stack, redis: RedisServer, pg: PostgresServer, outage: float
+    scenario: str,
+    stack: Stack,
+    redis: RedisServer,
+    pg: PostgresServer,
+    outage: float,
+    ha: AutoFailover | None = None,
 ) -> None:
     if scenario.startswith("kill-"):
         await stack.kill(scenario.removeprefix("kill-"))
@@ -186,10 +197,17 @@ async def inject(
         await redis.start()
     elif scenario == "postgres-restart":
         await pg.restart()
+    elif scenario == "pg-failover" and ha is not None:
+        await ha.kill_primary()
 
 
 async def workload(
-    scenario: str, stack: Stack, redis: RedisServer, pg: PostgresServer, args: argparse.Namespace
+    scenario: str,
+    stack: Stack,
+    redis: RedisServer,
+    pg: PostgresServer,
+    args: argparse.Namespace,
+    ha: AutoFailover | None = None,
 ) -> Run:
     ledger = JobSetLedger(stack.kube_url)
     ledger.start()
@@ -213,6 +231,9 @@ async def workload(
                 return all(units.get(u, (0, None))[1] == S.RUNNING for u in to_stop + to_restart)
 
             ready = await poll(running, within=60)
+            load = None if ha is None else FailoverLoad(client.api, parent)
+            if load is not None:
+                await load.start()
             second = await asyncio.gather(
                 *(client.stop(u) for u in to_stop),
                 *(client.restart(u) for u in to_restart),
@@ -224,13 +245,18 @@ async def workload(
             roles |= {i.unit: "retry" for i in created[10:]}
             intents = [*first, *second]
             fault = time.monotonic()
-            await inject(scenario, stack, redis, pg, args.outage)
+            run = Run(scenario, Counts())
+            await inject(scenario, stack, redis, pg, args.outage, ha)
+            if load is not None:
+                load.mark_fault()  # the primary is dead: calls begun from now on meet it
+                run.figures = (await load.finish(within=args.deadline)).lines()
+                roles |= load.roles()
+                intents += load.intents
 
             async def converged() -> bool:
                 counts = count(roles, intents, await client.observe(parent, ledger))
                 return counts.lost == counts.stuck == 0
 
-            run = Run(scenario, Counts())
             if await poll(converged, within=args.deadline):
                 run.converged_after = time.monotonic() - fault
             run.wall = time.monotonic() - began
@@ -240,6 +266,10 @@ async def workload(
                 counts.notes.insert(0, "setup: not every S/R unit was RUNNING within 60 s")
             dead = [name for name, up in stack.alive().items() if not up]
             counts.died, counts.notes = len(dead), counts.notes + [f"died {n}" for n in dead]
+            if load is not None:
+                missing = await missing_from_primary(stack.database_url, intents)
+                run.figures.append(f"acknowledged writes not in the new primary: {len(missing)}")
+                counts.notes += [f"not in the new primary: {m}" for m in missing]
             return run
         finally:
             await client.channel.close()
@@ -249,21 +279,30 @@ async def workload(
 async def run_once(
     scenario: str, pg: PostgresServer, workdir: Path, args: argparse.Namespace
 ) -> Run:
-    """One run on a fresh database, a fresh private Redis and a fresh stack."""
+    """One run on a fresh database, a fresh private Redis and a fresh stack; pg-failover
+    on a pg_auto_failover formation of its own (its primary dies), through its DSN."""
     (workdir / "redis").mkdir(parents=True)
     redis = RedisServer(workdir / "redis")
-    database = await create_database(pg.admin_dsn)
-    stack = Stack(
-        database_url=database, redis_url=redis.url, log_dir=workdir / "logs", options=OPTIONS
-    )
+    ha = AutoFailover() if scenario == "pg-failover" else None
     try:
-        await redis.start()
-        await stack.start()
-        run = await workload(scenario, stack, redis, pg, args)
+        if ha is not None:
+            await ha.start()
+        admin = pg.admin_dsn if ha is None else ha.admin_dsn
+        database = await create_database(admin)
+        stack = Stack(
+            database_url=database, redis_url=redis.url, log_dir=workdir / "logs", options=OPTIONS
+        )
+        try:
+            await redis.start()
+            await stack.start()
+            run = await workload(scenario, stack, redis, pg, args, ha)
+        finally:
+            await stack.stop()
+            await redis.stop()
+            await drop_database(admin, database)
     finally:
-        await stack.stop()
-        await redis.stop()
-        await drop_database(pg.admin_dsn, database)
+        if ha is not None:
+            await ha.stop()
     if not run.clean and args.show_logs:
         stack.print_logs()
     return run
@@ -289,8 +328,8 @@ async def matrix(
                 f"stuck {c.stuck} died {c.died}" + (f"; ERROR {run.error}" if run.error else ""),
                 flush=True,
             )
-            for note in c.notes:
-                print(f"    {note}")
+            for line in [*run.figures, *c.notes]:
+                print(f"    {line}")
             if not run.clean:
                 print(f"    logs: {workdir / 'logs'}", flush=True)
 

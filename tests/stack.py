@@ -279,13 +279,8 @@ class Stack:
         """SIGTERM every service (the Reconciler first, kubesim last); return codes."""
         for name in reversed(self.names):
             process = self.processes.get(name)
-            if process is not None and process.returncode is None:
-                process.send_signal(signal.SIGTERM)
-                try:
-                    await asyncio.wait_for(process.wait(), timeout=30)
-                except TimeoutError:
-                    process.kill()
-                    await process.wait()
+            if process is not None:
+                await terminate(process)
         return {name: p.returncode for name, p in self.processes.items()}
 
     def print_logs(self, lines: int = 60) -> None:
@@ -298,6 +293,18 @@ class Stack:
 
     def alive(self) -> dict[str, bool]:
         return {name: p.returncode is None for name, p in self.processes.items()}
+
+
+async def terminate(process: asyncio.subprocess.Process, within: float = 30.0) -> None:
+    """SIGTERM, and SIGKILL if it has not exited within ``within`` seconds."""
+    if process.returncode is not None:
+        return
+    process.send_signal(signal.SIGTERM)
+    try:
+        await asyncio.wait_for(process.wait(), timeout=within)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
 
 
 async def wait_listening(

@@ -24,11 +24,7 @@ class PostgresServer:
     """A throw-away Postgres cluster on a free port (the shared one must never restart)."""
 
     def __init__(self) -> None:
-        found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=_major)
-        initdb = found[-1] if found else shutil.which("initdb")
-        if initdb is None:
-            raise RuntimeError("no initdb: install postgresql")
-        self.bin = Path(initdb).parent
+        self.bin = postgres_bin()
         self.root = Path(tempfile.mkdtemp(prefix="xmc-pg-"))
         self.data, self.log, self.port = self.root / "data", self.root / "pg.log", free_port()
         self._as: list[str] = []
@@ -86,6 +82,15 @@ class PostgresServer:
         if (self.data / "postmaster.pid").exists():
             subprocess.run(self._pg_ctl("-m", "immediate", "stop"), capture_output=True)
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def postgres_bin() -> Path:
+    """The directory of the newest installed Postgres's programs (initdb, pg_ctl, ...)."""
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=_major)
+    initdb = found[-1] if found else shutil.which("initdb")
+    if initdb is None:
+        raise RuntimeError("no initdb: install postgresql")
+    return Path(initdb).parent
 
 
 def _major(initdb: str) -> int:

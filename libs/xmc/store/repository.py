@@ -37,12 +37,15 @@ from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 Clock = Callable[[], datetime]
 
 
-#: Postgres not there (yet): refused, shutting down, starting up. What a process starting
-#: next to a restarting Postgres waits out instead of exiting at once.
+#: Postgres not there (yet): refused, shutting down, starting up, or (a multi-host DSN
+#: with ``target_session_attrs=read-write``) only a standby answering while it is being
+#: promoted. What a process starting next to a restarting or failing-over Postgres waits
+#: out instead of exiting at once.
 _NOT_UP_YET: tuple[type[BaseException], ...] = (
     OSError,
     asyncpg.exceptions.CannotConnectNowError,
     asyncpg.exceptions.PostgresConnectionError,
+    asyncpg.exceptions.TargetServerAttributeNotMatched,
 )
 #: Seconds between attempts of :func:`wait_for_postgres`.
 _WAIT_STEP = 1.0

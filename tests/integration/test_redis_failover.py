@@ -1,0 +1,147 @@
+"""Redis fails over mid-sweep and no intent is lost or carried out twice (issue 30 point
+2, decision 0052): the four services as OS processes on a Sentinel group (master, replica,
+three Sentinels), then on a Redis Cluster with a replica per master. The replica is made
+to miss the intents' publishes (``isolate_replica``), the master is SIGKILLed, the replica
+promoted without them: the relay notices the node's run id no longer matches the stamp in
+the data, checks every published task, finds those entries gone and re-drives them. The
+Actuator is down meanwhile, so nothing but the re-drive can carry those intents out; the
+fault matrix (bench/faults.py ``redis-failover``) fails over under a running Actuator.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Protocol
+
+import asyncpg
+import pytest
+import redis.asyncio as aioredis
+
+from tests.ha.cluster_failover import FailoverCluster
+from tests.ha.sentinel import SentinelGroup
+from tests.integration.processes import Client, running_stack
+from tests.integration.support import forever_work_unit
+from tests.servers import ADMIN_DSN
+from tests.stack import JobSetLedger, Stack, StackOptions
+from tests.waiting import eventually
+from xmc.model.states import WorkUnitState
+from xmc.streams import StreamNames
+from xmc_api.cloud.xmanager.v1 import api_pb2
+
+# OS processes killed, Redis failed over: `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
+
+S = WorkUnitState
+#: As bench/faults.py: a task left unacked by a dead consumer is claimed within seconds.
+OPTIONS = StackOptions(claim_idle=5.0, repair_after=10.0, repair_interval=2.0)
+
+
+class Failover(Protocol):
+    master_port: int
+    replica_port: int
+
+    async def isolate_replica(self) -> None: ...
+    async def kill_master(self) -> None: ...
+    async def wait_promoted(self, within: float = 60.0) -> None: ...
+
+
+@contextlib.asynccontextmanager
+async def _system(
+    redis_url: str, env: dict[str, str], tmp_path: Path, request: pytest.FixtureRequest
+) -> AsyncIterator[tuple[Stack, Client, JobSetLedger]]:
+    options = StackOptions(**{**OPTIONS.__dict__, "extra_env": env})
+    async with running_stack(ADMIN_DSN, redis_url, tmp_path / "logs", request, options) as stack:
+        client, ledger = Client(stack), JobSetLedger(stack.kube_url)
+        ledger.start()
+        try:
+            yield stack, client, ledger
+        finally:
+            await ledger.stop()
+            await client.channel.close()
+
+
+async def test_a_sentinel_failover_mid_sweep_loses_and_duplicates_nothing(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    (tmp_path / "sentinel").mkdir()
+    group = SentinelGroup(tmp_path / "sentinel")
+    try:
+        await group.start()
+        async with _system(group.url, group.env, tmp_path, request) as (stack, client, ledger):
+            await _fail_over_mid_sweep(stack, client, ledger, group)
+    finally:
+        await group.stop()
+
+
+async def test_a_cluster_master_failover_mid_sweep_loses_and_duplicates_nothing(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    cluster = FailoverCluster(tmp_path / "cluster")
+    try:
+        await cluster.start()
+        url = f"redis://127.0.0.1:{cluster.cluster.ports[0]}/0"  # unused with cluster nodes
+        async with _system(url, cluster.env, tmp_path, request) as (stack, client, ledger):
+            await cluster.pick(StreamNames.with_prefix(stack.prefix).tasks)
+            await _fail_over_mid_sweep(stack, client, ledger, cluster)
+    finally:
+        await cluster.stop()
+
+
+async def _fail_over_mid_sweep(
+    stack: Stack, client: Client, ledger: JobSetLedger, failover: Failover
+) -> None:
+    parent = await client.experiment()
+    to_stop = await client.create(parent, forever_work_unit())
+    to_restart = await client.create(parent, forever_work_unit())
+    for name in (to_stop, to_restart):
+        await eventually(functools.partial(client.state, name), S.RUNNING, within=60)
+    stream = StreamNames.with_prefix(stack.prefix).tasks
+    # The node itself, not the cluster client: it holds the stream's slot.
+    master = aioredis.Redis(port=failover.master_port)
+    replica = aioredis.Redis(port=failover.replica_port)
+    try:
+        last = (await master.xrevrange(stream, count=1))[0][0].decode()
+
+        await stack.kill("actuator")
+        await failover.isolate_replica()
+        created = [await client.create(parent) for _ in range(3)]
+        await client.api.StopWorkUnit(api_pb2.StopWorkUnitRequest(name=to_stop))
+        await client.api.RestartWorkUnit(api_pb2.RestartWorkUnitRequest(name=to_restart))
+        published = await eventually(
+            lambda: master.xrange(stream, min=f"({last}"),
+            lambda entries: len(entries) >= 5,
+            within=30, what="the five intents' tasks on the master",
+        )  # fmt: skip
+        await failover.kill_master()
+        await failover.wait_promoted()
+        missed = [eid for eid, _ in published if not await replica.xrange(stream, eid, eid)]
+        assert len(missed) == len(published), "the promoted replica lacks every publish"
+        await stack.start_service("actuator")
+
+        for name in created:
+            await eventually(functools.partial(client.state, name), S.COMPLETED, within=90)
+        await eventually(functools.partial(client.state, to_stop), S.STOPPED, within=90)
+        await eventually(
+            functools.partial(client.execution, to_restart), (2, S.RUNNING), within=90
+        )
+        assert ledger.duplicated() == []
+        assert all(stack.alive().values()), stack.alive()
+        assert await _published_twice(stack.database_url) >= len(missed)
+    finally:
+        await master.aclose()
+        await replica.aclose()
+
+
+async def _published_twice(database_url: str) -> int:
+    """Tasks the relay published more than once (re-driven)."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        count: int = await conn.fetchval(
+            "SELECT count(*) FROM task_outbox WHERE publish_count >= 2"
+        )
+        return count
+    finally:
+        await conn.close()

@@ -10,7 +10,10 @@ and a fresh private Redis, at kubesim time scale 1, and drives one experiment:
 3. the fault, as soon as those RPCs have returned (their tasks are in flight): SIGKILL a
    service, ``--outage`` seconds, start it again; or SIGKILL the private Redis (no
    persistence: streams and consumer group are gone), ``--outage`` seconds, start it; or
-   ``pg_ctl restart -m fast`` of the private Postgres; ``baseline`` does nothing;
+   ``pg_ctl restart -m fast`` of the private Postgres; SIGKILL the Redis master under
+   Sentinel or in a Redis Cluster, its replica having missed that wave's writes
+   (``redis-failover``, ``redis-cluster-failover``: bench/faults_redis.py);
+   ``baseline`` does nothing;
 4. poll until every unit is in its end state (deadline: ``--deadline`` seconds after the
    fault), then watch ``--settle`` more seconds and count (a late redelivery that
    re-creates a stopped JobSet shows only then).
@@ -62,9 +65,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import aiohttp
 import grpc
 from bench.fault_counts import Counts, Intent, JobSet, Observed, count
+from bench.faults_redis import REDIS_FAILOVERS, before_the_wave, failover_for, on_failover
 from google.longrunning import operations_grpc_pb2
 from google.longrunning.operations_proto_pb2 import ListOperationsRequest
 
+from tests.ha.failover import Failover
 from tests.integration.postgres_server import PostgresServer
 from tests.integration.redis_server import RedisServer
 from tests.integration.support import behaving_unit, forever_work_unit, minimal_work_unit
@@ -79,7 +84,7 @@ from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 S = WorkUnitState
 SCENARIOS = (
     "baseline", "kill-ess", "kill-actuator", "kill-reconciler", "redis-restart",
-    "postgres-restart",
+    "postgres-restart", *REDIS_FAILOVERS,
 )  # fmt: skip
 OPTIONS = StackOptions(claim_idle=5.0, repair_after=10.0, repair_interval=2.0)
 #: F's policy: two retries of exit code 137, a second apart.
@@ -174,7 +179,7 @@ async def poll(probe: Callable[[], Awaitable[bool]], within: float) -> bool:
 
 
 async def inject(
-    scenario: str, stack: Stack, redis: RedisServer, pg: PostgresServer, outage: float
+    scenario: str, stack: Stack, redis: RedisServer | Failover, pg: PostgresServer, outage: float
 ) -> None:
     if scenario.startswith("kill-"):
         await stack.kill(scenario.removeprefix("kill-"))
@@ -186,10 +191,16 @@ async def inject(
         await redis.start()
     elif scenario == "postgres-restart":
         await pg.restart()
+    elif not isinstance(redis, RedisServer):  # redis-failover, redis-cluster-failover
+        await redis.kill_master()
 
 
 async def workload(
-    scenario: str, stack: Stack, redis: RedisServer, pg: PostgresServer, args: argparse.Namespace
+    scenario: str,
+    stack: Stack,
+    redis: RedisServer | Failover,
+    pg: PostgresServer,
+    args: argparse.Namespace,
 ) -> Run:
     ledger = JobSetLedger(stack.kube_url)
     ledger.start()
@@ -213,6 +224,8 @@ async def workload(
                 return all(units.get(u, (0, None))[1] == S.RUNNING for u in to_stop + to_restart)
 
             ready = await poll(running, within=60)
+            if not isinstance(redis, RedisServer):
+                await before_the_wave(redis, stack)
             second = await asyncio.gather(
                 *(client.stop(u) for u in to_stop),
                 *(client.restart(u) for u in to_restart),
@@ -251,10 +264,14 @@ async def run_once(
 ) -> Run:
     """One run on a fresh database, a fresh private Redis and a fresh stack."""
     (workdir / "redis").mkdir(parents=True)
-    redis = RedisServer(workdir / "redis")
+    redis: RedisServer | Failover = RedisServer(workdir / "redis")
+    options = OPTIONS
+    if scenario in REDIS_FAILOVERS:
+        redis = failover_for(scenario, workdir / "redis")
+        options = on_failover(OPTIONS, redis)
     database = await create_database(pg.admin_dsn)
     stack = Stack(
-        database_url=database, redis_url=redis.url, log_dir=workdir / "logs", options=OPTIONS
+        database_url=database, redis_url=redis.url, log_dir=workdir / "logs", options=options
     )
     try:
         await redis.start()

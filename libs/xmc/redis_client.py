@@ -70,8 +70,8 @@ def _sentinel_master(
 ) -> Any:
     """The master's client, found through the Sentinels; the database number and the
     credentials are XMC_REDIS_URL's (its host is not used)."""
-    url = parse_url(settings.redis_url)
-    sentinels = Sentinel(
+    url = parse_url(settings.redis_url)  # type: ignore[no-untyped-call]
+    sentinels = Sentinel(  # type: ignore[no-untyped-call]
         parse_nodes(settings.redis_sentinels),
         sentinel_kwargs={
             "socket_timeout": SENTINEL_TIMEOUT,

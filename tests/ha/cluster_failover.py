@@ -10,6 +10,7 @@ without those writes.
 
 from __future__ import annotations
 
+import functools
 import signal
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +64,11 @@ class FailoverCluster:
         self.master_port = self.replica_port = 0
 
     @property
+    def url(self) -> str:
+        """XMC_REDIS_URL, unused when XMC_REDIS_CLUSTER_NODES is set."""
+        return f"redis://127.0.0.1:{self.cluster.ports[0]}/0"
+
+    @property
     def env(self) -> dict[str, str]:
         return {"XMC_REDIS_CLUSTER_NODES": self.cluster.nodes}
 
@@ -111,7 +117,7 @@ class FailoverCluster:
         for port in self.cluster.ports:
             if port != self.master_port:
                 await eventually(
-                    lambda port=port: self.cluster.cli_output(port, "cluster", "info"),
+                    functools.partial(self.cluster.cli_output, port, "cluster", "info"),
                     lambda info: "cluster_state:ok" in info,
                     within=within, every=0.1, what=f"node :{port} seeing the cluster ok",
                 )  # fmt: skip

@@ -16,10 +16,11 @@ and bench/faults_redis.py.
 from __future__ import annotations
 
 import asyncio
+import functools
 import shutil
 import signal
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -85,15 +86,20 @@ class SentinelGroup:
         # would leave it dead and nobody promoted.
         for port in self.sentinel_ports:
             await eventually(
-                lambda port=port: self._sentinel_view(port),
-                lambda view: view.get("num-other-sentinels") == "2" and view.get("num-slaves") == "1",
+                functools.partial(self._sentinel_view, port),
+                lambda view: (view.get("num-other-sentinels"), view.get("num-slaves"))
+                == ("2", "1"),
                 within=within, every=0.1, what=f"Sentinel :{port} seeing its peers and the replica",
             )  # fmt: skip
+
+    async def pick(self, key: str) -> tuple[int, int]:
+        """The master and the replica (one of each: every key is the master's)."""
+        return self.master_port, self.replica_port
 
     async def isolate_replica(self) -> None:
         """From now on the replica receives nothing (see the module docstring)."""
         self._nodes[self.replica_port].send_signal(signal.SIGSTOP)
-        client = aioredis.Redis(port=self.master_port)
+        client: Any = aioredis.Redis(port=self.master_port)
         try:
             await client.execute_command("CLIENT", "KILL", "TYPE", "replica")
         finally:
@@ -111,7 +117,7 @@ class SentinelGroup:
         """Until every Sentinel names the replica as the master and it answers as one."""
         for port in self.sentinel_ports:
             await eventually(
-                lambda port=port: self._sentinel_view(port),
+                functools.partial(self._sentinel_view, port),
                 lambda view: view.get("port") == str(self.replica_port),
                 within=within, every=0.1, what=f"Sentinel :{port} naming the replica master",
             )  # fmt: skip
@@ -152,7 +158,7 @@ class SentinelGroup:
 
 async def _ask(port: int, *command: str) -> dict[str, object]:
     """One command to a node on ``port``; {} while it does not answer."""
-    client = aioredis.Redis(port=port, decode_responses=True, socket_timeout=2)
+    client: Any = aioredis.Redis(port=port, decode_responses=True, socket_timeout=2)
     try:
         answer: dict[str, object] = await client.execute_command(*command)
         return answer

@@ -11,17 +11,17 @@ fault matrix (bench/faults.py ``redis-failover``) fails over under a running Act
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Protocol
+from typing import Any
 
 import asyncpg
 import pytest
 import redis.asyncio as aioredis
 
-from tests.ha.cluster_failover import FailoverCluster
-from tests.ha.sentinel import SentinelGroup
+from tests.ha.failover import Failover, failover
 from tests.integration.processes import Client, running_stack
 from tests.integration.support import forever_work_unit
 from tests.servers import ADMIN_DSN
@@ -39,20 +39,11 @@ S = WorkUnitState
 OPTIONS = StackOptions(claim_idle=5.0, repair_after=10.0, repair_interval=2.0)
 
 
-class Failover(Protocol):
-    master_port: int
-    replica_port: int
-
-    async def isolate_replica(self) -> None: ...
-    async def kill_master(self) -> None: ...
-    async def wait_promoted(self, within: float = 60.0) -> None: ...
-
-
 @contextlib.asynccontextmanager
 async def _system(
     redis_url: str, env: dict[str, str], tmp_path: Path, request: pytest.FixtureRequest
 ) -> AsyncIterator[tuple[Stack, Client, JobSetLedger]]:
-    options = StackOptions(**{**OPTIONS.__dict__, "extra_env": env})
+    options = dataclasses.replace(OPTIONS, extra_env=env)
     async with running_stack(ADMIN_DSN, redis_url, tmp_path / "logs", request, options) as stack:
         client, ledger = Client(stack), JobSetLedger(stack.kube_url)
         ledger.start()
@@ -63,35 +54,22 @@ async def _system(
             await client.channel.close()
 
 
-async def test_a_sentinel_failover_mid_sweep_loses_and_duplicates_nothing(
-    tmp_path: Path, request: pytest.FixtureRequest
+@pytest.mark.parametrize("kind", ["sentinel", "cluster"])
+async def test_a_redis_failover_mid_sweep_loses_and_duplicates_nothing(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    (tmp_path / "sentinel").mkdir()
-    group = SentinelGroup(tmp_path / "sentinel")
+    redis = failover(kind, tmp_path / kind)
     try:
-        await group.start()
-        async with _system(group.url, group.env, tmp_path, request) as (stack, client, ledger):
-            await _fail_over_mid_sweep(stack, client, ledger, group)
+        await redis.start()
+        async with _system(redis.url, redis.env, tmp_path, request) as (stack, client, ledger):
+            await redis.pick(StreamNames.with_prefix(stack.prefix).tasks)
+            await _fail_over_mid_sweep(stack, client, ledger, redis)
     finally:
-        await group.stop()
-
-
-async def test_a_cluster_master_failover_mid_sweep_loses_and_duplicates_nothing(
-    tmp_path: Path, request: pytest.FixtureRequest
-) -> None:
-    cluster = FailoverCluster(tmp_path / "cluster")
-    try:
-        await cluster.start()
-        url = f"redis://127.0.0.1:{cluster.cluster.ports[0]}/0"  # unused with cluster nodes
-        async with _system(url, cluster.env, tmp_path, request) as (stack, client, ledger):
-            await cluster.pick(StreamNames.with_prefix(stack.prefix).tasks)
-            await _fail_over_mid_sweep(stack, client, ledger, cluster)
-    finally:
-        await cluster.stop()
+        await redis.stop()
 
 
 async def _fail_over_mid_sweep(
-    stack: Stack, client: Client, ledger: JobSetLedger, failover: Failover
+    stack: Stack, client: Client, ledger: JobSetLedger, redis: Failover
 ) -> None:
     parent = await client.experiment()
     to_stop = await client.create(parent, forever_work_unit())
@@ -100,13 +78,13 @@ async def _fail_over_mid_sweep(
         await eventually(functools.partial(client.state, name), S.RUNNING, within=60)
     stream = StreamNames.with_prefix(stack.prefix).tasks
     # The node itself, not the cluster client: it holds the stream's slot.
-    master = aioredis.Redis(port=failover.master_port)
-    replica = aioredis.Redis(port=failover.replica_port)
+    master: Any = aioredis.Redis(port=redis.master_port)
+    replica: Any = aioredis.Redis(port=redis.replica_port)
     try:
         last = (await master.xrevrange(stream, count=1))[0][0].decode()
 
         await stack.kill("actuator")
-        await failover.isolate_replica()
+        await redis.isolate_replica()
         created = [await client.create(parent) for _ in range(3)]
         await client.api.StopWorkUnit(api_pb2.StopWorkUnitRequest(name=to_stop))
         await client.api.RestartWorkUnit(api_pb2.RestartWorkUnitRequest(name=to_restart))
@@ -115,8 +93,8 @@ async def _fail_over_mid_sweep(
             lambda entries: len(entries) >= 5,
             within=30, what="the five intents' tasks on the master",
         )  # fmt: skip
-        await failover.kill_master()
-        await failover.wait_promoted()
+        await redis.kill_master()
+        await redis.wait_promoted()
         missed = [eid for eid, _ in published if not await replica.xrange(stream, eid, eid)]
         assert len(missed) == len(published), "the promoted replica lacks every publish"
         await stack.start_service("actuator")
@@ -124,9 +102,7 @@ async def _fail_over_mid_sweep(
         for name in created:
             await eventually(functools.partial(client.state, name), S.COMPLETED, within=90)
         await eventually(functools.partial(client.state, to_stop), S.STOPPED, within=90)
-        await eventually(
-            functools.partial(client.execution, to_restart), (2, S.RUNNING), within=90
-        )
+        await eventually(functools.partial(client.execution, to_restart), (2, S.RUNNING), within=90)
         assert ledger.duplicated() == []
         assert all(stack.alive().values()), stack.alive()
         assert await _published_twice(stack.database_url) >= len(missed)

@@ -65,7 +65,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import aiohttp
 import grpc
 from bench.fault_counts import Counts, Intent, JobSet, Observed, count
-from bench.faults_redis import REDIS_FAILOVERS, before_the_wave, failover_for, on_failover
+from bench.faults_redis import REDIS_FAILOVERS, before_the_wave, failover_for, on_failover, redriven
 from google.longrunning import operations_grpc_pb2
 from google.longrunning.operations_proto_pb2 import ListOperationsRequest
 
@@ -277,6 +277,8 @@ async def run_once(
         await redis.start()
         await stack.start()
         run = await workload(scenario, stack, redis, pg, args)
+        if not isinstance(redis, RedisServer):
+            run.counts.notes.append(await redriven(database))
     finally:
         await stack.stop()
         await redis.stop()
@@ -313,7 +315,7 @@ async def matrix(
 
 
 def table(runs: list[Run]) -> str:
-    head = f"{'scenario':<17} {'runs':>4} {'lost':>5} {'dup':>4} {'stuck':>6} {'died':>5}"
+    head = f"{'scenario':<22} {'runs':>4} {'lost':>5} {'dup':>4} {'stuck':>6} {'died':>5}"
     head += f" {'errors':>6}  converged s after the fault (min / median / max)"
     lines = [head, "-" * len(head)]
     for scenario in dict.fromkeys(r.scenario for r in runs):
@@ -322,7 +324,7 @@ def table(runs: list[Run]) -> str:
         never = len(mine) - len(times)
         spread = f"{min(times):.1f} / {statistics.median(times):.1f} / {max(times):.1f}"
         lines.append(
-            f"{scenario:<17} {len(mine):>4} {sum(r.counts.lost for r in mine):>5} "
+            f"{scenario:<22} {len(mine):>4} {sum(r.counts.lost for r in mine):>5} "
             f"{sum(r.counts.duplicated for r in mine):>4} {sum(r.counts.stuck for r in mine):>6} "
             f"{sum(r.counts.died for r in mine):>5} {sum(r.error is not None for r in mine):>6}  "
             + (spread if times else "-")

@@ -15,6 +15,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import asyncpg
+
 from tests.ha.failover import Failover, failover
 from tests.stack import Stack, StackOptions
 from xmc.streams import StreamNames
@@ -36,3 +38,16 @@ async def before_the_wave(redis: Failover, stack: Stack) -> None:
     """From now on the replica of the task stream's master misses every write."""
     await redis.pick(StreamNames.with_prefix(stack.prefix).tasks)
     await redis.isolate_replica()
+
+
+async def redriven(database_url: str) -> str:
+    """A note for the run: how many tasks the relay published more than once — the
+    entries the promoted replica lacked (and any an ordinary check found gone)."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        tasks, publishes = await conn.fetchrow(
+            "SELECT count(*) FILTER (WHERE publish_count >= 2), count(*) FROM task_outbox"
+        )
+    finally:
+        await conn.close()
+    return f"re-driven after the failover: {tasks} of {publishes} tasks"

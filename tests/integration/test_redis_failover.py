@@ -54,23 +54,33 @@ async def _system(
             await client.channel.close()
 
 
-@pytest.mark.parametrize("kind", ["sentinel", "cluster"])
+@pytest.mark.parametrize(
+    ("kind", "ess_killed"),
+    [
+        pytest.param("sentinel", False, id="sentinel"),
+        pytest.param("cluster", False, id="cluster"),
+        pytest.param("sentinel", True, id="sentinel, the ESS killed across the failover"),
+    ],
+)
 async def test_a_redis_failover_mid_sweep_loses_and_duplicates_nothing(
-    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+    kind: str, ess_killed: bool, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     redis = failover(kind, tmp_path / kind)
     try:
         await redis.start()
         async with _system(redis.url, redis.env, tmp_path, request) as (stack, client, ledger):
             await redis.pick(StreamNames.with_prefix(stack.prefix).tasks)
-            await _fail_over_mid_sweep(stack, client, ledger, redis)
+            await _fail_over_mid_sweep(stack, client, ledger, redis, ess_killed=ess_killed)
     finally:
         await redis.stop()
 
 
 async def _fail_over_mid_sweep(
-    stack: Stack, client: Client, ledger: JobSetLedger, redis: Failover
+    stack: Stack, client: Client, ledger: JobSetLedger, redis: Failover, *, ess_killed: bool
 ) -> None:
+    """With ``ess_killed`` the ESS dies after the publishes and comes back after the
+    failover, and the tasks' next checks are an hour away (as for tasks published long
+    ago): only the stamp in Redis can tell the new process that the node changed."""
     parent = await client.experiment()
     to_stop = await client.create(parent, forever_work_unit())
     to_restart = await client.create(parent, forever_work_unit())
@@ -93,10 +103,15 @@ async def _fail_over_mid_sweep(
             lambda entries: len(entries) >= 5,
             within=30, what="the five intents' tasks on the master",
         )  # fmt: skip
+        if ess_killed:
+            await stack.kill("ess")
+            await _postpone_checks(stack.database_url)
         await redis.kill_master()
         await redis.wait_promoted()
         missed = [eid for eid, _ in published if not await replica.xrange(stream, eid, eid)]
         assert len(missed) == len(published), "the promoted replica lacks every publish"
+        if ess_killed:
+            await stack.start_service("ess")
         await stack.start_service("actuator")
 
         for name in created:
@@ -109,6 +124,17 @@ async def _fail_over_mid_sweep(
     finally:
         await master.aclose()
         await replica.aclose()
+
+
+async def _postpone_checks(database_url: str) -> None:
+    conn = await asyncpg.connect(database_url)
+    try:
+        await conn.execute(
+            "UPDATE task_outbox SET next_attempt = now() + interval '1 hour'"
+            " WHERE status = 'published'"
+        )
+    finally:
+        await conn.close()
 
 
 async def _published_twice(database_url: str) -> int:

@@ -4,9 +4,11 @@ must check every published task because the stream's node may lack some of them.
 from __future__ import annotations
 
 import pytest
+from redis.asyncio.sentinel import SentinelConnectionPool
 
 from xmc.errors import InvalidArgumentError
 from xmc.model.outbox import stream_data_suspect
+from xmc.redis_client import connect_redis
 from xmc.sentinel_settings import sentinel_problem
 from xmc.settings import load_settings
 
@@ -69,3 +71,21 @@ def test_sentinels_are_read_from_the_environment() -> None:
 def test_bad_sentinel_settings_are_refused_at_load(env: dict[str, str], message: str) -> None:
     with pytest.raises(InvalidArgumentError, match=message):
         load_settings(env)
+
+
+def test_with_sentinels_the_client_asks_them_for_the_named_master() -> None:
+    """No I/O: the client connects on its first command. The database and the password
+    are XMC_REDIS_URL's; its host is not used."""
+    settings = load_settings(
+        {
+            "XMC_REDIS_URL": "redis://:secret@unused:1/3",
+            "XMC_REDIS_SENTINELS": "s1:26379,s2:26380",
+            "XMC_REDIS_SENTINEL_MASTER": "xmc",
+        }
+    ).core
+    pool = connect_redis(settings).connection_pool
+    assert isinstance(pool, SentinelConnectionPool)
+    assert (pool.service_name, pool.is_master) == ("xmc", True)
+    assert (pool.connection_kwargs["db"], pool.connection_kwargs["password"]) == (3, "secret")
+    sentinels = pool.sentinel_manager.sentinels
+    assert [s.connection_pool.connection_kwargs["port"] for s in sentinels] == [26379, 26380]

@@ -113,6 +113,11 @@ class SentinelGroup:
         await process.wait()
         self._nodes[self.replica_port].send_signal(signal.SIGCONT)
 
+    async def freeze_master(self) -> None:
+        """SIGSTOP the master: a host gone silent, whose connections stay open and are
+        never answered (a killed process's are closed by the kernel at once)."""
+        self._nodes[self.master_port].send_signal(signal.SIGSTOP)
+
     async def wait_promoted(self, within: float = 60.0) -> None:
         """Until every Sentinel names the replica as the master and it answers as one."""
         for port in self.sentinel_ports:

@@ -22,6 +22,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from tests.ha.failover import Failover, failover
+from tests.ha.sentinel import SentinelGroup
 from tests.integration.processes import Client, running_stack
 from tests.integration.support import forever_work_unit
 from tests.servers import ADMIN_DSN
@@ -73,6 +74,31 @@ async def test_a_redis_failover_mid_sweep_loses_and_duplicates_nothing(
             await _fail_over_mid_sweep(stack, client, ledger, redis, ess_killed=ess_killed)
     finally:
         await redis.stop()
+
+
+async def test_a_master_gone_silent_is_left_for_the_promoted_replica(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """The master's host stops answering without closing a connection (SIGSTOP): the
+    Actuator's blocked read on it must give up and find the new master through the
+    Sentinels, or no task published after the failover is ever read."""
+    group = SentinelGroup(tmp_path / "sentinel")
+    try:
+        await group.start()
+        async with _system(group.url, group.env, tmp_path, request) as (stack, client, ledger):
+            parent = await client.experiment()
+            first = await client.create(parent)
+            await eventually(functools.partial(client.state, first), S.COMPLETED, within=60)
+
+            await group.freeze_master()
+            await group.wait_promoted()
+            after = [await client.create(parent) for _ in range(3)]
+            for name in after:
+                await eventually(functools.partial(client.state, name), S.COMPLETED, within=60)
+            assert ledger.duplicated() == []
+            assert all(stack.alive().values()), stack.alive()
+    finally:
+        await group.stop()
 
 
 async def _fail_over_mid_sweep(

@@ -12,7 +12,9 @@ and a fresh private Redis, at kubesim time scale 1, and drives one experiment:
    persistence: streams and consumer group are gone), ``--outage`` seconds, start it; or
    ``pg_ctl restart -m fast`` of the private Postgres; or (``pg-failover``, on a
    pg_auto_failover formation of its own) SIGKILL the primary's host while clients keep
-   creating units (``bench/faults_pg.py``); ``baseline`` does nothing;
+   creating units (``bench/faults_pg.py``); or SIGKILL the Redis master under Sentinel or
+   in a Redis Cluster, its replica having missed that wave's writes (``redis-failover``,
+   ``redis-cluster-failover``: bench/faults_redis.py); ``baseline`` does nothing;
 4. poll until every unit is in its end state (deadline: ``--deadline`` seconds after the
    fault), then watch ``--settle`` more seconds and count (a late redelivery that
    re-creates a stopped JobSet shows only then).
@@ -65,9 +67,11 @@ import aiohttp
 import grpc
 from bench.fault_counts import Counts, Intent, JobSet, Observed, count
 from bench.faults_pg import FailoverLoad, missing_from_primary
+from bench.faults_redis import REDIS_FAILOVERS, before_the_wave, failover_for, on_failover, redriven
 from google.longrunning import operations_grpc_pb2
 from google.longrunning.operations_proto_pb2 import ListOperationsRequest
 
+from tests.ha.failover import Failover
 from tests.integration.pg_auto_failover import AutoFailover
 from tests.integration.postgres_server import PostgresServer
 from tests.integration.redis_server import RedisServer
@@ -83,7 +87,7 @@ from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 S = WorkUnitState
 SCENARIOS = (
     "baseline", "kill-ess", "kill-actuator", "kill-reconciler", "redis-restart",
-    "postgres-restart", "pg-failover",
+    "postgres-restart", "pg-failover", *REDIS_FAILOVERS,
 )  # fmt: skip
 OPTIONS = StackOptions(claim_idle=5.0, repair_after=10.0, repair_interval=2.0)
 #: F's policy: two retries of exit code 137, a second apart.
@@ -182,7 +186,7 @@ async def poll(probe: Callable[[], Awaitable[bool]], within: float) -> bool:
 async def inject(
     scenario: str,
     stack: Stack,
-    redis: RedisServer,
+    redis: RedisServer | Failover,
     pg: PostgresServer,
     outage: float,
     ha: AutoFailover | None = None,
@@ -199,12 +203,14 @@ async def inject(
         await pg.restart()
     elif scenario == "pg-failover" and ha is not None:
         await ha.kill_primary()
+    elif not isinstance(redis, RedisServer):  # redis-failover, redis-cluster-failover
+        await redis.kill_master()
 
 
 async def workload(
     scenario: str,
     stack: Stack,
-    redis: RedisServer,
+    redis: RedisServer | Failover,
     pg: PostgresServer,
     args: argparse.Namespace,
     ha: AutoFailover | None = None,
@@ -234,6 +240,8 @@ async def workload(
             load = None if ha is None else FailoverLoad(client.api, parent)
             if load is not None:
                 await load.start()
+            if not isinstance(redis, RedisServer):
+                await before_the_wave(redis, stack)
             second = await asyncio.gather(
                 *(client.stop(u) for u in to_stop),
                 *(client.restart(u) for u in to_restart),
@@ -282,7 +290,11 @@ async def run_once(
     """One run on a fresh database, a fresh private Redis and a fresh stack; pg-failover
     on a pg_auto_failover formation of its own (its primary dies), through its DSN."""
     (workdir / "redis").mkdir(parents=True)
-    redis = RedisServer(workdir / "redis")
+    redis: RedisServer | Failover = RedisServer(workdir / "redis")
+    options = OPTIONS
+    if scenario in REDIS_FAILOVERS:
+        redis = failover_for(scenario, workdir / "redis")
+        options = on_failover(OPTIONS, redis)
     ha = AutoFailover() if scenario == "pg-failover" else None
     try:
         if ha is not None:
@@ -290,12 +302,14 @@ async def run_once(
         admin = pg.admin_dsn if ha is None else ha.admin_dsn
         database = await create_database(admin)
         stack = Stack(
-            database_url=database, redis_url=redis.url, log_dir=workdir / "logs", options=OPTIONS
+            database_url=database, redis_url=redis.url, log_dir=workdir / "logs", options=options
         )
         try:
             await redis.start()
             await stack.start()
             run = await workload(scenario, stack, redis, pg, args, ha)
+            if not isinstance(redis, RedisServer):
+                run.counts.notes.append(await redriven(database))
         finally:
             await stack.stop()
             await redis.stop()
@@ -335,7 +349,7 @@ async def matrix(
 
 
 def table(runs: list[Run]) -> str:
-    head = f"{'scenario':<17} {'runs':>4} {'lost':>5} {'dup':>4} {'stuck':>6} {'died':>5}"
+    head = f"{'scenario':<22} {'runs':>4} {'lost':>5} {'dup':>4} {'stuck':>6} {'died':>5}"
     head += f" {'errors':>6}  converged s after the fault (min / median / max)"
     lines = [head, "-" * len(head)]
     for scenario in dict.fromkeys(r.scenario for r in runs):
@@ -344,7 +358,7 @@ def table(runs: list[Run]) -> str:
         never = len(mine) - len(times)
         spread = f"{min(times):.1f} / {statistics.median(times):.1f} / {max(times):.1f}"
         lines.append(
-            f"{scenario:<17} {len(mine):>4} {sum(r.counts.lost for r in mine):>5} "
+            f"{scenario:<22} {len(mine):>4} {sum(r.counts.lost for r in mine):>5} "
             f"{sum(r.counts.duplicated for r in mine):>4} {sum(r.counts.stuck for r in mine):>6} "
             f"{sum(r.counts.died for r in mine):>5} {sum(r.error is not None for r in mine):>6}  "
             + (spread if times else "-")

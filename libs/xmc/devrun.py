@@ -73,8 +73,8 @@ def check_stores(settings: Settings) -> str | None:
             f"Postgres is not reachable at {db.hostname}:{db.port or 5432}: run `make services` "
             "(installs and starts it on 127.0.0.1:5432) or set XMC_DATABASE_URL"
         )
-    if settings.redis_cluster_nodes:
-        return None  # a Redis Cluster is the user's to run; the services report it down
+    if settings.redis_cluster_nodes or settings.redis_sentinels:
+        return None  # a Redis Cluster or Sentinels are the user's to run; services report them
     redis = urlsplit(settings.redis_url)
     if not _port_open(redis.hostname or "127.0.0.1", redis.port or 6379):
         return (

@@ -1,5 +1,12 @@
-"""The one place a service builds its Redis client: one node (``XMC_REDIS_URL``) or a
-Redis Cluster (``XMC_REDIS_CLUSTER_NODES``).
+"""The one place a service builds its Redis client: one node (``XMC_REDIS_URL``), a
+Redis Cluster (``XMC_REDIS_CLUSTER_NODES``) or the master a group of Redis Sentinels names
+(``XMC_REDIS_SENTINELS``, ``XMC_REDIS_SENTINEL_MASTER``; decision 0052).
+
+With Sentinels the client is redis-py's ``Sentinel(...).master_for(...)``: every new
+connection asks the Sentinels where the master is, and a connection that finds a demoted
+master (``READONLY``) is dropped, so after a failover each service's next command reaches
+the promoted replica without a restart. What the old master had not yet replicated is
+lost to Redis; the outbox relay notices (``served_by``) and re-drives it.
 
 Both clients answer the same commands for XMC's use, because each multi-key script touches
 one stream and keys tagged with its name, all in the stream's slot
@@ -10,12 +17,18 @@ multi-key script call instead), and ``INFO`` must be asked of the node that hold
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.sentinel import Sentinel
+from redis.connection import parse_url
 
 from xmc.settings import Settings
+
+#: Seconds one question to a Sentinel may take: a Sentinel that does not answer is
+#: skipped for the next, and a blocking read's ``socket_timeout=None`` must not apply.
+SENTINEL_TIMEOUT: Final = 1.0
 
 
 def parse_nodes(nodes: tuple[str, ...]) -> list[tuple[str, int]]:
@@ -43,8 +56,33 @@ def connect_redis(
             socket_timeout=socket_timeout,
             socket_connect_timeout=socket_connect_timeout,
         )
+    if settings.redis_sentinels:
+        return _sentinel_master(settings, socket_timeout, socket_connect_timeout)
     return aioredis.Redis.from_url(
         settings.redis_url,
+        socket_timeout=socket_timeout,
+        socket_connect_timeout=socket_connect_timeout,
+    )
+
+
+def _sentinel_master(
+    settings: Settings, socket_timeout: float | None, socket_connect_timeout: float | None
+) -> Any:
+    """The master's client, found through the Sentinels; the database number and the
+    credentials are XMC_REDIS_URL's (its host is not used)."""
+    url = parse_url(settings.redis_url)  # type: ignore[no-untyped-call]
+    sentinels = Sentinel(  # type: ignore[no-untyped-call]
+        parse_nodes(settings.redis_sentinels),
+        sentinel_kwargs={
+            "socket_timeout": SENTINEL_TIMEOUT,
+            "socket_connect_timeout": SENTINEL_TIMEOUT,
+        },
+    )
+    return sentinels.master_for(
+        settings.redis_sentinel_master,
+        db=url.get("db", 0),
+        username=url.get("username"),
+        password=url.get("password"),
         socket_timeout=socket_timeout,
         socket_connect_timeout=socket_connect_timeout,
     )

@@ -30,6 +30,7 @@ from xmc.errors import InvalidArgumentError
 from xmc.model.container_logs import DEFAULT_EXPERIMENT_BYTES, DEFAULT_TAIL_BYTES
 from xmc.model.retries import DEFAULT_PER_MINUTE, MAX_PER_MINUTE
 from xmc.quota_settings import QuotaSettings
+from xmc.sentinel_settings import sentinel_problem
 from xmc.setting_values import (
     Env,
     ReadFile,
@@ -54,6 +55,12 @@ class Settings:
     #: XMC_REDIS_CLUSTER_NODES — ``host:port,...`` of a Redis Cluster's nodes (any few of
     #: them: the client discovers the rest); when set, XMC_REDIS_URL is not used.
     redis_cluster_nodes: tuple[str, ...] = ()
+    #: XMC_REDIS_SENTINELS — ``host:port,...`` of Redis Sentinels; with
+    #: XMC_REDIS_SENTINEL_MASTER, the master is the one they name (followed across a
+    #: failover); XMC_REDIS_URL then gives only the database number and credentials.
+    redis_sentinels: tuple[str, ...] = ()
+    #: XMC_REDIS_SENTINEL_MASTER — the master's name in the Sentinels' ``sentinel monitor``.
+    redis_sentinel_master: str = ""
     #: XMC_ESS_LISTEN — host:port the ESS binds.
     ess_listen: str = "127.0.0.1:50051"
     #: XMC_ESS_TARGET — where the Reconciler finds the ESS.
@@ -80,6 +87,8 @@ class Settings:
             database_url=env.get("XMC_DATABASE_URL", d.database_url),
             redis_url=env.get("XMC_REDIS_URL", d.redis_url),
             redis_cluster_nodes=tuple(items(env.get("XMC_REDIS_CLUSTER_NODES", ""))),
+            redis_sentinels=tuple(items(env.get("XMC_REDIS_SENTINELS", ""))),
+            redis_sentinel_master=env.get("XMC_REDIS_SENTINEL_MASTER", "").strip(),
             ess_listen=env.get("XMC_ESS_LISTEN", d.ess_listen),
             ess_target=env.get("XMC_ESS_TARGET", d.ess_target),
             kube_url=env.get("XMC_KUBE_URL", d.kube_url),
@@ -105,12 +114,12 @@ class Settings:
             raise InvalidArgumentError(
                 f"XMC_REDIS_URL: must be a redis:// URL, got {self.redis_url!r}"
             )
-        for node in self.redis_cluster_nodes:
-            host, _, port = node.rpartition(":")
-            if not host or not port.isdigit() or not 0 < int(port) < 65536:
-                raise InvalidArgumentError(
-                    f"XMC_REDIS_CLUSTER_NODES: expected host:port,..., got {node!r}"
-                )
+        _check_nodes("XMC_REDIS_CLUSTER_NODES", self.redis_cluster_nodes)
+        _check_nodes("XMC_REDIS_SENTINELS", self.redis_sentinels)
+        if problem := sentinel_problem(
+            self.redis_sentinels, self.redis_sentinel_master, cluster=bool(self.redis_cluster_nodes)
+        ):
+            raise InvalidArgumentError(problem)
         if "{" in self.stream_prefix or "}" in self.stream_prefix:
             raise InvalidArgumentError(
                 f"XMC_STREAM_PREFIX: may not contain braces (Redis Cluster would hash only "
@@ -128,6 +137,13 @@ class Settings:
             raise InvalidArgumentError(
                 "XMC_TASK_SIGNING_KEY: must be at least 32 bytes (HS256 key length)"
             )
+
+
+def _check_nodes(variable: str, nodes: tuple[str, ...]) -> None:
+    for node in nodes:
+        host, _, port = node.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise InvalidArgumentError(f"{variable}: expected host:port,..., got {node!r}")
 
 
 @dataclass(frozen=True)

@@ -87,6 +87,13 @@ class StreamNames:
         return f"{{{self.tasks}}}:published:{task_id}:{attempt}"
 
     @property
+    def served_by_key(self) -> str:
+        """The run id of the Redis server that held the task stream when the relay last
+        had every published task checked; in the stream's slot, so it lives and dies
+        with the stream's data (decision 0052)."""
+        return f"{{{self.tasks}}}:served-by"
+
+    @property
     def dead_lettered_key(self) -> str:
         """The source entry ids the DLQ holds (a sorted set), so an entry is dead-lettered
         once; in the DLQ's slot (the dead-letter script touches both)."""

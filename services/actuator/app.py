@@ -30,6 +30,8 @@ log = structlog.get_logger()
 
 #: Seconds a starting Actuator waits for Postgres (restarting, say) before it exits.
 STARTUP_WAIT_SECONDS = 60.0
+#: Seconds past a blocking read's ``block`` before a Redis reply counts as never coming.
+READ_TIMEOUT_MARGIN = 5.0
 
 
 class Actuator:
@@ -63,8 +65,13 @@ class Actuator:
         settings = self.settings
         await wait_for_postgres(settings.database_url, within=STARTUP_WAIT_SECONDS)
         self.store = await Store.connect(settings.database_url, clock=self.clock)
-        # No socket timeout: XREADGROUP blocks for ConsumerSettings.block on purpose.
-        self._redis = connect_redis(settings, socket_connect_timeout=5)
+        # XREADGROUP blocks for ConsumerSettings.block on purpose; a reply later than that
+        # plus a margin means the server is gone without closing the connection (a host
+        # died, a master frozen): give up, and the next connection asks the Sentinels or
+        # the cluster where the master is now. With no timeout the read waited forever on
+        # a dead master while the promoted replica filled up (decision 0052).
+        read_timeout = self.consumer_settings.block + READ_TIMEOUT_MARGIN
+        self._redis = connect_redis(settings, socket_timeout=read_timeout, socket_connect_timeout=5)
         self._kube = await JobSetClient.from_settings(settings)
         handlers = JobSetHandlers(
             self._kube, self.store, namespace=settings.namespace, clock=self.clock

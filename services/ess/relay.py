@@ -16,6 +16,12 @@ Every ``trim_seconds`` a pass also trims the stream of the entries finished task
 (``trim_point``), before claiming, so the stream holds the work in flight, not every task
 ever published.
 
+Every ``redis_restart_check_seconds`` a pass also compares the run id of the server
+holding the stream with the one stamped in the stream's data (``stream_data_suspect``): a
+restart or a failover (Sentinel, Redis Cluster) may have lost entries the relay published
+and the replica never received, so every published task is checked at once and what is
+gone is re-driven. The stamp is written after that pass commits (decision 0052).
+
 A pass that fails (Redis or Postgres down) rolls back and changes nothing; the loop backs
 off and tries again, so a Redis outage delays tasks and loses none. A crash after the
 XADD and before the commit republishes the same attempt, which Redis answers with the
@@ -56,6 +62,7 @@ from xmc.model.outbox import (
     classify_entry,
     decide_pending,
     decide_published,
+    stream_data_suspect,
     trim_point,
 )
 from xmc.model.resume import TaskKind
@@ -145,7 +152,6 @@ class OutboxRelay:
         self._clock = clock
         self.settings = settings or RelaySettings()
         self._wake = asyncio.Event()
-        self._redis_run_id: str | None = None
         self._run_id_checked = -float("inf")
         self._trimmed = -float("inf")
         self._where = redis.register_script(_WHERE)
@@ -183,55 +189,80 @@ class OutboxRelay:
         async with self._store.transaction() as conn:
             if not await try_transaction_lock(conn, RELAY_LOCK_KEY):
                 return RelayReport(busy=True)
-            await self._notice_redis_restart(conn)
-            await self._trim_when_due(conn)
-            rows = await claim_due(conn, now=now, limit=self.settings.batch_size)
-            if not rows:
-                return RelayReport()
-            decisions = await self._decide(rows, now=now)
-            publish = [(r, d) for r, d in decisions if d.action is RelayAction.PUBLISH]
-            entry_ids = await self._publisher.publish_attempts(
-                [(Task.FromString(row.task), row.publish_count) for row, _ in publish]
-            )
-            await mark_published(
-                conn,
-                [
-                    (row.task_id, entry_id, decision.check_at or now)
-                    for (row, decision), entry_id in zip(publish, entry_ids, strict=True)
-                ],
-                now=now,
-            )
-            await check_later(
-                conn,
-                [
-                    (row.task_id, decision.check_at or now)
-                    for row, decision in decisions
-                    if decision.action is RelayAction.CHECK_LATER
-                ],
-            )
-            abandoned = [(r, d) for r, d in decisions if d.action is RelayAction.ABANDON]
-            for row, decision in abandoned:
-                await self._abandon(conn, Task.FromString(row.task), decision.reason, now=now)
+            stamp = await self._check_all_if_suspect(conn)
+            report = await self._relay(conn, now)
+        if stamp is not None:
+            await self._stamp(stamp)
+        return report
+
+    async def _relay(self, conn: Connection, now: datetime) -> RelayReport:
+        await self._trim_when_due(conn)
+        rows = await claim_due(conn, now=now, limit=self.settings.batch_size)
+        if not rows:
+            return RelayReport()
+        decisions = await self._decide(rows, now=now)
+        publish = [(r, d) for r, d in decisions if d.action is RelayAction.PUBLISH]
+        entry_ids = await self._publisher.publish_attempts(
+            [(Task.FromString(row.task), row.publish_count) for row, _ in publish]
+        )
+        await mark_published(
+            conn,
+            [
+                (row.task_id, entry_id, decision.check_at or now)
+                for (row, decision), entry_id in zip(publish, entry_ids, strict=True)
+            ],
+            now=now,
+        )
+        await check_later(
+            conn,
+            [
+                (row.task_id, decision.check_at or now)
+                for row, decision in decisions
+                if decision.action is RelayAction.CHECK_LATER
+            ],
+        )
+        abandoned = [(r, d) for r, d in decisions if d.action is RelayAction.ABANDON]
+        for row, decision in abandoned:
+            await self._abandon(conn, Task.FromString(row.task), decision.reason, now=now)
         return self._report(publish, decisions, len(abandoned))
 
-    async def _notice_redis_restart(self, conn: Connection) -> None:
-        """A Redis restarted without persistence lost every entry; a task published long
-        ago would otherwise wait up to ``max_check_seconds`` for its next check. The run id
-        of the node holding the stream (``INFO server``, read at most every
-        ``redis_restart_check_seconds``) tells a restart: then every published task is
-        checked in this pass."""
+    async def _check_all_if_suspect(self, conn: Connection) -> str | None:
+        """A Redis restarted without persistence lost every entry; a replica promoted by a
+        failover lacks what its master had not replicated. A task published long ago would
+        otherwise wait up to ``max_check_seconds`` for its next check. At most every
+        ``redis_restart_check_seconds``: compare the run id of the node holding the stream
+        with the one stamped in its data (``stream_data_suspect``); if the data is suspect,
+        make every published task due in this transaction and return the run id to stamp
+        once it commits. Stamped before the commit, a pass that rolled back would leave
+        the tasks on their old schedule and the stamp vouching for them; a kill between
+        the commit and the stamp only checks everything once more."""
         loop = asyncio.get_running_loop()
         if loop.time() - self._run_id_checked < self.settings.redis_restart_check_seconds:
-            return
+            return None
         try:
             run_id = await server_run_id(self._redis, self._names.tasks)
+            served_by = await self._redis.get(self._names.served_by_key)
         except REDIS_UNAVAILABLE:
-            return  # publishing will fail and retry; nothing to learn here
+            return None  # publishing will fail and retry; nothing to learn here
         self._run_id_checked = loop.time()
-        if self._redis_run_id is not None and run_id != self._redis_run_id:
-            count = await check_every_published_now(conn)
-            log.warning("Redis restarted: checking every published task now", tasks=count)
-        self._redis_run_id = run_id
+        if not stream_data_suspect(None if served_by is None else text(served_by), run_id):
+            return None
+        count = await check_every_published_now(conn)
+        log.warning(
+            "Redis restarted or failed over: checking every published task now",
+            tasks=count, run_id=run_id,
+        )  # fmt: skip
+        return run_id
+
+    async def _stamp(self, run_id: str) -> None:
+        """Vouch that the node ``run_id`` serves the stream since every published task was
+        made due. A failure leaves the data suspect: the next check does it again."""
+        try:
+            await self._redis.set(self._names.served_by_key, run_id)
+        except REDIS_UNAVAILABLE as exc:
+            log.warning("could not stamp the task stream's server; will check again",
+                        error=str(exc))  # fmt: skip
+            self._run_id_checked = -float("inf")
 
     async def _trim_when_due(self, conn: Connection) -> None:
         """Every ``trim_seconds``, under the relay lock: drop the stream's entries no task

@@ -1,12 +1,12 @@
-"""A private 3-master Redis Cluster (no replicas, no persistence) for tests that run XMC
-on a distributed Redis: three ``redis-server --cluster-enabled yes`` processes joined by
-``redis-cli --cluster create``."""
+"""A private 3-master Redis Cluster (no persistence; no replicas unless asked for, as
+tests/ha/cluster_failover.py does) for tests that run XMC on a distributed Redis:
+``redis-server --cluster-enabled yes`` processes joined by ``redis-cli --cluster create``."""
 
 from __future__ import annotations
 
 import asyncio
 import shutil
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -16,10 +16,18 @@ from tests.waiting import eventually
 
 
 class LocalRedisCluster:
-    """Three masters on free ports of 127.0.0.1, each in its own directory under
-    ``directory`` (the cluster config files live there)."""
+    """Three masters (each with ``replicas`` replicas) on free ports of 127.0.0.1, each in
+    its own directory under ``directory`` (the cluster config files live there)."""
 
-    def __init__(self, directory: Path, masters: int = 3) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        masters: int = 3,
+        *,
+        replicas: int = 0,
+        node_timeout_ms: int = 5000,
+        ports: Callable[[int], list[int]] = free_ports,
+    ) -> None:
         server, cli = shutil.which("redis-server"), shutil.which("redis-cli")
         if server is None or cli is None:
             raise RuntimeError("redis-server/redis-cli are not installed (apt-get install redis)")
@@ -27,9 +35,12 @@ class LocalRedisCluster:
         self._directory = directory
         # The cluster bus would be on port + 10000 (maybe past 65535, maybe taken): each
         # node gets a free bus port of its own (``--cluster-port``, Redis 7).
-        ports = free_ports(2 * masters)
-        self.ports, self._bus_ports = ports[:masters], ports[masters:]
-        self._processes: list[asyncio.subprocess.Process] = []
+        nodes = masters * (1 + replicas)
+        found = ports(2 * nodes)
+        self.ports, self._bus_ports = found[:nodes], found[nodes:]
+        self._replicas, self._node_timeout = replicas, node_timeout_ms
+        #: Each node's process, by port.
+        self.processes: dict[int, asyncio.subprocess.Process] = {}
 
     @property
     def nodes(self) -> str:
@@ -44,23 +55,22 @@ class LocalRedisCluster:
                 "--port", str(port), "--bind", "127.0.0.1", "--cluster-enabled", "yes",
                 "--cluster-port", str(bus_port),
                 "--cluster-config-file", str(workdir / "nodes.conf"),
-                "--cluster-node-timeout", "5000", "--save", "", "--appendonly", "no",
+                "--cluster-node-timeout", str(self._node_timeout), "--save", "",
+                "--appendonly", "no",
                 "--dir", str(workdir),
             ]  # fmt: skip
-            self._processes.append(
-                await asyncio.create_subprocess_exec(
-                    self._server,
-                    *arguments,
-                    stdout=asyncio.subprocess.DEVNULL,
-                    stderr=asyncio.subprocess.DEVNULL,
-                )
+            self.processes[port] = await asyncio.create_subprocess_exec(
+                self._server,
+                *arguments,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.DEVNULL,
             )
         async with asyncio.timeout(within):
             for port in self.ports:
                 await self._until(port, ("ping",), "PONG", within)
             created = await asyncio.create_subprocess_exec(
                 self._cli, "--cluster", "create", *self.nodes.split(","),
-                "--cluster-replicas", "0", "--cluster-yes",
+                "--cluster-replicas", str(self._replicas), "--cluster-yes",
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
             )  # fmt: skip
             output, _ = await created.communicate()
@@ -75,14 +85,14 @@ class LocalRedisCluster:
     ) -> None:
         """Poll ``redis-cli -p port command`` until its output contains ``expected``."""
         await eventually(
-            lambda: self._cli_output(port, *command),
+            lambda: self.cli_output(port, *command),
             lambda output: expected in output,
             within=within,
             every=0.05,
             what=f"`redis-cli -p {port} {' '.join(command)}` saying {expected}",
         )
 
-    async def _cli_output(self, port: int, *command: str) -> str:
+    async def cli_output(self, port: int, *command: str) -> str:
         probe = await asyncio.create_subprocess_exec(
             self._cli, "-p", str(port), *command,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
@@ -92,11 +102,11 @@ class LocalRedisCluster:
 
     async def stop(self) -> None:
         """SIGKILL every node (nothing to flush: no persistence)."""
-        for process in self._processes:
+        for process in self.processes.values():
             if process.returncode is None:
                 process.kill()
                 await process.wait()
-        self._processes = []
+        self.processes = {}
 
 
 @pytest.fixture

@@ -46,8 +46,9 @@ class RelaySettings:
     max_publishes: int = 10
     """Publishes of one task (the first included) before the relay abandons it."""
     redis_restart_check_seconds: float = 1.0
-    """How often the relay reads Redis's run id to notice a restart (every published
-    task is then checked at once)."""
+    """How often the relay compares the run id of the server holding the stream with
+    the one stamped in its data, to notice a restart or a failover (every published task
+    is then checked at once: ``stream_data_suspect``)."""
     trim_seconds: float = 10.0
     """How often the relay trims ``xmc-tasks-stream`` of the entries no task needs any
     more (``trim_point``); without it the stream, and Redis's memory, grow with every
@@ -148,6 +149,25 @@ def decide_published(
         f"{lost}; re-drive #{publish_count}",
         now + timedelta(seconds=settings.first_check_seconds),
     )
+
+
+def stream_data_suspect(served_by: str | None, run_id: str) -> bool:
+    """Whether the stream's data may lack entries the relay published, so every
+    published task must be checked now rather than on its schedule (up to
+    ``max_check_seconds`` away).
+
+    ``served_by`` is the run id stamped in Redis (``StreamNames.served_by_key``) after
+    the last such check; ``run_id`` is the server's that holds the stream now. The stamp
+    travels with the data: a replica promoted by Sentinel or by Redis Cluster holds its
+    old master's stamp, under a run id of its own — and whatever the master had not yet
+    replicated is missing; a restart without persistence loses the stamp (None) with
+    everything else; a restart from an older snapshot keeps an old stamp under a new run
+    id. Only a stamp equal to the serving node's own run id vouches that this node has
+    held every entry since the last check. A relay process that starts, restarts or
+    takes over the relay lock learns the same from the stamp, which no memory of its
+    own could tell it (an ESS killed during the failover).
+    """
+    return served_by != run_id
 
 
 def trim_point(oldest_unfinished: str | None, newest: str | None) -> str | None:

@@ -1,0 +1,3 @@
+-- Reserved for another part of issue 30 (numbers were handed out in advance);
+-- drop this file when the real 0017 lands.
+SELECT 1;

@@ -18,8 +18,7 @@ from prometheus_client import Counter
 
 from xmc.errors import FailedPreconditionError
 from xmc.model.fence import Fence, FenceDecision, fence_of, refusal_message
-from xmc.store.connection import Connection
-from xmc.store.fences import check_fence
+from xmc.store.transactions import Connection, check_fence
 
 log = structlog.get_logger()
 

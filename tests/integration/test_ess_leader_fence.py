@@ -16,7 +16,7 @@ from tests.integration.ess_harness import Ess
 from tests.integration.test_ess_api import expect_error
 from tests.integration.test_ess_internal import SERVICE, experiment_with_work_units, observation
 from tests.waiting import eventually, holds_for
-from xmc.model.fence import GENERATION_HEADER, Fence, FenceDecision
+from xmc.model.fence import GENERATION_HEADER, LEASE_HEADER, Fence, FenceDecision
 from xmc.model.states import WorkUnitState
 from xmc.store.transactions import check_fence
 from xmc_api.cloud.xmanager.v1 import api_pb2
@@ -84,7 +84,7 @@ async def test_a_malformed_token_is_invalid_argument(ess: Ess) -> None:
     request = executions_pb2.UpdateWorkUnitExecutionsRequest(
         writer="reconciler", updates=[observation(unit, 1, S.SCHEDULING, ess)]
     )
-    bad = SERVICE + (("x-xmc-leader-lease", LEASE), (GENERATION_HEADER, "soon"))
+    bad = (*SERVICE, (LEASE_HEADER, LEASE), (GENERATION_HEADER, "soon"))
     await expect_error(
         ess.executions.UpdateWorkUnitExecutions(request, metadata=bad),
         grpc.StatusCode.INVALID_ARGUMENT,

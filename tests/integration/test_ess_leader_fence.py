@@ -60,8 +60,7 @@ async def test_a_deposed_leaders_write_is_refused_and_writes_nothing(ess: Ess) -
     error = await expect_error(
         write(ess, unit, S.COMPLETED, 3, Fence(LEASE, 1)),
         grpc.StatusCode.FAILED_PRECONDITION,
-        "stale leader generation 1 of lease default/xmc-reconciler: the ESS has seen "
-        "generation 2",
+        "stale leader generation 1 of lease default/xmc-reconciler: the ESS has seen generation 2",
     )
     assert error.details()
     assert refused() == before + 1

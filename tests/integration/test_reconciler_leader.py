@@ -322,4 +322,3 @@ async def test_a_refusal_naming_a_newer_generation_ends_the_term(
     assert not a.elector.is_leader, "stops acting before the loop runs again"
     await eventually(lambda: a.transitions == ["started", "stopped", "started"], what="a term")
     assert a.elector.generation == lease(sim)["leaseTransitions"] == 10
-

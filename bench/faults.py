@@ -62,6 +62,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import aiohttp
 import grpc
 from bench.fault_counts import Counts, Intent, JobSet, Observed, count
+from bench.faults_replicas import REPLICA_SCENARIOS, inject_replicas, options_for
 from google.longrunning import operations_grpc_pb2
 from google.longrunning.operations_proto_pb2 import ListOperationsRequest
 
@@ -79,7 +80,7 @@ from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 S = WorkUnitState
 SCENARIOS = (
     "baseline", "kill-ess", "kill-actuator", "kill-reconciler", "redis-restart",
-    "postgres-restart",
+    "postgres-restart", *REPLICA_SCENARIOS,
 )  # fmt: skip
 OPTIONS = StackOptions(claim_idle=5.0, repair_after=10.0, repair_interval=2.0)
 #: F's policy: two retries of exit code 137, a second apart.
@@ -176,6 +177,8 @@ async def poll(probe: Callable[[], Awaitable[bool]], within: float) -> bool:
 async def inject(
     scenario: str, stack: Stack, redis: RedisServer, pg: PostgresServer, outage: float
 ) -> None:
+    if await inject_replicas(scenario, stack, outage):
+        return
     if scenario.startswith("kill-"):
         await stack.kill(scenario.removeprefix("kill-"))
         await asyncio.sleep(outage)  # the outage itself, not a synchronisation
@@ -254,7 +257,10 @@ async def run_once(
     redis = RedisServer(workdir / "redis")
     database = await create_database(pg.admin_dsn)
     stack = Stack(
-        database_url=database, redis_url=redis.url, log_dir=workdir / "logs", options=OPTIONS
+        database_url=database,
+        redis_url=redis.url,
+        log_dir=workdir / "logs",
+        options=options_for(scenario, OPTIONS),
     )
     try:
         await redis.start()
@@ -296,7 +302,7 @@ async def matrix(
 
 
 def table(runs: list[Run]) -> str:
-    head = f"{'scenario':<17} {'runs':>4} {'lost':>5} {'dup':>4} {'stuck':>6} {'died':>5}"
+    head = f"{'scenario':<24} {'runs':>4} {'lost':>5} {'dup':>4} {'stuck':>6} {'died':>5}"
     head += f" {'errors':>6}  converged s after the fault (min / median / max)"
     lines = [head, "-" * len(head)]
     for scenario in dict.fromkeys(r.scenario for r in runs):
@@ -305,7 +311,7 @@ def table(runs: list[Run]) -> str:
         never = len(mine) - len(times)
         spread = f"{min(times):.1f} / {statistics.median(times):.1f} / {max(times):.1f}"
         lines.append(
-            f"{scenario:<17} {len(mine):>4} {sum(r.counts.lost for r in mine):>5} "
+            f"{scenario:<24} {len(mine):>4} {sum(r.counts.lost for r in mine):>5} "
             f"{sum(r.counts.duplicated for r in mine):>4} {sum(r.counts.stuck for r in mine):>6} "
             f"{sum(r.counts.died for r in mine):>5} {sum(r.error is not None for r in mine):>6}  "
             + (spread if times else "-")

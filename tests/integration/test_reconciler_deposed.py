@@ -142,12 +142,9 @@ async def test_a_leader_whose_lease_count_went_back_is_fenced_once_then_writes(
         name = str(operation.name).split("/operations/")[0]
         await eventually(lambda: system.state(name), WorkUnitState.RUNNING, within=30)
         assert leader.elector.generation == 10
-        assert (
-            system.sim.store.find(LEASE_RESOURCE, "default", "xmc-reconciler")["spec"][
-                "leaseTransitions"
-            ]
-            == 10
-        )
+        lease = system.sim.store.find(LEASE_RESOURCE, "default", "xmc-reconciler")
+        assert lease is not None
+        assert lease["spec"]["leaseTransitions"] == 10
     finally:
         ess.fencing = None
         await leader.stop()

@@ -260,7 +260,7 @@ async def run_once(
         database_url=database,
         redis_url=redis.url,
         log_dir=workdir / "logs",
-        options=options_for(scenario, OPTIONS),
+        options=options_for(scenario, OPTIONS, args.replicas),
     )
     try:
         await redis.start()
@@ -332,6 +332,7 @@ def main() -> int:
     parser.add_argument("--deadline", type=float, default=90.0, help="seconds after the fault")
     parser.add_argument("--settle", type=float, default=5.0, help="quiet seconds, then count")
     parser.add_argument("--show-logs", action="store_true", help="print failed runs' log tails")
+    parser.add_argument("--replicas", type=int, default=1, help="processes of each service")
     parser.add_argument("--keep", action="store_true", help="keep every run's logs")
     args = parser.parse_args()
     scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]

@@ -12,7 +12,9 @@ consumer group, two Reconcilers electing a leader on a short Lease.
   killed process starts again after ``--outage``.
 
 Each scenario plugs into ``bench/faults.py`` through :func:`options_for` and
-:func:`inject_replicas`; the workload and the counts are the matrix's own.
+:func:`inject_replicas`; the workload and the counts are the matrix's own. With
+``--replicas 2`` every other scenario of the matrix runs on two of every service too (its
+fault hits the first process of a service: ``kill-reconciler`` may then kill the standby).
 """
 
 from __future__ import annotations
@@ -34,14 +36,17 @@ _KILLS: Final = {"kill-ess-x2": "ess", "kill-actuator-x2": "actuator", "kill-rec
 REPLICA_SCENARIOS: Final = ("baseline-x2", "pause-reconciler-leader", *_KILLS)
 
 
-def options_for(scenario: str, options: StackOptions) -> StackOptions:
-    """Two of every service with leader election for this module's scenarios; the
-    matrix's options unchanged for the others."""
-    if scenario not in REPLICA_SCENARIOS:
+def options_for(scenario: str, options: StackOptions, replicas: int = 1) -> StackOptions:
+    """Two of every service with leader election for this module's scenarios, and
+    ``replicas`` of every service for any other (``bench/faults.py --replicas``: the
+    matrix's other faults with replicas); the matrix's options unchanged otherwise."""
+    if scenario in REPLICA_SCENARIOS:
+        replicas = max(2, replicas)
+    if replicas == 1:
         return options
     return dataclasses.replace(
         options,
-        replicas=2,
+        replicas=replicas,
         leader_election=True,
         reconciler_args=(*options.reconciler_args, f"--lease-seconds={LEASE_SECONDS:g}"),
     )

@@ -52,6 +52,7 @@ from bench.workloads import CYCLE, MASK, observation, work_unit
 
 from tests.stack import create_database, drop_database
 from xmc.model.audit import Actor
+from xmc.model.fence import Fence
 from xmc.model.merge import ExecutionUpdate
 from xmc.names import experiment_name, work_unit_name
 from xmc.store.backfill import backfill_wire
@@ -226,6 +227,7 @@ async def measure_updates(
     bare: grpc.aio.Channel,
     recorded: list[list[Any]],
     requests: list[bytes],
+    metadata: tuple[tuple[str, str], ...] = METADATA,
 ) -> tuple[float, float, float]:
     """(ESS items/s, raw items/s, gRPC floor items/s): each request, the recorded
     statements of a batch of the same size (one transaction per batch), and the bare
@@ -238,7 +240,7 @@ async def measure_updates(
             [partial(raw_batch, conn, recorded[i % len(recorded)]) for i in chunk]
         )
         clocks.raw += seconds
-        seconds, out = await timed([partial(call, requests[i], metadata=METADATA) for i in chunk])
+        seconds, out = await timed([partial(call, requests[i], metadata=metadata) for i in chunk])
         clocks.ess += seconds
         floor += await floor_slice(bare, [requests[i] for i in chunk], out)
         responses += out
@@ -380,6 +382,9 @@ async def main() -> None:
     parser.add_argument("--walks", type=int, default=2, help="list walks per run")
     parser.add_argument("--profile", default="", help="run the ESS under cProfile into FILE")
     parser.add_argument("--only", choices=("update", "list"), default="", help="one figure")
+    parser.add_argument(
+        "--fence", action="store_true", help="updates carry a leader generation (decision 54)"
+    )
     args = parser.parse_args()
 
     dsn = await create_database(ADMIN_DSN)
@@ -417,7 +422,10 @@ async def main() -> None:
                 batches = [batch for r in rounds for batch in cycle[(r - 1) % len(cycle)]]
                 next_round += args.rounds
                 cpu = cpu_seconds(proc.pid)
-                ess, raw, floor = await measure_updates(conn, channel, bare, batches, requests)
+                fence = Fence("default/xmc-reconciler", 1).metadata() if args.fence else ()
+                ess, raw, floor = await measure_updates(
+                    conn, channel, bare, batches, requests, (*METADATA, *fence)
+                )
                 figures["cpu_u"].append((cpu_seconds(proc.pid) - cpu) / (len(requests) * BATCH))
                 figures["ess_u"].append(ess)
                 figures["raw_u"].append(raw)

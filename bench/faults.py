@@ -68,6 +68,7 @@ import grpc
 from bench.fault_counts import Counts, Intent, JobSet, Observed, count
 from bench.faults_pg import FailoverLoad, missing_from_primary
 from bench.faults_redis import REDIS_FAILOVERS, before_the_wave, failover_for, on_failover, redriven
+from bench.faults_replicas import REPLICA_SCENARIOS, inject_replicas, options_for
 from google.longrunning import operations_grpc_pb2
 from google.longrunning.operations_proto_pb2 import ListOperationsRequest
 
@@ -87,7 +88,7 @@ from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 S = WorkUnitState
 SCENARIOS = (
     "baseline", "kill-ess", "kill-actuator", "kill-reconciler", "redis-restart",
-    "postgres-restart", "pg-failover", *REDIS_FAILOVERS,
+    "postgres-restart", "pg-failover", *REDIS_FAILOVERS, *REPLICA_SCENARIOS,
 )  # fmt: skip
 OPTIONS = StackOptions(claim_idle=5.0, repair_after=10.0, repair_interval=2.0)
 #: F's policy: two retries of exit code 137, a second apart.
@@ -191,6 +192,8 @@ async def inject(
     outage: float,
     ha: AutoFailover | None = None,
 ) -> None:
+    if await inject_replicas(scenario, stack, outage):
+        return
     if scenario.startswith("kill-"):
         await stack.kill(scenario.removeprefix("kill-"))
         await asyncio.sleep(outage)  # the outage itself, not a synchronisation
@@ -291,10 +294,10 @@ async def run_once(
     on a pg_auto_failover formation of its own (its primary dies), through its DSN."""
     (workdir / "redis").mkdir(parents=True)
     redis: RedisServer | Failover = RedisServer(workdir / "redis")
-    options = OPTIONS
+    options = options_for(scenario, OPTIONS, args.replicas)
     if scenario in REDIS_FAILOVERS:
         redis = failover_for(scenario, workdir / "redis")
-        options = on_failover(OPTIONS, redis)
+        options = on_failover(options, redis)
     ha = AutoFailover() if scenario == "pg-failover" else None
     try:
         if ha is not None:
@@ -349,7 +352,7 @@ async def matrix(
 
 
 def table(runs: list[Run]) -> str:
-    head = f"{'scenario':<22} {'runs':>4} {'lost':>5} {'dup':>4} {'stuck':>6} {'died':>5}"
+    head = f"{'scenario':<24} {'runs':>4} {'lost':>5} {'dup':>4} {'stuck':>6} {'died':>5}"
     head += f" {'errors':>6}  converged s after the fault (min / median / max)"
     lines = [head, "-" * len(head)]
     for scenario in dict.fromkeys(r.scenario for r in runs):
@@ -358,7 +361,7 @@ def table(runs: list[Run]) -> str:
         never = len(mine) - len(times)
         spread = f"{min(times):.1f} / {statistics.median(times):.1f} / {max(times):.1f}"
         lines.append(
-            f"{scenario:<22} {len(mine):>4} {sum(r.counts.lost for r in mine):>5} "
+            f"{scenario:<24} {len(mine):>4} {sum(r.counts.lost for r in mine):>5} "
             f"{sum(r.counts.duplicated for r in mine):>4} {sum(r.counts.stuck for r in mine):>6} "
             f"{sum(r.counts.died for r in mine):>5} {sum(r.error is not None for r in mine):>6}  "
             + (spread if times else "-")
@@ -379,6 +382,7 @@ def main() -> int:
     parser.add_argument("--deadline", type=float, default=90.0, help="seconds after the fault")
     parser.add_argument("--settle", type=float, default=5.0, help="quiet seconds, then count")
     parser.add_argument("--show-logs", action="store_true", help="print failed runs' log tails")
+    parser.add_argument("--replicas", type=int, default=1, help="processes of each service")
     parser.add_argument("--keep", action="store_true", help="keep every run's logs")
     args = parser.parse_args()
     scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]

@@ -168,6 +168,8 @@ class Stack:
         self.log_dir = log_dir
         log_dir.mkdir(parents=True, exist_ok=True)
         self.processes: dict[str, asyncio.subprocess.Process] = {}
+        #: Per process, environment over the stack's (a Reconciler's own way to the ESS).
+        self.process_env: dict[str, dict[str, str]] = {}
 
     @property
     def endpoint(self) -> str:
@@ -211,6 +213,7 @@ class Stack:
             "XMC_STREAM_PREFIX": self.prefix,
             "XMC_METRICS_LISTEN": "",
             **self.options.extra_env,
+            **self.process_env.get(name, {}),
         }
 
     def ops_url(self, name: str, path: str) -> str:
@@ -271,6 +274,12 @@ class Stack:
             process.send_signal(signal.SIGKILL)
         await process.wait()
 
+    def signal(self, name: str, signum: signal.Signals) -> None:
+        """SIGSTOP / SIGCONT a running process (a pause the process cannot see coming)."""
+        process = self.processes[name]
+        if process.returncode is None:
+            process.send_signal(signum)
+
     async def restart(self, name: str) -> None:
         await self.kill(name)
         await self.start_service(name)
@@ -300,6 +309,7 @@ async def terminate(process: asyncio.subprocess.Process, within: float = 30.0) -
     if process.returncode is not None:
         return
     process.send_signal(signal.SIGTERM)
+    process.send_signal(signal.SIGCONT)  # a paused one must run to stop
     try:
         await asyncio.wait_for(process.wait(), timeout=within)
     except TimeoutError:

@@ -16,6 +16,7 @@ from google.protobuf.message import Message
 from ess.auth import require_service
 from ess.business_metrics import FirstStarts, count_batch
 from ess.interceptor import actor, caller
+from ess.leader_fence import admit, fence_of_call
 from ess.retries import Retries
 from xmc.errors import InvalidArgumentError, ResourceExhaustedError, UnavailableError
 from xmc.model.audit import AuditAction, AuditEntry
@@ -144,10 +145,12 @@ class WorkUnitExecutionService(executions_pb2_grpc.WorkUnitExecutionServiceServi
             raise InvalidArgumentError("writer: at most 200 characters")
         writer = f"{identity.email}/{request.writer}" if request.writer else identity.email
         items = parse_updates(request)
+        fence = fence_of_call(context)
         events: list[ExperimentChange] = []
         transitions: list[Transition] = []
         async with self._store.transaction() as conn:
             now = self._store.clock()
+            await admit(conn, fence, writer=writer, now=now)  # first: a refusal writes nothing
             results = await update_work_unit_executions(
                 conn, items, writer=writer, actor=actor(), now=now, events=events,
                 transitions=transitions,

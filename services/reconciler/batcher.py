@@ -19,8 +19,9 @@ outage that kept them put back); flushed after a standby took over, they would o
 the new leader's fresher writes in fields the ESS does not order by time
 (``detailed_status``, scheduling information). So each batch is sent only while
 ``may_send()`` says this replica leads; otherwise everything held is dropped, counted and
-logged, and the next leader's re-observation of its cache writes the truth. (Full fencing
-with the Lease's generation comes with high availability.)
+logged, and the next leader's re-observation of its cache writes the truth. A pause that
+falls between this check and the bytes reaching the ESS is closed by the fence: each
+write carries the term's generation and the ESS refuses an older one (decision 0054).
 
 Time is injected (``clock`` for latency, ``sleep`` for the interval), so tests drive flushes
 explicitly; ``flush_now`` is the test (and shutdown) entry point.

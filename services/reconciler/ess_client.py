@@ -7,6 +7,10 @@ puts the items back); ``EssRejected`` means ESS refused the request itself, so r
 same bytes cannot help. Every call carries a deadline, so a hung ESS looks unavailable
 instead of stalling a flush slot forever.
 
+Fencing (decision 0054): with leader election, every ``UpdateWorkUnitExecutions`` carries
+the generation of the leader's term in its metadata (``fencing``, the LeaderElector), and
+a refusal of it (FAILED_PRECONDITION, ``EssFenced``) is told back to the elector.
+
 Identity: the internal write RPC accepts only service identities (SPEC §2.4); the bearer
 token comes from ``XMC_SERVICE_TOKEN`` (``xmc.settings.ServiceClientSettings``).
 """
@@ -15,7 +19,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from typing import Final
+from typing import Final, Protocol
 
 import grpc
 
@@ -23,6 +27,7 @@ from reconciler import metrics
 from reconciler.observation import Observation
 from reconciler.observe import WorkUnitSnapshot
 from xmc.model.deployed import DeployedExecution
+from xmc.model.fence import Fence, parse_refusal
 from xmc.model.states import EXECUTION_TERMINAL_STATES, WorkUnitState
 from xmc.names import work_unit_ids, work_unit_name
 from xmc.retry import Backoffs
@@ -69,12 +74,32 @@ class EssRejected(EssError):
     """ESS refused the request (INVALID_ARGUMENT, PERMISSION_DENIED, UNAUTHENTICATED, …)."""
 
 
+class EssFenced(EssRejected):
+    """ESS refused a write of generation ``refused``: it has seen ``newest``, a newer
+    leader's. Sending it again cannot help; this replica no longer leads."""
+
+    def __init__(self, code: grpc.StatusCode, details: str, refused: int, newest: int) -> None:
+        super().__init__(code, details)
+        self.refused = refused
+        self.newest = newest
+
+
+class Fencing(Protocol):
+    """What the client needs of the leader election (``LeaderElector``)."""
+
+    def fence(self) -> Fence: ...
+
+    def fenced(self, refused: int, newest: int) -> None: ...
+
+
 def classify(error: grpc.aio.AioRpcError) -> EssError:
     """The typed error for a failed RPC (pure)."""
     code = error.code()
     details = error.details() or ""
     if code in _TRANSIENT:
         return EssUnavailable(code, details)
+    if code == grpc.StatusCode.FAILED_PRECONDITION and (fenced := parse_refusal(details)):
+        return EssFenced(code, details, *fenced)
     return EssRejected(code, details)
 
 
@@ -162,6 +187,8 @@ class EssClient:
             (("authorization", f"Bearer {token}"),) if token else ()
         )
         self._deadline = deadline
+        #: Set by the Reconciler with leader election: its writes carry the term's token.
+        self.fencing: Fencing | None = None
         self._executions = executions_pb2_grpc.WorkUnitExecutionServiceStub(self._channel)
         self._api = api_pb2_grpc.ExperimentStateServiceStub(self._channel)
         self._logs = logs_pb2_grpc.ContainerLogServiceStub(self._channel)
@@ -173,12 +200,18 @@ class EssClient:
         request = executions_pb2.UpdateWorkUnitExecutionsRequest(
             updates=[o.to_update() for o in observations], writer=writer
         )
+        fencing = self.fencing
+        metadata = self._metadata + (() if fencing is None else fencing.fence().metadata())
         try:
             response = await self._executions.UpdateWorkUnitExecutions(
-                request, metadata=self._metadata, timeout=self._deadline
+                request, metadata=metadata, timeout=self._deadline
             )
         except grpc.aio.AioRpcError as exc:
-            raise classify(exc) from exc
+            error = classify(exc)
+            if isinstance(error, EssFenced) and fencing is not None:
+                metrics.FENCED_WRITES_TOTAL.inc()
+                fencing.fenced(error.refused, error.newest)
+            raise error from exc
         results = list(response.results)
         for result in results:
             metrics.WRITE_RESULTS_TOTAL.labels(

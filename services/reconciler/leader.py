@@ -5,7 +5,19 @@ The protocol is client-go's: read the Lease; take it when it has no holder or it
 stopped renewing (``renewTime + leaseDurationSeconds`` is in the past); renew it while
 holding it. Every write is a PUT carrying the ``resourceVersion`` that was read, so two
 candidates racing for a free Lease cannot both win: the loser gets 409 Conflict and just
-reads again. ``leaseTransitions`` counts changes of holder.
+reads again.
+
+Fencing (decision 0054). A leader paused past its Lease wakes believing it leads; checks
+before each write narrow that window but cannot close it. So each term has a
+*generation*, written as the Lease's ``leaseTransitions`` when the term begins, and
+every write of the term carries it (``fence()``); the ESS refuses one older than the
+newest it has seen. Unlike client-go, ``leaseTransitions`` moves up on every new term,
+not only on a change of holder: a replica that stepped down and takes its own Lease back
+(or a restarted process with the same identity) starts a newer term, so its writes from
+before are refused too. A refusal that names a generation newer than this replica's
+current term (``fenced``) ends the term at once; if the Lease's count went *backwards*
+(a Lease deleted and re-created, an etcd restore), the next term starts above the
+newest generation the ESS named, so the fence never locks the rightful leader out.
 
 Why the leader steps down *before* the Lease expires (``renew_deadline_seconds``, by
 default two thirds of the lease, like client-go's 10 s of 15 s): a standby may take over
@@ -32,6 +44,7 @@ import structlog
 
 from xmc.kube import LEASES, KubeError, KubeFailure
 from xmc.kube_client import KubeClient
+from xmc.model.fence import Fence
 from xmc.retry import sleep_or_stop
 from xmc.timestamps import parse_rfc3339, utc_now
 
@@ -119,6 +132,10 @@ class LeaderElector:
         """Set while this replica leads (cleared when it steps down or releases)."""
         self.failures = 0
         """Consecutive failed calls (for logs and health)."""
+        self._generation = 0
+        """The generation of this replica's latest term (0: it never led)."""
+        self._floor = 0
+        """The newest generation the ESS named in a refusal: a new term starts above it."""
 
     @property
     def is_leader(self) -> bool:
@@ -128,6 +145,33 @@ class LeaderElector:
             return False
         age = (self._clock() - self._renewed_at).total_seconds()
         return age < self._settings.renew_deadline
+
+    @property
+    def generation(self) -> int:
+        """The generation of this replica's latest term, 0 if it never led."""
+        return self._generation
+
+    @property
+    def lease_key(self) -> str:
+        return f"{self._settings.namespace}/{self._settings.name}"
+
+    def fence(self) -> Fence:
+        """The token of a write decided now. Kept after stepping down: a write that
+        slips out afterwards must still carry its term, never none (an unfenced write
+        is accepted)."""
+        return Fence(self.lease_key, self._generation)
+
+    def fenced(self, refused: int, newest: int) -> None:
+        """The ESS refused a write of generation ``refused`` because it has seen
+        ``newest``. A write of an earlier term of ours changes nothing; otherwise another
+        replica holds a newer term (or the Lease's count went backwards): stop acting now
+        (the loop steps down on its next pass) and start any next term above ``newest``."""
+        if refused < self._generation or newest <= self._generation:
+            return
+        log.warning(f"{self._where}: fenced out by generation {newest}; stepping down",
+                    generation=self._generation)  # fmt: skip
+        self._floor = max(self._floor, newest)
+        self._renewed_at = None
 
     @property
     def _where(self) -> str:
@@ -213,18 +257,34 @@ class LeaderElector:
         if holder and holder != self.identity and not expired(spec, now):
             return False
         transitions = int(spec.get("leaseTransitions") or 0)
-        ours = holder == self.identity
-        if not ours and holder:
+        renewing = self.continues_term(holder, transitions)
+        if holder and holder != self.identity:
             log.info(f"{self._where}: taking over from {holder} (its lease expired)")
+        generation = transitions if renewing else self.next_generation(transitions)
         lease["spec"] = {
             **spec,
             "holderIdentity": self.identity,
             "leaseDurationSeconds": self._settings.lease_duration,
             "renewTime": format_micro_time(now),
-            "acquireTime": spec.get("acquireTime") if ours else format_micro_time(now),
-            "leaseTransitions": transitions if ours else transitions + 1,
+            "acquireTime": spec.get("acquireTime") if renewing else format_micro_time(now),
+            "leaseTransitions": generation,
         }
-        return await self._replace(lease)
+        if not await self._replace(lease):
+            return False
+        self._generation = generation
+        return True
+
+    def continues_term(self, holder: str, transitions: int) -> bool:
+        """Whether a Lease read as held by ``holder`` after ``transitions`` is this
+        replica's current term (a renewal), rather than a new term to begin."""
+        return (
+            self.leading.is_set() and holder == self.identity
+            and transitions == self._generation and self._renewed_at is not None
+        )  # fmt: skip
+
+    def next_generation(self, transitions: int) -> int:
+        """A new term's generation: above the Lease's count and any the ESS named."""
+        return max(transitions, self._floor, self._generation) + 1
 
     async def release(self) -> None:
         """Give the Lease up if held (holder cleared, so a standby takes it on its next
@@ -274,6 +334,7 @@ class LeaderElector:
         return await self._kube.get(LEASES, self._settings.namespace, self._settings.name)
 
     async def _create(self, now: datetime) -> bool:
+        generation = self.next_generation(0)
         lease = {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
@@ -283,7 +344,7 @@ class LeaderElector:
                 "leaseDurationSeconds": self._settings.lease_duration,
                 "acquireTime": format_micro_time(now),
                 "renewTime": format_micro_time(now),
-                "leaseTransitions": 0,
+                "leaseTransitions": generation,
             },
         }
         try:
@@ -292,6 +353,7 @@ class LeaderElector:
             if error.failure in _LOST_RACE:  # another candidate created it first
                 return False
             raise
+        self._generation = generation
         return True
 
     async def _replace(self, lease: Obj) -> bool:

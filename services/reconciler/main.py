@@ -34,6 +34,7 @@ async def _serve(
     api = await KubeClient.from_settings(settings)
     ess = EssClient(settings.ess_target, token=client.token)
     reconciler = Reconciler(api, ess, identity=identity, clock=utc_now, options=options)
+    ess.fencing = reconciler.elector  # its writes carry the term's generation (0054)
     ops = OpsServer(metrics_listen, reconciler.readiness)
     try:
         port = await ops.start()
@@ -63,6 +64,15 @@ def _seconds(text: str) -> float:
     return value
 
 
+def lease_settings(namespace: str, seconds: float) -> LeaseSettings:
+    """The Lease for ``--lease-seconds``: client-go's proportions (15 s: renew every 5 s,
+    step down after 10 s without a renewal, retry every 2 s at most)."""
+    return LeaseSettings(
+        namespace=namespace, lease_seconds=seconds, renew_seconds=seconds / 3,
+        retry_seconds=min(2.0, seconds / 5),
+    )  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="xmc-reconciler", description="XMC Reconciler")
     parser.add_argument(
@@ -72,6 +82,10 @@ def main(argv: list[str] | None = None) -> None:
         "--no-leader-election", action="store_true", help="a single replica: always write"
     )
     parser.add_argument("--metrics-listen", default=None, help="overrides XMC_METRICS_LISTEN")
+    parser.add_argument(
+        "--lease-seconds", type=_seconds, default=LeaseSettings().lease_seconds,
+        help="seconds a leader's Lease keeps standbys away (renewed every third of it)",
+    )  # fmt: skip
     defaults = VanishedSettings()
     parser.add_argument(
         "--vanished-grace", type=_seconds, default=defaults.grace.total_seconds(),
@@ -89,7 +103,9 @@ def main(argv: list[str] | None = None) -> None:
     metrics_listen = (
         args.metrics_listen if args.metrics_listen is not None else settings.metrics_listen
     )
-    lease = None if args.no_leader_election else LeaseSettings(namespace=settings.namespace)
+    lease = (
+        None if args.no_leader_election else lease_settings(settings.namespace, args.lease_seconds)
+    )
     vanished = VanishedSettings(
         interval=args.vanished_interval, grace=timedelta(seconds=args.vanished_grace)
     )

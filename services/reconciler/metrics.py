@@ -139,3 +139,7 @@ LOG_CAPTURE_SECONDS = Histogram(
     "Time the finalizer path spent capturing a deleted JobSet's logs",
     buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )
+FENCED_WRITES_TOTAL = Counter(
+    "xmc_reconciler_fenced_writes_total",
+    "Writes the ESS refused because a newer leader's generation had written (decision 0054)",
+)

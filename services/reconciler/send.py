@@ -3,7 +3,8 @@
 EssUnavailable propagates (the batcher puts the items back for the next flush); INTERNAL
 and UNKNOWN are retried here a few times with backoff. A batch the ESS refuses for what it
 is (INVALID_ARGUMENT, say) is split in halves until the refused items are alone, so one
-bad observation costs only itself; those are dropped, loudly and counted.
+bad observation costs only itself; those are dropped, loudly and counted. A batch refused
+because a newer leader writes (``EssFenced``, decision 0054) is dropped whole.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Callable, Sequence
 import structlog
 
 from reconciler import metrics
-from reconciler.ess_client import EssClient, EssRejected, is_verdict, retry_rejected
+from reconciler.ess_client import EssClient, EssFenced, EssRejected, is_verdict, retry_rejected
 from reconciler.observation import Observation
 from xmc.retry import sleep_or_stop
 
@@ -31,6 +32,11 @@ async def send(
     """One batch; retries end when ``aborted`` is set or this replica stops ``leading``."""
     error = await _send_retrying(ess, observations, aborted=aborted, leading=leading)
     if error is None:
+        return
+    if isinstance(error, EssFenced):  # a newer leader writes now: none of it may land
+        log.warning("observations of a deposed leader refused; dropped", error=str(error),
+                    items=len(observations))  # fmt: skip
+        metrics.UPDATES_DROPPED_NOT_LEADING_TOTAL.inc(len(observations))
         return
     if len(observations) > 1 and is_verdict(error):
         half = len(observations) // 2

@@ -13,17 +13,21 @@ import grpc
 import pytest
 
 from kubesim.resources import JOBSET
+from kubesim.resources import LEASE as LEASE_RESOURCE
 from reconciler.app import Reconciler
 from reconciler.ess_client import EssClient, EssUnavailable
 from reconciler.leader import LeaseSettings
 from reconciler.observation import Observation
 from tests.integration.support import forever_work_unit
 from tests.integration.system import ALICE, System, running_system
+from tests.integration.test_ess_internal import SERVICE
 from tests.waiting import eventually
+from xmc.model.fence import Fence
 from xmc.model.states import WorkUnitState
 from xmc.timestamps import utc_now
 from xmc_api.cloud.xmanager.v1 import api_pb2
 from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
+from xmc_api.internal.v1 import executions_pb2
 
 LEASE = LeaseSettings(
     lease_seconds=1, renew_seconds=0.2, retry_seconds=0.1, renew_deadline_seconds=0.6
@@ -106,3 +110,41 @@ async def test_a_deposed_leader_drops_what_it_held(system: System) -> None:
     finally:
         await a.abort()
         await b.stop()
+
+
+async def test_a_leader_whose_lease_count_went_back_is_fenced_once_then_writes(
+    system: System,
+) -> None:
+    """The Lease was re-created (or etcd restored): its count restarts below the newest
+    generation the ESS has seen. The leader's first write is refused; it steps down, takes
+    its own Lease again one generation above the one the ESS named, and writes from then
+    on: the fence never locks the rightful leader out (decision 0054)."""
+    await system.reconciler.stop()  # replaced by one fenced replica
+    ess = system.reconciler._ess
+    options = dataclasses.replace(system.reconciler.options, lease=LEASE)
+    leader = Reconciler(system.kube, ess, identity="r-a", clock=utc_now, options=options)
+    assert leader.elector is not None
+    ess.fencing = leader.elector
+    # A generation from before the Lease was re-created: newer than any its count gives.
+    await system.ess.executions.UpdateWorkUnitExecutions(
+        executions_pb2.UpdateWorkUnitExecutionsRequest(writer="earlier-leader"),
+        metadata=(*SERVICE, *Fence("default/xmc-reconciler", 9).metadata()),
+    )
+    await leader.start()
+    try:
+        experiment: Experiment = await system.ess.api.CreateExperiment(
+            api_pb2.CreateExperimentRequest(experiment=Experiment()), metadata=ALICE
+        )
+        operation = await system.ess.api.CreateWorkUnit(
+            api_pb2.CreateWorkUnitRequest(parent=experiment.name, work_unit=forever_work_unit()),
+            metadata=ALICE,
+        )
+        name = str(operation.name).split("/operations/")[0]
+        await eventually(lambda: system.state(name), WorkUnitState.RUNNING, within=30)
+        assert leader.elector.generation == 10
+        lease = system.sim.store.find(LEASE_RESOURCE, "default", "xmc-reconciler")
+        assert lease is not None
+        assert lease["spec"]["leaseTransitions"] == 10
+    finally:
+        ess.fencing = None
+        await leader.stop()

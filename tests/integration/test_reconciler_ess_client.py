@@ -9,11 +9,12 @@ from datetime import timedelta
 import grpc
 import pytest
 
-from reconciler.ess_client import EssClient, EssRejected, EssUnavailable
+from reconciler.ess_client import EssClient, EssFenced, EssRejected, EssUnavailable
 from reconciler.observation import Observation, Source
 from reconciler.observe import WorkUnitSnapshot
 from tests.integration.ess_harness import TOKENS, Ess, metadata
 from tests.integration.support import minimal_work_unit
+from xmc.model.fence import Fence
 from xmc.model.states import WorkUnitState
 from xmc.names import parse_work_unit_name
 from xmc_api.cloud.xmanager.v1 import api_pb2
@@ -108,3 +109,33 @@ async def test_work_unit_snapshot_and_missing_work_unit(ess: Ess, clients: Clien
     assert await client.work_unit(xid, wid) == WorkUnitSnapshot(eid=1, state=S.RUNNING)
     assert await client.work_unit(xid, wid + 100) is None
     assert await client.work_unit(xid + 1000, 1) is None
+
+
+class Term:
+    """A LeaderElector's fencing half: the term's token, and what the ESS refused."""
+
+    def __init__(self, generation: int) -> None:
+        self.generation = generation
+        self.refusals: list[tuple[int, int]] = []
+
+    def fence(self) -> Fence:
+        return Fence("default/xmc-reconciler", self.generation)
+
+    def fenced(self, refused: int, newest: int) -> None:
+        self.refusals.append((refused, newest))
+
+
+async def test_a_deposed_leaders_write_is_fenced_and_told_to_its_election(
+    ess: Ess, clients: ClientFactory
+) -> None:
+    xid, wid = await new_work_unit(ess)
+    new, old = clients(), clients()
+    new.fencing, old.fencing = Term(3), Term(2)
+    await new.update([observed(ess, xid, wid, 1, S.SCHEDULING)], writer=WRITER)
+
+    with pytest.raises(EssFenced) as info:
+        await old.update([observed(ess, xid, wid, 1, S.RUNNING)], writer=WRITER)
+    assert (info.value.refused, info.value.newest) == (2, 3)
+    assert info.value.code == grpc.StatusCode.FAILED_PRECONDITION
+    assert isinstance(old.fencing, Term)
+    assert old.fencing.refusals == [(2, 3)]

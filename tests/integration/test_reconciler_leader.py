@@ -18,6 +18,7 @@ from reconciler.leader import LeaderElector, LeaseSettings, expired, format_micr
 from tests.integration.support import T0, BuggyReads, FakeClock
 from tests.waiting import eventually, holds_for
 from xmc.kube_client import KubeClient
+from xmc.model.fence import Fence
 from xmc.timestamps import utc_now
 
 #: Short durations: the lease field is whole seconds, so 1 s; step down after 0.6 s.
@@ -117,8 +118,9 @@ async def test_two_candidates_elect_exactly_one_leader(sim: KubeSim, start: Star
     spec = lease(sim)
     assert spec["holderIdentity"] == winner
     assert spec["leaseDurationSeconds"] == 1
-    assert spec["leaseTransitions"] == 0
+    assert spec["leaseTransitions"] == 1  # the first term's generation (decision 0054)
     leader = a if winner == "a" else b
+    assert leader.elector.generation == 1
     assert leader.transitions == ["started"]
     assert leader.elector.leading.is_set()
 
@@ -141,8 +143,9 @@ async def test_standby_takes_over_within_the_lease_after_the_leader_dies(
     assert taken_after <= SHORT.lease_seconds + SHORT.retry_seconds + 0.4
     spec = lease(sim)
     assert spec["holderIdentity"] == "b"
-    assert spec["leaseTransitions"] == 1
+    assert spec["leaseTransitions"] == 2
     assert b.transitions == ["started"]
+    assert b.elector.generation == 2
 
 
 async def test_release_on_graceful_stop_hands_over_at_once(sim: KubeSim, start: Start) -> None:
@@ -160,7 +163,7 @@ async def test_release_on_graceful_stop_hands_over_at_once(sim: KubeSim, start: 
 
     assert time.monotonic() - released < SHORT.lease_seconds / 2, "no waiting for expiry"
     assert lease(sim)["holderIdentity"] == "b"
-    assert lease(sim)["leaseTransitions"] == 1
+    assert lease(sim)["leaseTransitions"] == 2
 
 
 async def test_candidates_racing_for_a_free_lease_conflict_and_one_wins(
@@ -297,3 +300,25 @@ async def test_a_leader_paused_past_its_deadline_starts_a_new_term(
     await eventually(lambda: a.transitions == ["started", "stopped", "started"], what="a term")
     assert a.elector.is_leader
     assert lease(sim)["holderIdentity"] == "a"
+    assert lease(sim)["leaseTransitions"] == a.elector.generation == 2  # a newer term
+
+
+async def test_a_refusal_naming_a_newer_generation_ends_the_term(
+    sim: KubeSim, start: Start
+) -> None:
+    """The ESS says a generation above ours wrote (the Lease was re-created, its count
+    went back): this replica stops acting at once and its next term starts above it, so
+    the fence never locks the rightful leader out. A refusal of an earlier term's write
+    of ours changes nothing."""
+    a = start("a")
+    await eventually(lambda: a.elector.is_leader, what="a leads")
+    assert a.elector.fence() == Fence("default/xmc-reconciler", 1)
+
+    a.elector.fenced(refused=0, newest=1)  # a write from before this term: ignored
+    assert a.elector.is_leader
+    assert a.transitions == ["started"]
+
+    a.elector.fenced(refused=1, newest=9)
+    assert not a.elector.is_leader, "stops acting before the loop runs again"
+    await eventually(lambda: a.transitions == ["started", "stopped", "started"], what="a term")
+    assert a.elector.generation == lease(sim)["leaseTransitions"] == 10

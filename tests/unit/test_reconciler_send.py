@@ -11,7 +11,7 @@ import grpc
 import pytest
 
 from reconciler.app import Reconciler, ReconcilerOptions
-from reconciler.ess_client import EssClient, EssRejected
+from reconciler.ess_client import EssClient, EssFenced, EssRejected
 from reconciler.observation import Observation, Source
 from xmc.kube_client import KubeClient
 from xmc.timestamps import utc_now
@@ -85,3 +85,18 @@ async def test_a_lasting_internal_drops_the_batch_after_bounded_retries() -> Non
     await _reconciler(ess)._send(_observations(10))
     assert ess.written == []
     assert len(ess.calls) == 5  # the first try and 4 retries; INTERNAL is not bisected
+
+
+class FencedEss(RefusingEss):
+    """Refuses every batch as a deposed leader's (decision 0054)."""
+
+    async def update(self, observations: Sequence[Observation], *, writer: str) -> list[Any]:
+        self.calls.append([o.xid for o in observations])
+        raise EssFenced(grpc.StatusCode.FAILED_PRECONDITION, "stale", refused=1, newest=2)
+
+
+async def test_a_deposed_leaders_batch_is_dropped_whole_not_bisected() -> None:
+    ess = FencedEss(bad_xid=0, code=grpc.StatusCode.FAILED_PRECONDITION)
+    await _reconciler(ess)._send(_observations(100))
+    assert ess.calls == [list(range(1, 101))], "one call: resending cannot help"
+    assert ess.written == []

@@ -82,6 +82,7 @@ from xmc.store.experiments import (
     update_experiment,
 )
 from xmc.store.experiments import update_launch_state as update_experiment_launch_state
+from xmc.store.fences import check_fence
 from xmc.store.listing import ListRequest
 from xmc.store.manifests import StoredManifest, fetch_manifest
 from xmc.store.migrate import migrate
@@ -249,6 +250,7 @@ __all__ = [
     "arg_spreads",
     "attempt_of",
     "check_every_published_now",
+    "check_fence",
     "check_later",
     "claim_closed_runs",
     "claim_due",

@@ -22,6 +22,7 @@ import grpc
 from reconciler import metrics
 from reconciler.observation import Observation
 from reconciler.observe import WorkUnitSnapshot
+from xmc.ess_retry import channel_options
 from xmc.model.deployed import DeployedExecution
 from xmc.model.states import EXECUTION_TERMINAL_STATES, WorkUnitState
 from xmc.names import work_unit_ids, work_unit_name
@@ -45,10 +46,13 @@ _TRANSIENT: frozenset[grpc.StatusCode] = frozenset(
 
 
 #: Reconnect quickly to a restarted ESS: gRPC's default backoff (1 s, ×1.6, up to 120 s)
-#: kept the finalizer path failing seconds after a new ESS was serving.
+#: kept the finalizer path failing seconds after a new ESS was serving. Calls a draining
+#: ESS dropped are resent by XMC's client rule (``xmc.ess_retry``) before the batcher
+#: sees them fail.
 _CHANNEL_OPTIONS = (
     ("grpc.initial_reconnect_backoff_ms", 250),
     ("grpc.max_reconnect_backoff_ms", 5000),
+    *channel_options(),
 )
 
 

@@ -6,9 +6,9 @@ channel with no options, no ``wait_for_ready``, no retry of its own, and a work 
 it chose (``CreateWorkUnitRequest.work_unit_id``, which the ESS turns into an idempotent
 repeat: ``xmc.model.work_unit_ids``). What its first attempt got is tallied by gRPC code
 (what a user of the published client sees); a failed attempt is then retried by XMC's
-documented rule (``xmc.ess_retry``: UNAVAILABLE or CANCELLED, the same request again, gRPC's backoff) and
-the final outcome tallied too (what a client following the rule sees). Either tally is
-the target of the bench: no failure.
+documented rule (``xmc.ess_retry``: on UNAVAILABLE or CANCELLED, the same request again
+after gRPC's backoff) and the final outcome tallied too (what a client following the rule
+sees). The target of the bench: no failure after the rule.
 """
 
 from __future__ import annotations

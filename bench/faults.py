@@ -11,6 +11,8 @@ and a fresh private Redis, at kubesim time scale 1, and drives one experiment:
    service, ``--outage`` seconds, start it again; or SIGKILL the private Redis (no
    persistence: streams and consumer group are gone), ``--outage`` seconds, start it; or
    ``pg_ctl restart -m fast`` of the private Postgres; ``baseline`` does nothing;
+   ``rolling-restart`` runs its own harness (``bench/rolling_restart.py``: two of each
+   service, this sweep plus 64 creating clients, every process restarted in turn);
 4. poll until every unit is in its end state (deadline: ``--deadline`` seconds after the
    fault), then watch ``--settle`` more seconds and count (a late redelivery that
    re-creates a stopped JobSet shows only then).
@@ -79,7 +81,7 @@ from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 S = WorkUnitState
 SCENARIOS = (
     "baseline", "kill-ess", "kill-actuator", "kill-reconciler", "redis-restart",
-    "postgres-restart",
+    "postgres-restart", "rolling-restart",
 )  # fmt: skip
 OPTIONS = StackOptions(claim_idle=5.0, repair_after=10.0, repair_interval=2.0)
 #: F's policy: two retries of exit code 137, a second apart.
@@ -250,6 +252,10 @@ async def run_once(
     scenario: str, pg: PostgresServer, workdir: Path, args: argparse.Namespace
 ) -> Run:
     """One run on a fresh database, a fresh private Redis and a fresh stack."""
+    if scenario == "rolling-restart":  # two of each under a create load: its own harness
+        from bench.rolling_restart import run_in_matrix
+
+        return await run_in_matrix(pg, workdir, args)
     (workdir / "redis").mkdir(parents=True)
     redis = RedisServer(workdir / "redis")
     database = await create_database(pg.admin_dsn)

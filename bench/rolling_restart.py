@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import aiohttp
 import grpc
 from bench.fault_counts import Counts, Intent, Observed, count
-from bench.faults import OPTIONS, Client, failing_unit, poll
+from bench.faults import OPTIONS, Client, Run, failing_unit, poll
 from bench.rolling_load import CreateLoad, Tally
 from bench.scale_out import lease_holder
 from google.longrunning.operations_proto_pb2 import ListOperationsRequest
@@ -102,8 +102,10 @@ def roll_order(names: list[str], leader: str) -> list[str]:
     services = [n for n in names if n != "kubesim"]
     reconcilers = [n for n in services if n.startswith("reconciler")]
     standbys = [n for n in reconcilers if n != leader]
-    return [n for n in services if n not in reconcilers] + standbys + [leader] * (
-        leader in reconcilers
+    return (
+        [n for n in services if n not in reconcilers]
+        + standbys
+        + [leader] * (leader in reconcilers)
     )
 
 
@@ -196,9 +198,19 @@ async def sweep_started(
     return parent, roles, [*first, *second]
 
 
-async def workload(
-    stack: Stack, *, mode: str, clients: int, think: float, hold: float, args: argparse.Namespace
-) -> RollingRun:
+@dataclass(frozen=True)
+class Shape:
+    """The load and the waits of a run."""
+
+    clients: int = 64
+    #: Mean seconds between one client's creates.
+    think: float = 2.0
+    #: Seconds after the load for every unit to reach its end state, and the quiet window.
+    deadline: float = 240.0
+    settle: float = 5.0
+
+
+async def workload(stack: Stack, *, mode: str, shape: Shape, hold: float = 0.0) -> RollingRun:
     """Steps 1-4 of the module docstring on a started two-of-each ``stack``."""
     ledger = JobSetLedger(stack.kube_url)
     ledger.start()
@@ -207,7 +219,7 @@ async def workload(
         try:
             parent, roles, intents = await sweep_started(client, ledger)
             load_parent = await client.experiment()
-            load = CreateLoad(stack.target, load_parent, clients=clients, think=think)
+            load = CreateLoad(stack.target, load_parent, clients=shape.clients, think=shape.think)
             load.start()
             began, steps = time.monotonic(), []
             if mode == "rolling":
@@ -228,9 +240,9 @@ async def workload(
                 return counts.lost == counts.stuck == 0
 
             run = RollingRun(mode, tally, Counts(), steps, held)
-            if await poll(converged, within=args.deadline):
+            if await poll(converged, within=shape.deadline):
                 run.converged_after = time.monotonic() - ended
-            await asyncio.sleep(args.settle)  # a quiet window: late effects show here
+            await asyncio.sleep(shape.settle)  # a quiet window: late effects show here
             run.counts = counts = count(roles, intents, await observe(client, parents, ledger))
             dead = [name for name, up in stack.alive().items() if not up]
             counts.died, counts.notes = len(dead), counts.notes + [f"died {n}" for n in dead]
@@ -241,12 +253,13 @@ async def workload(
 
 
 async def run_once(
-    mode: str, pg: PostgresServer, workdir: Path, args: argparse.Namespace, hold: float = 0.0
-) -> RollingRun:
+    mode: str, pg: PostgresServer, workdir: Path, shape: Shape, *, redis_port: int,
+    hold: float = 0.0,
+) -> RollingRun:  # fmt: skip
     """One run on a fresh database, a fresh private Redis and a fresh two-of-each stack."""
     (workdir / "redis").mkdir(parents=True)
     redis = RedisServer(workdir / "redis")
-    redis.port = args.redis_port
+    redis.port = redis_port
     database = await create_database(pg.admin_dsn)
     stack = Stack(
         database_url=database, redis_url=redis.url, log_dir=workdir / "logs",
@@ -255,13 +268,26 @@ async def run_once(
     try:
         await redis.start()
         await stack.start()
-        return await workload(
-            stack, mode=mode, clients=args.clients, think=args.think, hold=hold, args=args
-        )
+        return await workload(stack, mode=mode, shape=shape, hold=hold)
     finally:
         await stack.stop()
         await redis.stop()
         await drop_database(pg.admin_dsn, database)
+
+
+async def run_in_matrix(pg: PostgresServer, workdir: Path, args: argparse.Namespace) -> Run:
+    """``bench/faults.py --scenarios rolling-restart``: one rolling run at the default
+    load, as a row of the fault matrix; a call failed after the documented retry makes
+    the run an error, and the client tallies go to its notes."""
+    shape = Shape(deadline=args.deadline, settle=args.settle)
+    began = time.monotonic()
+    rolling = await run_once("rolling", pg, workdir, shape, redis_port=REDIS_PORT)
+    failed = rolling.tally.failures(rolling.tally.final)
+    error = f"{failed} client calls failed after the documented retry" if failed else None
+    run = Run("rolling-restart", rolling.counts, rolling.converged_after, error=error)
+    run.wall = time.monotonic() - began
+    run.counts.notes[:0] = describe(rolling)[:1]
+    return run
 
 
 def describe(run: RollingRun) -> list[str]:
@@ -314,8 +340,14 @@ async def pairs(pg: PostgresServer, base: Path, args: argparse.Namespace) -> lis
     """Each run: the roll, then its baseline holding the same load as long as it took."""
     runs: list[RollingRun] = []
     for index in range(1, args.runs + 1):
-        rolling = await run_once("rolling", pg, base / f"rolling-{index}", args)
-        baseline = await run_once("baseline", pg, base / f"baseline-{index}", args, rolling.held)
+        shape = Shape(args.clients, args.think, args.deadline, args.settle)
+        rolling = await run_once(
+            "rolling", pg, base / f"rolling-{index}", shape, redis_port=args.redis_port
+        )
+        baseline = await run_once(
+            "baseline", pg, base / f"baseline-{index}", shape, redis_port=args.redis_port,
+            hold=rolling.held,
+        )  # fmt: skip
         for run in (rolling, baseline):
             runs.append(run)
             print(*describe(run), sep="\n", flush=True)

@@ -341,14 +341,12 @@ async def pairs(pg: PostgresServer, base: Path, args: argparse.Namespace) -> lis
     runs: list[RollingRun] = []
     for index in range(1, args.runs + 1):
         shape = Shape(args.clients, args.think, args.deadline, args.settle)
-        rolling = await run_once(
-            "rolling", pg, base / f"rolling-{index}", shape, redis_port=args.redis_port
-        )
-        baseline = await run_once(
-            "baseline", pg, base / f"baseline-{index}", shape, redis_port=args.redis_port,
-            hold=rolling.held,
-        )  # fmt: skip
-        for run in (rolling, baseline):
+        hold = 0.0
+        for mode in ("rolling", "baseline"):
+            run = await run_once(
+                mode, pg, base / f"{mode}-{index}", shape, redis_port=args.redis_port, hold=hold
+            )
+            hold = run.held
             runs.append(run)
             print(*describe(run), sep="\n", flush=True)
     return runs

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import grpc
 import pytest
@@ -69,3 +70,10 @@ def test_the_roll_restarts_every_process_once_and_the_leading_reconciler_last(
 ) -> None:
     names = ["kubesim", "ess", "ess-2", "actuator", "actuator-2", "reconciler", "reconciler-2"]
     assert roll_order(names, leader) == order
+
+
+def test_the_documented_service_config_is_the_one_the_clients_use() -> None:
+    text = (Path(__file__).parents[2] / "docs" / "operations.md").read_text()
+    section = text.split("## High availability: rolling restarts", 1)[1]
+    block = section.split("```json\n", 1)[1].split("```", 1)[0]
+    assert json.loads(block) == json.loads(RETRY.service_config())

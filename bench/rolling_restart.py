@@ -23,7 +23,7 @@ electing a leader) on a fresh database and a fresh private Redis, at kubesim tim
 Exit status 0 only if no client call failed after the documented retry and every count
 is zero. Figures, not a test: no asserts.
 
-    .venv/bin/python bench/rolling_restart.py [--runs 2] [--clients 64] [--think 2]
+    .venv/bin/python bench/rolling_restart.py [--runs 2] [--clients 64] [--think 8]
 """
 
 from __future__ import annotations
@@ -204,9 +204,9 @@ class Shape:
 
     clients: int = 64
     #: Mean seconds between one client's creates.
-    think: float = 2.0
+    think: float = 8.0
     #: Seconds after the load for every unit to reach its end state, and the quiet window.
-    deadline: float = 240.0
+    deadline: float = 300.0
     settle: float = 5.0
 
 
@@ -243,13 +243,14 @@ async def workload(stack: Stack, *, mode: str, shape: Shape, hold: float = 0.0) 
             if await poll(converged, within=shape.deadline):
                 run.converged_after = time.monotonic() - ended
             await asyncio.sleep(shape.settle)  # a quiet window: late effects show here
-            run.counts = counts = count(roles, intents, await observe(client, parents, ledger))
-            dead = [name for name, up in stack.alive().items() if not up]
-            counts.died, counts.notes = len(dead), counts.notes + [f"died {n}" for n in dead]
+            run.counts = count(roles, intents, await observe(client, parents, ledger))
+            dead = sorted(name for name, up in stack.alive().items() if not up)
+            run.counts.died = len(dead)
+            run.counts.notes += [f"died {name}" for name in dead]
             return run
         finally:
-            await client.channel.close()
             await ledger.stop()
+            await client.channel.close()
 
 
 async def run_once(
@@ -355,14 +356,14 @@ async def pairs(pg: PostgresServer, base: Path, args: argparse.Namespace) -> lis
 def arguments(parser: argparse.ArgumentParser) -> None:
     """The options this bench shares with ``bench/faults.py --scenarios rolling-restart``."""
     parser.add_argument("--clients", type=int, default=64, help="concurrent creating clients")
-    parser.add_argument("--think", type=float, default=2.0, help="mean seconds between creates")
+    parser.add_argument("--think", type=float, default=8.0, help="mean seconds between creates")
     parser.add_argument("--redis-port", type=int, default=REDIS_PORT, help="the private Redis")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description="Rolling restart under load.")
     parser.add_argument("--runs", type=int, default=2, help="pairs of (rolling, baseline)")
-    parser.add_argument("--deadline", type=float, default=240.0, help="seconds after the load")
+    parser.add_argument("--deadline", type=float, default=300.0, help="seconds after the load")
     parser.add_argument("--settle", type=float, default=5.0, help="quiet seconds, then count")
     arguments(parser)
     args = parser.parse_args()

@@ -33,7 +33,7 @@ async def test_a_rolling_restart_under_load_fails_no_call_after_the_rule_and_los
         async with running_stack(
             ADMIN_DSN, redis.url, tmp_path / "logs", request, ROLLING_OPTIONS
         ) as stack:
-            shape = Shape(clients=16, think=1.0, deadline=180.0, settle=3.0)
+            shape = Shape(clients=16, think=5.0, deadline=240.0, settle=3.0)
             run = await workload(stack, mode="rolling", shape=shape)
     finally:
         await redis.stop()

@@ -26,6 +26,7 @@ REDIS_PORT = 25380
 async def test_a_rolling_restart_under_load_fails_no_call_after_the_rule_and_loses_nothing(
     tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
+    (tmp_path / "redis").mkdir()
     redis = RedisServer(tmp_path / "redis")
     redis.port = REDIS_PORT
     await redis.start()

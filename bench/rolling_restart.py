@@ -344,20 +344,17 @@ async def pairs(pg: PostgresServer, base: Path, args: argparse.Namespace) -> lis
         shape = Shape(args.clients, args.think, args.deadline, args.settle)
         hold = 0.0
         for mode in ("rolling", "baseline"):
-            run = await run_once(
-                mode, pg, base / f"{mode}-{index}", shape, redis_port=args.redis_port, hold=hold
-            )
-            hold = run.held
+            workdir = base / f"{mode}-{index}"
+            try:
+                run = await run_once(
+                    mode, pg, workdir, shape, redis_port=args.redis_port, hold=hold
+                )
+            except Exception as error:  # report it and carry on, as the fault matrix does
+                run = RollingRun(mode, Tally(), Counts(), error=f"{type(error).__name__}: {error}")
+            hold = run.held or 60.0  # a roll that broke: a minute of baseline load
             runs.append(run)
             print(*describe(run), sep="\n", flush=True)
     return runs
-
-
-def arguments(parser: argparse.ArgumentParser) -> None:
-    """The options this bench shares with ``bench/faults.py --scenarios rolling-restart``."""
-    parser.add_argument("--clients", type=int, default=64, help="concurrent creating clients")
-    parser.add_argument("--think", type=float, default=8.0, help="mean seconds between creates")
-    parser.add_argument("--redis-port", type=int, default=REDIS_PORT, help="the private Redis")
 
 
 def main() -> int:
@@ -365,7 +362,9 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=2, help="pairs of (rolling, baseline)")
     parser.add_argument("--deadline", type=float, default=300.0, help="seconds after the load")
     parser.add_argument("--settle", type=float, default=5.0, help="quiet seconds, then count")
-    arguments(parser)
+    parser.add_argument("--clients", type=int, default=64, help="concurrent creating clients")
+    parser.add_argument("--think", type=float, default=8.0, help="mean seconds between creates")
+    parser.add_argument("--redis-port", type=int, default=REDIS_PORT, help="the private Redis")
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="xmc-rolling-"))
     pg = PostgresServer()

@@ -58,8 +58,9 @@ from xmc_api.cloud.xmanager.v1 import api_pb2
 S = WorkUnitState
 #: Two of each, the Reconcilers electing a leader; the fault matrix's reclaim and repair.
 ROLLING_OPTIONS = dataclasses.replace(OPTIONS, replicas=2, leader_election=True)
-#: The private Redis and Postgres of a run: in this bench's port range (25000-25999).
-REDIS_PORT, POSTGRES_PORT = 25379, 25432
+#: The private Redis and Postgres of a run: in this bench's port range (25000-25999); the
+#: fault matrix's runs use their own Redis port, so both may run at once.
+REDIS_PORT, POSTGRES_PORT, MATRIX_REDIS_PORT = 25379, 25432, 25381
 #: Seconds a stopping process may take, and a started one until it is ready.
 EXIT_WITHIN, READY_WITHIN = 60.0, 90.0
 
@@ -282,7 +283,7 @@ async def run_in_matrix(pg: PostgresServer, workdir: Path, args: argparse.Namesp
     the run an error, and the client tallies go to its notes."""
     shape = Shape(deadline=args.deadline, settle=args.settle)
     began = time.monotonic()
-    rolling = await run_once("rolling", pg, workdir, shape, redis_port=REDIS_PORT)
+    rolling = await run_once("rolling", pg, workdir, shape, redis_port=MATRIX_REDIS_PORT)
     failed = rolling.tally.failures(rolling.tally.final)
     error = f"{failed} client calls failed after the documented retry" if failed else None
     run = Run("rolling-restart", rolling.counts, rolling.converged_after, error=error)

@@ -34,10 +34,14 @@ from xmc_api.internal.v1 import executions_pb2, executions_pb2_grpc, logs_pb2, l
 
 UpdateResult = executions_pb2.UpdateWorkUnitExecutionResult
 
-#: Codes that say nothing about the request: ESS is down, overloaded, or too slow.
+#: Codes that say nothing about the request: ESS is down, overloaded, or too slow, or
+#: (CANCELLED: this client never cancels a call) stopped before it started the call
+#: (grpc/grpc#41785; decision 0055). A CANCELLED taken for a verdict was bisected and
+#: its observations dropped.
 _TRANSIENT: frozenset[grpc.StatusCode] = frozenset(
     {
         grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.CANCELLED,
         grpc.StatusCode.DEADLINE_EXCEEDED,
         grpc.StatusCode.RESOURCE_EXHAUSTED,
         grpc.StatusCode.ABORTED,

@@ -15,6 +15,8 @@ and a fresh private Redis, at kubesim time scale 1, and drives one experiment:
    creating units (``bench/faults_pg.py``); or SIGKILL the Redis master under Sentinel or
    in a Redis Cluster, its replica having missed that wave's writes (``redis-failover``,
    ``redis-cluster-failover``: bench/faults_redis.py); ``baseline`` does nothing;
+   ``rolling-restart`` runs its own harness (``bench/rolling_restart.py``: two of each
+   service, this sweep plus 64 creating clients, every process restarted in turn);
 4. poll until every unit is in its end state (deadline: ``--deadline`` seconds after the
    fault), then watch ``--settle`` more seconds and count (a late redelivery that
    re-creates a stopped JobSet shows only then).
@@ -89,6 +91,7 @@ S = WorkUnitState
 SCENARIOS = (
     "baseline", "kill-ess", "kill-actuator", "kill-reconciler", "redis-restart",
     "postgres-restart", "pg-failover", *REDIS_FAILOVERS, *REPLICA_SCENARIOS,
+    "rolling-restart",
 )  # fmt: skip
 OPTIONS = StackOptions(claim_idle=5.0, repair_after=10.0, repair_interval=2.0)
 #: F's policy: two retries of exit code 137, a second apart.
@@ -292,6 +295,10 @@ async def run_once(
 ) -> Run:
     """One run on a fresh database, a fresh private Redis and a fresh stack; pg-failover
     on a pg_auto_failover formation of its own (its primary dies), through its DSN."""
+    if scenario == "rolling-restart":  # two of each under a create load: its own harness
+        from bench.rolling_restart import run_in_matrix
+
+        return await run_in_matrix(pg, workdir, args)
     (workdir / "redis").mkdir(parents=True)
     redis: RedisServer | Failover = RedisServer(workdir / "redis")
     options = options_for(scenario, OPTIONS, args.replicas)

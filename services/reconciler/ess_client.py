@@ -26,6 +26,7 @@ import grpc
 from reconciler import metrics
 from reconciler.observation import Observation
 from reconciler.observe import WorkUnitSnapshot
+from xmc.ess_retry import channel_options
 from xmc.model.deployed import DeployedExecution
 from xmc.model.fence import Fence, parse_refusal
 from xmc.model.states import EXECUTION_TERMINAL_STATES, WorkUnitState
@@ -38,10 +39,14 @@ from xmc_api.internal.v1 import executions_pb2, executions_pb2_grpc, logs_pb2, l
 
 UpdateResult = executions_pb2.UpdateWorkUnitExecutionResult
 
-#: Codes that say nothing about the request: ESS is down, overloaded, or too slow.
+#: Codes that say nothing about the request: ESS is down, overloaded, or too slow, or
+#: (CANCELLED: this client never cancels a call) stopped before it started the call
+#: (grpc/grpc#41785; decision 0055). A CANCELLED taken for a verdict was bisected and
+#: its observations dropped.
 _TRANSIENT: frozenset[grpc.StatusCode] = frozenset(
     {
         grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.CANCELLED,
         grpc.StatusCode.DEADLINE_EXCEEDED,
         grpc.StatusCode.RESOURCE_EXHAUSTED,
         grpc.StatusCode.ABORTED,
@@ -50,10 +55,13 @@ _TRANSIENT: frozenset[grpc.StatusCode] = frozenset(
 
 
 #: Reconnect quickly to a restarted ESS: gRPC's default backoff (1 s, ×1.6, up to 120 s)
-#: kept the finalizer path failing seconds after a new ESS was serving.
+#: kept the finalizer path failing seconds after a new ESS was serving. Calls a draining
+#: ESS dropped are resent by XMC's client rule (``xmc.ess_retry``) before the batcher
+#: sees them fail.
 _CHANNEL_OPTIONS = (
     ("grpc.initial_reconnect_backoff_ms", 250),
     ("grpc.max_reconnect_backoff_ms", 5000),
+    *channel_options(),
 )
 
 

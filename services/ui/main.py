@@ -24,6 +24,7 @@ from aiohttp import web
 from ui.app import create_app, ess_readiness
 from ui.context import UiOptions
 from xmc.errors import InvalidArgumentError
+from xmc.ess_retry import channel_options
 from xmc.health import OpsServer
 from xmc.logging import configure_logging
 from xmc.settings import XmcSettings, load_settings
@@ -61,11 +62,14 @@ class UiRun:
 
 
 def ess_channel(target: str) -> grpc.aio.Channel:
-    """``host:port`` or ``http://host:port`` in plaintext, ``https://host:port`` with TLS."""
+    """``host:port`` or ``http://host:port`` in plaintext, ``https://host:port`` with TLS;
+    calls a restarting ESS dropped are resent by XMC's client rule (``xmc.ess_retry``)."""
     scheme, sep, rest = target.partition("://")
     if sep and scheme.lower() == "https":
-        return grpc.aio.secure_channel(rest.rstrip("/"), grpc.ssl_channel_credentials())
-    return grpc.aio.insecure_channel(rest.rstrip("/") if sep else target)
+        return grpc.aio.secure_channel(
+            rest.rstrip("/"), grpc.ssl_channel_credentials(), channel_options()
+        )
+    return grpc.aio.insecure_channel(rest.rstrip("/") if sep else target, channel_options())
 
 
 async def start_site(app: web.Application, listen: str) -> tuple[web.AppRunner, int]:

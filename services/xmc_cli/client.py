@@ -18,6 +18,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from rich.console import Console
 from rich.table import Table
 
+from xmc.ess_retry import channel_options
 from xmc.model.states import WorkUnitState
 from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
@@ -106,10 +107,13 @@ class Client:
 
     def channel(self) -> Any:
         if self._channel is None:
+            # XMC's client rule (xmc.ess_retry): what a restarting ESS dropped is resent.
             if self.tls:
-                self._channel = grpc.secure_channel(self.endpoint, grpc.ssl_channel_credentials())
+                self._channel = grpc.secure_channel(
+                    self.endpoint, grpc.ssl_channel_credentials(), channel_options()
+                )
             else:
-                self._channel = grpc.insecure_channel(self.endpoint)
+                self._channel = grpc.insecure_channel(self.endpoint, channel_options())
         return self._channel
 
     def close(self) -> None:

@@ -355,6 +355,14 @@ def test_ess_has_a_grpc_startup_probe_and_enough_replicas() -> None:
     assert "--no-leader-election" not in containers(reconciler)[0].get("args", [])
 
 
+def test_ess_waits_for_its_endpoints_to_drop_it_before_it_stops_listening() -> None:
+    """Decision 0055: a preStop pause shorter than the pod's grace period."""
+    (ess,) = [d for d in of_kind("Deployment") if d["metadata"]["name"] == "xmc-ess"]
+    (container,) = containers(ess)
+    assert container["lifecycle"]["preStop"]["exec"]["command"] == ["sleep", "5"]
+    assert ess["spec"]["template"]["spec"].get("terminationGracePeriodSeconds", 30) > 5 + 10
+
+
 def test_compose_services_check_readyz() -> None:
     services = compose_services()
     for name in ("ess", "actuator", "reconciler", "ui"):

@@ -39,6 +39,12 @@ Counts, from what the ESS (gRPC) and kubesim (its HTTP API and a JobSet watch) s
 - **died** — services not running at the end (the killed one is restarted on purpose).
 - **errors** — runs that broke (a service would not start, a workload RPC failed).
 
+What clients see (``bench/fault_clients.py``): from 5 s before the fault until 3 s after
+the first OK answer to a call begun after it, four clients keep creating units (every
+acknowledged one joins the intents above, and must be in Postgres: a missing one is a
+note and, its Operation gone, lost); the table gives their calls failed after the fault
+by code and the longest time one client went without an OK answer.
+
 One private Postgres cluster (initdb as the ``postgres`` user when run as root) serves
 every run of every scenario but ``pg-failover``, a new database per run: every scenario
 meets the same kind of server and the shared one on :5432 is never touched. The cluster
@@ -54,12 +60,10 @@ import argparse
 import asyncio
 import shutil
 import signal
-import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
@@ -67,8 +71,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import aiohttp
 import grpc
+from bench.fault_clients import ClientLoad, missing_acknowledged
 from bench.fault_counts import Counts, Intent, JobSet, Observed, count
-from bench.faults_pg import FailoverLoad, missing_from_primary
+from bench.fault_table import Run, table
 from bench.faults_redis import REDIS_FAILOVERS, before_the_wave, failover_for, on_failover, redriven
 from bench.faults_replicas import REPLICA_SCENARIOS, inject_replicas, options_for
 from google.longrunning import operations_grpc_pb2
@@ -107,23 +112,6 @@ def failing_unit() -> WorkUnit:
 
 RPC_TIMEOUT = 5.0
 POLL = 0.25
-
-
-@dataclass
-class Run:
-    scenario: str
-    counts: Counts
-    #: Seconds from the fault to convergence (None: not by the deadline), and of the workload.
-    converged_after: float | None = None
-    wall: float = 0.0
-    error: str | None = None
-    #: Scenario-specific figures, printed under the run's line (pg-failover's).
-    figures: list[str] = field(default_factory=list)
-
-    @property
-    def clean(self) -> bool:
-        c = self.counts
-        return c.lost == c.duplicated == c.stuck == c.died == 0 and self.error is None
 
 
 class Client:
@@ -243,9 +231,8 @@ async def workload(
                 return all(units.get(u, (0, None))[1] == S.RUNNING for u in to_stop + to_restart)
 
             ready = await poll(running, within=60)
-            load = None if ha is None else FailoverLoad(client.api, parent)
-            if load is not None:
-                await load.start()
+            load = ClientLoad(client.api, parent)
+            await load.start()
             if not isinstance(redis, RedisServer):
                 await before_the_wave(redis, stack)
             second = await asyncio.gather(
@@ -261,11 +248,12 @@ async def workload(
             fault = time.monotonic()
             run = Run(scenario, Counts())
             await inject(scenario, stack, redis, pg, args.outage, ha)
-            if load is not None:
-                load.mark_fault()  # the primary is dead: calls begun from now on meet it
-                run.figures = (await load.finish(within=args.deadline)).lines()
-                roles |= load.roles()
-                intents += load.intents
+            load.mark_fault()  # the fault is in: calls begun from now on meet it
+            seen = await load.finish(within=args.deadline)
+            run.figures = seen.lines()
+            run.client_errors, run.client_gap = seen.errors_after, seen.gap_after
+            roles |= load.roles()
+            intents += load.intents
 
             async def converged() -> bool:
                 counts = count(roles, intents, await client.observe(parent, ledger))
@@ -280,10 +268,9 @@ async def workload(
                 counts.notes.insert(0, "setup: not every S/R unit was RUNNING within 60 s")
             dead = [name for name, up in stack.alive().items() if not up]
             counts.died, counts.notes = len(dead), counts.notes + [f"died {n}" for n in dead]
-            if load is not None:
-                missing = await missing_from_primary(stack.database_url, intents)
-                run.figures.append(f"acknowledged writes not in the new primary: {len(missing)}")
-                counts.notes += [f"not in the new primary: {m}" for m in missing]
+            missing = await missing_acknowledged(stack.database_url, intents)
+            run.figures.append(f"acknowledged writes not in Postgres: {len(missing)}")
+            counts.notes += [f"not in Postgres: {m}" for m in missing]
             return run
         finally:
             await client.channel.close()
@@ -356,25 +343,6 @@ async def matrix(
                 print(f"    {line}")
             if not run.clean:
                 print(f"    logs: {workdir / 'logs'}", flush=True)
-
-
-def table(runs: list[Run]) -> str:
-    head = f"{'scenario':<24} {'runs':>4} {'lost':>5} {'dup':>4} {'stuck':>6} {'died':>5}"
-    head += f" {'errors':>6}  converged s after the fault (min / median / max)"
-    lines = [head, "-" * len(head)]
-    for scenario in dict.fromkeys(r.scenario for r in runs):
-        mine = [r for r in runs if r.scenario == scenario]
-        times = [r.converged_after for r in mine if r.converged_after is not None]
-        never = len(mine) - len(times)
-        spread = f"{min(times):.1f} / {statistics.median(times):.1f} / {max(times):.1f}"
-        lines.append(
-            f"{scenario:<24} {len(mine):>4} {sum(r.counts.lost for r in mine):>5} "
-            f"{sum(r.counts.duplicated for r in mine):>4} {sum(r.counts.stuck for r in mine):>6} "
-            f"{sum(r.counts.died for r in mine):>5} {sum(r.error is not None for r in mine):>6}  "
-            + (spread if times else "-")
-            + (f" ({never} never)" if never else "")
-        )  # fmt: skip
-    return "\n".join(lines)
 
 
 def _terminate(signum: int, frame: FrameType | None) -> None:

@@ -43,7 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import aiohttp
 import grpc
 from bench.fault_counts import Counts, Intent, Observed, count
-from bench.faults import OPTIONS, Client, Run, failing_unit, poll
+from bench.fault_table import Run
+from bench.faults import OPTIONS, Client, failing_unit, poll
 from bench.rolling_load import CreateLoad, Tally
 from bench.scale_out import lease_holder
 from google.longrunning.operations_proto_pb2 import ListOperationsRequest
@@ -287,6 +288,8 @@ async def run_in_matrix(pg: PostgresServer, workdir: Path, args: argparse.Namesp
     failed = rolling.tally.failures(rolling.tally.final)
     error = f"{failed} client calls failed after the documented retry" if failed else None
     run = Run("rolling-restart", rolling.counts, rolling.converged_after, error=error)
+    first = rolling.tally.first  # what a client that does not retry saw
+    run.client_errors = {code: n for code, n in first.items() if code != "OK"}
     run.wall = time.monotonic() - began
     run.counts.notes[:0] = describe(rolling)[:1]
     return run

@@ -13,8 +13,8 @@ import functools
 from pathlib import Path
 
 import pytest
+from bench.fault_clients import ClientLoad, missing_acknowledged
 from bench.fault_counts import Intent
-from bench.faults_pg import FailoverLoad, missing_from_primary
 
 from tests.integration.pg_auto_failover import AutoFailover
 from tests.integration.processes import Client, running_stack
@@ -50,7 +50,7 @@ async def test_a_failover_under_a_sweep_loses_no_acknowledged_write(
             to_restart = await client.create(parent, forever_work_unit())
             for name in (to_stop, to_restart):
                 await eventually(functools.partial(client.state, name), S.RUNNING, within=60)
-            load = FailoverLoad(client.api, parent)
+            load = ClientLoad(client.api, parent)
             await load.start()
             stop = await client.api.StopWorkUnit(api_pb2.StopWorkUnitRequest(name=to_stop))
             restart = await client.api.RestartWorkUnit(
@@ -63,7 +63,7 @@ async def test_a_failover_under_a_sweep_loses_no_acknowledged_write(
             seen = await load.finish(within=120)
 
             assert promoted != killed
-            assert seen.failover is not None, "no write succeeded after the failover"
+            assert seen.outage is not None, "no write succeeded after the failover"
             assert set(seen.errors_after) <= {"UNAVAILABLE"}, seen.errors_after
             assert seen.errors_before == {}
             acknowledged = [
@@ -71,7 +71,7 @@ async def test_a_failover_under_a_sweep_loses_no_acknowledged_write(
                 Intent("stop", to_stop, str(stop.name)),
                 Intent("restart", to_restart, str(restart.name)),
             ]
-            assert await missing_from_primary(stack.database_url, acknowledged) == []
+            assert await missing_acknowledged(stack.database_url, acknowledged) == []
             for intent in load.intents:
                 await eventually(
                     functools.partial(client.state, intent.unit), S.COMPLETED, within=90

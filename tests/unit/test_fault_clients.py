@@ -1,11 +1,11 @@
-"""The pg-failover scenario's figures (bench/faults_pg.py): the failover as clients see
+"""What clients see during a fault (bench/fault_clients.py): the outage as clients see
 it is the kill to the first OK of a call begun after it; a gap is the longest time one
 client went without an OK; a failed call counts on the side of the fault it ended on."""
 
 from __future__ import annotations
 
 import pytest
-from bench.faults_pg import Call, figures, longest_gap
+from bench.fault_clients import Call, figures, longest_gap
 
 
 @pytest.mark.parametrize(
@@ -37,7 +37,7 @@ def test_figures_of_a_failover() -> None:
 
     got = figures(calls, started=0.0, fault=1.0, ended=10.0)
 
-    assert got.failover == pytest.approx(8.0)
+    assert got.outage == pytest.approx(8.0)
     assert got.gap_before == pytest.approx(0.7)  # writer 2: 0.3 to the fault at 1.0
     assert got.gap_after == pytest.approx(8.9)  # writer 2: 1.1 to the end at 10.0
     assert got.errors_after == {"UNAVAILABLE": 2, "DEADLINE_EXCEEDED": 1}
@@ -48,5 +48,5 @@ def test_figures_of_a_failover() -> None:
 def test_no_ok_after_the_fault_is_no_failover() -> None:
     got = figures([[Call(0.0, 0.1, "OK"), Call(2.0, 3.0, "UNAVAILABLE")]], 0.0, 1.0, 5.0)
 
-    assert got.failover is None
+    assert got.outage is None
     assert "never" in got.lines()[0]

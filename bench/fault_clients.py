@@ -1,18 +1,19 @@
-"""The ``pg-failover`` scenario of the fault matrix (bench/faults.py): what clients see
-while the Postgres primary's host dies and its synchronous standby takes over.
+"""What clients see during a fault of the matrix (bench/faults.py), in every scenario: a
+few clients keep writing across the fault, and each of their answers is recorded.
 
-The stack runs on a pg_auto_failover formation (``tests.integration.pg_auto_failover``)
-through its multi-host DSN. Besides the matrix's sweep, :class:`FailoverLoad` keeps
-``WRITERS`` clients creating work units, a call every ``PACE`` seconds each, from
-``BASELINE_SECONDS`` before the fault until ``AFTER_SECONDS`` after the first call that
-succeeded after it. Every OK answer is recorded (its unit joins the sweep's intents, so
-the matrix's counts judge it: acknowledged, so it must be in the new primary and must
-complete), every failed call is counted by its status code, before and after the fault.
+:class:`ClientLoad` keeps ``WRITERS`` clients creating work units, a call every ``PACE``
+seconds each, from ``BASELINE_SECONDS`` before the fault until ``AFTER_SECONDS`` after
+the first call begun after it that succeeded. Every OK answer is recorded (its unit
+joins the sweep's intents, so the matrix's counts judge it: acknowledged, so it must be
+in Postgres — the new primary after a failover, :func:`missing_acknowledged` — and must
+complete); every failed call is counted by its status code, before and after the fault.
 A failed call is retried after ``RETRY_PAUSE``, as a client retrying UNAVAILABLE would.
 
-The figures (:func:`figures`): the failover as clients see it (from the kill to the
-first OK after it), each client's longest gap between two OK answers, after the fault
-beside the same run's window before it, and the errors by code.
+The figures (:func:`figures`): the outage as clients see it (from the fault to the first
+OK of a call begun after it), each client's longest gap between two OK answers across the
+fault beside the same run's window before it, and the errors by code. Written for the
+Postgres failover (decision 0051), where the outage is the promotion; every scenario runs
+it since, so the matrix's table has the same client columns for each.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ class Call:
 
 @dataclass
 class Figures:
-    failover: float | None  # kill → first OK that began after it; None: none by the end
+    outage: float | None  # fault → first OK of a call begun after it; None: none by the end
     gap_before: float  # longest gap between one writer's OKs, before the fault
     gap_after: float  # the same, in the window that holds the fault
     errors_before: dict[str, int] = field(default_factory=dict)
@@ -62,9 +63,9 @@ class Figures:
     oks: int = 0
 
     def lines(self) -> list[str]:
-        failover = "never" if self.failover is None else f"{self.failover:.1f} s"
+        outage = "never" if self.outage is None else f"{self.outage:.1f} s"
         return [
-            f"failover as clients see it: {failover} (kill → first OK write); "
+            f"outage as clients see it: {outage} (fault → first OK write); "
             f"{self.oks} writes acknowledged",
             f"longest gap between a client's OKs: {self.gap_after:.2f} s across the fault, "
             f"{self.gap_before:.2f} s before it (baseline)",
@@ -92,7 +93,7 @@ def figures(calls: list[list[Call]], started: float, fault: float, ended: float)
     for call in (c for mine in calls for c in mine if c.code != "OK"):
         (errors_after if call.ended >= fault else errors_before)[call.code] += 1
     return Figures(
-        failover=min(after_oks) - fault if after_oks else None,
+        outage=min(after_oks) - fault if after_oks else None,
         gap_before=max(longest_gap(mine, started, fault) for mine in oks),
         gap_after=max(longest_gap(mine, fault, ended) for mine in oks),
         errors_before=dict(errors_before),
@@ -101,7 +102,7 @@ def figures(calls: list[list[Call]], started: float, fault: float, ended: float)
     )
 
 
-class FailoverLoad:
+class ClientLoad:
     """``WRITERS`` clients creating work units under ``parent`` until :meth:`finish`."""
 
     def __init__(self, api: api_pb2_grpc.ExperimentStateServiceStub, parent: str) -> None:
@@ -158,9 +159,9 @@ class FailoverLoad:
                 await asyncio.wait_for(self._stopping.wait(), began + PACE - time.monotonic())
 
 
-async def missing_from_primary(dsn: str, intents: list[Intent]) -> list[str]:
-    """The acknowledged intents whose Operation the (new) primary does not hold: read
-    straight from Postgres, not through the ESS."""
+async def missing_acknowledged(dsn: str, intents: list[Intent]) -> list[str]:
+    """The acknowledged intents whose Operation Postgres (the new primary after a
+    failover) does not hold: read straight from it, not through the ESS."""
     conn = await asyncpg.connect(dsn)
     try:
         rows = await conn.fetch(

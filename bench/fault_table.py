@@ -1,0 +1,92 @@
+"""One run of the fault matrix and the table ``make faults`` prints (bench/faults.py).
+
+Pure: a run is what a scenario's harness measured, the table is what a reader compares
+— per scenario the runs, the intents lost, duplicated, left stuck, the services that
+died, the runs that broke, what clients saw (calls failed after the fault, and the
+longest time a client went without an OK answer) and the time to converge, with its
+median beside the median of the ``baseline`` scenario of the same invocation (the
+machine is shared: only figures of one run compare).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from dataclasses import dataclass, field
+
+from bench.fault_counts import Counts
+
+
+@dataclass
+class Run:
+    scenario: str
+    counts: Counts
+    #: Seconds from the fault to convergence (None: not by the deadline), and of the workload.
+    converged_after: float | None = None
+    wall: float = 0.0
+    error: str | None = None
+    #: Scenario-specific figures, printed under the run's line.
+    figures: list[str] = field(default_factory=list)
+    #: Client calls that failed after the fault, by gRPC code (what a client saw).
+    client_errors: dict[str, int] = field(default_factory=dict)
+    #: The longest time one client went without an OK answer across the fault (None:
+    #: the scenario ran no clients).
+    client_gap: float | None = None
+
+    @property
+    def clean(self) -> bool:
+        c = self.counts
+        return c.lost == c.duplicated == c.stuck == c.died == 0 and self.error is None
+
+
+BASELINES = ("baseline", "baseline-x2")
+
+
+def baseline_median(runs: list[Run], scenario: str) -> float | None:
+    """The median convergence of the baseline this scenario compares with: the two-replica
+    one for ``-x2`` scenarios and the paused leader (which run two of each), else the
+    one-replica one; None when this invocation ran no such baseline."""
+    two = scenario.endswith("-x2") or scenario == "pause-reconciler-leader"
+    name = "baseline-x2" if two else "baseline"
+    times = [r.converged_after for r in runs if r.scenario == name and r.converged_after]
+    return statistics.median(times) if times else None
+
+
+def client_column(mine: list[Run]) -> str:
+    """``UNAVAILABLE 84, CANCELLED 1`` summed over the runs; ``0``; ``-`` without clients."""
+    if all(r.client_gap is None and not r.client_errors for r in mine):
+        return "-"
+    errors: Counter[str] = Counter()
+    for run in mine:
+        errors.update(run.client_errors)
+    return ", ".join(f"{code} {n}" for code, n in errors.most_common()) or "0"
+
+
+def table(runs: list[Run]) -> str:
+    head = (
+        f"{'scenario':<28} {'runs':>4} {'lost':>4} {'dup':>3} {'stuck':>5} {'died':>4} "
+        f"{'errors':>6}  {'client gap s':>12}  converged s (min / median / max, × baseline)"
+        "  client errors after the fault"
+    )
+    lines = [head, "-" * len(head)]
+    for scenario in dict.fromkeys(r.scenario for r in runs):
+        mine = [r for r in runs if r.scenario == scenario]
+        times = [r.converged_after for r in mine if r.converged_after is not None]
+        never = len(mine) - len(times)
+        spread = "-"
+        if times:
+            median = statistics.median(times)
+            spread = f"{min(times):.1f} / {median:.1f} / {max(times):.1f}"
+            base = baseline_median(runs, scenario)
+            if base and scenario not in BASELINES:
+                spread += f" ({median / base:.2f}×)"
+        spread += f" ({never} never)" if never else ""
+        gaps = [r.client_gap for r in mine if r.client_gap is not None]
+        gap = f"{max(gaps):.1f}" if gaps else "-"
+        lines.append(
+            f"{scenario:<28} {len(mine):>4} {sum(r.counts.lost for r in mine):>4} "
+            f"{sum(r.counts.duplicated for r in mine):>3} {sum(r.counts.stuck for r in mine):>5} "
+            f"{sum(r.counts.died for r in mine):>4} {sum(r.error is not None for r in mine):>6}  "
+            f"{gap:>12}  {spread:<44}  {client_column(mine)}"
+        )  # fmt: skip
+    return "\n".join(lines)

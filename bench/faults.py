@@ -62,6 +62,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import aiohttp
 import grpc
 from bench.fault_counts import Counts, Intent, JobSet, Observed, count
+from bench.faults_net import NET_SCENARIOS, Inject, net_run
 from google.longrunning import operations_grpc_pb2
 from google.longrunning.operations_proto_pb2 import ListOperationsRequest
 
@@ -79,7 +80,7 @@ from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 S = WorkUnitState
 SCENARIOS = (
     "baseline", "kill-ess", "kill-actuator", "kill-reconciler", "redis-restart",
-    "postgres-restart",
+    "postgres-restart", *NET_SCENARIOS,
 )  # fmt: skip
 OPTIONS = StackOptions(claim_idle=5.0, repair_after=10.0, repair_interval=2.0)
 #: F's policy: two retries of exit code 137, a second apart.
@@ -189,7 +190,12 @@ async def inject(
 
 
 async def workload(
-    scenario: str, stack: Stack, redis: RedisServer, pg: PostgresServer, args: argparse.Namespace
+    scenario: str,
+    stack: Stack,
+    redis: RedisServer,
+    pg: PostgresServer,
+    args: argparse.Namespace,
+    injection: Inject | None = None,
 ) -> Run:
     ledger = JobSetLedger(stack.kube_url)
     ledger.start()
@@ -224,7 +230,7 @@ async def workload(
             roles |= {i.unit: "retry" for i in created[10:]}
             intents = [*first, *second]
             fault = time.monotonic()
-            await inject(scenario, stack, redis, pg, args.outage)
+            await (injection() if injection else inject(scenario, stack, redis, pg, args.outage))
 
             async def converged() -> bool:
                 counts = count(roles, intents, await client.observe(parent, ledger))
@@ -250,6 +256,11 @@ async def run_once(
     scenario: str, pg: PostgresServer, workdir: Path, args: argparse.Namespace
 ) -> Run:
     """One run on a fresh database, a fresh private Redis and a fresh stack."""
+    if scenario.startswith("net-"):  # in network namespaces, with stores of its own
+        return await net_run(
+            scenario, workdir, args, OPTIONS,
+            lambda stack, redis, pg, fault: workload(scenario, stack, redis, pg, args, fault),
+        )  # fmt: skip
     (workdir / "redis").mkdir(parents=True)
     redis = RedisServer(workdir / "redis")
     database = await create_database(pg.admin_dsn)
@@ -296,16 +307,16 @@ async def matrix(
 
 
 def table(runs: list[Run]) -> str:
-    head = f"{'scenario':<17} {'runs':>4} {'lost':>5} {'dup':>4} {'stuck':>6} {'died':>5}"
+    head = f"{'scenario':<26} {'runs':>4} {'lost':>5} {'dup':>4} {'stuck':>6} {'died':>5}"
     head += f" {'errors':>6}  converged s after the fault (min / median / max)"
     lines = [head, "-" * len(head)]
     for scenario in dict.fromkeys(r.scenario for r in runs):
         mine = [r for r in runs if r.scenario == scenario]
         times = [r.converged_after for r in mine if r.converged_after is not None]
         never = len(mine) - len(times)
-        spread = f"{min(times):.1f} / {statistics.median(times):.1f} / {max(times):.1f}"
+        spread = times and f"{min(times):.1f} / {statistics.median(times):.1f} / {max(times):.1f}"
         lines.append(
-            f"{scenario:<17} {len(mine):>4} {sum(r.counts.lost for r in mine):>5} "
+            f"{scenario:<26} {len(mine):>4} {sum(r.counts.lost for r in mine):>5} "
             f"{sum(r.counts.duplicated for r in mine):>4} {sum(r.counts.stuck for r in mine):>6} "
             f"{sum(r.counts.died for r in mine):>5} {sum(r.error is not None for r in mine):>6}  "
             + (spread if times else "-")
@@ -324,6 +335,7 @@ def main() -> int:
     parser.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated")
     parser.add_argument("--outage", type=float, default=2.0, help="seconds a killed part is down")
     parser.add_argument("--deadline", type=float, default=90.0, help="seconds after the fault")
+    parser.add_argument("--net-hold", type=float, default=60.0, help="seconds a net-* fault lasts")
     parser.add_argument("--settle", type=float, default=5.0, help="quiet seconds, then count")
     parser.add_argument("--show-logs", action="store_true", help="print failed runs' log tails")
     parser.add_argument("--keep", action="store_true", help="keep every run's logs")

@@ -314,12 +314,14 @@ def table(runs: list[Run]) -> str:
         mine = [r for r in runs if r.scenario == scenario]
         times = [r.converged_after for r in mine if r.converged_after is not None]
         never = len(mine) - len(times)
-        spread = times and f"{min(times):.1f} / {statistics.median(times):.1f} / {max(times):.1f}"
+        spread = "-"
+        if times:
+            spread = f"{min(times):.1f} / {statistics.median(times):.1f} / {max(times):.1f}"
         lines.append(
             f"{scenario:<26} {len(mine):>4} {sum(r.counts.lost for r in mine):>5} "
             f"{sum(r.counts.duplicated for r in mine):>4} {sum(r.counts.stuck for r in mine):>6} "
             f"{sum(r.counts.died for r in mine):>5} {sum(r.error is not None for r in mine):>6}  "
-            + (spread if times else "-")
+            + spread
             + (f" ({never} never)" if never else "")
         )  # fmt: skip
     return "\n".join(lines)

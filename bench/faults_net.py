@@ -41,9 +41,7 @@ R = TypeVar("R", bound=HasRecovery)
 
 def placement(net: Network) -> dict[str, Placement]:
     """Each service in its own namespace, at its own address."""
-    return {
-        name: Placement(net.address[name], tuple(net.exec_prefix(name))) for name in SERVICES
-    }
+    return {name: Placement(net.address[name], tuple(net.exec_prefix(name))) for name in SERVICES}
 
 
 def fault_of(scenario: str, net: Network, hold: float) -> Inject:

@@ -15,6 +15,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 
+from xmc.keepalive import tcp_options
 from xmc.settings import Settings
 
 
@@ -35,18 +36,24 @@ def connect_redis(
 ) -> Any:
     """A client for the configured Redis; it connects lazily, on its first command.
 
-    ``socket_timeout`` None means no read timeout: a blocking XREADGROUP must not time out.
+    ``socket_timeout`` None means no read timeout: a blocking XREADGROUP must not time out;
+    keepalive still drops its connection when Redis goes silent (``xmc.keepalive``).
     """
+    keepalive = tcp_options(settings.dead_peer_seconds)
     if settings.redis_cluster_nodes:
         return RedisCluster(
             startup_nodes=[ClusterNode(h, p) for h, p in parse_nodes(settings.redis_cluster_nodes)],
             socket_timeout=socket_timeout,
             socket_connect_timeout=socket_connect_timeout,
+            socket_keepalive=True,
+            socket_keepalive_options=keepalive,
         )
     return aioredis.Redis.from_url(
         settings.redis_url,
         socket_timeout=socket_timeout,
         socket_connect_timeout=socket_connect_timeout,
+        socket_keepalive=True,
+        socket_keepalive_options=keepalive,
     )
 
 

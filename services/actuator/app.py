@@ -62,7 +62,9 @@ class Actuator:
     async def start(self) -> None:
         settings = self.settings
         await wait_for_postgres(settings.database_url, within=STARTUP_WAIT_SECONDS)
-        self.store = await Store.connect(settings.database_url, clock=self.clock)
+        self.store = await Store.connect(
+            settings.database_url, clock=self.clock, dead_peer_seconds=settings.dead_peer_seconds
+        )
         # No socket timeout: XREADGROUP blocks for ConsumerSettings.block on purpose.
         self._redis = connect_redis(settings, socket_connect_timeout=5)
         self._kube = await JobSetClient.from_settings(settings)

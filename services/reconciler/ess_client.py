@@ -22,6 +22,7 @@ import grpc
 from reconciler import metrics
 from reconciler.observation import Observation
 from reconciler.observe import WorkUnitSnapshot
+from xmc.keepalive import grpc_client_options
 from xmc.model.deployed import DeployedExecution
 from xmc.model.states import EXECUTION_TERMINAL_STATES, WorkUnitState
 from xmc.names import work_unit_ids, work_unit_name
@@ -151,12 +152,21 @@ class EssClient:
     """One ``grpc.aio`` channel to ESS, used by every flush and look-up of the Reconciler."""
 
     def __init__(
-        self, target: str, *, token: str | None, tls: bool = False, deadline: float = 10.0
+        self,
+        target: str,
+        *,
+        token: str | None,
+        tls: bool = False,
+        deadline: float = 10.0,
+        dead_peer_seconds: float = 20.0,
     ) -> None:
+        """``dead_peer_seconds``: gRPC pings drop a connection the ESS stopped answering
+        (``xmc.keepalive``), so a cut path costs reconnects, not calls on a dead one."""
+        options = [*_CHANNEL_OPTIONS, *grpc_client_options(dead_peer_seconds)]
         self._channel = (
-            grpc.aio.secure_channel(target, grpc.ssl_channel_credentials(), _CHANNEL_OPTIONS)
+            grpc.aio.secure_channel(target, grpc.ssl_channel_credentials(), options)
             if tls
-            else grpc.aio.insecure_channel(target, _CHANNEL_OPTIONS)
+            else grpc.aio.insecure_channel(target, options)
         )
         self._metadata: tuple[tuple[str, str], ...] = (
             (("authorization", f"Bearer {token}"),) if token else ()

@@ -12,7 +12,8 @@ of them) and bounds unacknowledged data (``TCP_USER_TIMEOUT``): a dead path clos
 connection, the caller sees a connection error — UNAVAILABLE to a client, a retry in a
 loop — and the next attempt opens a new connection, which works as soon as the path does.
 
-gRPC does the same with its own HTTP/2 pings (:func:`grpc_client_options`); the server
+A new connection is bounded too (:func:`connect_timeout`). gRPC does the same with its
+own HTTP/2 pings (:func:`grpc_client_options`); the server
 must accept pings that often (:func:`grpc_server_options`) or it answers them with
 GOAWAY ``too_many_pings``.
 """
@@ -37,6 +38,14 @@ def tcp_options(dead_peer_seconds: float) -> dict[int, int]:
         socket.TCP_KEEPCNT: PROBES,
         socket.TCP_USER_TIMEOUT: round(dead_peer_seconds * 1000),
     }
+
+
+def connect_timeout(dead_peer_seconds: float) -> float:
+    """Seconds a new connection may take to open (pure): a quarter of the bound, at least
+    2. A connect started during a cut resends its SYN at 1, 3, 7, 15, 31, 63 s; waited on
+    for asyncpg's default minute, the one in flight at the heal is answered only at its
+    next resend, up to half a minute later, and the pool hands out nothing meanwhile."""
+    return max(2.0, dead_peer_seconds / (PROBES + 1))
 
 
 def apply_tcp_options(sock: Any, dead_peer_seconds: float) -> None:

@@ -35,7 +35,7 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Literal
@@ -193,6 +193,23 @@ class Network:
             process = self._delayers.pop()
             process.send_signal(signal.SIGTERM)
             await process.wait()
+
+    @contextlib.contextmanager
+    def host_silenced(self, node: str) -> Iterator[None]:
+        """While inside, ``node`` and the root namespace (the test) hear nothing from each
+        other: the test's connections to ``node`` go silent as across a cut. Both rules
+        sit in ``node``'s namespace (OUTPUT too: the root namespace's firewall is never
+        touched)."""
+        host = self.address["host"]
+        silence = [["INPUT", "-i", "eth0", "-s", host, "-j", "DROP"],
+                   ["OUTPUT", "-o", "eth0", "-d", host, "-j", "DROP"]]  # fmt: skip
+        for rule in silence:
+            _run(*self.exec_prefix(node), IPTABLES, "-A", *rule)
+        try:
+            yield
+        finally:
+            for rule in silence:
+                _run(*self.exec_prefix(node), IPTABLES, "-D", *rule)
 
     async def _start_delayer(self, fault: Fault) -> None:
         command = [sys.executable, "-m", "tests.ha.delayer", "--queue", "1"]

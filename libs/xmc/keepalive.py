@@ -40,6 +40,21 @@ def tcp_options(dead_peer_seconds: float) -> dict[int, int]:
     }
 
 
+def postgres_server_settings(dead_peer_seconds: float) -> dict[str, str]:
+    """The same bound on Postgres's end of each connection (pure; session settings any
+    user may set). Without it a backend whose client vanished mid-transaction — dropped
+    by the client's keepalive during a cut — sits idle in transaction, holding its row
+    locks, until TCP gives up or its last reply's resend meets the client host after the
+    heal: every new transaction on those rows waits that long (46 s after a 60 s cut)."""
+    options = tcp_options(dead_peer_seconds)
+    return {
+        "tcp_keepalives_idle": str(options[socket.TCP_KEEPIDLE]),
+        "tcp_keepalives_interval": str(options[socket.TCP_KEEPINTVL]),
+        "tcp_keepalives_count": str(options[socket.TCP_KEEPCNT]),
+        "tcp_user_timeout": str(options[socket.TCP_USER_TIMEOUT]),
+    }
+
+
 def connect_timeout(dead_peer_seconds: float) -> float:
     """Seconds a new connection may take to open (pure): a quarter of the bound, at least
     2. A connect started during a cut resends its SYN at 1, 3, 7, 15, 31, 63 s; waited on

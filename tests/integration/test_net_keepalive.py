@@ -6,6 +6,8 @@ a network namespace (tests/ha/netns.py), silenced towards the test while a call 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,9 @@ pytestmark = [
 DEAD_PEER = 4.0
 #: Far past DEAD_PEER: a call still waiting then was never going to be dropped.
 PATIENCE = 40.0
+#: What a transaction on a connection the keepalive dropped ends with.
+asyncpg_lost = (asyncpg.exceptions.ConnectionDoesNotExistError, asyncpg.InterfaceError, OSError)
+ALIVE = "SELECT count(*) FROM pg_stat_activity WHERE pid = $1"
 SLEEPING = "SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(5)'"
 
 
@@ -66,6 +71,35 @@ async def test_a_query_waiting_on_a_silent_postgres_fails_as_a_lost_connection()
                 assert isinstance(error, asyncpg.exceptions.ConnectionDoesNotExistError), error
             finally:
                 watcher.terminate()
+                await store.close()
+        finally:
+            pg.remove()
+
+
+async def test_postgres_ends_the_transaction_of_a_client_that_went_silent() -> None:
+    """The other end: a client cut off mid-transaction must not keep its locks until the
+    heal and past it (a real cut of ESS↔Postgres stalled every write on those rows 46 s
+    after it). Watched over Postgres's Unix socket, which no network rule reaches."""
+    async with network() as net:
+        pg = PostgresServer(host=net.address["postgres"], prefix=tuple(net.exec_prefix("postgres")))
+        try:
+            pg.start()
+            store = await Store.connect(
+                pg.admin_dsn, min_size=1, max_size=1, dead_peer_seconds=DEAD_PEER
+            )
+            watcher = await asyncpg.connect(host=str(pg.root), port=pg.port, user="postgres")
+            try:
+                with contextlib.suppress(*asyncpg_lost):
+                    async with store.transaction() as conn:
+                        pid = await conn.fetchval("SELECT pg_backend_pid()")
+                        await conn.execute("SELECT pg_advisory_xact_lock(42)")
+                        with net.host_silenced("postgres"):
+                            backend = functools.partial(watcher.fetchval, ALIVE, pid)
+                            # the bound and slack: without the server's keepalive the
+                            # backend outlived it by half a minute here
+                            await eventually(backend, 0, within=3 * DEAD_PEER)
+            finally:
+                await watcher.close()
                 await store.close()
         finally:
             pg.remove()

@@ -21,7 +21,7 @@ import asyncpg
 import structlog
 
 from xmc.errors import AlreadyExistsError, XmcError
-from xmc.keepalive import apply_tcp_options, connect_timeout
+from xmc.keepalive import apply_tcp_options, connect_timeout, postgres_server_settings
 from xmc.model.audit import Actor
 from xmc.model.merge import ExecutionUpdate
 from xmc.model.states import LaunchState
@@ -107,16 +107,18 @@ class Store:
         dead_peer_seconds: float | None = None,
     ) -> Store:
         """``dead_peer_seconds``: drop a pooled connection whose Postgres went silent that
-        long, and give up opening one sooner (``xmc.keepalive``); None leaves asyncpg's
-        and the system's defaults."""
+        long, have Postgres drop it as soon when this side went silent, and give up
+        opening one sooner (``xmc.keepalive``); None leaves asyncpg's, Postgres's and the
+        system's defaults."""
 
         async def keepalive(conn: asyncpg.Connection) -> None:
             if dead_peer_seconds is not None:
                 apply_tcp_options(socket_of(conn), dead_peer_seconds)
 
-        bounded = {}
+        bounded: dict[str, Any] = {}
         if dead_peer_seconds is not None:
             bounded["timeout"] = connect_timeout(dead_peer_seconds)
+            bounded["server_settings"] = postgres_server_settings(dead_peer_seconds)
         pool = await asyncpg.create_pool(
             dsn, min_size=min_size, max_size=max_size, reset=_keep_session, init=keepalive,
             **bounded,

@@ -6,7 +6,6 @@ a network namespace (tests/ha/netns.py), silenced towards the test while a call 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 from collections.abc import Awaitable
 from pathlib import Path
@@ -19,6 +18,7 @@ from tests.ha.netns import Network, network, unavailable
 from tests.integration.postgres_server import PostgresServer
 from tests.integration.redis_server import RedisServer
 from tests.waiting import eventually
+from xmc.keepalive import postgres_server_settings
 from xmc.redis_client import connect_redis
 from xmc.settings import Settings
 from xmc.store.repository import Store
@@ -32,8 +32,7 @@ pytestmark = [
 DEAD_PEER = 4.0
 #: Far past DEAD_PEER: a call still waiting then was never going to be dropped.
 PATIENCE = 40.0
-#: What a transaction on a connection the keepalive dropped ends with.
-asyncpg_lost = (asyncpg.exceptions.ConnectionDoesNotExistError, asyncpg.InterfaceError, OSError)
+SETTING = "SELECT setting FROM pg_settings WHERE name = $1"
 ALIVE = "SELECT count(*) FROM pg_stat_activity WHERE pid = $1"
 SLEEPING = "SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(5)'"
 
@@ -77,9 +76,30 @@ async def test_a_query_waiting_on_a_silent_postgres_fails_as_a_lost_connection()
 
 
 async def test_postgres_ends_the_transaction_of_a_client_that_went_silent() -> None:
-    """The other end: a client cut off mid-transaction must not keep its locks until the
-    heal and past it (a real cut of ESS↔Postgres stalled every write on those rows 46 s
-    after it). Watched over Postgres's Unix socket, which no network rule reaches."""
+    """The other end: a client cut off mid-transaction must not keep its locks through
+    the cut and past the heal. The client here has no keepalive of its own (as a client
+    whose side has already given up sends nothing either), so only Postgres's settings can
+    end the backend; watched over Postgres's Unix socket, which no network rule reaches."""
+    async with network() as net:
+        pg = PostgresServer(host=net.address["postgres"], prefix=tuple(net.exec_prefix("postgres")))
+        try:
+            pg.start()
+            settings = postgres_server_settings(DEAD_PEER)
+            conn = await asyncpg.connect(pg.admin_dsn, server_settings=settings)
+            watcher = await asyncpg.connect(host=str(pg.root), port=pg.port, user="postgres")
+            try:
+                await conn.execute("BEGIN; SELECT pg_advisory_xact_lock(42)")
+                backend = functools.partial(watcher.fetchval, ALIVE, conn.get_server_pid())
+                with net.host_silenced("postgres"):
+                    await eventually(backend, 0, within=PATIENCE)
+            finally:
+                conn.terminate()
+                await watcher.close()
+        finally:
+            pg.remove()
+
+
+async def test_the_store_asks_postgres_to_drop_a_silent_client() -> None:
     async with network() as net:
         pg = PostgresServer(host=net.address["postgres"], prefix=tuple(net.exec_prefix("postgres")))
         try:
@@ -87,19 +107,11 @@ async def test_postgres_ends_the_transaction_of_a_client_that_went_silent() -> N
             store = await Store.connect(
                 pg.admin_dsn, min_size=1, max_size=1, dead_peer_seconds=DEAD_PEER
             )
-            watcher = await asyncpg.connect(host=str(pg.root), port=pg.port, user="postgres")
             try:
-                with contextlib.suppress(*asyncpg_lost):
-                    async with store.transaction() as conn:
-                        pid = await conn.fetchval("SELECT pg_backend_pid()")
-                        await conn.execute("SELECT pg_advisory_xact_lock(42)")
-                        with net.host_silenced("postgres"):
-                            backend = functools.partial(watcher.fetchval, ALIVE, pid)
-                            # the bound and slack: without the server's keepalive the
-                            # backend outlived it by half a minute here
-                            await eventually(backend, 0, within=3 * DEAD_PEER)
+                async with store.connection() as conn:
+                    assert await conn.fetchval(SETTING, "tcp_user_timeout") == "4000"
+                    assert await conn.fetchval(SETTING, "tcp_keepalives_idle") == "1"
             finally:
-                await watcher.close()
                 await store.close()
         finally:
             pg.remove()

@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import ipaddress
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -150,8 +151,8 @@ class Network:
         return ["ip", "netns", "exec", self.netns(node)]
 
     def create(self) -> None:
-        used = _used_subnets()
-        self.subnet = next(k for k in range(1, 250) if k not in used)
+        used = _used_subnets()  # at random among the free: two runs starting together
+        self.subnet = random.choice([k for k in range(1, 250) if k not in used])
         self.address = addresses(self.subnet)
         hub = self.netns("hub")
         _run("ip", "netns", "add", hub)

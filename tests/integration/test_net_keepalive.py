@@ -6,8 +6,9 @@ a network namespace (tests/ha/netns.py), silenced towards the test while a call 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,18 @@ ALIVE = "SELECT count(*) FROM pg_stat_activity WHERE pid = $1"
 SLEEPING = "SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(5)'"
 
 
+@contextlib.asynccontextmanager
+async def silenceable_postgres() -> AsyncIterator[tuple[Network, PostgresServer]]:
+    """A private Postgres in its own namespace, and the network to silence it in."""
+    async with network() as net:
+        pg = PostgresServer(host=net.address["postgres"], prefix=tuple(net.exec_prefix("postgres")))
+        try:
+            pg.start()
+            yield net, pg
+        finally:
+            pg.remove()
+
+
 async def ended_by(node: str, net: Network, call: Awaitable[Any]) -> BaseException | None:
     """``call``, with ``node`` silenced once it is in flight: what it raised (None if it
     returned); fails the test if it is still waiting after :data:`PATIENCE`."""
@@ -50,29 +63,24 @@ async def ended_by(node: str, net: Network, call: Awaitable[Any]) -> BaseExcepti
 
 
 async def test_a_query_waiting_on_a_silent_postgres_fails_as_a_lost_connection() -> None:
-    async with network() as net:
-        pg = PostgresServer(host=net.address["postgres"], prefix=tuple(net.exec_prefix("postgres")))
+    async with silenceable_postgres() as (net, pg):
+        store = await Store.connect(
+            pg.admin_dsn, min_size=1, max_size=1, dead_peer_seconds=DEAD_PEER
+        )
+        watcher = await asyncpg.connect(pg.admin_dsn)
         try:
-            pg.start()
-            store = await Store.connect(
-                pg.admin_dsn, min_size=1, max_size=1, dead_peer_seconds=DEAD_PEER
-            )
-            watcher = await asyncpg.connect(pg.admin_dsn)
-            try:
-                async with store.connection() as conn:
+            async with store.connection() as conn:
 
-                    async def sleeping() -> int:
-                        return int(await watcher.fetchval(SLEEPING))
+                async def sleeping() -> int:
+                    return int(await watcher.fetchval(SLEEPING))
 
-                    call = asyncio.ensure_future(conn.fetchval("SELECT pg_sleep(5)"))
-                    await eventually(sleeping, 1, within=10)
-                    error = await ended_by("postgres", net, call)
-                assert isinstance(error, asyncpg.exceptions.ConnectionDoesNotExistError), error
-            finally:
-                watcher.terminate()
-                await store.close()
+                call = asyncio.ensure_future(conn.fetchval("SELECT pg_sleep(5)"))
+                await eventually(sleeping, 1, within=10)
+                error = await ended_by("postgres", net, call)
+            assert isinstance(error, asyncpg.exceptions.ConnectionDoesNotExistError), error
         finally:
-            pg.remove()
+            watcher.terminate()
+            await store.close()
 
 
 async def test_postgres_ends_the_transaction_of_a_client_that_went_silent() -> None:
@@ -80,41 +88,31 @@ async def test_postgres_ends_the_transaction_of_a_client_that_went_silent() -> N
     the cut and past the heal. The client here has no keepalive of its own (as a client
     whose side has already given up sends nothing either), so only Postgres's settings can
     end the backend; watched over Postgres's Unix socket, which no network rule reaches."""
-    async with network() as net:
-        pg = PostgresServer(host=net.address["postgres"], prefix=tuple(net.exec_prefix("postgres")))
+    async with silenceable_postgres() as (net, pg):
+        settings = postgres_server_settings(DEAD_PEER)
+        conn = await asyncpg.connect(pg.admin_dsn, server_settings=settings)
+        watcher = await asyncpg.connect(host=str(pg.root), port=pg.port, user="postgres")
         try:
-            pg.start()
-            settings = postgres_server_settings(DEAD_PEER)
-            conn = await asyncpg.connect(pg.admin_dsn, server_settings=settings)
-            watcher = await asyncpg.connect(host=str(pg.root), port=pg.port, user="postgres")
-            try:
-                await conn.execute("BEGIN; SELECT pg_advisory_xact_lock(42)")
-                backend = functools.partial(watcher.fetchval, ALIVE, conn.get_server_pid())
-                with net.host_silenced("postgres"):
-                    await eventually(backend, 0, within=PATIENCE)
-            finally:
-                conn.terminate()
-                await watcher.close()
+            await conn.execute("BEGIN; SELECT pg_advisory_xact_lock(42)")
+            backend = functools.partial(watcher.fetchval, ALIVE, conn.get_server_pid())
+            with net.host_silenced("postgres"):
+                await eventually(backend, 0, within=PATIENCE)
         finally:
-            pg.remove()
+            conn.terminate()
+            await watcher.close()
 
 
 async def test_the_store_asks_postgres_to_drop_a_silent_client() -> None:
-    async with network() as net:
-        pg = PostgresServer(host=net.address["postgres"], prefix=tuple(net.exec_prefix("postgres")))
+    async with silenceable_postgres() as (_, pg):
+        store = await Store.connect(
+            pg.admin_dsn, min_size=1, max_size=1, dead_peer_seconds=DEAD_PEER
+        )
         try:
-            pg.start()
-            store = await Store.connect(
-                pg.admin_dsn, min_size=1, max_size=1, dead_peer_seconds=DEAD_PEER
-            )
-            try:
-                async with store.connection() as conn:
-                    assert await conn.fetchval(SETTING, "tcp_user_timeout") == "4000"
-                    assert await conn.fetchval(SETTING, "tcp_keepalives_idle") == "1"
-            finally:
-                await store.close()
+            async with store.connection() as conn:
+                assert await conn.fetchval(SETTING, "tcp_user_timeout") == "4000"
+                assert await conn.fetchval(SETTING, "tcp_keepalives_idle") == "1"
         finally:
-            pg.remove()
+            await store.close()
 
 
 async def test_a_blocking_read_on_a_silent_redis_fails_as_a_lost_connection(

@@ -124,7 +124,7 @@ def unavailable() -> str | None:
         return "network namespaces need root"
     missing = [tool for tool in ("ip", IPTABLES) if shutil.which(tool) is None]
     if missing:
-        return f"not installed: {', '.join(missing)} (.ci/run ensure_netfault_tools)"
+        return f"not installed: {', '.join(missing)} (.ci/run: ensure_netfault)"
     probe = f"xmc-probe-{uuid.uuid4().hex[:6]}"
     try:
         _run("ip", "netns", "add", probe)

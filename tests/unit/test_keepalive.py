@@ -69,9 +69,10 @@ def test_the_ess_accepts_the_pings_the_reconciler_sends() -> None:
     server = dict(grpc_server_options(20.0))
     assert client["grpc.keepalive_time_ms"] + client["grpc.keepalive_timeout_ms"] == 20_000
     # A ping more often than the server's minimum is a strike: GOAWAY too_many_pings.
-    assert server["grpc.http2.min_recv_ping_interval_without_data_ms"] <= client[
-        "grpc.keepalive_time_ms"
-    ]
+    assert (
+        server["grpc.http2.min_recv_ping_interval_without_data_ms"]
+        <= client["grpc.keepalive_time_ms"]
+    )
     assert client["grpc.keepalive_permit_without_calls"] == 1
     assert server["grpc.keepalive_permit_without_calls"] == 1
 

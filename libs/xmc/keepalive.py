@@ -21,6 +21,7 @@ GOAWAY ``too_many_pings``.
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
 from typing import Any
 
 #: Probes sent before a silent peer is declared dead.
@@ -71,6 +72,20 @@ def apply_tcp_options(sock: Any, dead_peer_seconds: float) -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
     for option, value in tcp_options(dead_peer_seconds).items():
         sock.setsockopt(socket.IPPROTO_TCP, option, value)
+
+
+def keepalive_socket(dead_peer_seconds: float) -> Callable[[tuple[Any, ...]], socket.socket]:
+    """A socket factory for aiohttp's ``TCPConnector(socket_factory=...)`` (the
+    Kubernetes client): its sockets get :func:`apply_tcp_options`, so a watch whose API
+    server went silent ends within the bound, not at its ``timeoutSeconds``."""
+
+    def make(addr_info: tuple[Any, ...]) -> socket.socket:
+        family, kind, proto, _, _ = addr_info
+        sock = socket.socket(family, kind, proto)
+        apply_tcp_options(sock, dead_peer_seconds)
+        return sock
+
+    return make
 
 
 def grpc_client_options(dead_peer_seconds: float) -> list[tuple[str, int]]:

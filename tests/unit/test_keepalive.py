@@ -13,6 +13,7 @@ from xmc.keepalive import (
     connect_timeout,
     grpc_client_options,
     grpc_server_options,
+    keepalive_socket,
     tcp_options,
 )
 from xmc.settings import load_settings
@@ -55,6 +56,14 @@ def test_the_options_reach_a_tcp_socket() -> None:
         apply_tcp_options(sock, 20.0)
         assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
         assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == 5
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == 20_000
+
+
+def test_the_kubernetes_clients_sockets_get_them_too() -> None:
+    make = keepalive_socket(20.0)
+    addr_info = (socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", ("10.0.0.1", 443))
+    with make(addr_info) as sock:
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
         assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == 20_000
 
 

@@ -307,7 +307,7 @@ async def matrix(
 
 
 def table(runs: list[Run]) -> str:
-    head = f"{'scenario':<26} {'runs':>4} {'lost':>5} {'dup':>4} {'stuck':>6} {'died':>5}"
+    head = f"{'scenario':<28} {'runs':>4} {'lost':>5} {'dup':>4} {'stuck':>6} {'died':>5}"
     head += f" {'errors':>6}  converged s after the fault (min / median / max)"
     lines = [head, "-" * len(head)]
     for scenario in dict.fromkeys(r.scenario for r in runs):
@@ -318,7 +318,7 @@ def table(runs: list[Run]) -> str:
         if times:
             spread = f"{min(times):.1f} / {statistics.median(times):.1f} / {max(times):.1f}"
         lines.append(
-            f"{scenario:<26} {len(mine):>4} {sum(r.counts.lost for r in mine):>5} "
+            f"{scenario:<28} {len(mine):>4} {sum(r.counts.lost for r in mine):>5} "
             f"{sum(r.counts.duplicated for r in mine):>4} {sum(r.counts.stuck for r in mine):>6} "
             f"{sum(r.counts.died for r in mine):>5} {sum(r.error is not None for r in mine):>6}  "
             + spread

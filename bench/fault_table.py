@@ -39,15 +39,19 @@ class Run:
         return c.lost == c.duplicated == c.stuck == c.died == 0 and self.error is None
 
 
-BASELINES = ("baseline", "baseline-x2")
+BASELINES = ("baseline", "baseline-x2", "net-baseline")
 
 
 def baseline_median(runs: list[Run], scenario: str) -> float | None:
     """The median convergence of the baseline this scenario compares with: the two-replica
-    one for ``-x2`` scenarios and the paused leader (which run two of each), else the
-    one-replica one; None when this invocation ran no such baseline."""
-    two = scenario.endswith("-x2") or scenario == "pause-reconciler-leader"
-    name = "baseline-x2" if two else "baseline"
+    one for ``-x2`` scenarios and the paused leader (which run two of each), the one in
+    namespaces for network faults, else the one-replica one; None when this invocation ran
+    no such baseline."""
+    name = "baseline"
+    if scenario.endswith("-x2") or scenario == "pause-reconciler-leader":
+        name = "baseline-x2"
+    elif scenario.startswith("net-"):
+        name = "net-baseline"
     times = [r.converged_after for r in runs if r.scenario == name and r.converged_after]
     return statistics.median(times) if times else None
 

@@ -74,6 +74,7 @@ import grpc
 from bench.fault_clients import ClientLoad, missing_acknowledged
 from bench.fault_counts import Counts, Intent, JobSet, Observed, count
 from bench.fault_table import Run, table
+from bench.faults_net import NET_SCENARIOS, Inject, net_run
 from bench.faults_redis import REDIS_FAILOVERS, before_the_wave, failover_for, on_failover, redriven
 from bench.faults_replicas import REPLICA_SCENARIOS, inject_replicas, options_for
 from google.longrunning import operations_grpc_pb2
@@ -96,7 +97,7 @@ S = WorkUnitState
 SCENARIOS = (
     "baseline", "kill-ess", "kill-actuator", "kill-reconciler", "redis-restart",
     "postgres-restart", "pg-failover", *REDIS_FAILOVERS, *REPLICA_SCENARIOS,
-    "rolling-restart",
+    "rolling-restart", *NET_SCENARIOS,
 )  # fmt: skip
 OPTIONS = StackOptions(claim_idle=5.0, repair_after=10.0, repair_interval=2.0)
 #: F's policy: two retries of exit code 137, a second apart.
@@ -208,6 +209,7 @@ async def workload(
     pg: PostgresServer,
     args: argparse.Namespace,
     ha: AutoFailover | None = None,
+    injection: Inject | None = None,
 ) -> Run:
     ledger = JobSetLedger(stack.kube_url)
     ledger.start()
@@ -247,7 +249,10 @@ async def workload(
             intents = [*first, *second]
             fault = time.monotonic()
             run = Run(scenario, Counts())
-            await inject(scenario, stack, redis, pg, args.outage, ha)
+            if injection is not None:
+                await injection()
+            else:
+                await inject(scenario, stack, redis, pg, args.outage, ha)
             load.mark_fault()  # the fault is in: calls begun from now on meet it
             seen = await load.finish(within=args.deadline)
             run.figures = seen.lines()
@@ -286,6 +291,13 @@ async def run_once(
         from bench.rolling_restart import run_in_matrix
 
         return await run_in_matrix(pg, workdir, args)
+    if scenario.startswith("net-"):  # in network namespaces, with stores of its own
+        return await net_run(
+            scenario, workdir, args, OPTIONS,
+            lambda stack, redis, pg, fault: workload(
+                scenario, stack, redis, pg, args, injection=fault
+            ),
+        )  # fmt: skip
     (workdir / "redis").mkdir(parents=True)
     redis: RedisServer | Failover = RedisServer(workdir / "redis")
     options = options_for(scenario, OPTIONS, args.replicas)
@@ -355,6 +367,7 @@ def main() -> int:
     parser.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated")
     parser.add_argument("--outage", type=float, default=2.0, help="seconds a killed part is down")
     parser.add_argument("--deadline", type=float, default=90.0, help="seconds after the fault")
+    parser.add_argument("--net-hold", type=float, default=60.0, help="seconds a net-* fault lasts")
     parser.add_argument("--settle", type=float, default=5.0, help="quiet seconds, then count")
     parser.add_argument("--show-logs", action="store_true", help="print failed runs' log tails")
     parser.add_argument("--replicas", type=int, default=1, help="processes of each service")

@@ -113,6 +113,17 @@ class StackOptions:
     leader_election: bool = False
     #: A real API server instead of kubesim (``tests/real``): no kubesim process.
     real: RealCluster | None = None
+    #: Service → where it runs, if not on loopback (``tests/ha/netns.py``).
+    placement: dict[str, Placement] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """A service in a network namespace of its own: its command runs behind ``prefix``
+    (``ip netns exec NS``) and it listens on, and is reached at, ``address``."""
+
+    address: str
+    prefix: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -171,9 +182,14 @@ class Stack:
         #: Per process, environment over the stack's (a Reconciler's own way to the ESS).
         self.process_env: dict[str, dict[str, str]] = {}
 
+    def host(self, name: str) -> str:
+        """The address process ``name`` listens on."""
+        placed = self.options.placement.get(service_of(name))
+        return placed.address if placed else "127.0.0.1"
+
     @property
     def endpoint(self) -> str:
-        return f"127.0.0.1:{self.ess_port}"
+        return f"{self.host('ess')}:{self.ess_port}"
 
     @property
     def target(self) -> str:
@@ -181,11 +197,11 @@ class Stack:
         as a Kubernetes Service would); the one ESS's endpoint when there is one."""
         if len(self.ess_ports) == 1:
             return self.endpoint
-        return "ipv4:" + ",".join(f"127.0.0.1:{port}" for port in self.ess_ports.values())
+        return "ipv4:" + ",".join(f"{self.host(n)}:{port}" for n, port in self.ess_ports.items())
 
     @property
     def kube_url(self) -> str:
-        return f"http://127.0.0.1:{self.kube_port}"
+        return f"http://{self.host('kubesim')}:{self.kube_port}"
 
     def _env(self, name: str = "ess") -> dict[str, str]:
         env = self._base_env(name)
@@ -205,7 +221,7 @@ class Stack:
             **os.environ,
             "XMC_DATABASE_URL": self.database_url,
             "XMC_REDIS_URL": self.redis_url,
-            "XMC_ESS_LISTEN": f"127.0.0.1:{self.ess_ports.get(name, self.ess_port)}",
+            "XMC_ESS_LISTEN": f"{self.host(name)}:{self.ess_ports.get(name, self.ess_port)}",
             "XMC_ESS_TARGET": self.target,
             "XMC_KUBE_URL": self.kube_url,
             "XMC_TASK_SIGNING_KEY": SIGNING_KEY,
@@ -217,13 +233,14 @@ class Stack:
         }
 
     def ops_url(self, name: str, path: str) -> str:
-        return f"http://127.0.0.1:{self.ops_ports[name]}{path}"
+        return f"http://{self.host(name)}:{self.ops_ports[name]}{path}"
 
     def _command(self, name: str) -> list[str]:
         o = self.options
         commands = {
             "kubesim": [
-                "xmc-kubesim", "--port", str(self.kube_port), "--time-scale", str(o.time_scale),
+                "xmc-kubesim", "--host", self.host("kubesim"), "--port", str(self.kube_port),
+                "--time-scale", str(o.time_scale),
                 f"--clock-offset={o.clock_offset}",
                 *(["--ephemeral"] if o.kubesim_state_dir is None
                   else ["--state-dir", str(o.kubesim_state_dir)]),
@@ -238,8 +255,9 @@ class Stack:
         }  # fmt: skip
         command = commands[service_of(name)]
         if name in self.ops_ports:
-            command.append(f"--metrics-listen=127.0.0.1:{self.ops_ports[name]}")
-        return [str(BIN / command[0]), *command[1:]]
+            command.append(f"--metrics-listen={self.host(name)}:{self.ops_ports[name]}")
+        placed = self.options.placement.get(service_of(name))
+        return [*(placed.prefix if placed else ()), str(BIN / command[0]), *command[1:]]
 
     async def start(self) -> None:
         """Migrate, then start every service, each once its dependencies listen."""
@@ -262,10 +280,9 @@ class Stack:
             )
         finally:
             log.close()
-        if name == "kubesim":
-            await wait_listening(self.kube_port, self.processes[name], name)
-        elif name in self.ess_ports:
-            await wait_listening(self.ess_ports[name], self.processes[name], name)
+        listening = {"kubesim": self.kube_port, **self.ess_ports}
+        if name in listening:
+            await wait_listening(listening[name], self.processes[name], name, host=self.host(name))
 
     async def kill(self, name: str) -> None:
         """SIGKILL: no flush, no cleanup, as the kernel's OOM killer would."""
@@ -318,7 +335,12 @@ async def terminate(process: asyncio.subprocess.Process, within: float = 30.0) -
 
 
 async def wait_listening(
-    port: int, process: asyncio.subprocess.Process, name: str, within: float = 60.0
+    port: int,
+    process: asyncio.subprocess.Process,
+    name: str,
+    within: float = 60.0,
+    *,
+    host: str = "127.0.0.1",
 ) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + within
@@ -326,7 +348,7 @@ async def wait_listening(
         if process.returncode is not None:
             raise RuntimeError(f"{name} exited with {process.returncode} before listening")
         try:
-            _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            _reader, writer = await asyncio.open_connection(host, port)
         except OSError:
             if loop.time() > deadline:
                 raise RuntimeError(f"{name} did not listen on {port} within {within}s") from None

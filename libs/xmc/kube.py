@@ -28,6 +28,7 @@ import aiohttp
 from kubernetes_asyncio import config
 from kubernetes_asyncio.client import ApiClient, Configuration
 
+from xmc.keepalive import keepalive_socket
 from xmc.settings import Settings
 
 # kubernetes-asyncio's own read buffer: watch events of large objects exceed aiohttp's default.
@@ -297,14 +298,21 @@ async def load_configuration(settings: Settings) -> Configuration:
     return configuration
 
 
-async def api_client(configuration: Configuration) -> ApiClient:
-    """An ``ApiClient`` whose session does not consult the environment per request."""
+async def api_client(
+    configuration: Configuration, *, dead_peer_seconds: float | None = None
+) -> ApiClient:
+    """An ``ApiClient`` whose session does not consult the environment per request, and
+    whose connections to a silent API server end within ``dead_peer_seconds``
+    (``xmc.keepalive``; None: the system's TCP defaults)."""
     api = ApiClient(configuration)
     rest = api.rest_client
     stock: aiohttp.ClientSession = rest.pool_manager
+    factory = None if dead_peer_seconds is None else keepalive_socket(dead_peer_seconds)
     rest.pool_manager = aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(
-            limit=configuration.connection_pool_maxsize, ssl=_ssl_context(configuration)
+            limit=configuration.connection_pool_maxsize,
+            ssl=_ssl_context(configuration),
+            socket_factory=factory,
         ),
         trust_env=False,
         read_bufsize=_READ_BUFSIZE,
@@ -314,7 +322,8 @@ async def api_client(configuration: Configuration) -> ApiClient:
 
 
 async def api_client_from_settings(settings: Settings) -> ApiClient:
-    return await api_client(await load_configuration(settings))
+    configuration = await load_configuration(settings)
+    return await api_client(configuration, dead_peer_seconds=settings.dead_peer_seconds)
 
 
 def _ssl_context(configuration: Configuration) -> ssl.SSLContext:

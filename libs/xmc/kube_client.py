@@ -69,9 +69,8 @@ class KubeClient:
     async def from_settings(cls, settings: Settings) -> Self:
         """``XMC_KUBE_URL``, else in-cluster, else kubeconfig; ``XMC_KUBE_REQUEST_TIMEOUT``."""
         configuration = await load_configuration(settings)
-        return await cls.for_configuration(
-            configuration, request_timeout=settings.kube_request_timeout
-        )
+        api = await api_client(configuration, dead_peer_seconds=settings.dead_peer_seconds)
+        return cls(api, request_timeout=settings.kube_request_timeout)
 
     @classmethod
     async def for_configuration(

@@ -24,6 +24,7 @@ from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.sentinel import Sentinel
 from redis.connection import parse_url
 
+from xmc.keepalive import tcp_options
 from xmc.settings import Settings
 
 #: Seconds one question to a Sentinel may take: a Sentinel that does not answer is
@@ -48,13 +49,17 @@ def connect_redis(
 ) -> Any:
     """A client for the configured Redis; it connects lazily, on its first command.
 
-    ``socket_timeout`` None means no read timeout: a blocking XREADGROUP must not time out.
+    ``socket_timeout`` None means no read timeout: a blocking XREADGROUP must not time out;
+    keepalive still drops its connection when Redis goes silent (``xmc.keepalive``).
     """
+    keepalive = tcp_options(settings.dead_peer_seconds)
     if settings.redis_cluster_nodes:
         return RedisCluster(
             startup_nodes=[ClusterNode(h, p) for h, p in parse_nodes(settings.redis_cluster_nodes)],
             socket_timeout=socket_timeout,
             socket_connect_timeout=socket_connect_timeout,
+            socket_keepalive=True,
+            socket_keepalive_options=keepalive,
         )
     if settings.redis_sentinels:
         return _sentinel_master(settings, socket_timeout, socket_connect_timeout)
@@ -62,6 +67,8 @@ def connect_redis(
         settings.redis_url,
         socket_timeout=socket_timeout,
         socket_connect_timeout=socket_connect_timeout,
+        socket_keepalive=True,
+        socket_keepalive_options=keepalive,
     )
 
 

@@ -79,6 +79,10 @@ class Settings:
     stream_prefix: str = ""
     #: XMC_METRICS_LISTEN — host:port of the Prometheus /metrics endpoint ('' = off).
     metrics_listen: str = ""
+    #: XMC_DEAD_PEER_SECONDS — how long a connection to Postgres, Redis or the ESS may go
+    #: unanswered (TCP keepalive and user timeout; gRPC pings) before it is dropped and
+    #: made again, instead of waiting out a network cut (``xmc.keepalive``).
+    dead_peer_seconds: float = 20.0
 
     @classmethod
     def _from_env(cls, env: Env) -> Settings:
@@ -97,6 +101,7 @@ class Settings:
             task_signing_key=env.get("XMC_TASK_SIGNING_KEY", d.task_signing_key),
             stream_prefix=env.get("XMC_STREAM_PREFIX", d.stream_prefix),
             metrics_listen=env.get("XMC_METRICS_LISTEN", d.metrics_listen),
+            dead_peer_seconds=seconds(env, "XMC_DEAD_PEER_SECONDS", d.dead_peer_seconds),
         )
 
     def replace(self, **changes: str) -> Settings:
@@ -130,6 +135,10 @@ class Settings:
             raise InvalidArgumentError(
                 f"XMC_KUBE_REQUEST_TIMEOUT: must be a positive number of seconds, "
                 f"got {self.kube_request_timeout!r}"
+            )
+        if not 2 <= self.dead_peer_seconds <= 3600:
+            raise InvalidArgumentError(
+                f"XMC_DEAD_PEER_SECONDS: seconds from 2 to 3600, got {self.dead_peer_seconds!r}"
             )
         if not self.namespace:
             raise InvalidArgumentError("XMC_NAMESPACE: must not be empty")

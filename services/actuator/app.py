@@ -64,7 +64,9 @@ class Actuator:
     async def start(self) -> None:
         settings = self.settings
         await wait_for_postgres(settings.database_url, within=STARTUP_WAIT_SECONDS)
-        self.store = await Store.connect(settings.database_url, clock=self.clock)
+        self.store = await Store.connect(
+            settings.database_url, clock=self.clock, dead_peer_seconds=settings.dead_peer_seconds
+        )
         # XREADGROUP blocks for ConsumerSettings.block on purpose; a reply later than that
         # plus a margin means the server is gone without closing the connection (a host
         # died, a master frozen): give up, and the next connection asks the Sentinels or

@@ -39,6 +39,7 @@ from ess.webhooks import WebhookWorker
 from xmc.auth_settings import AuthSettings
 from xmc.errors import InvalidArgumentError
 from xmc.health import Check, probe
+from xmc.keepalive import grpc_server_options
 from xmc.model.outbox import RelaySettings
 from xmc.model.retries import DEFAULT_PER_MINUTE
 from xmc.model.watch import EXPERIMENT_EVENT_RETENTION
@@ -176,7 +177,10 @@ class EssServer:
         if options.run_migrations:
             await migrate(settings.database_url)
         self.store = await Store.connect(
-            settings.database_url, max_size=options.pool_size, clock=self.clock
+            settings.database_url,
+            max_size=options.pool_size,
+            clock=self.clock,
+            dead_peer_seconds=settings.dead_peer_seconds,
         )
         self.redis = connect_redis(settings, socket_timeout=5, socket_connect_timeout=2)
         names = StreamNames.with_prefix(settings.stream_prefix)
@@ -208,6 +212,7 @@ class EssServer:
                 ("grpc.max_send_message_length", options.max_message_bytes),
                 # A second ESS on a taken port must fail, not silently share it.
                 ("grpc.so_reuseport", 0),
+                *grpc_server_options(settings.dead_peer_seconds),
             ],
         )
         kube = self._kube = LazyKube(settings)

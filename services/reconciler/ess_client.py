@@ -27,6 +27,7 @@ from reconciler import metrics
 from reconciler.observation import Observation
 from reconciler.observe import WorkUnitSnapshot
 from xmc.ess_retry import channel_options
+from xmc.keepalive import grpc_client_options
 from xmc.model.deployed import DeployedExecution
 from xmc.model.fence import Fence, parse_refusal
 from xmc.model.states import EXECUTION_TERMINAL_STATES, WorkUnitState
@@ -184,12 +185,21 @@ class EssClient:
     """One ``grpc.aio`` channel to ESS, used by every flush and look-up of the Reconciler."""
 
     def __init__(
-        self, target: str, *, token: str | None, tls: bool = False, deadline: float = 10.0
+        self,
+        target: str,
+        *,
+        token: str | None,
+        tls: bool = False,
+        deadline: float = 10.0,
+        dead_peer_seconds: float = 20.0,
     ) -> None:
+        """``dead_peer_seconds``: gRPC pings drop a connection the ESS stopped answering
+        (``xmc.keepalive``), so a cut path costs reconnects, not calls on a dead one."""
+        options = [*_CHANNEL_OPTIONS, *grpc_client_options(dead_peer_seconds)]
         self._channel = (
-            grpc.aio.secure_channel(target, grpc.ssl_channel_credentials(), _CHANNEL_OPTIONS)
+            grpc.aio.secure_channel(target, grpc.ssl_channel_credentials(), options)
             if tls
-            else grpc.aio.insecure_channel(target, _CHANNEL_OPTIONS)
+            else grpc.aio.insecure_channel(target, options)
         )
         self._metadata: tuple[tuple[str, str], ...] = (
             (("authorization", f"Bearer {token}"),) if token else ()

@@ -32,7 +32,9 @@ async def _serve(
     stopping: asyncio.Event,
 ) -> None:
     api = await KubeClient.from_settings(settings)
-    ess = EssClient(settings.ess_target, token=client.token)
+    ess = EssClient(
+        settings.ess_target, token=client.token, dead_peer_seconds=settings.dead_peer_seconds
+    )
     reconciler = Reconciler(api, ess, identity=identity, clock=utc_now, options=options)
     ess.fencing = reconciler.elector  # its writes carry the term's generation (0054)
     ops = OpsServer(metrics_listen, reconciler.readiness)

@@ -23,19 +23,22 @@ from tests.stack import free_port
 class PostgresServer:
     """A throw-away Postgres cluster on a free port (the shared one must never restart)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, host: str = "127.0.0.1", prefix: tuple[str, ...] = ()) -> None:
+        """``host``/``prefix``: listen there, run behind ``prefix`` (``ip netns exec NS``:
+        ``tests/ha/netns.py``), and accept clients from the subnets it is on."""
         self.bin = postgres_bin()
         self.root = Path(tempfile.mkdtemp(prefix="xmc-pg-"))
         self.data, self.log, self.port = self.root / "data", self.root / "pg.log", free_port()
-        self._as: list[str] = []
+        self.host = host
+        self._as: list[str] = list(prefix)
         if os.geteuid() == 0:  # initdb refuses root: the cluster belongs to postgres
             owner = pwd.getpwnam("postgres")
             os.chown(self.root, owner.pw_uid, owner.pw_gid)
-            self._as = ["runuser", "-u", "postgres", "--"]
+            self._as += ["runuser", "-u", "postgres", "--"]
 
     @property
     def admin_dsn(self) -> str:
-        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+        return f"postgresql://postgres@{self.host}:{self.port}/postgres"
 
     def _pg_ctl(self, *args: str) -> list[str]:
         pg_ctl = str(self.bin / "pg_ctl")
@@ -44,7 +47,10 @@ class PostgresServer:
     def start(self) -> None:
         initdb = [str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres", "-A", "trust"]
         subprocess.run([*self._as, *initdb, "--no-sync"], check=True, capture_output=True)
-        options = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.root}"
+        if self.host != "127.0.0.1":
+            with (self.data / "pg_hba.conf").open("a") as hba:
+                hba.write("host all all samenet trust\n")
+        options = f"-p {self.port} -c listen_addresses={self.host} -k {self.root}"
         subprocess.run(self._pg_ctl("-o", options, "start"), check=True, capture_output=True)
 
     async def restart(self) -> None:

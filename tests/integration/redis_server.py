@@ -22,24 +22,31 @@ def free_port() -> int:
 class RedisServer:
     """One redis-server without persistence (as the machine's): a restart loses every key."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(
+        self, directory: Path, *, host: str = "127.0.0.1", prefix: tuple[str, ...] = ()
+    ) -> None:
+        """``host``/``prefix``: listen there, run behind ``prefix`` (``ip netns exec NS``:
+        ``tests/ha/netns.py``)."""
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError("redis-server is not installed (apt-get install redis-server)")
         self._binary = binary
         self._directory = directory
+        self._host, self._prefix = host, prefix
         self.port = free_port()
         self._process: asyncio.subprocess.Process | None = None
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        return f"redis://{self._host}:{self.port}/0"
 
     async def start(self) -> None:
         self._process = await asyncio.create_subprocess_exec(
-            self._binary,
-            "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+            *self._prefix, self._binary,
+            "--port", str(self.port), "--bind", self._host, "--save", "",
             "--appendonly", "no", "--dir", str(self._directory),
+            # off the loopback (a namespace's address), only the test's own clients connect
+            "--protected-mode", "no" if self._prefix else "yes",
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.DEVNULL,
         )  # fmt: skip

@@ -19,10 +19,12 @@ def run(scenario: str, converged: float | None, **clients: object) -> Run:
         ("pg-failover", 10.0),
         ("kill-ess-x2", 20.0),  # two of each: the two-replica baseline
         ("pause-reconciler-leader", 20.0),
+        ("net-cut:ess-postgres", 30.0),  # in namespaces: the baseline in namespaces
     ],
 )
 def test_each_scenario_compares_with_its_own_baseline(scenario: str, median: float) -> None:
     runs = [run("baseline", 9.0), run("baseline", 11.0), run("baseline-x2", 20.0)]
+    runs.append(run("net-baseline", 30.0))
     assert baseline_median(runs, scenario) == median
 
 

@@ -15,11 +15,13 @@ import asyncio
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
+from typing import Any
 
 import asyncpg
 import structlog
 
 from xmc.errors import AlreadyExistsError, XmcError
+from xmc.keepalive import apply_tcp_options, connect_timeout, postgres_server_settings
 from xmc.model.audit import Actor
 from xmc.model.merge import ExecutionUpdate
 from xmc.model.states import LaunchState
@@ -70,6 +72,12 @@ async def wait_for_postgres(dsn: str, *, within: float) -> None:
         return
 
 
+def socket_of(conn: asyncpg.Connection) -> Any:
+    """The socket under an asyncpg connection. asyncpg has no keepalive settings (its
+    issue 606 points at the transport's socket instead), so this is the way in."""
+    return conn._transport.get_extra_info("socket")
+
+
 async def _keep_session(conn: Connection) -> None:
     """The pool's reset on release, which asyncpg runs after rolling back any open
     transaction. Its default also sends ``RESET ALL; UNLISTEN *; CLOSE ALL;
@@ -93,11 +101,31 @@ class Store:
 
     @classmethod
     async def connect(
-        cls, dsn: str, *, min_size: int = 2, max_size: int = 10, clock: Clock = utc_now
+        cls,
+        dsn: str,
+        *,
+        min_size: int = 2,
+        max_size: int = 10,
+        clock: Clock = utc_now,
+        dead_peer_seconds: float | None = None,
     ) -> Store:
+        """``dead_peer_seconds``: drop a pooled connection whose Postgres went silent that
+        long, have Postgres drop it as soon when this side went silent, and give up
+        opening one sooner (``xmc.keepalive``); None leaves asyncpg's, Postgres's and the
+        system's defaults."""
+
+        async def keepalive(conn: asyncpg.Connection) -> None:
+            if dead_peer_seconds is not None:
+                apply_tcp_options(socket_of(conn), dead_peer_seconds)
+
+        bounded: dict[str, Any] = {}
+        if dead_peer_seconds is not None:
+            bounded["timeout"] = connect_timeout(dead_peer_seconds)
+            bounded["server_settings"] = postgres_server_settings(dead_peer_seconds)
         pool = await asyncpg.create_pool(
-            dsn, min_size=min_size, max_size=max_size, reset=_keep_session
-        )
+            dsn, min_size=min_size, max_size=max_size, reset=_keep_session, init=keepalive,
+            **bounded,
+        )  # fmt: skip
         return cls(pool, clock=clock)
 
     async def close(self) -> None:

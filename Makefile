@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: help install services proto proto-check openapi lint test test-fast run bench compat faults screenshots clean cluster cluster-down cluster-xmc test-cluster
+.PHONY: help install services proto proto-check openapi lint test test-fast run bench compat faults faults-short screenshots clean cluster cluster-down cluster-xmc test-cluster
 
 # `make run CLUSTER=real`: XMC against the loopback cluster of `make cluster` (docs/cluster.md).
 CLUSTER ?= kubesim
@@ -85,8 +85,14 @@ bench: services $(STAMP) ## benchmarks (print figures; not tests)
 compat: services $(STAMP) ## the published xmanager client against a real stack, in its own virtualenvs
 	$(VENV)/bin/pytest -m compat tests/compat $(PYTEST_ARGS)
 
-faults: services $(STAMP) ## fault matrix: lost / duplicated / stuck per crash and restart (~10 min)
+faults: services $(STAMP) ## the fault matrix: every crash, failover, partition and restart, 5 runs each, one table (~4 h; root for net-*); FAULTS_ARGS narrows it
 	$(PY) bench/faults.py $(FAULTS_ARGS)
+
+# One run of one fault of each kind: what CI runs (docs/operations.md, "High availability").
+SHORT_FAULTS ?= baseline,kill-ess,pg-failover,redis-failover,redis-cluster-failover,pause-reconciler-leader,net-cut:ess-postgres,rolling-restart
+
+faults-short: services $(STAMP) ## one run of one fault of each kind, as CI runs it (~12 min; root for the net-* one)
+	$(PY) bench/faults.py --runs 1 --net-hold 15 --scenarios $(SHORT_FAULTS) $(FAULTS_ARGS)
 
 screenshots: $(STAMP) ## the dashboard's pages, timelines and logs, from the browser tests, into docs/screenshots
 	XMC_UI_SCREENSHOTS=$(CURDIR)/docs/screenshots $(VENV)/bin/pytest tests/integration/test_ui_browser.py tests/integration/test_ui_browser_timeline.py tests/integration/test_ui_browser_sweep.py tests/integration/test_ui_logs.py tests/integration/test_ui_browser_usage.py

@@ -249,11 +249,11 @@ async def workload(
             intents = [*first, *second]
             fault = time.monotonic()
             run = Run(scenario, Counts())
-            if injection is not None:
+            load.mark_fault()  # calls begun from now on meet the fault
+            if injection is not None:  # returns once the fault is over (a net-* one healed)
                 await injection()
             else:
                 await inject(scenario, stack, redis, pg, args.outage, ha)
-            load.mark_fault()  # the fault is in: calls begun from now on meet it
             seen = await load.finish(within=args.deadline)
             run.figures = seen.lines()
             run.client_errors, run.client_gap = seen.errors_after, seen.gap_after

@@ -212,6 +212,8 @@ async def test_a_permanent_error_dead_letters_and_fails_the_execution(
     await eventually(closed, True, within=60)
     failed = await operation(ess, name)
     assert failed.error.code == 7, "PERMISSION_DENIED"
+    # The execution is settled first, then the entry dead-lettered: a moment apart.
+    await eventually(functools.partial(ess.redis.xlen, ess.names.dlq), 1, within=30)
     ((_id, entry),) = await ess.redis.xrange(ess.names.dlq)
     assert entry[b"reason"] == b"permanent"
     assert entry[b"code"] == b"PERMISSION_DENIED"

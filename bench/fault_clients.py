@@ -123,7 +123,9 @@ class ClientLoad:
         await asyncio.sleep(BASELINE_SECONDS)  # the baseline window itself, not a sync
 
     def mark_fault(self) -> None:
-        self.fault = time.monotonic()
+        """The fault landed now; later calls are no-ops (the first landing counts)."""
+        if not self.fault:
+            self.fault = time.monotonic()
 
     async def finish(self, within: float) -> Figures:
         """Once a write that began after the fault succeeded (or ``within`` seconds),

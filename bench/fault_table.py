@@ -27,8 +27,9 @@ class Run:
     error: str | None = None
     #: Scenario-specific figures, printed under the run's line.
     figures: list[str] = field(default_factory=list)
-    #: Client calls that failed after the fault, by gRPC code (what a client saw).
-    client_errors: dict[str, int] = field(default_factory=dict)
+    #: Client calls that failed after the fault, by gRPC code (what a client saw); None:
+    #: the scenario ran no clients.
+    client_errors: dict[str, int] | None = None
     #: The longest time one client went without an OK answer across the fault (None:
     #: the scenario ran no clients).
     client_gap: float | None = None
@@ -40,6 +41,8 @@ class Run:
 
 
 BASELINES = ("baseline", "baseline-x2", "net-baseline")
+#: Converged counts from the end of its load, not from a fault: no baseline compares.
+NO_RATIO = (*BASELINES, "rolling-restart")
 
 
 def baseline_median(runs: list[Run], scenario: str) -> float | None:
@@ -58,11 +61,11 @@ def baseline_median(runs: list[Run], scenario: str) -> float | None:
 
 def client_column(mine: list[Run]) -> str:
     """``UNAVAILABLE 84, CANCELLED 1`` summed over the runs; ``0``; ``-`` without clients."""
-    if all(r.client_gap is None and not r.client_errors for r in mine):
+    if all(r.client_errors is None for r in mine):
         return "-"
     errors: Counter[str] = Counter()
     for run in mine:
-        errors.update(run.client_errors)
+        errors.update(run.client_errors or {})
     return ", ".join(f"{code} {n}" for code, n in errors.most_common()) or "0"
 
 
@@ -82,7 +85,7 @@ def table(runs: list[Run]) -> str:
             median = statistics.median(times)
             spread = f"{min(times):.1f} / {median:.1f} / {max(times):.1f}"
             base = baseline_median(runs, scenario)
-            if base and scenario not in BASELINES:
+            if base and scenario not in NO_RATIO:
                 spread += f" ({median / base:.2f}×)"
         spread += f" ({never} never)" if never else ""
         gaps = [r.client_gap for r in mine if r.client_gap is not None]

@@ -182,19 +182,25 @@ async def inject(
     redis: RedisServer | Failover,
     pg: PostgresServer,
     outage: float,
+    at_fault: Callable[[], None],
     ha: AutoFailover | None = None,
 ) -> None:
-    if await inject_replicas(scenario, stack, outage):
+    """The fault of ``scenario``; ``at_fault`` is called the moment it takes effect (a
+    kill has landed), before any outage is waited out."""
+    if await inject_replicas(scenario, stack, outage, at_fault):
         return
     if scenario.startswith("kill-"):
         await stack.kill(scenario.removeprefix("kill-"))
+        at_fault()
         await asyncio.sleep(outage)  # the outage itself, not a synchronisation
         await stack.start_service(scenario.removeprefix("kill-"))
     elif scenario == "redis-restart":
         await redis.stop()
+        at_fault()
         await asyncio.sleep(outage)
         await redis.start()
     elif scenario == "postgres-restart":
+        at_fault()
         await pg.restart()
     elif scenario == "pg-failover" and ha is not None:
         await ha.kill_primary()
@@ -249,11 +255,12 @@ async def workload(
             intents = [*first, *second]
             fault = time.monotonic()
             run = Run(scenario, Counts())
-            load.mark_fault()  # calls begun from now on meet the fault
+            # Calls begun from the fault's landing on meet it (the first mark counts).
             if injection is not None:  # returns once the fault is over (a net-* one healed)
-                await injection()
+                await injection(load.mark_fault)
             else:
-                await inject(scenario, stack, redis, pg, args.outage, ha)
+                await inject(scenario, stack, redis, pg, args.outage, load.mark_fault, ha)
+            load.mark_fault()  # a kill that returned, or no fault at all (a baseline)
             seen = await load.finish(within=args.deadline)
             run.figures = seen.lines()
             run.client_errors, run.client_gap = seen.errors_after, seen.gap_after

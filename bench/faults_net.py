@@ -28,8 +28,9 @@ from tests.integration.redis_server import RedisServer
 from tests.stack import SERVICES, Placement, Stack, StackOptions, create_database
 
 NET_SCENARIOS = ("net-baseline", *scenarios())
-#: What the workload calls at the fault; returns once the fault is over.
-Inject = Callable[[], Awaitable[None]]
+#: What the workload calls at the fault, with what to call the moment the fault lands;
+#: returns once the fault is over.
+Inject = Callable[[Callable[[], None]], Awaitable[None]]
 
 
 class HasRecovery(Protocol):
@@ -51,8 +52,9 @@ def fault_of(scenario: str, net: Network, hold: float) -> Inject:
         return _nothing
     fault = Fault.parse(scenario)
 
-    async def inject() -> None:
+    async def inject(at_fault: Callable[[], None]) -> None:
         await net.apply(fault)
+        at_fault()
         try:
             await asyncio.sleep(hold)  # the fault itself, not a synchronisation
         finally:
@@ -61,8 +63,8 @@ def fault_of(scenario: str, net: Network, hold: float) -> Inject:
     return inject
 
 
-async def _nothing() -> None:
-    return None
+async def _nothing(at_fault: Callable[[], None]) -> None:
+    at_fault()
 
 
 async def net_run(

@@ -23,6 +23,7 @@ import asyncio
 import dataclasses
 import signal
 import time
+from collections.abc import Callable
 from typing import Final
 
 from tests.ha.fence import lease_holder
@@ -62,18 +63,23 @@ async def leader(stack: Stack, within: float = 30.0) -> str:
     return holder
 
 
-async def inject_replicas(scenario: str, stack: Stack, outage: float) -> bool:
-    """Inject this module's fault; False for a scenario that is not one of them."""
+async def inject_replicas(
+    scenario: str, stack: Stack, outage: float, at_fault: Callable[[], None]
+) -> bool:
+    """Inject this module's fault (``at_fault`` the moment it lands); False for a scenario
+    that is not one of them."""
     if scenario not in REPLICA_SCENARIOS:
         return False
     if scenario == "pause-reconciler-leader":
         frozen = await leader(stack)
         stack.signal(frozen, signal.SIGSTOP)
+        at_fault()
         await asyncio.sleep(PAUSE_SECONDS)  # the pause itself, not a synchronisation
         stack.signal(frozen, signal.SIGCONT)
     elif scenario in _KILLS:
         victim = _KILLS[scenario] or await leader(stack)
         await stack.kill(victim)
+        at_fault()
         await asyncio.sleep(outage)  # the outage itself
         await stack.start_service(victim)
     return True

@@ -38,7 +38,7 @@ def test_no_baseline_in_the_invocation_is_no_ratio() -> None:
     ("runs", "column"),
     [
         ([run("x", 1.0)], "-"),  # no clients ran
-        ([run("x", 1.0, client_gap=0.5)], "0"),
+        ([run("x", 1.0, client_gap=0.5, client_errors={})], "0"),
         (
             [
                 run("x", 1.0, client_gap=9.0, client_errors={"UNAVAILABLE": 80}),
@@ -54,7 +54,7 @@ def test_client_column(runs: list[Run], column: str) -> None:
 
 def test_the_table_has_one_line_per_scenario_with_its_ratio() -> None:
     runs = [
-        run("baseline", 10.0, client_gap=0.6),
+        run("baseline", 10.0, client_gap=0.6, client_errors={}),
         run("pg-failover", 25.0, client_gap=9.5, client_errors={"UNAVAILABLE": 84}),
         run("pg-failover", None, client_gap=10.5, client_errors={"UNAVAILABLE": 3}),
     ]
@@ -65,3 +65,9 @@ def test_the_table_has_one_line_per_scenario_with_its_ratio() -> None:
     assert "25.0 / 25.0 / 25.0 (2.50×) (1 never)" in failover
     assert "10.5" in failover  # the longest client gap of its runs
     assert failover.endswith("UNAVAILABLE 87")
+
+
+def test_a_rolling_restart_has_no_ratio() -> None:
+    """Its convergence runs from the end of its load, not from a fault."""
+    line = table([run("baseline", 10.0), run("rolling-restart", 1.0)]).splitlines()[3]
+    assert "×" not in line

@@ -2,7 +2,7 @@
 
 Pure: a run is what a scenario's harness measured, the table is what a reader compares
 — per scenario the runs, the intents lost, duplicated, left stuck, the services that
-died, the runs that broke, what clients saw (calls failed after the fault, and the
+died, the runs that broke, what clients saw (their calls that failed, and the
 longest time a client went without an OK answer) and the time to converge, with its
 median beside the median of the ``baseline`` scenario of the same invocation (the
 machine is shared: only figures of one run compare).
@@ -27,8 +27,8 @@ class Run:
     error: str | None = None
     #: Scenario-specific figures, printed under the run's line.
     figures: list[str] = field(default_factory=list)
-    #: Client calls that failed after the fault, by gRPC code (what a client saw); None:
-    #: the scenario ran no clients.
+    #: Client calls that failed in the run, by gRPC code (what a client saw); None: the
+    #: scenario ran no clients.
     client_errors: dict[str, int] | None = None
     #: The longest time one client went without an OK answer across the fault (None:
     #: the scenario ran no clients).
@@ -73,7 +73,7 @@ def table(runs: list[Run]) -> str:
     head = (
         f"{'scenario':<28} {'runs':>4} {'lost':>4} {'dup':>3} {'stuck':>5} {'died':>4} "
         f"{'errors':>6}  {'client gap s':>12}  converged s (min / median / max, × baseline)"
-        "  client errors after the fault"
+        "  client errors"
     )
     lines = [head, "-" * len(head)]
     for scenario in dict.fromkeys(r.scenario for r in runs):

@@ -42,7 +42,7 @@ Counts, from what the ESS (gRPC) and kubesim (its HTTP API and a JobSet watch) s
 What clients see (``bench/fault_clients.py``): from 5 s before the fault until 3 s after
 the first OK answer to a call begun after it, four clients keep creating units (every
 acknowledged one joins the intents above, and must be in Postgres: a missing one is a
-note and, its Operation gone, lost); the table gives their calls failed after the fault
+note and, its Operation gone, lost); the table gives their failed calls
 by code and the longest time one client went without an OK answer.
 
 One private Postgres cluster (initdb as the ``postgres`` user when run as root) serves
@@ -63,6 +63,7 @@ import signal
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import FrameType
@@ -263,7 +264,10 @@ async def workload(
             load.mark_fault()  # a kill that returned, or no fault at all (a baseline)
             seen = await load.finish(within=args.deadline)
             run.figures = seen.lines()
-            run.client_errors, run.client_gap = seen.errors_after, seen.gap_after
+            # Every failed call of the run: those that failed as the kill landed end a
+            # moment before its mark.
+            run.client_errors = dict(Counter(seen.errors_before) + Counter(seen.errors_after))
+            run.client_gap = seen.gap_after
             roles |= load.roles()
             intents += load.intents
 

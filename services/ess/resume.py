@@ -202,8 +202,14 @@ class ResumeWorker:
                         self._names.resume, RESUME_GROUP, *[entry_id for entry_id, _ in triggers]
                     )
             except REDIS_UNAVAILABLE as exc:
+                # OSError is there for Redis's sockets, but a refused Postgres connection is
+                # one too: name the error, not a store it may not be.
                 self._group_ready = False  # a restarted Redis may have lost it
-                log.warning("resume worker waiting for redis", error=str(exc))
+                log.warning(
+                    "resume worker waiting for its stores",
+                    error=str(exc),
+                    error_type=type(exc).__name__,
+                )
                 await sleep_or_stop(stop, ERROR_PAUSE_SECONDS)
             except Exception:
                 # Postgres down, say: this run failed, the worker must not die with it.

@@ -269,7 +269,8 @@ def _named(request_type: type[Message], kind: Callable[[random.Random, Known], s
 
 def _parented(request_type: type[Message], kind: Callable[[random.Random, Known], str]) -> Builder:
     def build(rng: random.Random, known: Known) -> Message:
-        request = request_type(parent=kind(rng, known))
+        request = request_type()
+        request.parent = kind(rng, known)  # type: ignore[attr-defined]
         if hasattr(request, "filter"):
             request.filter = random_filter(rng)
         return request

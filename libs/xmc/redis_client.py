@@ -62,7 +62,7 @@ def connect_redis(
             socket_keepalive_options=keepalive,
         )
     if settings.redis_sentinels:
-        return _sentinel_master(settings, socket_timeout, socket_connect_timeout)
+        return _sentinel_master(settings, socket_timeout, socket_connect_timeout, keepalive)
     return aioredis.Redis.from_url(
         settings.redis_url,
         socket_timeout=socket_timeout,
@@ -73,7 +73,10 @@ def connect_redis(
 
 
 def _sentinel_master(
-    settings: Settings, socket_timeout: float | None, socket_connect_timeout: float | None
+    settings: Settings,
+    socket_timeout: float | None,
+    socket_connect_timeout: float | None,
+    keepalive: dict[int, int],
 ) -> Any:
     """The master's client, found through the Sentinels; the database number and the
     credentials are XMC_REDIS_URL's (its host is not used)."""
@@ -92,6 +95,8 @@ def _sentinel_master(
         password=url.get("password"),
         socket_timeout=socket_timeout,
         socket_connect_timeout=socket_connect_timeout,
+        socket_keepalive=True,
+        socket_keepalive_options=keepalive,
     )
 
 

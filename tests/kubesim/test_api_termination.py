@@ -43,7 +43,9 @@ async def test_a_jobset_held_by_a_finalizer_is_left_alone_until_the_finalizer_go
     make_kubesim: MakeKubeSim,
 ) -> None:
     sim = await make_kubesim(controllers=True, time_scale=SCALE)
-    quick = replicated_job("quick", behavior={"run_seconds": 20})
+    # Six real seconds: long enough that a loaded machine still sees it ready with the
+    # others (at 20 simulated seconds it had completed before the forever pods were ready).
+    quick = replicated_job("quick", behavior={"run_seconds": 600})
     forever = with_grace(replicated_job("forever", replicas=2, behavior=FOREVER), 60)
     body = {"apiVersion": f"{G}/{V}", "kind": "JobSet", **make_jobset("held", quick, forever)}
     selector = "jobset.sigs.k8s.io/jobset-name=held"
@@ -79,6 +81,7 @@ async def test_a_jobset_held_by_a_finalizer_is_left_alone_until_the_finalizer_go
             lambda job: any(
                 c.type == "Complete" and c.status == "True" for c in job.status.conditions or []
             ),
+            within=30.0,
             what="the quick Job to complete while the JobSet is held",
         )
         # ... but the JobSet is not reconciled: its status is the one it had.

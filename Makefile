@@ -89,7 +89,7 @@ faults: services $(STAMP) ## the fault matrix: every crash, failover, partition 
 	$(PY) bench/faults.py $(FAULTS_ARGS)
 
 # One run of one fault of each kind: what CI runs (docs/operations.md, "High availability").
-SHORT_FAULTS ?= baseline,kill-ess,pg-failover,redis-failover,redis-cluster-failover,pause-reconciler-leader,net-cut:ess-postgres,rolling-restart
+SHORT_FAULTS ?= baseline,kill-ess,baseline-x2,pg-failover,redis-failover,redis-cluster-failover,pause-reconciler-leader,net-cut:ess-postgres,rolling-restart
 
 faults-short: services $(STAMP) ## one run of one fault of each kind, as CI runs it (~12 min; root for the net-* one)
 	$(PY) bench/faults.py --runs 1 --net-hold 15 --scenarios $(SHORT_FAULTS) $(FAULTS_ARGS)

@@ -43,18 +43,32 @@ class Run:
 BASELINES = ("baseline", "baseline-x2", "net-baseline")
 #: Converged counts from the end of its load, not from a fault: no baseline compares.
 NO_RATIO = (*BASELINES, "rolling-restart")
+#: Faults of the HA deployment (docs/operations.md "High availability": two of every
+#: service, a standby for each store) besides the ``-x2`` ones: they run on two of every
+#: service (issue 30 point 4, "two replicas under all of the above").
+HA_FAULTS = ("pause-reconciler-leader", "pg-failover", "redis-failover", "redis-cluster-failover")
+
+
+def baseline_of(scenario: str) -> str:
+    """The baseline ``scenario`` compares with: the one in namespaces for network faults,
+    the two-replica one for ``-x2`` scenarios and :data:`HA_FAULTS`, else the one-replica
+    one. A scenario runs on two of every service exactly when its baseline does."""
+    if scenario.startswith("net-"):
+        return "net-baseline"
+    if scenario.endswith("-x2") or scenario in HA_FAULTS:
+        return "baseline-x2"
+    return "baseline"
+
+
+def two_replicas(scenario: str) -> bool:
+    """Whether ``scenario`` runs on two of every service (see :func:`baseline_of`)."""
+    return baseline_of(scenario) != "baseline"
 
 
 def baseline_median(runs: list[Run], scenario: str) -> float | None:
-    """The median convergence of the baseline this scenario compares with: the two-replica
-    one for ``-x2`` scenarios and the paused leader (which run two of each), the one in
-    namespaces for network faults, else the one-replica one; None when this invocation ran
-    no such baseline."""
-    name = "baseline"
-    if scenario.endswith("-x2") or scenario == "pause-reconciler-leader":
-        name = "baseline-x2"
-    elif scenario.startswith("net-"):
-        name = "net-baseline"
+    """The median convergence of :func:`baseline_of` ``scenario`` in this invocation;
+    None when it ran no such baseline."""
+    name = baseline_of(scenario)
     times = [r.converged_after for r in runs if r.scenario == name and r.converged_after]
     return statistics.median(times) if times else None
 

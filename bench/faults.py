@@ -12,11 +12,16 @@ and a fresh private Redis, at kubesim time scale 1, and drives one experiment:
    persistence: streams and consumer group are gone), ``--outage`` seconds, start it; or
    ``pg_ctl restart -m fast`` of the private Postgres; or (``pg-failover``, on a
    pg_auto_failover formation of its own) SIGKILL the primary's host while clients keep
-   creating units (``bench/faults_pg.py``); or SIGKILL the Redis master under Sentinel or
-   in a Redis Cluster, its replica having missed that wave's writes (``redis-failover``,
-   ``redis-cluster-failover``: bench/faults_redis.py); ``baseline`` does nothing;
+   creating units (``tests/integration/pg_auto_failover.py``); or SIGKILL the Redis
+   master under Sentinel or in a Redis Cluster, its replica having missed that wave's
+   writes (``redis-failover``, ``redis-cluster-failover``: bench/faults_redis.py);
+   ``baseline`` does nothing;
    ``rolling-restart`` runs its own harness (``bench/rolling_restart.py``: two of each
-   service, this sweep plus 64 creating clients, every process restarted in turn);
+   service, this sweep plus 64 creating clients, every process restarted in turn).
+   The HA deployment's faults (the store failovers, every ``net-*`` one, the paused
+   leader, the ``-x2`` kills) run on two of every service and compare with a baseline
+   on two (``bench/fault_table.py``, ``baseline_of``); the single-process crashes and
+   restarts on one;
 4. poll until every unit is in its end state (deadline: ``--deadline`` seconds after the
    fault), then watch ``--settle`` more seconds and count (a late redelivery that
    re-creates a stopped JobSet shows only then).
@@ -263,7 +268,7 @@ async def workload(
                 await inject(scenario, stack, redis, pg, args.outage, load.mark_fault, ha)
             load.mark_fault()  # a kill that returned, or no fault at all (a baseline)
             seen = await load.finish(within=args.deadline)
-            run.figures = seen.lines()
+            run.figures = [f"{stack.options.replicas} of each service", *seen.lines()]
             # Every failed call of the run: those that failed as the kill landed end a
             # moment before its mark.
             run.client_errors = dict(Counter(seen.errors_before) + Counter(seen.errors_after))
@@ -302,16 +307,16 @@ async def run_once(
         from bench.rolling_restart import run_in_matrix
 
         return await run_in_matrix(pg, workdir, args)
+    options = options_for(scenario, OPTIONS, args.replicas)
     if scenario.startswith("net-"):  # in network namespaces, with stores of its own
         return await net_run(
-            scenario, workdir, args, OPTIONS,
+            scenario, workdir, args, options,
             lambda stack, redis, pg, fault: workload(
                 scenario, stack, redis, pg, args, injection=fault
             ),
         )  # fmt: skip
     (workdir / "redis").mkdir(parents=True)
     redis: RedisServer | Failover = RedisServer(workdir / "redis")
-    options = options_for(scenario, OPTIONS, args.replicas)
     if scenario in REDIS_FAILOVERS:
         redis = failover_for(scenario, workdir / "redis")
         options = on_failover(options, redis)

@@ -14,7 +14,8 @@ consumer group, two Reconcilers electing a leader on a short Lease.
 Each scenario plugs into ``bench/faults.py`` through :func:`options_for` and
 :func:`inject_replicas`; the workload and the counts are the matrix's own. With
 ``--replicas 2`` every other scenario of the matrix runs on two of every service too (its
-fault hits the first process of a service: ``kill-reconciler`` may then kill the standby).
+fault hits the first process of a service: ``kill-reconciler`` may then kill the standby);
+the HA deployment's faults (store failovers, network faults) always do.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ import signal
 import time
 from collections.abc import Callable
 from typing import Final
+
+from bench.fault_table import two_replicas
 
 from tests.ha.fence import lease_holder
 from tests.stack import Stack, StackOptions
@@ -38,10 +41,11 @@ REPLICA_SCENARIOS: Final = ("baseline-x2", "pause-reconciler-leader", *_KILLS)
 
 
 def options_for(scenario: str, options: StackOptions, replicas: int = 1) -> StackOptions:
-    """Two of every service with leader election for this module's scenarios, and
-    ``replicas`` of every service for any other (``bench/faults.py --replicas``: the
-    matrix's other faults with replicas); the matrix's options unchanged otherwise."""
-    if scenario in REPLICA_SCENARIOS:
+    """Two of every service with leader election for this module's scenarios and the
+    HA deployment's faults (:func:`bench.fault_table.two_replicas`: store failovers,
+    network faults), and at least ``replicas`` of every service for any scenario
+    (``bench/faults.py --replicas``); the matrix's options unchanged otherwise."""
+    if two_replicas(scenario):
         replicas = max(2, replicas)
     if replicas == 1:
         return options

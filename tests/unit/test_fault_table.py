@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from bench.fault_counts import Counts
-from bench.fault_table import Run, baseline_median, client_column, table
+from bench.fault_table import Run, baseline_median, client_column, table, two_replicas
 
 
 def run(scenario: str, converged: float | None, **clients: object) -> Run:
@@ -16,16 +16,19 @@ def run(scenario: str, converged: float | None, **clients: object) -> Run:
     ("scenario", "median"),
     [
         ("kill-ess", 10.0),  # one replica: the one-replica baseline
-        ("pg-failover", 10.0),
+        ("postgres-restart", 10.0),
         ("kill-ess-x2", 20.0),  # two of each: the two-replica baseline
         ("pause-reconciler-leader", 20.0),
-        ("net-cut:ess-postgres", 30.0),  # in namespaces: the baseline in namespaces
+        ("pg-failover", 20.0),  # the HA deployment's faults: two of each
+        ("redis-cluster-failover", 20.0),
+        ("net-cut:ess-postgres", 30.0),  # in namespaces (two of each): their own baseline
     ],
 )
 def test_each_scenario_compares_with_its_own_baseline(scenario: str, median: float) -> None:
     runs = [run("baseline", 9.0), run("baseline", 11.0), run("baseline-x2", 20.0)]
     runs.append(run("net-baseline", 30.0))
     assert baseline_median(runs, scenario) == median
+    assert two_replicas(scenario) == (median != 10.0)
 
 
 def test_no_baseline_in_the_invocation_is_no_ratio() -> None:
@@ -54,7 +57,7 @@ def test_client_column(runs: list[Run], column: str) -> None:
 
 def test_the_table_has_one_line_per_scenario_with_its_ratio() -> None:
     runs = [
-        run("baseline", 10.0, client_gap=0.6, client_errors={}),
+        run("baseline-x2", 10.0, client_gap=0.6, client_errors={}),
         run("pg-failover", 25.0, client_gap=9.5, client_errors={"UNAVAILABLE": 84}),
         run("pg-failover", None, client_gap=10.5, client_errors={"UNAVAILABLE": 3}),
     ]

@@ -42,9 +42,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import aiohttp
 import grpc
+from bench.fault_api import Client, failing_unit, poll
 from bench.fault_counts import Counts, Intent, Observed, count
 from bench.fault_table import Run
-from bench.faults import OPTIONS, Client, failing_unit, poll
+from bench.faults import OPTIONS
 from bench.rolling_load import CreateLoad, Tally
 from bench.scale_out import lease_holder
 from google.longrunning.operations_proto_pb2 import ListOperationsRequest

@@ -33,8 +33,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import aiohttp
+from bench.fault_api import Client, poll
 from bench.fault_counts import Counts, Intent, count
-from bench.faults import Client, poll
 
 from tests.integration.redis_cluster import LocalRedisCluster
 from tests.integration.redis_server import RedisServer

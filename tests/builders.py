@@ -124,6 +124,21 @@ class JobSetBuilder:
         self._obj["metadata"]["creationTimestamp"] = at
         return self
 
+    def suspend_set_by(self, manager: str, at: str) -> Self:
+        """A ``managedFields`` entry: ``manager`` last changed ``spec.suspend`` at ``at``
+        (an Update, as Kueue admits and evicts)."""
+        self._obj["metadata"].setdefault("managedFields", []).append(
+            {
+                "manager": manager,
+                "operation": "Update",
+                "apiVersion": JOBSET_API_VERSION,
+                "time": at,
+                "fieldsType": "FieldsV1",
+                "fieldsV1": {"f:spec": {"f:suspend": {}}},
+            }
+        )
+        return self
+
     def deleting(self, at: str = ADMITTED) -> Self:
         self._obj["metadata"]["deletionTimestamp"] = at
         return self

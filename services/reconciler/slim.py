@@ -91,7 +91,8 @@ def _envelope(obj: Mapping[str, Any], spec: Obj) -> Obj:
 
 def slim_jobset(jobset: Obj) -> Obj:
     """``suspend`` and, per replicated job, its name, ``replicas`` and pod template
-    ``serviceAccountName`` (the JobSet mapping and ``observe_jobset`` read no more)."""
+    ``serviceAccountName`` (the JobSet mapping and ``observe_jobset`` read no more); of
+    ``managedFields``, when ``spec.suspend`` last changed."""
     spec = as_mapping(jobset.get("spec"))
     replicated: list[Obj] = []
     for rjob in map(as_mapping, as_sequence(spec.get("replicatedJobs"))):
@@ -103,7 +104,22 @@ def slim_jobset(jobset: Obj) -> Obj:
     slim_spec: Obj = {"replicatedJobs": replicated}
     if "suspend" in spec:
         slim_spec["suspend"] = spec["suspend"]
-    return _envelope(jobset, slim_spec)
+    slim = _envelope(jobset, slim_spec)
+    owners = _suspend_owners(as_mapping(jobset.get("metadata")).get("managedFields"))
+    if owners:
+        slim["metadata"]["managedFields"] = owners
+    return slim
+
+
+def _suspend_owners(managed_fields: Any) -> list[Obj]:
+    """Of ``managedFields``, the time of each entry that owns ``spec.suspend``, in the
+    entry's own shape: the state's time reads it while the ``Suspended`` condition lags
+    the spec (``xmc.model.jobset.suspend_changed_at``)."""
+    return [
+        compact({"time": entry.get("time"), "fieldsV1": {"f:spec": {"f:suspend": {}}}})
+        for entry in map(as_mapping, as_sequence(managed_fields))
+        if "f:suspend" in _at(entry, "fieldsV1", "f:spec")
+    ]
 
 
 def slim_workload(workload: Obj) -> Obj:

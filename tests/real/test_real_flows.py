@@ -245,7 +245,8 @@ async def test_priority_preemption_goes_back_to_scheduling_on_the_same_execution
     )
     (execution,) = timeline.executions
     assert execution.phases.preemptions >= 1
-    assert execution.phases.requeue.ToTimedelta().total_seconds() > 0
+    changes = [(S(c.to_state).name, c.time.ToJsonString()) for c in execution.changes]
+    assert execution.phases.requeue.ToTimedelta().total_seconds() > 0, changes
     assert execution.segments[-1].ongoing
 
 

@@ -566,6 +566,67 @@ def test_observation_state_update_time(
     assert got.tzinfo is UTC
 
 
+EVICTED, READMITTED = "2026-01-02T12:00:25Z", "2026-01-02T12:00:31Z"
+
+
+@pytest.mark.parametrize(
+    ("jobset", "expected"),
+    [
+        pytest.param(
+            two_workers()
+            .suspend(False)
+            .condition("Suspended", "True", EVICTED)
+            .suspend_set_by("kueue", READMITTED)
+            .obj(),
+            READMITTED,
+            id="re-admitted, the controller behind: when Kueue resumed it, not the eviction",
+        ),
+        pytest.param(
+            two_workers()
+            .suspend(True)
+            .status_counts("workers", active=2, ready=2)
+            .condition("Suspended", "False", "2026-01-02T12:00:10Z")
+            .suspend_set_by("kueue", EVICTED)
+            .obj(),
+            EVICTED,
+            id="evicted, the controller behind: when Kueue suspended it, not the admission",
+        ),
+        pytest.param(
+            two_workers()
+            .suspend(False)
+            .condition("Suspended", "False", READMITTED)
+            .suspend_set_by("kueue", EVICTED)
+            .obj(),
+            READMITTED,
+            id="the condition agrees with the spec: the condition's time alone",
+        ),
+        pytest.param(
+            two_workers()
+            .suspend(False)
+            .created("2026-01-02T12:00:05Z")
+            .suspend_set_by("xmc-actuator", "2026-01-02T12:00:05Z")
+            .suspend_set_by("kueue", "2026-01-02T12:00:07Z")
+            .obj(),
+            "2026-01-02T12:00:07Z",
+            id="admitted before any condition: when Kueue admitted it, not its creation",
+        ),
+        pytest.param(
+            two_workers().suspend(False).condition("Suspended", "True", EVICTED).obj(),
+            EVICTED,
+            id="no managedFields (kubesim): the conditions as before",
+        ),
+    ],
+)
+def test_a_condition_behind_the_spec_dates_the_state_by_the_spec_s_change(
+    jobset: dict[str, Any], expected: str
+) -> None:
+    """The JobSet controller writes ``Suspended`` after Kueue changes ``spec.suspend``;
+    a state read from the spec in between is dated by that change (tests/real's
+    preemption once read a zero re-queue: the re-admission was dated at the eviction)."""
+    expected_time = datetime.fromisoformat(expected)
+    assert observation_state_update_time(jobset, OBSERVED_AT) == expected_time
+
+
 def test_an_observation_time_never_outranks_a_condition_of_the_same_second() -> None:
     """Kubernetes stamps conditions to the second: an observation at 12:00:00.700 must not
     make a Completed condition stamped 12:00:00 (set later that second) look stale."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -16,7 +17,7 @@ from reconciler.slim import (
     slim_pod,
     slim_workload,
 )
-from xmc.model.jobset import decide_work_unit_state
+from xmc.model.jobset import decide_work_unit_state, observation_state_update_time
 
 Obj = dict[str, Any]
 POD_SPEC = {
@@ -83,6 +84,29 @@ def test_a_jobset_keeps_suspend_replicas_service_account_and_status() -> None:
 )
 def test_the_state_mapping_reads_the_same_from_a_slim_jobset(jobset: Obj) -> None:
     assert decide_work_unit_state(slim_jobset(jobset)) == decide_work_unit_state(jobset)
+
+
+def test_a_jobset_keeps_when_its_suspend_last_changed_and_no_other_managed_field() -> None:
+    """The time a lagging ``Suspended`` condition is read against (model/jobset.py)."""
+    kueue = {
+        "manager": "kueue",
+        "operation": "Update",
+        "time": "2026-12-01T00:00:31Z",
+        "fieldsType": "FieldsV1",
+        "fieldsV1": {"f:spec": {"f:suspend": {}, "f:replicatedJobs": {}}},
+    }
+    metadata = {**META, "managedFields": [{"manager": "kubectl", "fieldsV1": {}}, kueue]}
+    jobset = {**_jobset(), "spec": {"suspend": False}, "metadata": metadata}
+    jobset["status"] = {"conditions": [{"type": "Suspended", "status": "True",
+                                        "lastTransitionTime": "2026-12-01T00:00:25Z"}]}  # fmt: skip
+    slim = slim_jobset(jobset)
+    assert slim["metadata"]["managedFields"] == [
+        {"time": "2026-12-01T00:00:31Z", "fieldsV1": {"f:spec": {"f:suspend": {}}}}
+    ]
+    seen = datetime(2026, 12, 1, 0, 1, tzinfo=UTC)
+    read = observation_state_update_time(slim, seen)
+    assert read == observation_state_update_time(jobset, seen) == seen.replace(minute=0, second=31)
+    assert "managedFields" not in slim_jobset(_jobset())["metadata"]
 
 
 def test_a_workload_keeps_queue_priority_pod_set_counts_and_node_selectors() -> None:

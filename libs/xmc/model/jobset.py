@@ -221,10 +221,48 @@ def observation_state_update_time(jobset: Mapping[str, Any], observed_at: dateti
     observation time also keeps a late or replayed observation from looking newer than it
     is. Unparseable timestamps are skipped like absent ones: one malformed field must not
     stop the Reconciler from reporting the state.
+
+    While the ``Suspended`` condition does not yet agree with ``spec.suspend``, the time
+    ``spec.suspend`` changed counts too (:func:`suspend_changed_at`, also the API
+    server's clock): the state then comes from the spec, not from any condition.
     """
     parsed = (parse_rfc3339(c.get("lastTransitionTime")) for c in conditions_of(jobset))
     times = [t for t in parsed if t is not None]
+    if _status_lags_suspend(jobset):
+        times += [t for t in [suspend_changed_at(jobset)] if t is not None]
     if times:
         return max(times)
     created = parse_rfc3339(metadata_of(jobset).get("creationTimestamp"))
     return created if created is not None else as_utc(observed_at).replace(microsecond=0)
+
+
+_CONDITION_SUSPENDED = "Suspended"
+
+
+def _status_lags_suspend(jobset: Mapping[str, Any]) -> bool:
+    """Whether the JobSet's ``Suspended`` condition (or its absence) still tells the
+    suspension before the last change of ``spec.suspend``: Kueue has admitted (or
+    evicted) it and the JobSet controller has not caught up. Its newest condition is
+    then the *previous* transition, and the state decided from the spec (STARTING,
+    DESCHEDULING) would be stamped with it: a re-admission seen in that window was
+    dated at the eviction, and the time re-queued read zero (tests/real, a loaded
+    control plane)."""
+    condition = condition_of(jobset, _CONDITION_SUSPENDED)
+    if condition is None:  # not yet written at all: the same window, from creation
+        return True
+    suspended = as_mapping(jobset.get("spec")).get("suspend") is True
+    return (condition.get("status") == "True") != suspended
+
+
+def suspend_changed_at(jobset: Mapping[str, Any]) -> datetime | None:
+    """When ``spec.suspend`` last changed, on the API server's clock: the time of the
+    ``managedFields`` entry that owns it (the manager that last set it, Kueue for an
+    admission or an eviction; an entry's time moves whenever its manager changes a field
+    it owns). None when no entry owns it (kubesim keeps no ``managedFields``)."""
+    times = [
+        parse_rfc3339(entry.get("time"))
+        for entry in map(as_mapping, as_sequence(metadata_of(jobset).get("managedFields")))
+        if "f:suspend" in as_mapping(as_mapping(entry.get("fieldsV1")).get("f:spec"))
+    ]
+    known = [t for t in times if t is not None]
+    return max(known) if known else None

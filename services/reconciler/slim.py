@@ -30,6 +30,7 @@ from reconciler.failure import (
 from reconciler.observe import JOBSET_NAME_LABEL, JOBSET_UID_LABEL
 from xmc.kjson import as_mapping, as_sequence
 from xmc.labels import EXECUTION_ID, EXPERIMENT_ID, WORK_UNIT_ID
+from xmc.model.jobset import owns_suspend
 
 Obj = dict[str, Any]
 #: The pod labels something reads: the JobSet and Job a pod belongs to (pods by JobSet,
@@ -118,7 +119,7 @@ def _suspend_owners(managed_fields: Any) -> list[Obj]:
     return [
         compact({"time": entry.get("time"), "fieldsV1": {"f:spec": {"f:suspend": {}}}})
         for entry in map(as_mapping, as_sequence(managed_fields))
-        if "f:suspend" in _at(entry, "fieldsV1", "f:spec")
+        if owns_suspend(entry)
     ]
 
 

@@ -625,6 +625,10 @@ def test_a_condition_behind_the_spec_dates_the_state_by_the_spec_s_change(
     preemption once read a zero re-queue: the re-admission was dated at the eviction)."""
     expected_time = datetime.fromisoformat(expected)
     assert observation_state_update_time(jobset, OBSERVED_AT) == expected_time
+    # Only the API server's clock dates it: a Reconciler clock far behind or ahead of the
+    # cluster's changes nothing.
+    for skew in (timedelta(hours=-3), timedelta(hours=3)):
+        assert observation_state_update_time(jobset, OBSERVED_AT + skew) == expected_time
 
 
 def test_an_observation_time_never_outranks_a_condition_of_the_same_second() -> None:

@@ -17,6 +17,7 @@ from xmc.timestamps import as_utc, parse_rfc3339
 
 _CONDITION_COMPLETED = "Completed"
 _CONDITION_FAILED = "Failed"
+_CONDITION_SUSPENDED = "Suspended"
 _DEFAULT_REPLICAS = 1
 """The JobSet API defaults `replicatedJobs[].replicas` to 1 when it is omitted."""
 _TERMINAL_POD_PHASES = frozenset({"Succeeded", "Failed"})
@@ -228,15 +229,13 @@ def observation_state_update_time(jobset: Mapping[str, Any], observed_at: dateti
     """
     parsed = (parse_rfc3339(c.get("lastTransitionTime")) for c in conditions_of(jobset))
     times = [t for t in parsed if t is not None]
-    if _status_lags_suspend(jobset):
-        times += [t for t in [suspend_changed_at(jobset)] if t is not None]
+    changed = suspend_changed_at(jobset) if _status_lags_suspend(jobset) else None
+    if changed is not None:
+        times.append(changed)
     if times:
         return max(times)
     created = parse_rfc3339(metadata_of(jobset).get("creationTimestamp"))
     return created if created is not None else as_utc(observed_at).replace(microsecond=0)
-
-
-_CONDITION_SUSPENDED = "Suspended"
 
 
 def _status_lags_suspend(jobset: Mapping[str, Any]) -> bool:
@@ -259,10 +258,12 @@ def suspend_changed_at(jobset: Mapping[str, Any]) -> datetime | None:
     ``managedFields`` entry that owns it (the manager that last set it, Kueue for an
     admission or an eviction; an entry's time moves whenever its manager changes a field
     it owns). None when no entry owns it (kubesim keeps no ``managedFields``)."""
-    times = [
-        parse_rfc3339(entry.get("time"))
-        for entry in map(as_mapping, as_sequence(metadata_of(jobset).get("managedFields")))
-        if "f:suspend" in as_mapping(as_mapping(entry.get("fieldsV1")).get("f:spec"))
-    ]
-    known = [t for t in times if t is not None]
+    entries = map(as_mapping, as_sequence(metadata_of(jobset).get("managedFields")))
+    parsed = (parse_rfc3339(entry.get("time")) for entry in entries if owns_suspend(entry))
+    known = [t for t in parsed if t is not None]
     return max(known) if known else None
+
+
+def owns_suspend(entry: Mapping[str, Any]) -> bool:
+    """Whether a ``managedFields`` entry owns ``spec.suspend`` (its ``fieldsV1`` lists it)."""
+    return "f:suspend" in as_mapping(as_mapping(entry.get("fieldsV1")).get("f:spec"))

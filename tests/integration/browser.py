@@ -9,9 +9,14 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from playwright.async_api import Browser, async_playwright
+from playwright.async_api import Browser, async_playwright, expect
 
 CHROMIUM = Path("/usr/bin/chromium")
+
+#: Milliseconds an ``expect`` waits by default: one page step (a navigation, a redraw) on
+#: a shared, loaded CI machine, where Playwright's 5 s was once too short for a page that
+#: renders in well under a second on a quiet one. Only a failing test waits this long.
+STEP_MS = 20_000
 
 
 def need_chromium() -> None:
@@ -25,6 +30,7 @@ def need_chromium() -> None:
 @pytest.fixture
 async def browser() -> AsyncIterator[Browser]:
     need_chromium()
+    expect.set_options(timeout=STEP_MS)
     async with async_playwright() as playwright:
         launched = await playwright.chromium.launch(
             executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-gpu"]

@@ -88,6 +88,7 @@ async def test_the_sweep_table_in_a_browser(
         await page.get_by_role("button", name="Show").click()
         await expect_wids(page, [1, 2, 3, 4, 5, 6])
         await page.locator("th[data-col='args.lr'] a.sort").click()
+        await expect(page).to_have_url(re.compile(r"order_by=args\.lr"))
         await expect_wids(page, [3, 2, 1, 4, 5, 6])
         await page.locator("th[data-col='args.lr'] a.sort").click()
         await expect_wids(page, [6, 5, 4, 1, 2, 3])

@@ -38,7 +38,7 @@ from .specs import (
     plan_launch,
     read_document,
 )
-from .watching import follow, summary
+from .watching import as_created, follow, summary
 from .work_units import create_work_unit, print_created, unit_from_kwargs, unit_options
 
 
@@ -174,7 +174,10 @@ def _report(
         f"units are done (xmc watch {short_id(experiment.name)})"
     )
     if watch_:
-        followed = follow(client, experiment.name, interval=interval, until_inactive=True)
+        start = as_created(experiment, [unit["work_unit"] for unit in created])
+        followed = follow(
+            client, experiment.name, interval=interval, until_inactive=True, start=start
+        )
         if followed.interrupted:
             click.echo(f"stopped watching; {experiment.name} carries on")
         elif followed.last is not None:

@@ -72,6 +72,17 @@ def snapshot(experiment: Experiment, units: list[WorkUnit]) -> Snapshot:
     )
 
 
+def as_created(experiment: Experiment, work_units: list[str]) -> Snapshot:
+    """What a launch knows without reading anything: its closed experiment, and each work
+    unit it created INITIALIZING (CreateWorkUnit writes that state, SPEC). A transcript
+    that starts here shows INITIALIZING even when the first read comes after it — on a
+    busy machine the units are often STARTING by then."""
+    seen = snapshot(experiment, [])
+    return Snapshot(
+        seen.active, seen.launch, tuple((short_id(name), "INITIALIZING") for name in work_units)
+    )
+
+
 def changes(before: Snapshot | None, after: Snapshot) -> list[str]:
     """Transcript lines for what moved between two polls (all of ``after`` when first).
     The experiment's line leads the first poll and follows the work units afterwards,
@@ -208,9 +219,18 @@ def watch_table(parent: str, experiment: Experiment, units: list[WorkUnit]) -> T
     return work_units_table(title, units)
 
 
-def follow(client: Client, parent: str, *, interval: float, until_inactive: bool) -> Followed:
+def follow(
+    client: Client,
+    parent: str,
+    *,
+    interval: float,
+    until_inactive: bool,
+    start: Snapshot | None = None,
+) -> Followed:
     """Re-read the experiment as it changes (:func:`refreshes`) until Ctrl-C or, with
-    ``until_inactive``, until it is INACTIVE (launch closed, every work unit terminal)."""
+    ``until_inactive``, until it is INACTIVE (launch closed, every work unit terminal).
+    A transcript begins with ``start`` when given (what the caller knows already) and
+    prints each read's changes from it."""
     console = Console(width=TABLE_WIDTH)
 
     def polls() -> Iterator[tuple[Experiment, list[WorkUnit]]]:
@@ -226,6 +246,11 @@ def follow(client: Client, parent: str, *, interval: float, until_inactive: bool
                     if until_inactive and last.inactive:
                         break
         else:
+            if start is not None:
+                clock = datetime.now().strftime("%H:%M:%S")
+                for line in changes(None, start):
+                    click.echo(f"{clock}  {line}")
+                last = start
             for experiment, units in polls():
                 current = snapshot(experiment, units)
                 clock = datetime.now().strftime("%H:%M:%S")

@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
+from xmc_api.cloud.xmanager.v1.experiment_pb2 import Experiment
+from xmc_api.cloud.xmanager.v1.status_pb2 import ExperimentStatus
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 from xmc_cli.client import CliError, parse_endpoint
 from xmc_cli.specs import (
@@ -20,7 +22,7 @@ from xmc_cli.specs import (
     build_work_unit,
     plan_launch,
 )
-from xmc_cli.watching import Snapshot, changes, summary
+from xmc_cli.watching import Snapshot, as_created, changes, summary
 
 BEHAVIOR = 'kubesim.xmc/behavior={"run_seconds": 20}'
 IMAGE = UnitOptions(image="python:3.11", command="python train.py")
@@ -225,6 +227,22 @@ def snap(active: str, launch: str, *units: tuple[str, str]) -> Snapshot:
 )
 def test_watch_changes(before: Snapshot | None, after: Snapshot, expected: list[str]) -> None:
     assert changes(before, after) == expected
+
+
+def test_a_launch_watch_starts_from_what_it_created() -> None:
+    """``xmc launch --watch``'s transcript opens with every created unit INITIALIZING, so
+    a first read that already sees STARTING prints the move, not a unit born STARTING."""
+    closed = Experiment(
+        name="experiments/3",
+        status=ExperimentStatus(
+            active_state=ExperimentStatus.ActiveState.ACTIVE,
+            launch_state=ExperimentStatus.LaunchState.COMPLETED,
+        ),
+    )
+    start = as_created(closed, ["experiments/3/workUnits/1", "experiments/3/workUnits/2"])
+    assert start == snap("ACTIVE", "COMPLETED", ("1", "INITIALIZING"), ("2", "INITIALIZING"))
+    first_read = snap("ACTIVE", "COMPLETED", ("1", "STARTING"), ("2", "INITIALIZING"))
+    assert changes(start, first_read) == ["wu 1  INITIALIZING → STARTING"]
 
 
 def test_watch_summary() -> None:

@@ -191,8 +191,14 @@ async def test_a_poison_create_fails_in_one_attempt_with_a_readable_reason(
     assert closed.done
     assert closed.error.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
     assert "\x00" not in closed.error.message
-    dead = await loop.ess.redis.xrange(loop.ess.names.dlq)
-    assert [fields[b"reason"] for _id, fields in dead] == [b"permanent"], "one attempt, one DLQ"
+
+    async def dlq_reasons() -> list[bytes]:
+        return [
+            fields[b"reason"] for _id, fields in await loop.ess.redis.xrange(loop.ess.names.dlq)
+        ]
+
+    # The Actuator settles the task (FAILED, the Operation closed), then dead-letters it.
+    await eventually(dlq_reasons, [b"permanent"], what="one attempt, one DLQ entry")
     assert await loop.outbox() == [("finished", "permanent")]
 
 

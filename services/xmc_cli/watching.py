@@ -17,6 +17,7 @@ shows every one.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Iterator
@@ -77,10 +78,8 @@ def as_created(experiment: Experiment, work_units: list[str]) -> Snapshot:
     unit it created INITIALIZING (CreateWorkUnit writes that state, SPEC). A transcript
     that starts here shows INITIALIZING even when the first read comes after it — on a
     busy machine the units are often STARTING by then."""
-    seen = snapshot(experiment, [])
-    return Snapshot(
-        seen.active, seen.launch, tuple((short_id(name), "INITIALIZING") for name in work_units)
-    )
+    units = tuple((short_id(name), "INITIALIZING") for name in work_units)
+    return dataclasses.replace(snapshot(experiment, []), units=units)
 
 
 def changes(before: Snapshot | None, after: Snapshot) -> list[str]:
@@ -219,6 +218,13 @@ def watch_table(parent: str, experiment: Experiment, units: list[WorkUnit]) -> T
     return work_units_table(title, units)
 
 
+def _print_changes(before: Snapshot | None, after: Snapshot) -> None:
+    """The transcript's lines for one step, stamped with the local time they were seen."""
+    clock = datetime.now().strftime("%H:%M:%S")
+    for line in changes(before, after):
+        click.echo(f"{clock}  {line}")
+
+
 def follow(
     client: Client,
     parent: str,
@@ -247,15 +253,11 @@ def follow(
                         break
         else:
             if start is not None:
-                clock = datetime.now().strftime("%H:%M:%S")
-                for line in changes(None, start):
-                    click.echo(f"{clock}  {line}")
+                _print_changes(None, start)
                 last = start
             for experiment, units in polls():
                 current = snapshot(experiment, units)
-                clock = datetime.now().strftime("%H:%M:%S")
-                for line in changes(last, current):
-                    click.echo(f"{clock}  {line}")
+                _print_changes(last, current)
                 last = current
                 if until_inactive and last.inactive:
                     break

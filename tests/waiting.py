@@ -15,6 +15,9 @@ default any truthy value.
   whole window. A fixed number of loop turns proves nothing (the behaviour it guards may
   simply not have had its turn yet); a window of real time, while the test's own clock
   stands still, gives anything that would break the condition thousands of turns.
+- ``finishes`` bounds one awaitable (a shutdown) and, when it hangs, fails with where
+  every task of the loop is waiting: "did not stop in 10 s" alone cannot be diagnosed
+  from a CI log.
 
 Deadlines are in real seconds; a caller on a scaled clock (kubesim's time scale, the
 contract suite's cluster seconds) converts, as ``tests.contract.cluster`` does.
@@ -119,6 +122,34 @@ async def holds_for(
         if remaining <= 0:
             return
         await asyncio.sleep(min(every, remaining))
+
+
+async def finishes(awaitable: Awaitable[T], *, within: float, what: str) -> T:
+    """The awaitable's result; past ``within`` seconds, a failure naming ``what`` and the
+    await chain of every other task (the hung one among them)."""
+    try:
+        return await asyncio.wait_for(awaitable, within)
+    except TimeoutError:
+        current = asyncio.current_task()
+        chains = [_await_chain(task) for task in asyncio.all_tasks() if task is not current]
+        raise AssertionError(
+            f"{what} did not finish within {within} s; the loop's tasks wait at:\n"
+            + "\n".join(chains)
+        ) from None
+
+
+def _await_chain(task: asyncio.Task[Any]) -> str:
+    """``task``'s name and the frames of its suspended coroutines, outermost first
+    (``Task.get_stack`` shows only the outermost frame of a suspended task)."""
+    frames = []
+    awaited: Any = task.get_coro()
+    while awaited is not None:
+        frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "gi_frame", None)
+        if frame is not None:
+            code = frame.f_code
+            frames.append(f"    {code.co_filename}:{frame.f_lineno} {code.co_name}")
+        awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "gi_yieldfrom", None)
+    return "\n".join([f"  {task.get_name()}:", *frames])
 
 
 async def _read(probe: Callable[[], object]) -> object:

@@ -34,7 +34,7 @@ from tests.integration.ess_harness import SIGNING_KEY, Ess, EssFactory, metadata
 from tests.integration.redis_cluster import LocalRedisCluster
 from tests.integration.support import fetch_all
 from tests.integration.test_ess_internal import experiment_with_work_units, stream_tasks
-from tests.waiting import eventually
+from tests.waiting import eventually, finishes
 from xmc.model.states import WorkUnitState
 from xmc.retry import RetryPolicy
 from xmc.store.repository import Store
@@ -174,7 +174,7 @@ async def _harness(ess: Ess) -> AsyncIterator[Harness]:
     started = Harness(ess, store)
     yield started
     for consumer, runner in started.running:
-        await asyncio.wait_for(consumer.stop(), 10)
+        await finishes(consumer.stop(), within=10, what=f"consumer {consumer.name}'s stop")
         await runner
     await store.close()
 
@@ -541,7 +541,7 @@ async def test_stop_timeout_leaves_the_unfinished_task_pending(harness: Harness)
     handler = FakeHandler(stuck)
     consumer = harness.start(handler, stop_timeout=0.1)
     await eventually(lambda: _count(handler), 1)
-    await asyncio.wait_for(consumer.stop(), 5)
+    await finishes(consumer.stop(), within=5, what="the stop")
     assert len(cancelled) == 1
     assert len(await harness.pending_ids()) == 1, "unacked: another consumer reclaims it"
     assert await harness.dlq() == []

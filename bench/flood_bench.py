@@ -7,12 +7,13 @@ reads its own experiment with ``GetExperiment``, one call in flight and ``--gap`
 between calls, for ``--seconds`` in each of three phases:
 
 1. **baseline**: nobody else calls;
-2. **flood**: a flooder (a process of its own, so its CPU is not this one's) runs
+2. **throttled**: a flooder (a process of its own, so its CPU is not this one's) runs
    ``--callers`` concurrent loops of ``CreateWorkUnit`` into its experiment, as fast as
-   answers come, with no quota;
-3. **throttled**: the same flood after an admin set the flooder's quota to
-   ``--rate`` creates per second (burst the same). A refused caller tries again at once
-   (the worst client: it ignores retry-after), so this is the cost of refusing.
+   answers come, after an admin set its quota to ``--rate`` creates per second (burst
+   the same). A refused caller tries again at once (the worst client: it ignores
+   retry-after), so this is the cost of refusing;
+3. **flood**: the same flood with no quota (last: it leaves thousands of tasks for the
+   relay to publish, which a phase after it would measure).
 
 Printed: the bystander's p50/p99 in each phase beside the baseline, and the flooder's
 creates and refusals per second. The target: the throttled p99 within 2x the baseline.

@@ -48,8 +48,31 @@ trust_local_connections() {
         -e 's/^(local\s+all\s+(postgres|all)\s+)\S+/\1trust/' "$hba"
 }
 
+# The test suite's four workers each run whole stacks (ESS replicas, Actuators, their
+# pools, fixtures' own pools): at their peaks they passed Debian's 100 connections, and a
+# service starting then died on "sorry, too many clients already".
+PG_MAX_CONNECTIONS=300
+
+allow_enough_connections() {
+    local conf=$1
+    as_root mkdir -p "$conf/conf.d"
+    printf '# written by tools/services.sh (XMC tests)\nmax_connections = %s\n' \
+        "$PG_MAX_CONNECTIONS" | as_root tee "$conf/conf.d/xmc-tests.conf" >/dev/null
+}
+
+warn_if_too_few_connections() {
+    local now
+    now=$(psql -w -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -Atc 'show max_connections')
+    [ "$now" -ge "$PG_MAX_CONNECTIONS" ] 2>/dev/null ||
+        log "Postgres allows $now connections; the tests may need $PG_MAX_CONNECTIONS (set max_connections, then restart it)"
+}
+
 ensure_postgres() {
-    if postgres_trusts_us; then log "Postgres is up on 127.0.0.1:$PG_PORT"; return; fi
+    if postgres_trusts_us; then
+        log "Postgres is up on 127.0.0.1:$PG_PORT"
+        warn_if_too_few_connections
+        return
+    fi
     command -v pg_lsclusters >/dev/null && [ -n "$(pg_lsclusters -h 2>/dev/null)" ] ||
         apt_install postgresql postgresql-client
     if [ -z "$(pg_lsclusters -h)" ]; then
@@ -69,6 +92,7 @@ ensure_postgres() {
         exit 1
     fi
     trust_local_connections "$conf/pg_hba.conf"
+    allow_enough_connections "$conf"
     if pg_lsclusters -h | awk -v v="$version" -v n="$name" '$1 == v && $2 == n' | grep -q online; then
         log "reloading Postgres $version/$name (trust for loopback)"
         as_root pg_ctlcluster --skip-systemctl-redirect "$version" "$name" reload
@@ -76,7 +100,10 @@ ensure_postgres() {
         log "starting Postgres $version/$name"
         as_root pg_ctlcluster --skip-systemctl-redirect "$version" "$name" start
     fi
-    for _ in $(seq 1 60); do postgres_trusts_us && { log "Postgres is up on 127.0.0.1:$PG_PORT"; return; }; sleep 1; done
+    for _ in $(seq 1 60); do
+        postgres_trusts_us && { log "Postgres is up on 127.0.0.1:$PG_PORT"; warn_if_too_few_connections; return; }
+        sleep 1
+    done
     echo "services: Postgres did not accept postgres@127.0.0.1:$PG_PORT without a password" \
         "(see /var/log/postgresql/postgresql-$version-$name.log)" >&2
     exit 1

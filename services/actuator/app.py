@@ -21,7 +21,7 @@ from xmc.errors import InvalidArgumentError
 from xmc.health import Check, probe
 from xmc.redis_client import connect_redis
 from xmc.settings import Settings
-from xmc.store.transactions import Store, wait_for_postgres
+from xmc.store.transactions import Store
 from xmc.streams import StreamNames
 from xmc.supervise import supervise
 from xmc.timestamps import utc_now
@@ -63,9 +63,11 @@ class Actuator:
 
     async def start(self) -> None:
         settings = self.settings
-        await wait_for_postgres(settings.database_url, within=STARTUP_WAIT_SECONDS)
         self.store = await Store.connect(
-            settings.database_url, clock=self.clock, dead_peer_seconds=settings.dead_peer_seconds
+            settings.database_url,
+            clock=self.clock,
+            dead_peer_seconds=settings.dead_peer_seconds,
+            startup_wait=STARTUP_WAIT_SECONDS,
         )
         # XREADGROUP blocks for ConsumerSettings.block on purpose; a reply later than that
         # plus a margin means the server is gone without closing the connection (a host

@@ -181,6 +181,7 @@ class EssServer:
             max_size=options.pool_size,
             clock=self.clock,
             dead_peer_seconds=settings.dead_peer_seconds,
+            startup_wait=options.startup_wait_seconds,
         )
         self.redis = connect_redis(settings, socket_timeout=5, socket_connect_timeout=2)
         names = StreamNames.with_prefix(settings.stream_prefix)

@@ -23,12 +23,14 @@ from tests.stack import Stack
 
 class HoldingProxy:
     """Forwards 127.0.0.1:``port`` to ``target_port``; while held, what the clients send
-    is kept in order (nothing lost, nothing reordered) and let through on release."""
+    is kept in order (nothing lost, nothing reordered) and let through on release.
+    ``connections`` counts the connections accepted."""
 
     def __init__(self, target_port: int) -> None:
         self.target_port = target_port
         self.port = 0
         self.held_bytes = 0
+        self.connections = 0
         self._open = asyncio.Event()
         self._open.set()
         self._server: asyncio.Server | None = None
@@ -53,6 +55,7 @@ class HoldingProxy:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def _connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
         try:
             up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
         except OSError:

@@ -10,6 +10,7 @@ import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import asyncpg
@@ -17,6 +18,7 @@ import grpc
 import pytest
 import redis.asyncio as aioredis
 
+from tests.ha.fence import HoldingProxy
 from tests.integration.postgres_server import PostgresServer
 from tests.integration.processes import Client, running_stack
 from tests.integration.redis_server import RedisServer
@@ -24,7 +26,7 @@ from tests.integration.support import forever_work_unit
 from tests.stack import Stack
 from tests.waiting import eventually
 from xmc.model.states import WorkUnitState
-from xmc.store.repository import wait_for_postgres
+from xmc.store.repository import Store, wait_for_postgres
 from xmc.streams import StreamNames
 from xmc_api.cloud.xmanager.v1 import api_pb2
 
@@ -232,3 +234,34 @@ async def test_a_service_starting_before_postgres_waits_for_it_then_gives_up_in_
         await conn.close()
     finally:
         server.remove()
+
+
+async def test_a_pool_whose_first_handshake_hangs_is_opened_on_a_later_attempt(
+    database_url: str,
+) -> None:
+    """Under load a first connection's handshake outlived its bound right after
+    ``wait_for_postgres`` had succeeded, and the Actuator died at start: a starting
+    process's pool keeps trying for its startup wait, as the wait itself does."""
+    address = urlsplit(database_url)
+    proxy = HoldingProxy(address.port or 5432)
+    await proxy.start()
+    userinfo = address.netloc.rpartition("@")[0]
+    through = address._replace(netloc=f"{userinfo}@127.0.0.1:{proxy.port}").geturl()
+    try:
+        proxy.hold()  # every handshake hangs: Postgres never sees the client's first bytes
+        with pytest.raises(TimeoutError):
+            await Store.connect(through, min_size=1, max_size=1, dead_peer_seconds=2)
+        opened = proxy.connections
+        opening = asyncio.create_task(
+            Store.connect(through, min_size=1, max_size=1, dead_peer_seconds=2, startup_wait=60)
+        )
+        await eventually(lambda: proxy.connections, lambda n: n >= opened + 2, within=30)
+        proxy.release()  # the next attempt's handshake goes through
+        store = await opening
+        try:
+            async with store.connection() as conn:
+                assert await conn.fetchval("SELECT 1") == 1
+        finally:
+            await store.close()
+    finally:
+        await proxy.close()

@@ -12,10 +12,10 @@ transactions begin and end; what runs inside them is named in that module.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncpg
 import structlog
@@ -37,6 +37,7 @@ from xmc_api.cloud.xmanager.v1.work_unit_execution_pb2 import WorkUnitExecution
 from xmc_api.cloud.xmanager.v1.work_unit_pb2 import WorkUnit
 
 Clock = Callable[[], datetime]
+T = TypeVar("T")
 
 
 #: Postgres not there (yet): refused, shutting down, starting up, or (a multi-host DSN
@@ -56,20 +57,26 @@ _WAIT_STEP = 1.0
 async def wait_for_postgres(dsn: str, *, within: float) -> None:
     """Return once Postgres accepts a connection; after ``within`` seconds, raise the last
     error (the process then exits non-zero and its supervisor restarts it)."""
+    timeout = max(1.0, min(10.0, within))
+    conn = await _when_up(lambda: asyncpg.connect(dsn, timeout=timeout), within=within)
+    await conn.close()
+
+
+async def _when_up(attempt: Callable[[], Awaitable[T]], *, within: float) -> T:
+    """``attempt()``'s result, tried again every ``_WAIT_STEP`` while Postgres is not up
+    (a handshake that times out included: ``TimeoutError`` is an ``OSError``); after
+    ``within`` seconds the last error is raised."""
     log = structlog.get_logger()
     loop = asyncio.get_running_loop()
     deadline = loop.time() + within
     while True:
         try:
-            conn = await asyncpg.connect(dsn, timeout=max(1.0, min(10.0, within)))
+            return await attempt()
         except _NOT_UP_YET as error:
             if loop.time() + _WAIT_STEP > deadline:
                 raise
             log.warning("waiting for postgres", error=f"{type(error).__name__}: {error}")
             await asyncio.sleep(_WAIT_STEP)  # a bounded, logged retry, not synchronisation
-            continue
-        await conn.close()
-        return
 
 
 def socket_of(conn: asyncpg.Connection) -> Any:
@@ -108,11 +115,15 @@ class Store:
         max_size: int = 10,
         clock: Clock = utc_now,
         dead_peer_seconds: float | None = None,
+        startup_wait: float = 0.0,
     ) -> Store:
         """``dead_peer_seconds``: drop a pooled connection whose Postgres went silent that
         long, have Postgres drop it as soon when this side went silent, and give up
         opening one sooner (``xmc.keepalive``); None leaves asyncpg's, Postgres's and the
-        system's defaults."""
+        system's defaults. ``startup_wait``: seconds a starting process keeps trying to
+        open the pool while Postgres is not up — or too busy to finish a handshake within
+        that bound (a first connection timed out on a loaded machine just after
+        :func:`wait_for_postgres` had succeeded, and the service died at start)."""
 
         async def keepalive(conn: asyncpg.Connection) -> None:
             if dead_peer_seconds is not None:
@@ -122,9 +133,12 @@ class Store:
         if dead_peer_seconds is not None:
             bounded["timeout"] = connect_timeout(dead_peer_seconds)
             bounded["server_settings"] = postgres_server_settings(dead_peer_seconds)
-        pool = await asyncpg.create_pool(
-            dsn, min_size=min_size, max_size=max_size, reset=_keep_session, init=keepalive,
-            **bounded,
+        pool = await _when_up(
+            lambda: asyncpg.create_pool(
+                dsn, min_size=min_size, max_size=max_size, reset=_keep_session, init=keepalive,
+                **bounded,
+            ),
+            within=startup_wait,
         )  # fmt: skip
         return cls(pool, clock=clock)
 

@@ -17,7 +17,13 @@ between calls, for ``--seconds`` in each of three phases:
 
 Printed: the bystander's p50/p99 in each phase beside the baseline, and the flooder's
 creates and refusals per second. The target: the throttled p99 within 2x the baseline.
-Figures only: this asserts nothing.
+
+Phases 1 and 2 are two windows one after the other, so a shared machine's drift between
+them counts as the flood's cost. A fourth line pairs them in time instead: the throttled
+flooder is paused (SIGSTOP) and resumed every ``--window`` seconds for ``2 * --seconds``,
+and the bystander's calls in paused windows are the baseline of those in running ones
+(the first ``SETTLE`` seconds of each window are left out: calls the flooder had in
+flight are still being answered). Figures only: this asserts nothing.
 
     .venv/bin/python bench/flood_bench.py [--seconds 8] [--callers 16] [--rate 20]
 """
@@ -27,6 +33,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import signal
 import statistics
 import sys
 import time
@@ -110,6 +118,46 @@ async def phase(
     return latencies, counts
 
 
+#: Seconds at the start of each paired window whose calls are not counted.
+SETTLE = 1.5
+
+
+async def paired(
+    stub: api_pb2_grpc.ExperimentStateServiceStub,
+    name: str,
+    args: argparse.Namespace,
+    flood_parent: str,
+) -> tuple[list[float], list[float]]:
+    """The bystander's latencies (paused, running) with the throttled flooder paused and
+    resumed in alternating windows (see the module docstring)."""
+    windows = max(2, round(2 * args.seconds / args.window))
+    flooder = await asyncio.create_subprocess_exec(
+        sys.executable, __file__, "--flood", flood_parent, "--port", str(args.port),
+        "--seconds", str(windows * args.window + 2), "--callers", str(args.callers),
+        stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    await asyncio.sleep(1.0)  # under way before the first window
+    request = api_pb2.GetExperimentRequest(name=name)
+    paused: list[float] = []
+    running: list[float] = []
+    start = time.perf_counter()
+    try:
+        for window in range(windows):
+            os.kill(flooder.pid, signal.SIGCONT if window % 2 == 0 else signal.SIGSTOP)
+            counted = start + window * args.window + SETTLE
+            end = start + (window + 1) * args.window
+            while (began := time.perf_counter()) < end:
+                await stub.GetExperiment(request, metadata=who("bystander"))
+                if began >= counted:
+                    taken = (time.perf_counter() - began) * 1000
+                    (running if window % 2 == 0 else paused).append(taken)
+                await asyncio.sleep(args.gap)
+    finally:
+        os.kill(flooder.pid, signal.SIGCONT)
+        await flooder.communicate()
+    return paused, running
+
+
 def quantiles(latencies: list[float]) -> tuple[float, float]:
     cuts = statistics.quantiles(latencies, n=100)
     return statistics.median(latencies), cuts[98]
@@ -150,6 +198,7 @@ async def main(args: argparse.Namespace) -> None:
         )
         await quotas.SetQuota(quota_pb2.SetQuotaRequest(quota=limits), metadata=who("admin"))
         results["throttled"] = await phase(stub, mine, args, theirs)
+        paused, running = await paired(stub, mine, args, theirs)
         await quotas.DeleteQuota(
             quota_pb2.DeleteQuotaRequest(name=limits.name), metadata=who("admin")
         )
@@ -172,6 +221,13 @@ async def main(args: argparse.Namespace) -> None:
             f"{created:>9.0f} {refused:>9.0f}"
         )
     print(f"target: throttled p99 <= 2x baseline ({2 * base99:.2f} ms); quota {args.rate:g}/s")
+    (paused50, paused99), (running50, running99) = quantiles(paused), quantiles(running)
+    print(
+        f"paired in {args.window:g} s windows: flooder paused p50/p99 {paused50:.2f}/"
+        f"{paused99:.2f} ms ({len(paused)} calls), throttled flood running "
+        f"{running50:.2f}/{running99:.2f} ms ({len(running)} calls): "
+        f"{running99 / paused99:.2f}x"
+    )
 
 
 if __name__ == "__main__":
@@ -180,6 +236,7 @@ if __name__ == "__main__":
     parser.add_argument("--callers", type=int, default=16)
     parser.add_argument("--rate", type=float, default=20.0)
     parser.add_argument("--gap", type=float, default=0.002)
+    parser.add_argument("--window", type=float, default=4.0)
     parser.add_argument("--flood", default="", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     asyncio.run(main(parser.parse_args()))

@@ -96,6 +96,19 @@ async def flood(port: int, parent: str, seconds: float, callers: int) -> None:
     print(json.dumps(counts))
 
 
+async def start_flooder(
+    args: argparse.Namespace, flood_parent: str, seconds: float
+) -> asyncio.subprocess.Process:
+    """The flooder's process, under way (a second in) when this returns."""
+    flooder = await asyncio.create_subprocess_exec(
+        sys.executable, __file__, "--flood", flood_parent, "--port", str(args.port),
+        "--seconds", str(seconds), "--callers", str(args.callers),
+        stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    await asyncio.sleep(1.0)  # the flood is under way before measuring
+    return flooder
+
+
 async def phase(
     stub: api_pb2_grpc.ExperimentStateServiceStub,
     name: str,
@@ -104,12 +117,7 @@ async def phase(
 ) -> tuple[list[float], dict[str, int]]:
     flooder = None
     if flood_parent is not None:
-        flooder = await asyncio.create_subprocess_exec(
-            sys.executable, __file__, "--flood", flood_parent, "--port", str(args.port),
-            "--seconds", str(args.seconds + 1), "--callers", str(args.callers),
-            stdout=asyncio.subprocess.PIPE,
-        )  # fmt: skip
-        await asyncio.sleep(1.0)  # the flood is under way before measuring
+        flooder = await start_flooder(args, flood_parent, args.seconds + 1)
     latencies = await bystander(stub, name, args)
     counts: dict[str, int] = {}
     if flooder is not None:
@@ -131,12 +139,7 @@ async def paired(
     """The bystander's latencies (paused, running) with the throttled flooder paused and
     resumed in alternating windows (see the module docstring)."""
     windows = max(2, round(2 * args.seconds / args.window))
-    flooder = await asyncio.create_subprocess_exec(
-        sys.executable, __file__, "--flood", flood_parent, "--port", str(args.port),
-        "--seconds", str(windows * args.window + 2), "--callers", str(args.callers),
-        stdout=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    await asyncio.sleep(1.0)  # under way before the first window
+    flooder = await start_flooder(args, flood_parent, windows * args.window + 2)
     request = api_pb2.GetExperimentRequest(name=name)
     paused: list[float] = []
     running: list[float] = []

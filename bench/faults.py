@@ -85,7 +85,7 @@ from bench.faults_redis import REDIS_FAILOVERS, before_the_wave, failover_for, o
 from bench.faults_replicas import REPLICA_SCENARIOS, inject_replicas, options_for
 
 from tests.ha.failover import Failover
-from tests.integration.pg_auto_failover import AutoFailover
+from tests.integration.pg_auto_failover import AutoFailover, start_formation
 from tests.integration.postgres_server import PostgresServer
 from tests.integration.redis_server import RedisServer
 from tests.integration.support import forever_work_unit, minimal_work_unit
@@ -239,10 +239,8 @@ async def run_once(
     if scenario in REDIS_FAILOVERS:
         redis = failover_for(scenario, workdir / "redis")
         options = on_failover(options, redis)
-    ha = AutoFailover() if scenario == "pg-failover" else None
+    ha = await start_formation() if scenario == "pg-failover" else None
     try:
-        if ha is not None:
-            await ha.start()
         admin = pg.admin_dsn if ha is None else ha.admin_dsn
         database = await create_database(admin)
         stack = Stack(

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import sys
@@ -34,6 +35,11 @@ SIGNING_KEY: Final = "fault-test-signing-key-of-at-least-32-bytes"
 SERVICES: Final = ("kubesim", "ess", "actuator", "reconciler")
 
 
+#: The lowest port :func:`free_port` picks (below it: well-known and registered services).
+LOWEST_PORT: Final = 20_000
+_EPHEMERAL_RANGE: Final = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
 def free_ports(count: int) -> list[int]:
     """``count`` different free ports."""
     ports: list[int] = []
@@ -45,10 +51,34 @@ def free_ports(count: int) -> list[int]:
 
 
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
+    """A port free now, below the kernel's ephemeral range. A server is started on it
+    some seconds later; in the ephemeral range any outgoing connection of any test (to
+    Postgres, Redis, gRPC) could be given the port meanwhile, and the server would fail
+    to bind (a pg_auto_failover monitor once retried its bind for two minutes in CI).
+    Below it, only another test's pick can meet it."""
+    highest = ephemeral_low() - 1
+    while True:
+        port = random.randint(LOWEST_PORT, highest)
+        if is_free(port):
+            return port
+
+
+def ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (32768 when it cannot be read)."""
+    try:
+        return int(_EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768
+
+
+def is_free(port: int) -> bool:
+    """Nothing is bound to ``port`` on loopback now."""
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 async def delete_prefixed_keys(redis: Any, prefix: str) -> None:

@@ -7,8 +7,8 @@ the services' binds another process can take one. Two things make that harmless:
 
 - The block lies below the kernel's ephemeral range (``ip_local_port_range``), where no
   outgoing connection and no bind to port 0 is ever given a port: every other test's
-  clients (Postgres, Redis, gRPC) and listeners are out of its way. Only another test
-  picking a block of its own can meet it.
+  clients (Postgres, Redis, gRPC) are out of its way. Only another test's pick (a block,
+  or a private server's port: ``tests.stack.free_port``) can meet it.
 - :func:`local_run` starts the run again on a fresh block when a service failed to bind
   (the run's log says a port is "already in use", or the ESS "cannot bind"): losing the
   race costs a restart, never the test. A Reconciler whose metrics port was taken this way
@@ -23,7 +23,6 @@ import os
 import random
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -38,6 +37,7 @@ import asyncpg
 import pytest
 
 from tests.servers import ADMIN_DSN, REDIS_URL
+from tests.stack import ephemeral_low, is_free
 
 #: Ports ``make run`` binds from its base: kubesim, ESS, four metrics, dashboard.
 PORTS: Final = 7
@@ -47,7 +47,6 @@ LOWEST: Final = 20_000
 ATTEMPTS: Final = 5
 #: What a run's log says when a service could not bind its port.
 _TAKEN: Final = re.compile(r"already in use|cannot bind", re.IGNORECASE)
-_EPHEMERAL_RANGE: Final = Path("/proc/sys/net/ipv4/ip_local_port_range")
 
 
 @dataclass(frozen=True)
@@ -56,24 +55,6 @@ class LocalSystem:
     kube_url: str
     database_url: str
     ui_url: str
-
-
-def ephemeral_low() -> int:
-    """The first port of the kernel's ephemeral range (32768 when it cannot be read)."""
-    try:
-        return int(_EPHEMERAL_RANGE.read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32_768
-
-
-def is_free(port: int) -> bool:
-    """Nothing is bound to ``port`` on loopback now."""
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
 
 
 def free_base(count: int = PORTS) -> int:

@@ -23,9 +23,10 @@ import pwd
 import shutil
 import signal
 import tempfile
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import asyncpg
 import pytest
@@ -33,6 +34,8 @@ import pytest
 from tests.integration.postgres_server import postgres_bin
 from tests.stack import free_ports, terminate
 from tests.waiting import eventually
+
+T = TypeVar("T")
 
 #: The monitor's failure detection and promotion, shortened from their defaults (5 s
 #: checks, 20 s to call a node unhealthy, 30 s to wait for a lost primary to demote).
@@ -50,6 +53,15 @@ MONITOR_SETTINGS = {
 NETWORK_PARTITION_TIMEOUT = "4"
 #: Reported states of a node that takes writes.
 WRITABLE = ("single", "primary", "wait_primary")
+#: Formations :func:`start_formation` starts before it believes a taken port.
+ATTEMPTS = 3
+#: What a log says when a Postgres of the formation could not bind its port.
+_PORT_TAKEN = "Address already in use"
+
+
+class PortTaken(RuntimeError):
+    """A port of the formation was taken between its pick and its server's bind:
+    pg_autoctl would retry that bind for ever, so the formation is given up at once."""
 
 
 @dataclass(frozen=True)
@@ -97,7 +109,15 @@ class AutoFailover:
 
     async def start(self, within: float = 120.0) -> None:
         """The monitor, then the primary, then its standby; returns once the standby is
-        a synchronous ``secondary``."""
+        a synchronous ``secondary``. :class:`PortTaken` as soon as a log says a port was
+        taken; any other failure to come up carries the last lines of every log (the
+        directory is removed by :meth:`stop`)."""
+        try:
+            await self._start(within)
+        except AssertionError as failure:
+            raise AssertionError(f"{failure}\n{self._log_tails()}") from failure
+
+    async def _start(self, within: float) -> None:
         await self._initdb(self.monitor)
         await self._autoctl(
             "create", "monitor", "--pgdata", str(self.monitor.data),
@@ -109,7 +129,9 @@ class AutoFailover:
             "postgresql.listen_addresses", "127.0.0.1",
         )  # fmt: skip
         await self._run(self.monitor)
-        await eventually(self._monitor_up, within=within, every=0.2, what="monitor up")
+        await eventually(
+            self._checked(self._monitor_up), within=within, every=0.2, what="monitor up"
+        )
         await self._configure_monitor()
         first, second = self.nodes
         await self._initdb(first)  # the standby is cloned by pg_autoctl (pg_basebackup)
@@ -117,14 +139,16 @@ class AutoFailover:
             await self._create_node(node)
             await self._run(node)
             await eventually(
-                self._states, functools.partial(_serving, node),
+                self._checked(self._states), functools.partial(_serving, node),
                 within=within, every=0.2, what=f"{node.name} registered and running",
             )  # fmt: skip
         await eventually(
-            self._states, {first.name: "primary", second.name: "secondary"},
+            self._checked(self._states), {first.name: "primary", second.name: "secondary"},
             within=within, every=0.2, what="primary with a synchronous secondary",
         )  # fmt: skip
-        await eventually(self._synchronous, within=within, every=0.2, what="sync replication")
+        await eventually(
+            self._checked(self._synchronous), within=within, every=0.2, what="sync replication"
+        )
 
     async def primary(self) -> Node:
         """The node the monitor has as the writable one."""
@@ -168,6 +192,32 @@ class AutoFailover:
                 pg_ctl = [str(self.bin / "pg_ctl"), "-D", str(node.data), "-m", "immediate"]
                 await self._exec(*pg_ctl, "stop", check=False)
         shutil.rmtree(self.root, ignore_errors=True)
+
+    # Its logs.
+
+    def _checked(self, probe: Callable[[], Awaitable[T]]) -> Callable[[], Awaitable[T]]:
+        """``probe``, failing with :class:`PortTaken` first if a port was taken."""
+
+        async def checked() -> T:
+            self._raise_if_a_port_was_taken()
+            return await probe()
+
+        return checked
+
+    def _raise_if_a_port_was_taken(self) -> None:
+        """Postgres logs a failed bind at once (``<data>/log``); pg_autoctl repeats it
+        in its own log some seconds later."""
+        for log in (*self.root.glob("*.log"), *self.root.glob("*/log/*.log")):
+            for line in log.read_text(errors="replace").splitlines():
+                if _PORT_TAKEN in line:
+                    raise PortTaken(f"{log.relative_to(self.root)}: {line.strip()}")
+
+    def _log_tails(self, lines: int = 15) -> str:
+        tails = []
+        for log in sorted(self.root.glob("*.log")):
+            last = log.read_text(errors="replace").splitlines()[-lines:]
+            tails.append("\n".join([f"--- {log.name}:", *last]))
+        return "\n".join(tails)
 
     # The monitor's view.
 
@@ -245,7 +295,8 @@ class AutoFailover:
         process = await self._spawn(*command, log=log or self.root / "setup.log")
         code = await process.wait()
         if check and code != 0:
-            raise RuntimeError(f"{' '.join(command[:3])} exited {code}; see {self.root}")
+            self._raise_if_a_port_was_taken()
+            raise RuntimeError(f"{' '.join(command[:3])} exited {code}:\n{self._log_tails()}")
 
     async def _spawn(self, *command: str, log: Path) -> asyncio.subprocess.Process:
         """``command`` in its own environment (its config and state dirs under the temp
@@ -291,6 +342,23 @@ async def _children(parents: Iterable[int]) -> list[int]:
     return [int(pid) for pid in out.split()]
 
 
+async def start_formation(attempts: int = ATTEMPTS) -> AutoFailover:
+    """A started formation; on fresh ports again when one was taken (:class:`PortTaken`)."""
+    for attempt in range(1, attempts + 1):
+        formation = AutoFailover()
+        try:
+            await formation.start()
+            return formation
+        except PortTaken:
+            await formation.stop()
+            if attempt == attempts:
+                raise
+        except BaseException:
+            await formation.stop()
+            raise
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
 @pytest.fixture
 async def auto_failover() -> AsyncIterator[AutoFailover]:
     """A started formation of the test's own, stopped and removed whatever happened.
@@ -301,9 +369,8 @@ async def auto_failover() -> AsyncIterator[AutoFailover]:
         if os.environ.get("CI") == "true":
             pytest.fail(f"{missing} (.ci/run installs it)")
         pytest.skip(missing)
-    formation = AutoFailover()
+    formation = await start_formation()
     try:
-        await formation.start()
         yield formation
     finally:
         await formation.stop()

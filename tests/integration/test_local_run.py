@@ -16,8 +16,9 @@ import grpc
 import pytest
 
 from tests.integration import local_run as local_run_module
-from tests.integration.local_run import free_base, is_free, local_run, local_run_env, lost_a_port
+from tests.integration.local_run import free_base, local_run, local_run_env, lost_a_port
 from tests.integration.support import minimal_work_unit
+from tests.stack import is_free
 from tests.waiting import eventually
 from xmc.model.states import WorkUnitState
 from xmc_api.cloud.xmanager.v1 import api_pb2, api_pb2_grpc

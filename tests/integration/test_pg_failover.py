@@ -10,13 +10,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import socket
 from pathlib import Path
 
 import pytest
 from bench.fault_clients import ClientLoad, missing_acknowledged
 from bench.fault_counts import Intent
 
-from tests.integration.pg_auto_failover import AutoFailover
+from tests.integration.pg_auto_failover import AutoFailover, Node, start_formation
 from tests.integration.processes import Client, running_stack
 from tests.integration.redis_server import RedisServer
 from tests.integration.support import forever_work_unit
@@ -111,6 +112,34 @@ async def test_a_starting_service_waits_while_only_a_standby_answers(
         with contextlib.suppress(asyncio.CancelledError):
             await waiting
     await wait_for_postgres(auto_failover.dsn(), within=5)  # the primary: at once
+
+
+async def test_a_port_taken_before_the_bind_starts_a_fresh_formation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Another process takes the monitor's port between its pick and the bind: pg_autoctl
+    would retry that bind for ever (CI once waited out its two minutes); the harness sees
+    the failed bind in the logs and starts a new formation on fresh ports."""
+    held: list[socket.socket] = []
+    run = AutoFailover._run
+
+    async def taken_first(formation: AutoFailover, node: Node) -> None:
+        if node == formation.monitor and not held:
+            held.append(socket.socket())
+            held[0].bind(("127.0.0.1", node.port))
+        await run(formation, node)
+
+    monkeypatch.setattr(AutoFailover, "_run", taken_first)
+    try:
+        formation = await start_formation()
+        try:
+            assert formation.monitor.port != held[0].getsockname()[1]
+            assert await formation.primary() in formation.nodes
+        finally:
+            await formation.stop()
+    finally:
+        for sock in held:
+            sock.close()
 
 
 async def unsettled(client: Client, parent: str, running: str) -> list[str]:

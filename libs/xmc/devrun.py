@@ -32,7 +32,8 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 
 from xmc.devrun_checks import Probe, local_endpoints, port_problems, split_listen, wait_ready
-from xmc.settings import LocalRunSettings, Settings, UiSettings, load_settings
+from xmc.local_run_settings import LocalRunSettings
+from xmc.settings import Settings, UiSettings, load_settings
 from xmc.store.migrate import migrate
 
 BIN = Path(sys.executable).parent

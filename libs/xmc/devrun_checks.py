@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from xmc.settings import LocalRunSettings, Settings, UiSettings
+from xmc.local_run_settings import LocalRunSettings
+from xmc.settings import Settings, UiSettings
 
 #: How often ``wait_ready`` asks every service, and how long it lets each request take.
 POLL_SECONDS = 0.25

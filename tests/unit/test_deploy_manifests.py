@@ -31,7 +31,12 @@ ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
 K8S_BASE = ROOT / "k8s" / "base"
 EXTERNAL_ACCESS = ROOT / "k8s" / "overlays" / "external-access"
-ENV_SOURCES = ("libs/xmc/settings.py", "libs/xmc/auth_settings.py")
+ENV_SOURCES = (
+    "libs/xmc/settings.py",
+    "libs/xmc/auth_settings.py",
+    "libs/xmc/local_run_settings.py",
+    "libs/xmc/quota_settings.py",
+)
 
 Obj = dict[str, Any]
 

@@ -16,7 +16,8 @@ from xmc.devrun_checks import (
     taken_message,
     waiting_message,
 )
-from xmc.settings import LocalRunSettings, Settings, UiSettings
+from xmc.local_run_settings import LocalRunSettings
+from xmc.settings import Settings, UiSettings
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,8 @@ import pytest
 from xmc.devrun import check_real_cluster, service_env
 from xmc.devrun_checks import local_endpoints
 from xmc.errors import InvalidArgumentError
-from xmc.settings import LocalRunSettings, Settings, UiSettings, load_settings
+from xmc.local_run_settings import LocalRunSettings
+from xmc.settings import Settings, UiSettings, load_settings
 
 BASE = {
     "XMC_KUBE_URL": "http://127.0.0.1:8081",

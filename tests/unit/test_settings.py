@@ -14,9 +14,9 @@ import pytest
 
 from xmc.auth_settings import AuthSettings
 from xmc.errors import InvalidArgumentError
+from xmc.local_run_settings import LocalRunSettings
 from xmc.settings import (
     CliSettings,
-    LocalRunSettings,
     ServiceClientSettings,
     Settings,
     TlsSettings,

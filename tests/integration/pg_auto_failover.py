@@ -55,6 +55,9 @@ NETWORK_PARTITION_TIMEOUT = "4"
 WRITABLE = ("single", "primary", "wait_primary")
 #: Formations :func:`start_formation` starts before it believes a taken port.
 ATTEMPTS = 3
+#: A server the probes poll cannot be reached right now (refused, reset, timed out, going
+#: down): they read as "not yet".
+_UNREACHABLE = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
 #: What a log says when a Postgres of the formation could not bind its port.
 _PORT_TAKEN = "Address already in use"
 
@@ -92,6 +95,8 @@ class AutoFailover:
             self._owner = pwd.getpwnam("postgres")
             os.chown(self.root, self._owner.pw_uid, self._owner.pw_gid)
         self._keepers: dict[str, asyncio.subprocess.Process] = {}
+        #: The last error of a probe that could not reach a server (for a failure's message).
+        self._unreached: str | None = None
 
     def dsn(self, database: str = "postgres") -> str:
         """Both nodes; libpq and asyncpg try them in order and keep the one that takes
@@ -150,9 +155,13 @@ class AutoFailover:
             self._checked(self._synchronous), within=within, every=0.2, what="sync replication"
         )
 
-    async def primary(self) -> Node:
-        """The node the monitor has as the writable one."""
-        states = await self._states()
+    async def primary(self, within: float = 30.0) -> Node:
+        """The node the monitor has as the writable one (waited for: the monitor may be
+        unreachable for a moment)."""
+        states = await eventually(
+            self._states, lambda s: any(s.get(n.name) in WRITABLE for n in self.nodes),
+            within=within, every=0.2, what="a writable node",
+        )  # fmt: skip
         (node,) = [n for n in self.nodes if states.get(n.name) in WRITABLE]
         return node
 
@@ -213,7 +222,8 @@ class AutoFailover:
                     raise PortTaken(f"{log.relative_to(self.root)}: {line.strip()}")
 
     def _log_tails(self, lines: int = 15) -> str:
-        tails = []
+        """The last error of a probe, then the last lines of every log."""
+        tails = [f"last error reaching a server: {self._unreached}"] if self._unreached else []
         for log in sorted(self.root.glob("*.log")):
             last = log.read_text(errors="replace").splitlines()[-lines:]
             tails.append("\n".join([f"--- {log.name}:", *last]))
@@ -224,7 +234,8 @@ class AutoFailover:
     async def _monitor_up(self) -> bool:
         try:
             conn = await asyncpg.connect(self.monitor_dsn, timeout=2)
-        except (OSError, asyncpg.PostgresError):
+        except _UNREACHABLE as error:
+            self._unreached = repr(error)
             return False
         await conn.close()
         return True
@@ -239,26 +250,36 @@ class AutoFailover:
             await conn.close()
 
     async def _states(self) -> dict[str, str]:
-        """Each node's reported state, where it agrees with the state assigned to it."""
-        conn = await asyncpg.connect(self.monitor_dsn, timeout=2)
+        """Each node's reported state, where it agrees with the state assigned to it; {}
+        while the monitor cannot be read (in CI it once reset a connection while the
+        nodes registered): every caller polls."""
         try:
-            rows = await conn.fetch(
-                "SELECT nodename, reportedstate::text, goalstate::text FROM pgautofailover.node"
-            )
-        finally:
-            await conn.close()
+            conn = await asyncpg.connect(self.monitor_dsn, timeout=2)
+            try:
+                rows = await conn.fetch(
+                    "SELECT nodename, reportedstate::text, goalstate::text FROM pgautofailover.node"
+                )
+            finally:
+                await conn.close()
+        except _UNREACHABLE as error:
+            self._unreached = repr(error)
+            return {}
         return {
             r["nodename"]: r["reportedstate"] for r in rows if r["reportedstate"] == r["goalstate"]
         }
 
     async def _synchronous(self) -> bool:
         primary = await self.primary()
-        conn = await asyncpg.connect(f"postgresql://postgres@127.0.0.1:{primary.port}/postgres")
         try:
-            names = await conn.fetchval("SHOW synchronous_standby_names")
-            level = await conn.fetchval("SHOW synchronous_commit")
-        finally:
-            await conn.close()
+            conn = await asyncpg.connect(f"postgresql://postgres@127.0.0.1:{primary.port}/postgres")
+            try:
+                names = await conn.fetchval("SHOW synchronous_standby_names")
+                level = await conn.fetchval("SHOW synchronous_commit")
+            finally:
+                await conn.close()
+        except _UNREACHABLE as error:
+            self._unreached = repr(error)
+            return False
         return bool(names) and level == "on"
 
     # Processes, as the cluster's owner.

@@ -5,7 +5,7 @@ rollup change raises (docs/notifications.md). Every writer of work units ends he
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -18,7 +18,7 @@ from xmc.model.rollups import (
     should_set_complete_time,
 )
 from xmc.model.states import ActiveState, LaunchState, Severity, WorkUnitState
-from xmc.store.connection import Connection
+from xmc.store.connection import Connection, Record
 from xmc.store.notifications import queue_events
 from xmc.store.watch_events import insert_experiment_event
 
@@ -26,6 +26,12 @@ from xmc.store.watch_events import insert_experiment_event
 #: ``message_severity_counts`` (every Severity / 10), as the table's CHECKs say.
 N_STATES = 13
 N_SEVERITIES = 6
+#: The experiment columns a rollup reads, for a caller that reads them itself under its
+#: own row lock (:func:`apply_rollups` ``locked``).
+ROLLUP_COLUMNS = (
+    "xid, launch_state, active_state, child_state_counts, message_severity_counts, "
+    "complete_time, last_child_status_update_time, title, creator"
+)
 
 
 def _severity_index(severity: Severity) -> int:
@@ -88,6 +94,7 @@ async def apply_rollups(
     now: datetime,
     execution_update: bool,
     events: list[ExperimentChange] | None = None,
+    locked: Sequence[Record] | None = None,
 ) -> None:
     """Recompute counts, ``active_state`` and ``complete_time`` of the touched experiments
     (``DenormalizeWorkUnitStatus`` + ``updateExperimentFromExecutions`` of the reference).
@@ -97,6 +104,10 @@ async def apply_rollups(
     automatic retry turns a unit that failed RESTARTING again) to queue them once, on the
     transaction's net effect (``xmc.store.notifications.queue_settled_events``).
 
+    ``locked``: the experiments' :data:`ROLLUP_COLUMNS`, read by the caller ``FOR UPDATE``
+    in this transaction and not written since (a create group reads them with the lock
+    it takes to plan ids), which saves this function its read: one round trip less.
+
     Called after the work-unit rows are locked, so the lock order is always work units
     first, then experiments in xid order. ``complete_time`` is set only when an execution
     update (``execution_update``) turns the experiment INACTIVE (SPEC §3.3); a restart that
@@ -105,12 +116,14 @@ async def apply_rollups(
     xids = sorted(xid for xid, delta in deltas.items() if delta)
     if not xids:
         return
-    rows = await conn.fetch(
-        """SELECT xid, launch_state, active_state, child_state_counts, message_severity_counts,
-                  complete_time, last_child_status_update_time, title, creator
-           FROM experiments WHERE xid = ANY($1::bigint[]) ORDER BY xid FOR UPDATE""",
-        xids,
-    )
+    if locked is None:
+        rows = await conn.fetch(
+            f"SELECT {ROLLUP_COLUMNS} FROM experiments WHERE xid = ANY($1::bigint[]) "
+            "ORDER BY xid FOR UPDATE",
+            xids,
+        )
+    else:
+        rows = [row for row in locked if row["xid"] in deltas and deltas[row["xid"]]]
     updates = []
     moved: list[tuple[int, int, int]] = []  # (xid, active, launch): rare, one event row each
     changes: list[ExperimentChange] = []

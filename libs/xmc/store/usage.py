@@ -1,6 +1,7 @@
 """Accounting reads and writes (docs/usage.md, decision 0045): each unit's requested
-resources, written at create, and usage over a time range from ``execution_runs``, which
-migration 0012's trigger keeps from the status history.
+resources, written at create (by ``xmc.store.creation``, with the unit), and usage over a
+time range from ``execution_runs``, which migration 0012's trigger keeps from the status
+history.
 
 Aggregates are computed in SQL: a week of a busy cluster is ~10^5 runs, and one query that
 finds them through the GiST range index and answers a few rows beats shipping them all.
@@ -39,34 +40,6 @@ class GroupBy(StrEnum):
     QUEUE = "queue"
     WORK_UNIT = "work_unit"
     EXECUTION = "execution"
-
-
-@dataclass(frozen=True)
-class NewResources:
-    xid: int
-    wid: int
-    queue: str
-    requested: Requested
-
-
-async def insert_resources(conn: Connection, rows: Sequence[NewResources]) -> None:
-    """Store what the units just created asked for (in the create transaction)."""
-    if not rows:
-        return
-    await conn.execute(
-        """INSERT INTO work_unit_resources
-               (xid, wid, queue, cpu_millicores, memory_bytes, gpus, tpu_chips, accelerators)
-           SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::bigint[],
-                                $5::bigint[], $6::bigint[], $7::bigint[], $8::jsonb[])""",
-        [r.xid for r in rows],
-        [r.wid for r in rows],
-        [r.queue for r in rows],
-        [r.requested.cpu_millicores for r in rows],
-        [r.requested.memory_bytes for r in rows],
-        [r.requested.gpus for r in rows],
-        [r.requested.tpu_chips for r in rows],
-        [json.dumps(dict(r.requested.accelerators)) for r in rows],
-    )
 
 
 def requested_from_row(row: Record) -> Requested | None:

@@ -55,7 +55,8 @@ HISTORY_COLUMNS = (
     "principal",
     "request_id",
 )
-_COPY_THRESHOLD = 64
+#: History rows from which :func:`insert_history` uses COPY (fewer: one INSERT).
+HISTORY_COPY_THRESHOLD = 64
 ACTIVE = WorkUnitExecution.WorkUnitExecutionState.ACTIVE
 INACTIVE = WorkUnitExecution.WorkUnitExecutionState.INACTIVE
 
@@ -114,7 +115,7 @@ async def insert_history(conn: Connection, rows: list[tuple[Any, ...]]) -> None:
     if not rows:
         return
     await write_runs(conn, rows)
-    if len(rows) >= _COPY_THRESHOLD:
+    if len(rows) >= HISTORY_COPY_THRESHOLD:
         # Binary COPY: about twice as fast as INSERT … unnest(…) for a full batch, but
         # its extra round trips cost more than they save for a handful of rows.
         await conn.copy_records_to_table(

@@ -37,12 +37,10 @@ import asyncpg
 import pytest
 
 from tests.servers import ADMIN_DSN, REDIS_URL
-from tests.stack import ephemeral_low, is_free
+from tests.stack import LOWEST_PORT, ephemeral_low, is_free
 
 #: Ports ``make run`` binds from its base: kubesim, ESS, four metrics, dashboard.
 PORTS: Final = 7
-#: The lowest port a block starts at (below it: well-known and registered services).
-LOWEST: Final = 20_000
 #: How many blocks :func:`local_run` tries before it believes a bind failure.
 ATTEMPTS: Final = 5
 #: What a run's log says when a service could not bind its port.
@@ -61,7 +59,7 @@ def free_base(count: int = PORTS) -> int:
     """The first of ``count`` consecutive ports, free now, below the ephemeral range."""
     highest = ephemeral_low() - count
     while True:
-        base = random.randint(LOWEST, highest)
+        base = random.randint(LOWEST_PORT, highest)
         if all(is_free(base + i) for i in range(count)):
             return base
 

@@ -231,14 +231,27 @@ class AutoFailover:
 
     # The monitor's view.
 
-    async def _monitor_up(self) -> bool:
+    async def _read(
+        self, dsn: str, read: Callable[[asyncpg.Connection], Awaitable[T]], otherwise: T
+    ) -> T:
+        """``read`` on a connection of its own to ``dsn``; ``otherwise`` while the server
+        cannot be reached (in CI the monitor once reset a connection while the nodes
+        registered): every caller polls. The error is kept for a failure's message."""
         try:
-            conn = await asyncpg.connect(self.monitor_dsn, timeout=2)
+            conn = await asyncpg.connect(dsn, timeout=2)
+            try:
+                return await read(conn)
+            finally:
+                await conn.close()
         except _UNREACHABLE as error:
             self._unreached = repr(error)
-            return False
-        await conn.close()
-        return True
+            return otherwise
+
+    async def _monitor_up(self) -> bool:
+        async def connected(_: asyncpg.Connection) -> bool:
+            return True
+
+        return await self._read(self.monitor_dsn, connected, otherwise=False)
 
     async def _configure_monitor(self) -> None:
         conn = await asyncpg.connect(self.monitor_dsn)
@@ -251,36 +264,27 @@ class AutoFailover:
 
     async def _states(self) -> dict[str, str]:
         """Each node's reported state, where it agrees with the state assigned to it; {}
-        while the monitor cannot be read (in CI it once reset a connection while the
-        nodes registered): every caller polls."""
-        try:
-            conn = await asyncpg.connect(self.monitor_dsn, timeout=2)
-            try:
-                rows = await conn.fetch(
-                    "SELECT nodename, reportedstate::text, goalstate::text FROM pgautofailover.node"
-                )
-            finally:
-                await conn.close()
-        except _UNREACHABLE as error:
-            self._unreached = repr(error)
-            return {}
-        return {
-            r["nodename"]: r["reportedstate"] for r in rows if r["reportedstate"] == r["goalstate"]
-        }
+        while the monitor cannot be read."""
+
+        async def agreed(conn: asyncpg.Connection) -> dict[str, str]:
+            rows = await conn.fetch(
+                "SELECT nodename, reportedstate::text, goalstate::text FROM pgautofailover.node"
+            )
+            return {r["nodename"]: r["reportedstate"] for r in rows
+                    if r["reportedstate"] == r["goalstate"]}  # fmt: skip
+
+        return await self._read(self.monitor_dsn, agreed, otherwise={})
 
     async def _synchronous(self) -> bool:
         primary = await self.primary()
-        try:
-            conn = await asyncpg.connect(f"postgresql://postgres@127.0.0.1:{primary.port}/postgres")
-            try:
-                names = await conn.fetchval("SHOW synchronous_standby_names")
-                level = await conn.fetchval("SHOW synchronous_commit")
-            finally:
-                await conn.close()
-        except _UNREACHABLE as error:
-            self._unreached = repr(error)
-            return False
-        return bool(names) and level == "on"
+
+        async def synchronous(conn: asyncpg.Connection) -> bool:
+            names = await conn.fetchval("SHOW synchronous_standby_names")
+            level = await conn.fetchval("SHOW synchronous_commit")
+            return bool(names) and level == "on"
+
+        dsn = f"postgresql://postgres@127.0.0.1:{primary.port}/postgres"
+        return await self._read(dsn, synchronous, otherwise=False)
 
     # Processes, as the cluster's owner.
 

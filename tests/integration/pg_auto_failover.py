@@ -325,7 +325,10 @@ class AutoFailover:
 
     async def _spawn(self, *command: str, log: Path) -> asyncio.subprocess.Process:
         """``command`` in its own environment (its config and state dirs under the temp
-        dir, not the user's) and, as root, as the ``postgres`` user."""
+        dir, not the user's) and, as root, as the ``postgres`` user, in a session of its
+        own: formations started side by side (pytest-xdist workers) had every keeper of
+        one SIGTERMed as another's standby finished its ``create`` (most likely a signal to the
+        process group they all shared with the workers); on their own they never were."""
         env = {
             "PATH": f"{self.bin}:/usr/bin:/bin",
             "HOME": str(self.root),
@@ -341,6 +344,7 @@ class AutoFailover:
                 user=None if owner is None else owner.pw_uid,
                 group=None if owner is None else owner.pw_gid,
                 extra_groups=None if owner is None else [],
+                start_new_session=True,
             )  # fmt: skip
 
 

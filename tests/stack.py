@@ -54,7 +54,7 @@ def free_port() -> int:
     """A port free now, below the kernel's ephemeral range. A server is started on it
     some seconds later; in the ephemeral range any outgoing connection of any test (to
     Postgres, Redis, gRPC) could be given the port meanwhile, and the server would fail
-    to bind (a pg_auto_failover monitor once retried its bind for two minutes in CI).
+    to bind (pg_autoctl then retries the bind for ever: a CI failure's symptom).
     Below it, only another test's pick can meet it."""
     highest = ephemeral_low() - 1
     while True:
